@@ -1,0 +1,110 @@
+# gpuperf build. The CPU engine is always built; the CUDA backend is added when nvcc
+# and cuDNN are found (CUDA=0 turns it off, CUDA=1 insists on it).
+#   make            build/gpuperf
+#   make test       build and run the unit tests (GPU tests skip without a GPU)
+#   make test-san   the same under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only)
+#   make check      test + test-san: what CI runs
+#   make bundle     build/bundle/: the binary and its non-CUDA shared libraries, for a
+#                   GPU machine without a package registry
+
+BUILD ?= build
+SAN ?= 0
+CUDA ?= auto
+CC ?= cc
+ARCH ?= sm_90
+
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda /usr/local/cuda-13.0 /usr/lib/cuda))
+NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDNN_H := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h))
+
+ifeq ($(CUDA),auto)
+  ifneq ($(and $(NVCC),$(CUDNN_H)),)
+    WITH_CUDA := 1
+  else
+    WITH_CUDA := 0
+  endif
+else
+  WITH_CUDA := $(CUDA)
+endif
+ifeq ($(SAN),1)
+  WITH_CUDA := 0
+endif
+
+PKGS := jansson cairo libturbojpeg openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS := $(shell pkg-config --libs $(PKGS))
+
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
+	  -Isrc -MMD -MP -pthread $(PKG_CFLAGS)
+LDLIBS += $(PKG_LIBS) -lm -ldl -pthread
+NVCCFLAGS ?= -O3 -arch=$(ARCH) -std=c++17 -Isrc -Xcompiler -Wall,-Wno-unused-parameter -Werror all-warnings
+
+ifeq ($(SAN),1)
+  CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDFLAGS += -fsanitize=address,undefined
+endif
+
+SRC_C := $(shell find src -name '*.c' -not -path '*/cuda/*' | sort)
+CUDA_C := $(shell find src -path '*/cuda/*' -name '*.c' | sort)
+CUDA_CU := $(shell find src -name '*.cu' | sort)
+TEST_C := $(shell find tests -maxdepth 1 -name '*.c' | sort)
+GPU_TEST_C := $(shell find tests/gpu -name '*.c' 2>/dev/null | sort)
+
+ifeq ($(WITH_CUDA),1)
+  CFLAGS += -DGP_HAVE_CUDA -I$(CUDA_HOME)/include
+  LIB_SRC := $(SRC_C) $(CUDA_C)
+  LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o)
+  TEST_SRC := $(TEST_C) $(GPU_TEST_C)
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas \
+	    -lcupti -lnccl -lcudart -lstdc++
+else
+  LIB_SRC := $(SRC_C)
+  LIB_OBJ_CU :=
+  TEST_SRC := $(TEST_C)
+endif
+
+MAIN_SRC := src/cmd/main.c
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(MAIN_SRC),$(LIB_SRC))) $(LIB_OBJ_CU)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all test test-san check clean bundle run
+all: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
+
+$(BUILD)/libgpuperf.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/gpuperf: $(BUILD)/src/cmd/main.o $(BUILD)/libgpuperf.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/gpuperf_tests: $(TEST_OBJ) $(BUILD)/libgpuperf.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
+	GPUPERF_BIN=$(BUILD)/gpuperf ./$(BUILD)/gpuperf_tests
+
+test-san:
+	$(MAKE) BUILD=build-san SAN=1 test
+
+check: test test-san
+
+run: $(BUILD)/gpuperf
+	./$(BUILD)/gpuperf info --model resnet50
+	./$(BUILD)/gpuperf train --model simple_cnn --device cpu --batch 32 --size 32 --steps 30
+
+bundle: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
+	sh tools/bundle.sh $(BUILD)
+
+clean:
+	rm -rf build build-san
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cmd/main.d

@@ -1,0 +1,7 @@
+#include "cmd/cmds.h"
+#include "core/error.h"
+
+int cmd_train(int argc, char **argv)
+{
+	return gp_error(GP_EUNSUPPORTED, "not built yet");
+}

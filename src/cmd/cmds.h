@@ -1,0 +1,9 @@
+/* One function per subcommand; argv[0] is the subcommand's name. Each returns 0 or a
+ * negative error code with the message set; main prints it and exits non-zero. */
+#ifndef GP_CMDS_H
+#define GP_CMDS_H
+
+int cmd_info(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+
+#endif

@@ -1,0 +1,56 @@
+/* gpuperf: the command table. Only this file exits. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd/cmds.h"
+#include "core/error.h"
+#include "core/version.h"
+
+struct command {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct command commands[] = {
+	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
+	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
+	{ NULL, NULL, NULL },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "gpuperf %s: GPU performance lab for CNN training\n\n"
+		   "usage: gpuperf COMMAND [options]   (gpuperf COMMAND --help for its options)\n\n"
+		   "commands:\n", GPUPERF_VERSION);
+	for (const struct command *c = commands; c->name; c++)
+		fprintf(f, "  %-10s %s\n", c->name, c->summary);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("gpuperf %s\n", GPUPERF_VERSION);
+		return 0;
+	}
+	for (const struct command *c = commands; c->name; c++) {
+		if (strcmp(c->name, argv[1]))
+			continue;
+		int rc = c->fn(argc - 1, argv + 1);
+		if (rc < 0) {
+			fprintf(stderr, "gpuperf %s: error: %s\n", c->name, gp_errmsg());
+			return rc == GP_EINVAL ? 2 : 1;
+		}
+		return 0;
+	}
+	fprintf(stderr, "gpuperf: error: unknown command '%s' (see gpuperf --help)\n", argv[1]);
+	return 2;
+}

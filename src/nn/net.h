@@ -1,0 +1,173 @@
+/* A network is a list of nodes in execution order, built by a model function that
+ * mirrors torchvision. Parameters live in one flat array (so the optimizer is one
+ * multi-tensor update and gradients come in contiguous buckets for an all-reduce);
+ * activations live in one arena whose offsets the memory plan assigns before the
+ * first step, reusing memory whose lifetime has ended. */
+#ifndef GP_NET_H
+#define GP_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/memstat.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+#define GP_NAME_MAX 64
+#define GP_MAX_NODES 512
+#define GP_MAX_STATE 1024
+
+enum backend_kind { BACKEND_CPU = 0, BACKEND_CUDA };
+
+/* Math mode on the GPU; the CPU backend computes in the net's dtype. */
+enum precision { PREC_FP32 = 0, PREC_TF32, PREC_FP16, PREC_BF16 };
+
+struct node {
+	enum op_type op;
+	char name[GP_NAME_MAX]; /* module path ("layer1.0.conv1"); "" for functional ops */
+	int in[2];              /* producing node indices */
+	int n_in;
+	struct shape out;       /* output shape at the current batch */
+	union {
+		struct conv2d_args conv;
+		struct bn_args bn;
+		struct pool_args pool;
+		struct linear_args lin;
+		struct dropout_args drop;
+	} a;
+	int param_first, param_count; /* entries in net->params */
+	size_t running_offset;        /* batch norm: running_mean, then running_var, in net->running */
+	int64_t bn_batches_tracked;
+	double macs;                  /* forward multiply-accumulates at the current batch */
+
+	/* Memory plan: indices into net->tensors (-1 when the node has none). */
+	int t_y, t_dy, t_saved;
+	int consumers;          /* how many nodes read this output */
+};
+
+/* One tensor of the state dict: a parameter, a running statistic, or a counter. */
+enum state_kind { STATE_PARAM = 0, STATE_RUNNING, STATE_COUNTER };
+
+struct state_entry {
+	char name[GP_NAME_MAX + 24]; /* torchvision key */
+	enum state_kind kind;
+	int ndim;
+	int64_t dims[4];
+	size_t numel;
+	size_t offset; /* elements into the flat params or running arrays */
+	int node;
+};
+
+/* A planned activation-memory tensor: bytes and the step interval in which it lives.
+ * Steps: forward of node i is i, the loss is n_nodes, backward of node i is
+ * 2 * n_nodes - i. */
+struct plan_tensor {
+	size_t bytes;
+	int first_step, last_step;
+	size_t offset; /* assigned by the planner */
+	int alias_of;  /* -1, or a tensor whose memory this one shares */
+};
+
+struct mem_plan {
+	size_t arena_bytes;      /* activations, their gradients and saved tensors */
+	size_t weights_bytes;    /* parameters + running statistics */
+	size_t grads_bytes;
+	size_t optim_bytes;
+	size_t workspace_bytes;  /* what the backend reported for its scratch */
+	size_t other_bytes;      /* input batch, labels, loss */
+	size_t no_reuse_bytes;   /* the arena if nothing were reused, for comparison */
+	size_t total_bytes;
+};
+
+struct backend_state; /* owned by the backend */
+
+struct net {
+	char model[32];
+	int classes, in_c, in_h, in_w;
+	int batch;
+	int training;
+
+	struct node nodes[GP_MAX_NODES];
+	int n_nodes;
+	int build_err; /* first error while building; model functions check it once */
+
+	struct state_entry state[GP_MAX_STATE];
+	int n_state;
+	int n_params;          /* how many state entries are STATE_PARAM (they come first) */
+	size_t params_count;   /* floats in the flat parameter array */
+	size_t running_count;  /* floats in the flat running-statistics array */
+
+	/* Host master copy (fp32): filled at build (initialization), read and
+	 * written by checkpoints, synchronized with the backend on demand. */
+	float *host_params;
+	float *host_running;
+
+	struct plan_tensor *tensors;
+	int n_tensors;
+	struct mem_plan plan;
+
+	enum backend_kind backend;
+	enum gp_dtype dtype;       /* CPU: GP_F32 or GP_F64 */
+	enum precision precision;  /* CUDA math mode */
+	struct backend_state *bk;
+	struct mem_stats mem;
+	int sgd_steps;             /* optimizer steps taken (momentum buffers start on the first) */
+	uint64_t seed;
+	uint64_t dropout_calls;
+};
+
+/* --- building (used by models.c) ---------------------------------------------------
+ * Each adder returns the new node's index; on failure it records net->build_err and
+ * returns -1, and later adders do nothing, so a model function checks once at the end. */
+int net_init(struct net *net, const char *model, int classes, int in_c, int in_h, int in_w);
+int net_input(struct net *net);
+int net_conv(struct net *net, const char *name, int in, int c_out, int k, int stride,
+	     int pad, int groups, int bias);
+int net_bn(struct net *net, const char *name, int in);
+int net_relu(struct net *net, int in);
+int net_relu6(struct net *net, int in);
+int net_maxpool(struct net *net, int in, int k, int stride, int pad);
+int net_avgpool_global(struct net *net, int in);
+int net_flatten(struct net *net, int in);
+int net_linear(struct net *net, const char *name, int in, int out_features, int bias);
+int net_add(struct net *net, int a, int b);
+int net_dropout(struct net *net, int in, double p);
+/* Finish building: lay out the flat arrays and allocate the host master copy. */
+int net_finalize(struct net *net);
+void net_free(struct net *net);
+
+/* --- shapes, counts, memory plan ------------------------------------------------------ */
+int net_set_batch(struct net *net, int batch);
+double net_total_macs(const struct net *net);
+/* Plan activation memory for training (training=1) or inference at the current
+ * batch, for elements of elem_bytes; fills net->plan. Allocates nothing on a device. */
+int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes);
+
+struct state_entry *net_state_find(struct net *net, const char *name);
+
+/* --- running ---------------------------------------------------------------------------
+ * net_setup allocates the backend memory for the current batch and copies the host
+ * master parameters in. Errors leave nothing allocated. */
+int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype,
+	      enum precision prec);
+void net_teardown(struct net *net);
+/* Copy a host batch (floats, N x C x H x W) and int32 labels in. */
+int net_set_batch_data(struct net *net, const float *x, const int32_t *labels);
+int net_forward(struct net *net, int training);
+/* Loss of the last forward against the labels; also seeds the logits gradient.
+ * `correct` (may be NULL) receives how many argmax predictions were right. */
+int net_loss(struct net *net, double *loss, int *correct);
+int net_backward(struct net *net);
+int net_sgd_step(struct net *net, const struct sgd_args *sgd);
+/* Copy backend parameters and running statistics to (or from) the host master. */
+int net_sync_to_host(struct net *net);
+int net_sync_from_host(struct net *net);
+
+/* Host-visible pointers to the backend's arrays (CPU backend only; NULL otherwise),
+ * in the backend dtype: for tests and gradient checks. */
+void *net_cpu_params(struct net *net);
+void *net_cpu_grads(struct net *net);
+void *net_cpu_output(struct net *net, int node);
+void *net_cpu_input(struct net *net);
+
+#endif

@@ -1,0 +1,180 @@
+/* The test runner: runs every registered test (or those whose name contains one of
+ * the arguments) and closes with the counts. Exit status 1 if any test failed. */
+#include "test.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TESTS 1024
+
+struct test_case {
+	const char *name;
+	void (*fn)(void);
+	const char *file;
+};
+
+static struct test_case cases[MAX_TESTS];
+static int n_cases;
+static int cur_failed, cur_skipped, cur_fail_lines;
+static char cur_skip_reason[256];
+static char tmp_root[256];
+static int tmp_counter;
+static char cur_tmp[300];
+
+void test_register(const char *name, void (*fn)(void), const char *file)
+{
+	if (n_cases < MAX_TESTS)
+		cases[n_cases++] = (struct test_case){ name, fn, file };
+}
+
+void test_fail(const char *file, int line, const char *fmt, ...)
+{
+	cur_failed = 1;
+	if (++cur_fail_lines > 10)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stdout, "    %s:%d: ", file, line);
+	vfprintf(stdout, fmt, ap);
+	fputc('\n', stdout);
+	va_end(ap);
+}
+
+void test_skip(const char *reason)
+{
+	cur_skipped = 1;
+	snprintf(cur_skip_reason, sizeof(cur_skip_reason), "%s", reason);
+}
+
+int test_failed(void) { return cur_failed; }
+int test_skipped(void) { return cur_skipped; }
+
+const char *test_bin(void)
+{
+	const char *b = getenv("GPUPERF_BIN");
+	return b && *b ? b : "build/gpuperf";
+}
+
+int test_run(const char *cmd, char *out, size_t cap)
+{
+	char full[4096];
+	snprintf(full, sizeof(full), "%s 2>&1", cmd);
+	FILE *p = popen(full, "r");
+	if (!p)
+		return -1;
+	size_t len = 0;
+	if (out && cap)
+		out[0] = 0;
+	char buf[4096];
+	size_t got;
+	while ((got = fread(buf, 1, sizeof(buf), p)) > 0) {
+		if (out && len + 1 < cap) {
+			size_t take = got < cap - 1 - len ? got : cap - 1 - len;
+			memcpy(out + len, buf, take);
+			len += take;
+			out[len] = 0;
+		}
+	}
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+const char *test_tmpdir(void)
+{
+	if (!tmp_root[0]) {
+		snprintf(tmp_root, sizeof(tmp_root), "/tmp/gpuperf_tests.XXXXXX");
+		if (!mkdtemp(tmp_root)) {
+			perror("mkdtemp");
+			return "/tmp";
+		}
+	}
+	snprintf(cur_tmp, sizeof(cur_tmp), "%s/%d", tmp_root, ++tmp_counter);
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", cur_tmp);
+	if (system(cmd) != 0)
+		return "/tmp";
+	return cur_tmp;
+}
+
+double rel_err_norm_f64(const double *a, const double *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = a[i] - b[i];
+		num += d * d;
+		den += b[i] * b[i];
+	}
+	if (den == 0)
+		return num == 0 ? 0 : INFINITY;
+	return sqrt(num / den);
+}
+
+double rel_err_norm_f32(const float *a, const float *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)a[i] - (double)b[i];
+		num += d * d;
+		den += (double)b[i] * b[i];
+	}
+	if (den == 0)
+		return num == 0 ? 0 : INFINITY;
+	return sqrt(num / den);
+}
+
+static int selected(const char *name, int argc, char **argv)
+{
+	if (argc < 2)
+		return 1;
+	for (int i = 1; i < argc; i++)
+		if (strstr(name, argv[i]))
+			return 1;
+	return 0;
+}
+
+static int by_file_then_name(const void *a, const void *b)
+{
+	const struct test_case *x = a, *y = b;
+	int c = strcmp(x->file, y->file);
+	return c ? c : strcmp(x->name, y->name);
+}
+
+int main(int argc, char **argv)
+{
+	int passed = 0, failed = 0, skipped = 0;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	qsort(cases, n_cases, sizeof(cases[0]), by_file_then_name);
+	for (int i = 0; i < n_cases; i++) {
+		if (!selected(cases[i].name, argc, argv))
+			continue;
+		cur_failed = cur_skipped = cur_fail_lines = 0;
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		cases[i].fn();
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+		if (cur_failed) {
+			failed++;
+			printf("FAIL %-44s %8.1f ms\n", cases[i].name, ms);
+		} else if (cur_skipped) {
+			skipped++;
+			printf("SKIP %-44s (%s)\n", cases[i].name, cur_skip_reason);
+		} else {
+			passed++;
+			printf("ok   %-44s %8.1f ms\n", cases[i].name, ms);
+		}
+	}
+	if (tmp_root[0]) {
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_root);
+		if (system(cmd) != 0)
+			fprintf(stderr, "warning: could not remove %s\n", tmp_root);
+	}
+	printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+	return failed ? 1 : 0;
+}
