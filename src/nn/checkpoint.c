@@ -419,9 +419,13 @@ static int file_open(struct ckpt_file *cf, const char *path)
 		goto close_file;
 	}
 	uint64_t file_bytes = (uint64_t)st.st_size;
-	if (file_bytes < 8 || fread(&header_bytes, 8, 1, cf->f) != 1) {
+	if (file_bytes < 8) {
 		rc = gp_error(GP_EFORMAT, "'%s' is not a safetensors file (%llu bytes, shorter "
 			      "than the 8-byte header length)", path, (unsigned long long)file_bytes);
+		goto close_file;
+	}
+	if (fread(&header_bytes, 8, 1, cf->f) != 1) {
+		rc = gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(errno));
 		goto close_file;
 	}
 	if (header_bytes > file_bytes - 8) {
