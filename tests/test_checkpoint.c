@@ -5,7 +5,6 @@
 #include "test.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -295,6 +294,12 @@ TEST(checkpoint_save_is_atomic)
 	path_join(bad, sizeof(bad), dir, "broken.safetensors");
 	a->state[1].offset = a->params_count;
 	CHECK_ERR(checkpoint_save(a, bad), GP_EINVAL, "bn1.weight");
+	CHECK(access(bad, F_OK) != 0);
+
+	/* Two entries with one key would make a header Python refuses. */
+	snprintf(b->state[2].name, sizeof(b->state[2].name), "bn1.weight");
+	CHECK_ERR(checkpoint_save(b, bad), GP_EINVAL,
+		  "state key 'bn1.weight' is reserved or repeated");
 	CHECK(access(bad, F_OK) != 0);
 	fake_net_free(a);
 	fake_net_free(b);

@@ -163,10 +163,13 @@ static int header_build(const struct net *net, json_t **out)
 			rc = gp_error(GP_ENOMEM, "out of memory building the checkpoint header");
 			goto free_root;
 		}
-		if (!strcmp(e->name, "__metadata__") || json_object_get(root, e->name) ||
-		    json_object_set_new(root, e->name, entry)) {
-			rc = gp_error(GP_EINVAL, "state key '%s' is reserved, repeated or not UTF-8",
-				      e->name);
+		if (!strcmp(e->name, "__metadata__") || json_object_get(root, e->name)) {
+			json_decref(entry);
+			rc = gp_error(GP_EINVAL, "state key '%s' is reserved or repeated", e->name);
+			goto free_root;
+		}
+		if (json_object_set_new(root, e->name, entry)) {
+			rc = gp_error(GP_EINVAL, "state key '%s' is not valid UTF-8", e->name);
 			goto free_root;
 		}
 		offset = end;
@@ -641,6 +644,7 @@ int checkpoint_load(struct net *net, const char *path)
 
 	GP_TRY(net_check(net));
 	GP_TRY(file_open(&cf, path));
+	/* "+ 1" everywhere: a net or file without entries must not look like no memory. */
 	tensor_of = malloc((net->n_state + 1) * sizeof(*tensor_of));
 	if (!tensor_of) {
 		rc = gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
