@@ -567,10 +567,14 @@ TEST(avgpool_global_grad)
 		mean0 += c.x[i] / 10;
 	CHECK_NEAR(c.y[0], mean0, 1e-12);
 	float *xf = to_f32(c.x, nx), *yf = malloc(ny * sizeof(*yf));
+	float *rf = to_f32(c.r, ny), *dxf = malloc(nx * sizeof(*dxf));
 	avgpool_global_fwd_cpu_f32(c.n, c.c, c.hw, xf, yf);
+	avgpool_global_bwd_cpu_f32(c.n, c.c, c.hw, rf, dxf, 0);
 	CHECK_LE(rel_err_f32_f64(yf, c.y, ny), F32_TOL);
+	CHECK_LE(rel_err_f32_f64(dxf, dx, nx), F32_TOL);
 
 	free(c.x); free(c.y); free(c.r); free(dx); free(base); free(acc); free(xf); free(yf);
+	free(rf); free(dxf);
 }
 
 /* --- linear, add, dropout --------------------------------------------------------- */
@@ -668,6 +672,13 @@ TEST(add_grad_and_grad_pass)
 	add_loss(&c);
 	add_fwd_cpu_f32(n, af, bf, yf);
 	CHECK_LE(rel_err_f32_f64(yf, c.y, n), 1e-7);
+	/* Float grad_pass, accumulating: af becomes a + r. */
+	float *rf = to_f32(c.r, n);
+	grad_pass_cpu_f32(n, rf, af, 1);
+	for (size_t i = 0; i < n; i++)
+		acc[i] = c.a[i] + c.r[i];
+	CHECK_LE(rel_err_f32_f64(af, acc, n), 1e-7);
+	free(rf);
 
 	free(c.a); free(c.b); free(c.y); free(c.r); free(da); free(db); free(base); free(acc);
 	free(af); free(bf); free(yf);

@@ -22,6 +22,123 @@ static int conv_is_depthwise(const struct conv2d_args *a)
 	return a->groups > 1 && a->groups == a->c_in && a->groups == a->c_out;
 }
 
+/* The output columns [lo, hi) whose window cell kx falls inside the input row:
+ * 0 <= ow * stride - pad + kx < w_in. */
+static void conv_valid_cols(const struct conv2d_args *a, int kx, int *lo, int *hi)
+{
+	int first = a->pad - kx, last = a->w_in - 1 + a->pad - kx;
+	*lo = first > 0 ? (first + a->stride - 1) / a->stride : 0;
+	*hi = last < 0 ? 0 : last / a->stride + 1;
+	if (*hi > a->w_out)
+		*hi = a->w_out;
+}
+
+/* Depthwise convolution as direct loops over each plane: for every kernel cell, a
+ * contiguous run of output columns reads a strided run of one input row, with the
+ * padding handled once per row instead of per element. */
+static void depthwise_fwd(const struct conv2d_args *a, const float *x, const float *w,
+			  const float *b, float *y)
+{
+	size_t hw_in = (size_t)a->h_in * a->w_in, hw_out = (size_t)a->h_out * a->w_out;
+	for (int n = 0; n < a->n; n++)
+	for (int c = 0; c < a->c_in; c++) {
+		const float *xp = x + ((size_t)n * a->c_in + c) * hw_in;
+		const float *wc = w + (size_t)c * a->kh * a->kw;
+		float *yp = y + ((size_t)n * a->c_out + c) * hw_out;
+		for (int oh = 0; oh < a->h_out; oh++) {
+			float *row = yp + (size_t)oh * a->w_out;
+			float init = a->has_bias ? b[c] : 0.0f;
+			for (int ow = 0; ow < a->w_out; ow++)
+				row[ow] = init;
+			for (int ky = 0; ky < a->kh; ky++) {
+				int ih = oh * a->stride - a->pad + ky;
+				if (ih < 0 || ih >= a->h_in)
+					continue;
+				for (int kx = 0; kx < a->kw; kx++) {
+					int lo, hi;
+					float wv = wc[ky * a->kw + kx];
+					const float *xr = xp + (size_t)ih * a->w_in;
+					conv_valid_cols(a, kx, &lo, &hi);
+					for (int ow = lo; ow < hi; ow++)
+						row[ow] += wv * xr[ow * a->stride - a->pad + kx];
+				}
+			}
+		}
+	}
+}
+
+static void depthwise_bwd_data(const struct conv2d_args *a, const float *dy, const float *w,
+			       float *dx, int accumulate)
+{
+	size_t hw_in = (size_t)a->h_in * a->w_in, hw_out = (size_t)a->h_out * a->w_out;
+	if (!accumulate)
+		memset(dx, 0, (size_t)a->n * a->c_in * hw_in * sizeof(*dx));
+	for (int n = 0; n < a->n; n++)
+	for (int c = 0; c < a->c_in; c++) {
+		const float *dyp = dy + ((size_t)n * a->c_out + c) * hw_out;
+		const float *wc = w + (size_t)c * a->kh * a->kw;
+		float *dxp = dx + ((size_t)n * a->c_in + c) * hw_in;
+		for (int oh = 0; oh < a->h_out; oh++) {
+			const float *row = dyp + (size_t)oh * a->w_out;
+			for (int ky = 0; ky < a->kh; ky++) {
+				int ih = oh * a->stride - a->pad + ky;
+				if (ih < 0 || ih >= a->h_in)
+					continue;
+				for (int kx = 0; kx < a->kw; kx++) {
+					int lo, hi;
+					float wv = wc[ky * a->kw + kx];
+					float *dxr = dxp + (size_t)ih * a->w_in;
+					conv_valid_cols(a, kx, &lo, &hi);
+					for (int ow = lo; ow < hi; ow++)
+						dxr[ow * a->stride - a->pad + kx] += wv * row[ow];
+				}
+			}
+		}
+	}
+}
+
+/* Each weight's gradient sums rows in float and the rows in double: the sum runs
+ * over the whole batch. */
+static void depthwise_bwd_filter(const struct conv2d_args *a, const float *x, const float *dy,
+				 float *dw, float *db)
+{
+	size_t hw_in = (size_t)a->h_in * a->w_in, hw_out = (size_t)a->h_out * a->w_out;
+	for (int c = 0; c < a->c_in; c++)
+	for (int ky = 0; ky < a->kh; ky++)
+	for (int kx = 0; kx < a->kw; kx++) {
+		int lo, hi;
+		double sum = 0.0;
+		conv_valid_cols(a, kx, &lo, &hi);
+		for (int n = 0; n < a->n; n++) {
+			const float *xp = x + ((size_t)n * a->c_in + c) * hw_in;
+			const float *dyp = dy + ((size_t)n * a->c_out + c) * hw_out;
+			for (int oh = 0; oh < a->h_out; oh++) {
+				int ih = oh * a->stride - a->pad + ky;
+				if (ih < 0 || ih >= a->h_in)
+					continue;
+				const float *xr = xp + (size_t)ih * a->w_in;
+				const float *row = dyp + (size_t)oh * a->w_out;
+				float part = 0.0f;
+				for (int ow = lo; ow < hi; ow++)
+					part += row[ow] * xr[ow * a->stride - a->pad + kx];
+				sum += part;
+			}
+		}
+		dw[((size_t)c * a->kh + ky) * a->kw + kx] = (float)sum;
+	}
+	if (!db || !a->has_bias)
+		return;
+	for (int c = 0; c < a->c_out; c++) {
+		double sum = 0.0;
+		for (int n = 0; n < a->n; n++) {
+			const float *plane = dy + ((size_t)n * a->c_out + c) * hw_out;
+			for (size_t i = 0; i < hw_out; i++)
+				sum += plane[i];
+		}
+		db[c] = (float)sum;
+	}
+}
+
 size_t conv2d_fast_workspace_floats(const struct conv2d_args *a)
 {
 	if (conv_is_pointwise(a) || conv_is_depthwise(a))
@@ -83,7 +200,7 @@ void conv2d_fwd_fast_f32(const struct conv2d_args *a, const float *x, const floa
 			 const float *b, float *y, float *workspace)
 {
 	if (conv_is_depthwise(a)) {
-		conv2d_fwd_cpu_f32(a, x, w, b, y);
+		depthwise_fwd(a, x, w, b, y);
 		return;
 	}
 	int cig = a->c_in / a->groups, cog = a->c_out / a->groups;
@@ -116,7 +233,7 @@ void conv2d_bwd_data_fast_f32(const struct conv2d_args *a, const float *dy, cons
 			      float *dx, int accumulate, float *workspace)
 {
 	if (conv_is_depthwise(a)) {
-		conv2d_bwd_data_cpu_f32(a, dy, w, dx, accumulate);
+		depthwise_bwd_data(a, dy, w, dx, accumulate);
 		return;
 	}
 	int cig = a->c_in / a->groups, cog = a->c_out / a->groups;
@@ -148,7 +265,7 @@ void conv2d_bwd_filter_fast_f32(const struct conv2d_args *a, const float *x, con
 				float *dw, float *db, float *workspace)
 {
 	if (conv_is_depthwise(a)) {
-		conv2d_bwd_filter_cpu_f32(a, x, dy, dw, db);
+		depthwise_bwd_filter(a, x, dy, dw, db);
 		return;
 	}
 	int cig = a->c_in / a->groups, cog = a->c_out / a->groups;
