@@ -83,11 +83,13 @@ $(BUILD)/gpuperf_tests: $(TEST_OBJ) $(BUILD)/libgpuperf.a
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+	@echo "  NVCC    $<"
+	@$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
 	GPUPERF_BIN=$(BUILD)/gpuperf ./$(BUILD)/gpuperf_tests

@@ -1,7 +1,156 @@
+/* gpuperf info: the machine, or a model's layers, parameters, MACs and the memory
+ * that training it at a batch size needs (from the memory plan, nothing allocated). */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/version.h"
+#include "gpu/devinfo.h"
+#include "nn/models.h"
+
+static double mib(size_t b)
+{
+	return b / 1048576.0;
+}
+
+static void shape_str(const struct shape *s, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%dx%dx%d", s->c, s->h, s->w);
+}
+
+static size_t node_params(const struct net *net, const struct node *nd)
+{
+	size_t n = 0;
+	for (int k = 0; k < nd->param_count; k++)
+		n += net->state[nd->param_first + k].numel;
+	return n;
+}
+
+/* Bytes of activations still alive at the loss: what training keeps for backward. */
+static size_t kept_for_backward_bytes(const struct net *net)
+{
+	size_t sum = 0;
+	int loss_step = net->n_nodes;
+	for (int i = 0; i < net->n_tensors; i++) {
+		const struct plan_tensor *t = &net->tensors[i];
+		if (t->alias_of < 0 && t->first_step <= loss_step && t->last_step > loss_step)
+			sum += t->bytes;
+	}
+	return sum;
+}
+
+static int info_system(int json)
+{
+	struct gp_devinfo d;
+	devinfo_query(&d);
+	if (json) {
+		json_t *o = json_pack("{s:s, s:i, s:b, s:s, s:s}", "gpuperf_version", GPUPERF_VERSION,
+				      "cpu_cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "cuda_built",
+				      d.cuda_built, "gpu", d.gpu_name, "note", d.note);
+		char *s = json_dumps(o, JSON_INDENT(2));
+		printf("%s\n", s);
+		free(s);
+		json_decref(o);
+		return 0;
+	}
+	printf("gpuperf %s\n", GPUPERF_VERSION);
+	printf("  CPU cores       %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
+	printf("  CUDA backend    %s\n", d.cuda_built ? "built" : "not built");
+	if (d.gpu_count > 0)
+		printf("  GPU             %s (%d found), %.0f MiB, compute %d.%d, %d SMs\n", d.gpu_name,
+		       d.gpu_count, mib(d.mem_total_bytes), d.cc_major, d.cc_minor, d.sm_count);
+	else
+		printf("  GPU             none (%s)\n", d.note);
+	if (d.cudnn_version)
+		printf("  CUDA runtime    %d, driver %d, cuDNN %d, cuBLAS %d\n", d.cudart_version,
+		       d.driver_version, d.cudnn_version, d.cublas_version);
+	printf("  models          %s\n", model_names());
+	return 0;
+}
 
 int cmd_info(int argc, char **argv)
 {
-	return gp_error(GP_EUNSUPPORTED, "not built yet");
+	const char *model = NULL;
+	int batch = 32, size = 0, classes = 1000, json = 0, help = 0;
+	struct opt opts[] = {
+		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
+		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1 },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
+		{ "help", OPT_FLAG, &help, "show this help", 0 },
+		{ 0 },
+	};
+	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (help) {
+		args_print_help("gpuperf info [--model NAME] [--batch B] [--size S] [--json]", opts);
+		return 0;
+	}
+	if (!model)
+		return info_system(json);
+	struct model_opts mo = model_defaults(model);
+	mo.batch = batch;
+	mo.classes = classes;
+	if (size)
+		mo.size = size;
+	struct net *net;
+	GP_TRY(model_build(model, &mo, &net));
+	int rc = net_plan_memory(net, 1, sizeof(float), 0);
+	if (rc < 0)
+		goto out;
+	size_t params = net->params_count, kept = kept_for_backward_bytes(net);
+	double macs1 = net_total_macs(net) / batch;
+	if (json) {
+		json_t *layers = json_array();
+		for (int i = 1; i < net->n_nodes; i++) {
+			const struct node *nd = &net->nodes[i];
+			json_array_append_new(layers, json_pack("{s:s, s:s, s:[i,i,i], s:I, s:f}",
+				"name", nd->name, "op", op_name(nd->op), "output", nd->out.c, nd->out.h,
+				nd->out.w, "params", (json_int_t)node_params(net, nd), "macs", nd->macs / batch));
+		}
+		json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:I, s:f, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
+			"model", model, "size", mo.size, "classes", classes, "batch", batch,
+			"params", (json_int_t)params, "forward_macs_per_image", macs1,
+			"macs_count", "conv2d and linear layers (multiply-accumulates, bias adds excluded)",
+			"training_bytes", "weights", (json_int_t)net->plan.weights_bytes,
+			"gradients", (json_int_t)net->plan.grads_bytes,
+			"optimizer", (json_int_t)net->plan.optim_bytes,
+			"activations_kept_for_backward", (json_int_t)kept,
+			"activation_arena_peak", (json_int_t)net->plan.arena_bytes,
+			"activation_no_reuse", (json_int_t)net->plan.no_reuse_bytes,
+			"layers", layers);
+		char *s = json_dumps(o, JSON_INDENT(2));
+		printf("%s\n", s);
+		free(s);
+		json_decref(o);
+		goto out;
+	}
+	printf("%s, input 3x%dx%d, %d classes\n\n", model, mo.size, mo.size, classes);
+	printf("%4s  %-28s %-16s %-14s %12s %12s\n", "#", "layer", "op", "output", "params", "MMACs");
+	for (int i = 1; i < net->n_nodes; i++) {
+		const struct node *nd = &net->nodes[i];
+		char shp[48];
+		shape_str(&nd->out, shp, sizeof(shp));
+		printf("%4d  %-28s %-16s %-14s %12zu %12.2f\n", i, nd->name[0] ? nd->name : "-",
+		       op_name(nd->op), shp, node_params(net, nd), nd->macs / batch / 1e6);
+	}
+	printf("\nparameters            %zu (%.2f M)\n", params, params / 1e6);
+	printf("forward MACs          %.3f G per image (conv2d and linear layers; bias, BN, "
+	       "activations and pooling not counted)\n", macs1 / 1e9);
+	printf("\ntraining memory at batch %d, FP32 (from the memory plan):\n", batch);
+	printf("  weights + BN stats  %10.1f MiB\n", mib(net->plan.weights_bytes));
+	printf("  gradients           %10.1f MiB\n", mib(net->plan.grads_bytes));
+	printf("  optimizer (SGD m.)  %10.1f MiB\n", mib(net->plan.optim_bytes));
+	printf("  activations kept    %10.1f MiB  (alive at the loss, needed by backward)\n", mib(kept));
+	printf("  activation arena    %10.1f MiB  (peak with reuse; %.1f MiB without)\n",
+	       mib(net->plan.arena_bytes), mib(net->plan.no_reuse_bytes));
+	printf("  input + labels      %10.1f MiB\n", mib(net->plan.other_bytes));
+	printf("  total (no workspace)%10.1f MiB\n", mib(net->plan.total_bytes));
+out:
+	net_free(net);
+	return rc;
 }

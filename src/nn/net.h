@@ -43,6 +43,8 @@ struct node {
 	/* Memory plan: indices into net->tensors (-1 when the node has none). */
 	int t_y, t_dy, t_saved;
 	int consumers;          /* how many nodes read this output */
+	int last_consumer;      /* highest consumer index: its backward writes dx first */
+	int needs_dx;           /* does any gradient have to flow into this node's output */
 };
 
 /* One tensor of the state dict: a parameter, a running statistic, or a counter. */
@@ -93,7 +95,8 @@ struct net {
 
 	struct state_entry state[GP_MAX_STATE];
 	int n_state;
-	int n_params;          /* how many state entries are STATE_PARAM (they come first) */
+	int n_params;          /* how many state entries are STATE_PARAM (in torchvision's
+				  state_dict order, interleaved with running statistics) */
 	size_t params_count;   /* floats in the flat parameter array */
 	size_t running_count;  /* floats in the flat running-statistics array */
 
@@ -112,8 +115,7 @@ struct net {
 	struct backend_state *bk;
 	struct mem_stats mem;
 	int sgd_steps;             /* optimizer steps taken (momentum buffers start on the first) */
-	uint64_t seed;
-	uint64_t dropout_calls;
+	uint64_t seed;          /* initialization and dropout masks */
 };
 
 /* --- building (used by models.c) ---------------------------------------------------
@@ -155,6 +157,7 @@ void net_teardown(struct net *net);
 int net_set_batch_data(struct net *net, const float *x, const int32_t *labels);
 int net_forward(struct net *net, int training);
 /* Loss of the last forward against the labels; also seeds the logits gradient.
+ * loss may be NULL: a GPU backend then does not wait for the value.
  * `correct` (may be NULL) receives how many argmax predictions were right. */
 int net_loss(struct net *net, double *loss, int *correct);
 int net_backward(struct net *net);

@@ -1,0 +1,36 @@
+/* What a backend provides to the net. Each backend implements every op behind a
+ * switch on the node's op (backend_cpu.c, src/ops/cuda/backend_cuda.c). */
+#ifndef GP_BACKEND_H
+#define GP_BACKEND_H
+
+#include "nn/net.h"
+
+struct backend_ops {
+	const char *name;
+	/* Allocate everything for net->batch per net->plan; copy host master in. */
+	int (*setup)(struct net *net);
+	void (*teardown)(struct net *net);
+	int (*set_batch_data)(struct net *net, const float *x, const int32_t *labels);
+	int (*forward_node)(struct net *net, int i, int training);
+	int (*loss)(struct net *net, double *loss, int *correct);
+	int (*backward_node)(struct net *net, int i);
+	int (*sgd_step)(struct net *net, const struct sgd_args *sgd);
+	int (*sync_to_host)(struct net *net);
+	int (*sync_from_host)(struct net *net);
+	/* Scratch bytes the backend needs beside the plan (conv workspace). */
+	size_t (*workspace_bytes)(struct net *net);
+};
+
+extern const struct backend_ops backend_cpu_ops;
+#ifdef GP_HAVE_CUDA
+extern const struct backend_ops backend_cuda_ops;
+#endif
+
+/* Does the backward of this op read its input activation (conv, bn, linear)? */
+int op_bwd_needs_input(enum op_type op);
+/* Does the backward of this op read its own output (relu, relu6)? */
+int op_bwd_needs_output(enum op_type op);
+/* Bytes of the op's saved tensor (bn statistics, max-pool argmax, dropout mask). */
+size_t node_saved_bytes(const struct node *nd, size_t elem_bytes);
+
+#endif

@@ -1,0 +1,241 @@
+/* The CPU backend: plain host memory laid out by the net's memory plan, float or
+ * double. It is the reference every other backend is checked against. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "nn/backend.h"
+
+struct backend_state {
+	char *arena;
+	void *params, *grads, *momentum, *running;
+	void *input;
+	int32_t *labels;
+	void *workspace;
+	size_t elem_bytes;
+};
+
+static void *act_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	if (nd->op == OP_INPUT)
+		return net->bk->input;
+	if (nd->t_y < 0)
+		return NULL;
+	return net->bk->arena + net->tensors[nd->t_y].offset;
+}
+
+static void *grad_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_dy < 0 ? NULL : net->bk->arena + net->tensors[nd->t_dy].offset;
+}
+
+static void *saved_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_saved < 0 ? NULL : net->bk->arena + net->tensors[nd->t_saved].offset;
+}
+
+static void *param_ptr(struct net *net, const struct node *nd, int k)
+{
+	return (char *)net->bk->params + net->state[nd->param_first + k].offset * net->bk->elem_bytes;
+}
+
+static void *pgrad_ptr(struct net *net, const struct node *nd, int k)
+{
+	return (char *)net->bk->grads + net->state[nd->param_first + k].offset * net->bk->elem_bytes;
+}
+
+/* The mask depends on the node and the optimizer step, not on how many forwards
+ * ran: a gradient check that repeats the forward sees the same mask. */
+static uint64_t dropout_seed(const struct net *net, int node)
+{
+	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL +
+	       (uint64_t)net->sgd_steps;
+}
+
+#define REAL float
+#define SUFFIX f32
+#define FAST 1
+#include "nn/backend_cpu_ops.inc"
+#undef REAL
+#undef SUFFIX
+#undef FAST
+
+#define REAL double
+#define SUFFIX f64
+#define FAST 0
+#include "nn/backend_cpu_ops.inc"
+#undef REAL
+#undef SUFFIX
+#undef FAST
+
+static int is_f64(const struct net *net)
+{
+	return net->dtype == GP_F64;
+}
+
+static size_t cpu_workspace_bytes(struct net *net)
+{
+	size_t floats = 0;
+	if (is_f64(net))
+		return 0;
+	for (int i = 0; i < net->n_nodes; i++) {
+		if (net->nodes[i].op != OP_CONV2D)
+			continue;
+		size_t f = conv2d_fast_workspace_floats(&net->nodes[i].a.conv);
+		if (f > floats)
+			floats = f;
+	}
+	return floats * sizeof(float);
+}
+
+static void *cpu_alloc(struct net *net, size_t bytes, enum mem_cat cat)
+{
+	void *p = calloc(1, bytes ? bytes : 1);
+	if (p)
+		mem_stats_add(&net->mem, cat, bytes);
+	return p;
+}
+
+static void cpu_teardown(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	if (!b)
+		return;
+	free(b->arena);
+	free(b->params);
+	free(b->grads);
+	free(b->momentum);
+	free(b->running);
+	free(b->input);
+	free(b->labels);
+	free(b->workspace);
+	free(b);
+	net->bk = NULL;
+	memset(&net->mem.cur_bytes, 0, sizeof(net->mem.cur_bytes));
+	net->mem.total_bytes = 0;
+}
+
+static int cpu_sync_from_host(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	if (is_f64(net)) {
+		cpu_copy_in_f64(b->params, net->host_params, net->params_count);
+		cpu_copy_in_f64(b->running, net->host_running, net->running_count);
+	} else {
+		cpu_copy_in_f32(b->params, net->host_params, net->params_count);
+		cpu_copy_in_f32(b->running, net->host_running, net->running_count);
+	}
+	return 0;
+}
+
+static int cpu_sync_to_host(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	if (is_f64(net)) {
+		cpu_copy_out_f64(net->host_params, b->params, net->params_count);
+		cpu_copy_out_f64(net->host_running, b->running, net->running_count);
+	} else {
+		cpu_copy_out_f32(net->host_params, b->params, net->params_count);
+		cpu_copy_out_f32(net->host_running, b->running, net->running_count);
+	}
+	return 0;
+}
+
+static int cpu_setup(struct net *net)
+{
+	size_t e = dtype_size(net->dtype);
+	size_t in_count = (size_t)net->batch * net->in_c * net->in_h * net->in_w;
+	struct backend_state *b = calloc(1, sizeof(*b));
+	if (!b)
+		return gp_error(GP_ENOMEM, "cannot allocate the CPU backend");
+	net->bk = b;
+	b->elem_bytes = e;
+	b->arena = cpu_alloc(net, net->plan.arena_bytes, MEM_ACTIV);
+	b->params = cpu_alloc(net, net->params_count * e, MEM_WEIGHTS);
+	b->running = cpu_alloc(net, net->running_count * e, MEM_WEIGHTS);
+	b->grads = cpu_alloc(net, net->params_count * e, MEM_GRADS);
+	b->momentum = cpu_alloc(net, net->params_count * e, MEM_OPTIM);
+	b->input = cpu_alloc(net, in_count * e, MEM_OTHER);
+	b->labels = cpu_alloc(net, (size_t)net->batch * sizeof(int32_t), MEM_OTHER);
+	b->workspace = cpu_alloc(net, net->plan.workspace_bytes, MEM_WORKSPACE);
+	if (!b->arena || !b->params || !b->running || !b->grads || !b->momentum || !b->input ||
+	    !b->labels || !b->workspace) {
+		size_t want = net->plan.total_bytes;
+		cpu_teardown(net);
+		return gp_error(GP_ENOMEM, "cannot allocate %.1f MiB of host memory for batch %d",
+				want / 1048576.0, net->batch);
+	}
+	return cpu_sync_from_host(net);
+}
+
+static int cpu_set_batch_data(struct net *net, const float *x, const int32_t *labels)
+{
+	size_t in_count = (size_t)net->batch * net->in_c * net->in_h * net->in_w;
+	if (is_f64(net))
+		cpu_copy_in_f64(net->bk->input, x, in_count);
+	else
+		memcpy(net->bk->input, x, in_count * sizeof(float));
+	for (int i = 0; i < net->batch; i++)
+		if (labels[i] < 0 || labels[i] >= net->classes)
+			return gp_error(GP_EINVAL, "label %d of sample %d is not a class of %d",
+					labels[i], i, net->classes);
+	memcpy(net->bk->labels, labels, (size_t)net->batch * sizeof(int32_t));
+	return 0;
+}
+
+static int cpu_forward_node(struct net *net, int i, int training)
+{
+	return is_f64(net) ? cpu_forward_f64(net, i, training) : cpu_forward_f32(net, i, training);
+}
+
+static int cpu_backward_node(struct net *net, int i)
+{
+	return is_f64(net) ? cpu_backward_f64(net, i) : cpu_backward_f32(net, i);
+}
+
+static int cpu_loss(struct net *net, double *loss, int *correct)
+{
+	return is_f64(net) ? cpu_loss_f64(net, loss, correct) : cpu_loss_f32(net, loss, correct);
+}
+
+static int cpu_sgd(struct net *net, const struct sgd_args *sgd)
+{
+	return is_f64(net) ? cpu_sgd_f64(net, sgd) : cpu_sgd_f32(net, sgd);
+}
+
+const struct backend_ops backend_cpu_ops = {
+	.name = "cpu",
+	.setup = cpu_setup,
+	.teardown = cpu_teardown,
+	.set_batch_data = cpu_set_batch_data,
+	.forward_node = cpu_forward_node,
+	.loss = cpu_loss,
+	.backward_node = cpu_backward_node,
+	.sgd_step = cpu_sgd,
+	.sync_to_host = cpu_sync_to_host,
+	.sync_from_host = cpu_sync_from_host,
+	.workspace_bytes = cpu_workspace_bytes,
+};
+
+void *net_cpu_params(struct net *net)
+{
+	return net->bk && net->backend == BACKEND_CPU ? net->bk->params : NULL;
+}
+
+void *net_cpu_grads(struct net *net)
+{
+	return net->bk && net->backend == BACKEND_CPU ? net->bk->grads : NULL;
+}
+
+void *net_cpu_output(struct net *net, int node)
+{
+	return net->bk && net->backend == BACKEND_CPU ? act_ptr(net, node) : NULL;
+}
+
+void *net_cpu_input(struct net *net)
+{
+	return net->bk && net->backend == BACKEND_CPU ? net->bk->input : NULL;
+}

@@ -1,0 +1,680 @@
+/* Building a network, inferring shapes, laying out the state dict and planning
+ * activation memory. Running it is delegated to a backend (backend.h). */
+#include "nn/net.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "nn/backend.h"
+
+#define PLAN_ALIGN_BYTES 256
+
+int net_init(struct net *net, const char *model, int classes, int in_c, int in_h, int in_w)
+{
+	memset(net, 0, sizeof(*net));
+	snprintf(net->model, sizeof(net->model), "%s", model);
+	if (classes < 1 || in_c < 1 || in_h < 1 || in_w < 1)
+		return gp_error(GP_EINVAL, "bad model geometry: %d classes, input %dx%dx%d",
+				classes, in_c, in_h, in_w);
+	net->classes = classes;
+	net->in_c = in_c;
+	net->in_h = in_h;
+	net->in_w = in_w;
+	net->batch = 1;
+	net->seed = 0;
+	return 0;
+}
+
+/* Append a node reading from `in` (and `in2`); records the first error. */
+static struct node *node_new(struct net *net, enum op_type op, const char *name, int in, int in2)
+{
+	if (net->build_err)
+		return NULL;
+	if (net->n_nodes >= GP_MAX_NODES) {
+		net->build_err = gp_error(GP_EINVAL, "model '%s' has more than %d nodes",
+					  net->model, GP_MAX_NODES);
+		return NULL;
+	}
+	int n_in = (in >= 0) + (in2 >= 0);
+	if ((in >= net->n_nodes) || (in2 >= net->n_nodes) || (op != OP_INPUT && in < 0)) {
+		net->build_err = gp_error(GP_EINVAL, "model '%s': node %d reads a node that does not exist",
+					  net->model, net->n_nodes);
+		return NULL;
+	}
+	struct node *nd = &net->nodes[net->n_nodes++];
+	memset(nd, 0, sizeof(*nd));
+	nd->op = op;
+	snprintf(nd->name, sizeof(nd->name), "%s", name ? name : "");
+	nd->in[0] = in;
+	nd->in[1] = in2;
+	nd->n_in = n_in;
+	nd->t_y = nd->t_dy = nd->t_saved = -1;
+	nd->last_consumer = -1;
+	nd->param_first = net->n_state;
+	return nd;
+}
+
+static int node_index(struct net *net, struct node *nd)
+{
+	return nd ? (int)(nd - net->nodes) : -1;
+}
+
+static void state_add(struct net *net, struct node *nd, const char *suffix, enum state_kind kind,
+		      int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+	if (net->build_err)
+		return;
+	if (net->n_state >= GP_MAX_STATE) {
+		net->build_err = gp_error(GP_EINVAL, "model '%s' has more than %d state tensors",
+					  net->model, GP_MAX_STATE);
+		return;
+	}
+	struct state_entry *e = &net->state[net->n_state++];
+	memset(e, 0, sizeof(*e));
+	snprintf(e->name, sizeof(e->name), "%s.%s", nd->name, suffix);
+	e->kind = kind;
+	e->ndim = ndim;
+	int64_t d[4] = { d0, d1, d2, d3 };
+	e->numel = 1;
+	for (int i = 0; i < ndim; i++) {
+		e->dims[i] = d[i];
+		e->numel *= (size_t)d[i];
+	}
+	e->node = node_index(net, nd);
+	if (kind == STATE_PARAM) {
+		e->offset = net->params_count;
+		net->params_count += e->numel;
+		net->n_params++;
+		nd->param_count++;
+	} else if (kind == STATE_RUNNING) {
+		e->offset = net->running_count;
+		net->running_count += e->numel;
+	}
+}
+
+static struct shape in_shape(struct net *net, int in)
+{
+	return net->nodes[in].out;
+}
+
+int net_input(struct net *net)
+{
+	struct node *nd = node_new(net, OP_INPUT, "input", -1, -1);
+	if (!nd)
+		return -1;
+	nd->out = (struct shape){ net->batch, net->in_c, net->in_h, net->in_w };
+	return node_index(net, nd);
+}
+
+int net_conv(struct net *net, const char *name, int in, int c_out, int k, int stride, int pad,
+	     int groups, int bias)
+{
+	struct node *nd = node_new(net, OP_CONV2D, name, in, -1);
+	if (!nd)
+		return -1;
+	struct shape s = in_shape(net, in);
+	if (groups < 1 || s.c % groups || c_out % groups || k < 1 || stride < 1 || pad < 0 ||
+	    s.h + 2 * pad < k || s.w + 2 * pad < k) {
+		net->build_err = gp_error(GP_EINVAL,
+			"%s: conv %d->%d k%d s%d p%d g%d does not fit input %dx%dx%d",
+			name, s.c, c_out, k, stride, pad, groups, s.c, s.h, s.w);
+		return -1;
+	}
+	struct conv2d_args *a = &nd->a.conv;
+	*a = (struct conv2d_args){
+		.n = s.n, .c_in = s.c, .h_in = s.h, .w_in = s.w, .c_out = c_out,
+		.h_out = conv_out_size(s.h, k, stride, pad), .w_out = conv_out_size(s.w, k, stride, pad),
+		.kh = k, .kw = k, .stride = stride, .pad = pad, .groups = groups, .has_bias = bias,
+	};
+	nd->out = (struct shape){ s.n, c_out, a->h_out, a->w_out };
+	state_add(net, nd, "weight", STATE_PARAM, 4, c_out, s.c / groups, k, k);
+	if (bias)
+		state_add(net, nd, "bias", STATE_PARAM, 1, c_out, 0, 0, 0);
+	return node_index(net, nd);
+}
+
+int net_bn(struct net *net, const char *name, int in)
+{
+	struct node *nd = node_new(net, OP_BATCHNORM2D, name, in, -1);
+	if (!nd)
+		return -1;
+	struct shape s = in_shape(net, in);
+	nd->a.bn = (struct bn_args){ .n = s.n, .c = s.c, .h = s.h, .w = s.w, .eps = 1e-5, .momentum = 0.1 };
+	nd->out = s;
+	state_add(net, nd, "weight", STATE_PARAM, 1, s.c, 0, 0, 0);
+	state_add(net, nd, "bias", STATE_PARAM, 1, s.c, 0, 0, 0);
+	nd->running_offset = net->running_count;
+	state_add(net, nd, "running_mean", STATE_RUNNING, 1, s.c, 0, 0, 0);
+	state_add(net, nd, "running_var", STATE_RUNNING, 1, s.c, 0, 0, 0);
+	state_add(net, nd, "num_batches_tracked", STATE_COUNTER, 0, 0, 0, 0, 0);
+	return node_index(net, nd);
+}
+
+static int net_unary(struct net *net, enum op_type op, int in)
+{
+	struct node *nd = node_new(net, op, NULL, in, -1);
+	if (!nd)
+		return -1;
+	nd->out = in_shape(net, in);
+	return node_index(net, nd);
+}
+
+int net_relu(struct net *net, int in)
+{
+	return net_unary(net, OP_RELU, in);
+}
+
+int net_relu6(struct net *net, int in)
+{
+	return net_unary(net, OP_RELU6, in);
+}
+
+int net_maxpool(struct net *net, int in, int k, int stride, int pad)
+{
+	struct node *nd = node_new(net, OP_MAXPOOL2D, NULL, in, -1);
+	if (!nd)
+		return -1;
+	struct shape s = in_shape(net, in);
+	if (k < 1 || stride < 1 || pad < 0 || 2 * pad > k || s.h + 2 * pad < k || s.w + 2 * pad < k) {
+		net->build_err = gp_error(GP_EINVAL, "max pool k%d s%d p%d does not fit input %dx%d",
+					  k, stride, pad, s.h, s.w);
+		return -1;
+	}
+	nd->a.pool = (struct pool_args){
+		.n = s.n, .c = s.c, .h_in = s.h, .w_in = s.w,
+		.h_out = conv_out_size(s.h, k, stride, pad), .w_out = conv_out_size(s.w, k, stride, pad),
+		.k = k, .stride = stride, .pad = pad,
+	};
+	nd->out = (struct shape){ s.n, s.c, nd->a.pool.h_out, nd->a.pool.w_out };
+	return node_index(net, nd);
+}
+
+int net_avgpool_global(struct net *net, int in)
+{
+	struct node *nd = node_new(net, OP_AVGPOOL_GLOBAL, NULL, in, -1);
+	if (!nd)
+		return -1;
+	struct shape s = in_shape(net, in);
+	nd->out = (struct shape){ s.n, s.c, 1, 1 };
+	return node_index(net, nd);
+}
+
+int net_flatten(struct net *net, int in)
+{
+	struct node *nd = node_new(net, OP_FLATTEN, NULL, in, -1);
+	if (!nd)
+		return -1;
+	struct shape s = in_shape(net, in);
+	nd->out = (struct shape){ s.n, s.c * s.h * s.w, 1, 1 };
+	return node_index(net, nd);
+}
+
+int net_linear(struct net *net, const char *name, int in, int out_features, int bias)
+{
+	struct node *nd = node_new(net, OP_LINEAR, name, in, -1);
+	if (!nd)
+		return -1;
+	struct shape s = in_shape(net, in);
+	int in_features = s.c * s.h * s.w;
+	nd->a.lin = (struct linear_args){ .n = s.n, .in = in_features, .out = out_features,
+					  .has_bias = bias };
+	nd->out = (struct shape){ s.n, out_features, 1, 1 };
+	state_add(net, nd, "weight", STATE_PARAM, 2, out_features, in_features, 0, 0);
+	if (bias)
+		state_add(net, nd, "bias", STATE_PARAM, 1, out_features, 0, 0, 0);
+	return node_index(net, nd);
+}
+
+int net_add(struct net *net, int a, int b)
+{
+	if (b < 0 && !net->build_err)
+		net->build_err = gp_error(GP_EINVAL, "add needs two inputs");
+	struct node *nd = node_new(net, OP_ADD, NULL, a, b);
+	if (!nd)
+		return -1;
+	struct shape sa = in_shape(net, a), sb = in_shape(net, b);
+	if (memcmp(&sa, &sb, sizeof(sa))) {
+		net->build_err = gp_error(GP_EINVAL, "add of %dx%dx%d and %dx%dx%d",
+					  sa.c, sa.h, sa.w, sb.c, sb.h, sb.w);
+		return -1;
+	}
+	nd->out = sa;
+	return node_index(net, nd);
+}
+
+int net_dropout(struct net *net, int in, double p)
+{
+	struct node *nd = node_new(net, OP_DROPOUT, NULL, in, -1);
+	if (!nd)
+		return -1;
+	if (!(p >= 0 && p < 1)) {
+		net->build_err = gp_error(GP_EINVAL, "dropout probability %g is not in [0, 1)", p);
+		return -1;
+	}
+	nd->out = in_shape(net, in);
+	nd->a.drop = (struct dropout_args){ .count = shape_numel(nd->out), .p = p };
+	return node_index(net, nd);
+}
+
+/* Re-derive every size that depends on the batch. */
+int net_set_batch(struct net *net, int batch)
+{
+	if (batch < 1)
+		return gp_error(GP_EINVAL, "batch size must be at least 1 (got %d)", batch);
+	net->batch = batch;
+	for (int i = 0; i < net->n_nodes; i++) {
+		struct node *nd = &net->nodes[i];
+		nd->out.n = batch;
+		switch (nd->op) {
+		case OP_CONV2D:
+			nd->a.conv.n = batch;
+			nd->macs = conv2d_macs(&nd->a.conv);
+			break;
+		case OP_BATCHNORM2D:
+			nd->a.bn.n = batch;
+			break;
+		case OP_MAXPOOL2D:
+			nd->a.pool.n = batch;
+			break;
+		case OP_LINEAR:
+			nd->a.lin.n = batch;
+			nd->macs = linear_macs(&nd->a.lin);
+			break;
+		case OP_DROPOUT:
+			nd->a.drop.count = shape_numel(nd->out);
+			break;
+		default:
+			break;
+		}
+	}
+	return 0;
+}
+
+double net_total_macs(const struct net *net)
+{
+	double m = 0;
+	for (int i = 0; i < net->n_nodes; i++)
+		m += net->nodes[i].macs;
+	return m;
+}
+
+struct state_entry *net_state_find(struct net *net, const char *name)
+{
+	for (int i = 0; i < net->n_state; i++)
+		if (!strcmp(net->state[i].name, name))
+			return &net->state[i];
+	return NULL;
+}
+
+/* Consumers, which gradients must flow, and the host master copy. */
+int net_finalize(struct net *net)
+{
+	if (net->build_err)
+		return net->build_err;
+	if (net->n_nodes < 2)
+		return gp_error(GP_EINVAL, "model '%s' has no layers", net->model);
+	for (int i = 0; i < net->n_nodes; i++) {
+		net->nodes[i].consumers = 0;
+		net->nodes[i].last_consumer = -1;
+	}
+	for (int i = 0; i < net->n_nodes; i++) {
+		struct node *nd = &net->nodes[i];
+		for (int k = 0; k < nd->n_in; k++) {
+			struct node *src = &net->nodes[nd->in[k]];
+			src->consumers++;
+			src->last_consumer = i;
+		}
+	}
+	/* A gradient flows into a node's output if the node or anything before it
+	 * has parameters; the input image needs none. */
+	for (int i = 0; i < net->n_nodes; i++) {
+		struct node *nd = &net->nodes[i];
+		int upstream = 0;
+		for (int k = 0; k < nd->n_in; k++) {
+			struct node *src = &net->nodes[nd->in[k]];
+			upstream |= src->needs_dx || src->param_count > 0;
+		}
+		nd->needs_dx = nd->op != OP_INPUT && (nd->param_count > 0 || upstream);
+	}
+	free(net->host_params);
+	free(net->host_running);
+	net->host_params = calloc(net->params_count ? net->params_count : 1, sizeof(float));
+	net->host_running = calloc(net->running_count ? net->running_count : 1, sizeof(float));
+	if (!net->host_params || !net->host_running)
+		return gp_error(GP_ENOMEM, "cannot allocate %zu parameters", net->params_count);
+	/* running_var starts at 1, like PyTorch */
+	for (int i = 0; i < net->n_state; i++) {
+		struct state_entry *e = &net->state[i];
+		if (e->kind == STATE_RUNNING && strstr(e->name, ".running_var"))
+			for (size_t j = 0; j < e->numel; j++)
+				net->host_running[e->offset + j] = 1.0f;
+	}
+	return net_set_batch(net, net->batch);
+}
+
+void net_free(struct net *net)
+{
+	if (!net)
+		return;
+	net_teardown(net);
+	free(net->host_params);
+	free(net->host_running);
+	free(net->tensors);
+	free(net);
+}
+
+int op_bwd_needs_input(enum op_type op)
+{
+	return op == OP_CONV2D || op == OP_BATCHNORM2D || op == OP_LINEAR;
+}
+
+int op_bwd_needs_output(enum op_type op)
+{
+	return op == OP_RELU || op == OP_RELU6;
+}
+
+size_t node_saved_bytes(const struct node *nd, size_t elem_bytes)
+{
+	switch (nd->op) {
+	case OP_BATCHNORM2D:
+		return 2 * (size_t)nd->a.bn.c * elem_bytes;
+	case OP_MAXPOOL2D:
+		return shape_numel(nd->out) * sizeof(int32_t);
+	case OP_DROPOUT:
+		return nd->a.drop.count;
+	default:
+		return 0;
+	}
+}
+
+/* ---- memory plan -------------------------------------------------------------------- */
+
+static int tensor_new(struct net *net, size_t bytes, int first, int last)
+{
+	struct plan_tensor *t = &net->tensors[net->n_tensors];
+	t->bytes = (bytes + PLAN_ALIGN_BYTES - 1) / PLAN_ALIGN_BYTES * PLAN_ALIGN_BYTES;
+	t->first_step = first;
+	t->last_step = last;
+	t->offset = 0;
+	t->alias_of = -1;
+	return net->n_tensors++;
+}
+
+static int tensor_root(const struct net *net, int t)
+{
+	while (net->tensors[t].alias_of >= 0)
+		t = net->tensors[t].alias_of;
+	return t;
+}
+
+static void tensor_extend(struct net *net, int t, int first, int last)
+{
+	struct plan_tensor *r = &net->tensors[tensor_root(net, t)];
+	if (first < r->first_step)
+		r->first_step = first;
+	if (last > r->last_step)
+		r->last_step = last;
+}
+
+/* A relu may overwrite its input when nothing else reads that input and the
+ * producer's backward does not need its own output. */
+static int relu_in_place(const struct net *net, const struct node *nd)
+{
+	const struct node *src = &net->nodes[nd->in[0]];
+	return (nd->op == OP_RELU || nd->op == OP_RELU6) && src->consumers == 1 &&
+	       src->op != OP_INPUT && !op_bwd_needs_output(src->op) && src->t_y >= 0;
+}
+
+static int cmp_size_desc(const void *a, const void *b, void *ctx)
+{
+	const struct plan_tensor *t = ctx;
+	int x = *(const int *)a, y = *(const int *)b;
+	if (t[x].bytes != t[y].bytes)
+		return t[x].bytes < t[y].bytes ? 1 : -1;
+	return x - y;
+}
+
+/* Greedy placement, largest first: each tensor takes the lowest offset where it
+ * overlaps no already-placed tensor whose lifetime intersects its own. */
+static size_t place_tensors(struct net *net)
+{
+	int n = 0, *order = malloc(sizeof(int) * (net->n_tensors + 1));
+	int *placed = malloc(sizeof(int) * (net->n_tensors + 1));
+	size_t arena = 0;
+	if (!order || !placed)
+		goto out;
+	for (int i = 0; i < net->n_tensors; i++)
+		if (net->tensors[i].alias_of < 0)
+			order[n++] = i;
+	qsort_r(order, n, sizeof(int), cmp_size_desc, net->tensors);
+	int n_placed = 0;
+	for (int k = 0; k < n; k++) {
+		struct plan_tensor *t = &net->tensors[order[k]];
+		size_t offset = 0;
+		for (int moved = 1; moved;) {
+			moved = 0;
+			for (int j = 0; j < n_placed; j++) {
+				struct plan_tensor *o = &net->tensors[placed[j]];
+				if (o->last_step < t->first_step || t->last_step < o->first_step)
+					continue;
+				if (offset < o->offset + o->bytes && o->offset < offset + t->bytes) {
+					offset = o->offset + o->bytes;
+					moved = 1;
+				}
+			}
+		}
+		t->offset = offset;
+		placed[n_placed++] = order[k];
+		if (offset + t->bytes > arena)
+			arena = offset + t->bytes;
+	}
+	for (int i = 0; i < net->n_tensors; i++)
+		if (net->tensors[i].alias_of >= 0)
+			net->tensors[i].offset = net->tensors[tensor_root(net, i)].offset;
+out:
+	free(order);
+	free(placed);
+	return arena;
+}
+
+int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes)
+{
+	int n = net->n_nodes, loss_step = n;
+	free(net->tensors);
+	net->n_tensors = 0;
+	net->tensors = calloc((size_t)3 * n + 1, sizeof(struct plan_tensor));
+	if (!net->tensors)
+		return gp_error(GP_ENOMEM, "cannot allocate the memory plan");
+	/* Outputs, in execution order so that aliases find their source placed. */
+	for (int i = 0; i < n; i++) {
+		struct node *nd = &net->nodes[i];
+		nd->t_y = nd->t_dy = nd->t_saved = -1;
+		if (nd->op == OP_INPUT)
+			continue; /* the input batch is a buffer of its own (category other) */
+		size_t bytes = shape_numel(nd->out) * elem_bytes;
+		if (nd->op == OP_FLATTEN || relu_in_place(net, nd) ||
+		    (nd->op == OP_DROPOUT && !training)) {
+			nd->t_y = tensor_new(net, bytes, i, i);
+			net->tensors[nd->t_y].alias_of = net->nodes[nd->in[0]].t_y;
+			if (net->nodes[nd->in[0]].t_y < 0) /* flatten of the input image */
+				net->tensors[nd->t_y].alias_of = -1;
+		} else {
+			nd->t_y = tensor_new(net, bytes, i, i);
+		}
+	}
+	/* Lifetimes of outputs: until the last forward or backward that reads them. */
+	for (int i = 0; i < n; i++) {
+		struct node *nd = &net->nodes[i];
+		if (nd->t_y < 0)
+			continue;
+		int last = i;
+		if (i == n - 1)
+			last = loss_step;
+		if (training && op_bwd_needs_output(nd->op))
+			last = 2 * n - i;
+		tensor_extend(net, nd->t_y, i, last);
+		for (int k = 0; k < nd->n_in; k++) {
+			struct node *src = &net->nodes[nd->in[k]];
+			if (src->t_y < 0)
+				continue;
+			int until = i;
+			if (training && op_bwd_needs_input(nd->op))
+				until = 2 * n - i;
+			tensor_extend(net, src->t_y, i, until);
+		}
+	}
+	if (training) {
+		/* Gradients of outputs: from the backward of the last consumer (or the
+		 * loss) to the node's own backward. In-place relus and flatten share. */
+		for (int i = n - 1; i >= 0; i--) {
+			struct node *nd = &net->nodes[i];
+			if (!nd->needs_dx)
+				continue;
+			int first = i == n - 1 ? loss_step : 2 * n - nd->last_consumer;
+			if (nd->last_consumer < 0 && i != n - 1)
+				continue;
+			nd->t_dy = tensor_new(net, shape_numel(nd->out) * elem_bytes, first, 2 * n - i);
+		}
+		for (int i = n - 1; i >= 0; i--) {
+			struct node *nd = &net->nodes[i];
+			struct node *src = nd->n_in ? &net->nodes[nd->in[0]] : NULL;
+			if (nd->t_dy < 0 || !src || src->t_dy < 0)
+				continue;
+			if ((nd->op == OP_FLATTEN && src->consumers == 1) || relu_in_place(net, nd)) {
+				/* dx is written over dy in place: one buffer for both */
+				struct plan_tensor *mine = &net->tensors[nd->t_dy];
+				tensor_extend(net, src->t_dy, mine->first_step, mine->last_step);
+				mine->alias_of = src->t_dy;
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			struct node *nd = &net->nodes[i];
+			size_t saved = node_saved_bytes(nd, elem_bytes);
+			if (saved)
+				nd->t_saved = tensor_new(net, saved, i, 2 * n - i);
+		}
+	} else {
+		for (int i = 0; i < n; i++) {
+			struct node *nd = &net->nodes[i];
+			if (nd->op == OP_MAXPOOL2D)
+				nd->t_saved = tensor_new(net, node_saved_bytes(nd, elem_bytes), i, i);
+			if (nd->op == OP_BATCHNORM2D)
+				nd->t_saved = tensor_new(net, node_saved_bytes(nd, elem_bytes), i, i);
+		}
+	}
+	struct mem_plan *p = &net->plan;
+	memset(p, 0, sizeof(*p));
+	for (int i = 0; i < net->n_tensors; i++)
+		if (net->tensors[i].alias_of < 0)
+			p->no_reuse_bytes += net->tensors[i].bytes;
+	p->arena_bytes = place_tensors(net);
+	p->weights_bytes = (net->params_count + net->running_count) * elem_bytes;
+	p->grads_bytes = training ? net->params_count * elem_bytes : 0;
+	p->optim_bytes = training ? net->params_count * elem_bytes : 0;
+	p->workspace_bytes = workspace_bytes;
+	p->other_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * elem_bytes +
+			 (size_t)net->batch * sizeof(int32_t) + 64;
+	p->total_bytes = p->arena_bytes + p->weights_bytes + p->grads_bytes + p->optim_bytes +
+			 p->workspace_bytes + p->other_bytes;
+	net->training = training;
+	return 0;
+}
+
+/* ---- running: delegate to the backend ------------------------------------------------ */
+
+static const struct backend_ops *net_backend(const struct net *net)
+{
+#ifdef GP_HAVE_CUDA
+	if (net->backend == BACKEND_CUDA)
+		return &backend_cuda_ops;
+#endif
+	return &backend_cpu_ops;
+}
+
+int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec)
+{
+	net_teardown(net);
+#ifndef GP_HAVE_CUDA
+	if (backend == BACKEND_CUDA)
+		return gp_error(GP_ENODEV, "this gpuperf was built without CUDA");
+#endif
+	if (backend == BACKEND_CPU && dtype != GP_F32 && dtype != GP_F64)
+		return gp_error(GP_EUNSUPPORTED, "the CPU backend computes in F32 or F64, not %s",
+				dtype_name(dtype));
+	net->backend = backend;
+	net->dtype = dtype;
+	net->precision = prec;
+	const struct backend_ops *ops = net_backend(net);
+	size_t elem = backend == BACKEND_CPU ? dtype_size(dtype) : sizeof(float);
+	GP_TRY(net_plan_memory(net, 1, elem, ops->workspace_bytes(net)));
+	return ops->setup(net);
+}
+
+void net_teardown(struct net *net)
+{
+	if (net->bk)
+		net_backend(net)->teardown(net);
+}
+
+int net_set_batch_data(struct net *net, const float *x, const int32_t *labels)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	return net_backend(net)->set_batch_data(net, x, labels);
+}
+
+int net_forward(struct net *net, int training)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	const struct backend_ops *ops = net_backend(net);
+	for (int i = 1; i < net->n_nodes; i++) {
+		GP_TRY(ops->forward_node(net, i, training));
+		if (training && net->nodes[i].op == OP_BATCHNORM2D)
+			net->nodes[i].bn_batches_tracked++;
+	}
+	return 0;
+}
+
+int net_loss(struct net *net, double *loss, int *correct)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	return net_backend(net)->loss(net, loss, correct);
+}
+
+int net_backward(struct net *net)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	const struct backend_ops *ops = net_backend(net);
+	for (int i = net->n_nodes - 1; i >= 1; i--)
+		if (net->nodes[i].t_dy >= 0)
+			GP_TRY(ops->backward_node(net, i));
+	return 0;
+}
+
+int net_sgd_step(struct net *net, const struct sgd_args *sgd)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	struct sgd_args a = *sgd;
+	a.first_step = net->sgd_steps == 0;
+	GP_TRY(net_backend(net)->sgd_step(net, &a));
+	net->sgd_steps++;
+	return 0;
+}
+
+int net_sync_to_host(struct net *net)
+{
+	return net->bk ? net_backend(net)->sync_to_host(net) : 0;
+}
+
+int net_sync_from_host(struct net *net)
+{
+	return net->bk ? net_backend(net)->sync_from_host(net) : 0;
+}

@@ -1,0 +1,93 @@
+/* The command line as a person meets it: the main job works, and bad input gives
+ * one clear line on stderr and a non-zero exit. */
+#include <stdio.h>
+#include <string.h>
+
+#include "test.h"
+
+static int run(const char *args, char *out, size_t cap)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "%.500s %.1500s", test_bin(), args);
+	return test_run(cmd, out, cap);
+}
+
+static int count_lines(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* One line, non-zero exit, and the line names the problem. */
+static void check_bad(const char *args, const char *needle)
+{
+	char out[4096];
+	int rc = run(args, out, sizeof(out));
+	CHECK_MSG(rc != 0, "'%s' exited 0", args);
+	CHECK_MSG(count_lines(out) == 1, "'%s' printed %d lines: %s", args, count_lines(out), out);
+	CHECK_MSG(strstr(out, needle) != NULL, "'%s' said '%s', expected '%s'", args, out, needle);
+	CHECK_MSG(strstr(out, "error") != NULL, "'%s' said '%s'", args, out);
+}
+
+TEST(cli_bad_input_one_clear_line)
+{
+	check_bad("train --model vgg16 --device cpu", "unknown model 'vgg16'");
+	check_bad("train --model simple_cnn --device cpu --batch 0", "--batch must be at least 1");
+	check_bad("train --model simple_cnn --device cpu --bogus 3", "unknown option '--bogus'");
+	check_bad("train --model simple_cnn --device cpu --batch abc", "'abc' is not an integer");
+	check_bad("train --model simple_cnn --device cpu --steps", "--steps needs a value");
+	check_bad("train --model simple_cnn --device cpu --load /nonexistent/w.safetensors",
+		  "cannot open '/nonexistent/w.safetensors'");
+	check_bad("info --model resnet51", "unknown model 'resnet51'");
+	check_bad("frobnicate", "unknown command 'frobnicate'");
+	check_bad("train --model simple_cnn --device tpu", "--device must be cpu, cuda or auto");
+}
+
+TEST(cli_corrupt_weights_file)
+{
+	char path[512], args[1024], out[4096];
+	snprintf(path, sizeof(path), "%s/corrupt.safetensors", test_tmpdir());
+	FILE *f = fopen(path, "wb");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fputs("this is not a safetensors file at all, just text", f);
+	fclose(f);
+	snprintf(args, sizeof(args), "train --model simple_cnn --device cpu --steps 1 --load %s", path);
+	check_bad(args, "not a safetensors file");
+	/* a valid file of another model: strict loading names the mismatch */
+	snprintf(path, sizeof(path), "%s/r18.safetensors", test_tmpdir());
+	snprintf(args, sizeof(args), "train --model simple_cnn --device cpu --steps 1 --classes 10 --save %s", path);
+	CHECK_EQ_INT(run(args, out, sizeof(out)), 0);
+	snprintf(args, sizeof(args), "train --model simple_cnn --device cpu --steps 1 --classes 20 --load %s", path);
+	check_bad(args, "fc2.weight");
+}
+
+TEST(cli_no_gpu_device_cuda_is_one_line)
+{
+	char out[4096];
+	run("info", out, sizeof(out));
+	if (strstr(out, "GPU             none") == NULL)
+		SKIP("a GPU is present");
+	check_bad("train --model simple_cnn --device cuda --steps 1", "--device cuda");
+	/* the default device falls back to the CPU with a one-line note */
+	int rc = run("train --model simple_cnn --steps 2 --batch 4 --classes 10", out, sizeof(out));
+	CHECK_EQ_INT(rc, 0);
+	CHECK(strstr(out, "note: no GPU") != NULL);
+}
+
+TEST(cli_info_and_train_main_job)
+{
+	char out[65536];
+	CHECK_EQ_INT(run("info --model resnet50", out, sizeof(out)), 0);
+	CHECK(strstr(out, "parameters            25557032") != NULL);
+	CHECK(strstr(out, "layer4.2.conv3") != NULL);
+	CHECK_EQ_INT(run("info --model mobilenet_v2 --json --batch 8", out, sizeof(out)), 0);
+	CHECK(strstr(out, "\"params\": 3504872") != NULL);
+	CHECK_EQ_INT(run("train --model simple_cnn --device cpu --steps 3 --batch 8 --classes 10 --json", out,
+			 sizeof(out)), 0);
+	CHECK(strstr(out, "step     3/3") != NULL);
+	CHECK(strstr(out, "\"img_s\"") != NULL);
+}

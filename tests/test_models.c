@@ -1,0 +1,265 @@
+/* Whole models: torchvision's parameter counts and MACs, gradients of the whole
+ * network against finite differences in double, float against double, the memory
+ * plan, and training that learns. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
+#include "nn/trainer.h"
+#include "test.h"
+
+static struct net *build(const char *name, int size, int batch, int classes)
+{
+	struct model_opts o = model_defaults(name);
+	o.size = size;
+	o.batch = batch;
+	o.classes = classes;
+	o.seed = 7;
+	struct net *net = NULL;
+	int rc = model_build(name, &o, &net);
+	CHECK_MSG(rc == 0, "model_build(%s): %s", name, gp_errmsg());
+	return net;
+}
+
+TEST(models_param_counts_match_torchvision)
+{
+	static const struct { const char *name; size_t params; double gmacs; } want[] = {
+		{ "resnet18", 11689512, 1.8 },
+		{ "resnet50", 25557032, 4.1 },
+		{ "mobilenet_v2", 3504872, 0.30 },
+	};
+	for (int i = 0; i < 3; i++) {
+		struct net *net = build(want[i].name, 224, 1, 1000);
+		if (!net)
+			continue;
+		CHECK_EQ_INT(net->params_count, want[i].params);
+		double gmacs = net_total_macs(net) / 1e9;
+		CHECK_MSG(fabs(gmacs / want[i].gmacs - 1) <= 0.02, "%s: %.4f GMACs, published %.2f",
+			  want[i].name, gmacs, want[i].gmacs);
+		net_free(net);
+	}
+	struct net *net = build("simple_cnn", 32, 1, 10);
+	/* conv 3*32*9+32, 32*64*9+64, 64*128*9+128, fc 2048*256+256, 256*10+10 */
+	CHECK_EQ_INT(net->params_count, 896 + 18496 + 73856 + 524544 + 2570);
+	net_free(net);
+}
+
+TEST(models_state_dict_names_follow_torchvision)
+{
+	struct net *net = build("resnet50", 64, 1, 1000);
+	const char *keys[] = { "conv1.weight", "bn1.running_var", "bn1.num_batches_tracked",
+			       "layer1.0.downsample.0.weight", "layer1.0.downsample.1.bias",
+			       "layer4.2.conv3.weight", "layer4.2.bn3.running_mean", "fc.weight", "fc.bias" };
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		CHECK_MSG(net_state_find(net, keys[i]) != NULL, "resnet50 lacks %s", keys[i]);
+	CHECK(net_state_find(net, "layer1.1.downsample.0.weight") == NULL);
+	CHECK_EQ_INT(net->n_state, 320); /* len(torchvision.models.resnet50().state_dict()) */
+	net_free(net);
+	net = build("mobilenet_v2", 64, 1, 1000);
+	const char *mkeys[] = { "features.0.0.weight", "features.0.1.running_mean", "features.1.conv.0.0.weight",
+				"features.1.conv.1.weight", "features.1.conv.2.num_batches_tracked",
+				"features.2.conv.1.0.weight", "features.2.conv.3.bias", "features.18.0.weight",
+				"classifier.1.weight" };
+	for (size_t i = 0; i < sizeof(mkeys) / sizeof(mkeys[0]); i++)
+		CHECK_MSG(net_state_find(net, mkeys[i]) != NULL, "mobilenet_v2 lacks %s", mkeys[i]);
+	CHECK_EQ_INT(net->n_state, 314); /* len(torchvision.models.mobilenet_v2().state_dict()) */
+	struct state_entry *dw = net_state_find(net, "features.2.conv.1.0.weight");
+	CHECK(dw && dw->dims[0] == 96 && dw->dims[1] == 1 && dw->dims[2] == 3);
+	net_free(net);
+	net = build("resnet18", 64, 1, 1000);
+	CHECK_EQ_INT(net->n_state, 122);
+	net_free(net);
+}
+
+static void random_batch(struct net *net, uint64_t seed)
+{
+	float *x;
+	int32_t *labels;
+	CHECK(train_synthetic_batch(net->batch, net->in_c, net->in_h, net->in_w, net->classes, seed, &x,
+				    &labels) == 0);
+	CHECK(net_set_batch_data(net, x, labels) == 0);
+	free(x);
+	free(labels);
+}
+
+static double loss_at(struct net *net)
+{
+	double loss = 0;
+	CHECK(net_forward(net, 1) == 0);
+	CHECK(net_loss(net, &loss, NULL) == 0);
+	return loss;
+}
+
+/* Directional finite differences of the whole training loss in double precision:
+ * (L(p + h v) - L(p - h v)) / 2h against grad . v for random unit directions v over
+ * all parameters, plus single coordinates (the last bias, the first weight, one in the
+ * middle). The size keeps at least 2x2 pixels in the last stage, so that batch norm
+ * sees more than two values per channel and the loss stays smooth at the FD step. */
+static void check_model_gradients(const char *name, int size, int batch, int directions, int probes_n)
+{
+	struct net *net = build(name, size, batch, 10);
+	if (!net)
+		return;
+	CHECK(net_setup(net, BACKEND_CPU, GP_F64, PREC_FP32) == 0);
+	random_batch(net, 3);
+	double *p = net_cpu_params(net), *g = net_cpu_grads(net);
+	size_t n = net->params_count;
+	double *grad = malloc(n * sizeof(double)), *v = malloc(n * sizeof(double));
+	loss_at(net);
+	CHECK(net_backward(net) == 0);
+	memcpy(grad, g, n * sizeof(double));
+	struct rng r;
+	rng_seed(&r, 11, 5);
+	const double h = 1e-7; /* small enough that few ReLU/max-pool kinks are crossed */
+	for (int d = 0; d < directions; d++) {
+		double norm = 0, gv = 0;
+		for (size_t i = 0; i < n; i++) {
+			v[i] = rng_normal(&r);
+			norm += v[i] * v[i];
+		}
+		norm = sqrt(norm);
+		for (size_t i = 0; i < n; i++) {
+			v[i] /= norm;
+			gv += grad[i] * v[i];
+		}
+		for (size_t i = 0; i < n; i++)
+			p[i] += h * v[i];
+		double lp = loss_at(net);
+		for (size_t i = 0; i < n; i++)
+			p[i] -= 2 * h * v[i];
+		double lm = loss_at(net);
+		for (size_t i = 0; i < n; i++)
+			p[i] += h * v[i];
+		double fd = (lp - lm) / (2 * h);
+		CHECK_MSG(fabs(fd - gv) <= 1e-5 * fabs(gv) + 1e-9, "%s direction %d: fd %.10g grad.v %.10g",
+			  name, d, fd, gv);
+	}
+	/* single coordinates: the first weight, one in the middle, the last bias */
+	size_t probes[3] = { n - 1, 0, n / 2 };
+	for (int k = 0; k < probes_n; k++) {
+		size_t i = probes[k];
+		double keep = p[i], hh = 1e-7;
+		p[i] = keep + hh;
+		double lp = loss_at(net);
+		p[i] = keep - hh;
+		double lm = loss_at(net);
+		p[i] = keep;
+		double fd = (lp - lm) / (2 * hh);
+		CHECK_MSG(fabs(fd - grad[i]) <= 1e-4 * fabs(grad[i]) + 1e-8, "%s param %zu: fd %.10g grad %.10g",
+			  name, i, fd, grad[i]);
+	}
+	free(grad);
+	free(v);
+	net_free(net);
+}
+
+TEST(model_grad_simple_cnn_matches_finite_differences)
+{
+	check_model_gradients("simple_cnn", 16, 3, 3, 3);
+}
+
+TEST(model_grad_resnet18_matches_finite_differences)
+{
+	check_model_gradients("resnet18", 64, 2, 2, 3);
+}
+
+TEST(model_grad_mobilenet_v2_matches_finite_differences)
+{
+	check_model_gradients("mobilenet_v2", 64, 2, 2, 3);
+}
+
+TEST(model_grad_resnet50_matches_finite_differences)
+{
+	check_model_gradients("resnet50", 64, 2, 1, 1);
+}
+
+/* The float backend (im2col + BLAS) against the double reference for one step. */
+TEST(model_float_backend_matches_double_reference)
+{
+	struct net *a = build("resnet18", 32, 4, 10), *b = build("resnet18", 32, 4, 10);
+	CHECK(net_setup(a, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
+	CHECK(net_setup(b, BACKEND_CPU, GP_F64, PREC_FP32) == 0);
+	random_batch(a, 5);
+	random_batch(b, 5);
+	double la = loss_at(a), lb = loss_at(b);
+	CHECK_LE(fabs(la - lb) / fabs(lb), 1e-5);
+	CHECK(net_backward(a) == 0);
+	CHECK(net_backward(b) == 0);
+	size_t n = a->params_count;
+	float *ga = net_cpu_grads(a);
+	double *gb = net_cpu_grads(b), num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		num += (ga[i] - gb[i]) * (ga[i] - gb[i]);
+		den += gb[i] * gb[i];
+	}
+	CHECK_LE(sqrt(num / den), 1e-4);
+	net_free(a);
+	net_free(b);
+}
+
+/* No two tensors whose lifetimes intersect may share bytes, and reuse must pay. */
+TEST(memory_plan_never_overlaps_live_tensors)
+{
+	const char *names[] = { "resnet50", "mobilenet_v2", "simple_cnn" };
+	for (int m = 0; m < 3; m++) {
+		struct net *net = build(names[m], m == 2 ? 32 : 64, 4, 10);
+		CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+		int bad = 0;
+		for (int i = 0; i < net->n_tensors; i++) {
+			struct plan_tensor *x = &net->tensors[i];
+			if (x->alias_of >= 0)
+				continue;
+			for (int j = i + 1; j < net->n_tensors; j++) {
+				struct plan_tensor *y = &net->tensors[j];
+				if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
+					continue;
+				if (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)
+					bad++;
+			}
+		}
+		CHECK_EQ_INT(bad, 0);
+		CHECK_MSG(net->plan.arena_bytes < 0.7 * net->plan.no_reuse_bytes,
+			  "%s: arena %zu vs %zu without reuse", names[m], net->plan.arena_bytes,
+			  net->plan.no_reuse_bytes);
+		net_free(net);
+	}
+}
+
+TEST(simple_cnn_loss_halves_in_50_steps)
+{
+	struct train_opts o = train_opts_default();
+	o.model = "simple_cnn";
+	o.classes = 10;
+	o.batch = 32;
+	o.steps = 50;
+	o.sgd.lr = 0.05;
+	struct train_result r;
+	CHECK_MSG(train_run(&o, &r, NULL) == 0, "%s", gp_errmsg());
+	CHECK_MSG(r.last_loss <= 0.5 * r.first_loss, "loss %.4f -> %.4f", r.first_loss, r.last_loss);
+	CHECK(r.img_s > 0);
+}
+
+/* A model saved after training loads into a fresh one and gives the same logits. */
+TEST(checkpoint_round_trip_through_a_model)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/m.safetensors", test_tmpdir());
+	struct net *a = build("mobilenet_v2", 32, 2, 10), *b = build("mobilenet_v2", 32, 2, 10);
+	CHECK(net_setup(a, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
+	random_batch(a, 9);
+	loss_at(a);
+	CHECK(net_backward(a) == 0);
+	struct sgd_args sgd = { .lr = 0.1, .momentum = 0.9 };
+	CHECK(net_sgd_step(a, &sgd) == 0);
+	CHECK(net_sync_to_host(a) == 0);
+	CHECK_MSG(checkpoint_save(a, path) == 0, "%s", gp_errmsg());
+	CHECK_MSG(checkpoint_load(b, path) == 0, "%s", gp_errmsg());
+	CHECK(memcmp(a->host_params, b->host_params, a->params_count * sizeof(float)) == 0);
+	CHECK(memcmp(a->host_running, b->host_running, a->running_count * sizeof(float)) == 0);
+	CHECK_EQ_INT(b->nodes[2].bn_batches_tracked, 1);
+	net_free(a);
+	net_free(b);
+}
