@@ -1,22 +1,321 @@
-/* Placeholder until the CUDA op layer lands: every entry says the backend is not ready. */
+/* The CUDA backend: device memory laid out by the net's memory plan, every op
+ * through the CUDA op layer (cuDNN, cuBLAS, own kernels) on one stream. Nothing
+ * synchronizes except reading the loss back and copying parameters to the host.
+ *
+ * One device context (stream, library handles, workspace, convolution plans) lives
+ * for the whole process and is shared by every net set up on it, so that trying
+ * batch after batch (maxbatch) neither re-creates handles nor leaks them. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "core/error.h"
 #include "nn/backend.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
 
-static int not_ready(struct net *net)
+struct backend_state {
+	struct cuda_ctx *ctx;
+	char *arena;
+	float *params, *grads, *momentum, *running, *input, *row_scratch;
+	int32_t *labels;
+	double *d_loss;
+	int *d_correct;
+	size_t arena_bytes, params_bytes, running_bytes, input_bytes, labels_bytes, scratch_bytes;
+};
+
+static struct cuda_ctx *shared_ctx;
+
+/* The process-wide context, created on first use. */
+static int cuda_shared_ctx(struct cuda_ctx **out)
 {
-	return gp_error(GP_EUNSUPPORTED, "the CUDA backend is not built yet");
+	if (!shared_ctx)
+		GP_TRY(cuda_ctx_create(&shared_ctx, 0, NULL));
+	*out = shared_ctx;
+	return 0;
 }
 
-static void teardown(struct net *net) {}
-static int set_data(struct net *net, const float *x, const int32_t *l) { return not_ready(net); }
-static int fwd(struct net *net, int i, int t) { return not_ready(net); }
-static int loss(struct net *net, double *l, int *c) { return not_ready(net); }
-static int bwd(struct net *net, int i) { return not_ready(net); }
-static int sgd(struct net *net, const struct sgd_args *a) { return not_ready(net); }
-static size_t ws(struct net *net) { return 0; }
+struct cuda_ctx *backend_cuda_ctx(void)
+{
+	return shared_ctx;
+}
+
+static void *act_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	if (nd->op == OP_INPUT)
+		return net->bk->input;
+	return nd->t_y < 0 ? NULL : net->bk->arena + net->tensors[nd->t_y].offset;
+}
+
+static float *grad_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_dy < 0 ? NULL : (float *)(net->bk->arena + net->tensors[nd->t_dy].offset);
+}
+
+static void *saved_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_saved < 0 ? NULL : net->bk->arena + net->tensors[nd->t_saved].offset;
+}
+
+static float *param_ptr(struct net *net, const struct node *nd, int k)
+{
+	return net->bk->params + net->state[nd->param_first + k].offset;
+}
+
+static float *pgrad_ptr(struct net *net, const struct node *nd, int k)
+{
+	return net->bk->grads + net->state[nd->param_first + k].offset;
+}
+
+static uint64_t dropout_seed(const struct net *net, int node)
+{
+	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL +
+	       (uint64_t)net->sgd_steps;
+}
+
+static size_t cuda_workspace_bytes(struct net *net)
+{
+	return 0; /* measured per shape at setup; charged to the workspace category then */
+}
+
+static void cuda_teardown(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	if (!b)
+		return;
+	struct cuda_ctx *ctx = b->ctx;
+	cudaStreamSynchronize(ctx->stream);
+	cuda_free(ctx, b->arena, b->arena_bytes, MEM_ACTIV);
+	cuda_free(ctx, b->params, b->params_bytes, MEM_WEIGHTS);
+	cuda_free(ctx, b->running, b->running_bytes, MEM_WEIGHTS);
+	cuda_free(ctx, b->grads, b->params_bytes, MEM_GRADS);
+	cuda_free(ctx, b->momentum, b->params_bytes, MEM_OPTIM);
+	cuda_free(ctx, b->input, b->input_bytes, MEM_OTHER);
+	cuda_free(ctx, b->labels, b->labels_bytes, MEM_OTHER);
+	cuda_free(ctx, b->row_scratch, b->scratch_bytes, MEM_OTHER);
+	cuda_free(ctx, b->d_loss, sizeof(double), MEM_OTHER);
+	cuda_free(ctx, b->d_correct, sizeof(int), MEM_OTHER);
+	/* the shared workspace stays with the context for the next net */
+	if (ctx->mem == &net->mem) {
+		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes);
+		ctx->mem = NULL;
+	}
+	free(b);
+	net->bk = NULL;
+}
+
+static int cuda_sync_from_host(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	GP_TRY(cuda_copy_h2d(b->ctx, b->params, net->host_params, b->params_bytes));
+	GP_TRY(cuda_copy_h2d(b->ctx, b->running, net->host_running, b->running_bytes));
+	return cuda_ctx_sync(b->ctx);
+}
+
+static int cuda_sync_to_host(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	GP_TRY(cuda_copy_d2h(b->ctx, net->host_params, b->params, b->params_bytes));
+	return cuda_copy_d2h(b->ctx, net->host_running, b->running, b->running_bytes);
+}
+
+/* Allocate everything the plan asks for; measure the convolution algorithms. On any
+ * failure (out of memory included) free what was taken and return the error. */
+static int cuda_setup(struct net *net)
+{
+	struct cuda_ctx *ctx;
+	GP_TRY(cuda_shared_ctx(&ctx));
+	struct backend_state *b = calloc(1, sizeof(*b));
+	if (!b)
+		return gp_error(GP_ENOMEM, "cannot allocate the CUDA backend");
+	net->bk = b;
+	b->ctx = ctx;
+	ctx->mem = &net->mem;
+	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes);
+	int rc = cuda_ctx_set_math(ctx, net->precision == PREC_TF32 ? CUDA_MATH_TF32 : CUDA_MATH_FP32);
+	if (rc < 0)
+		goto fail;
+	b->arena_bytes = net->plan.arena_bytes;
+	b->params_bytes = net->params_count * sizeof(float);
+	b->running_bytes = net->running_count * sizeof(float);
+	b->input_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * sizeof(float);
+	b->labels_bytes = (size_t)net->batch * sizeof(int32_t);
+	b->scratch_bytes = 2 * (size_t)net->batch * sizeof(float);
+	if ((rc = cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->labels, b->labels_bytes, MEM_OTHER)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->row_scratch, b->scratch_bytes, MEM_OTHER)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->d_loss, sizeof(double), MEM_OTHER)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->d_correct, sizeof(int), MEM_OTHER)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV)) < 0)
+		goto fail;
+	for (int i = 0; i < net->n_nodes; i++)
+		if (net->nodes[i].op == OP_CONV2D &&
+		    (rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv)) < 0)
+			goto fail;
+	if ((rc = cuda_sync_from_host(net)) < 0)
+		goto fail;
+	net->plan.workspace_bytes = ctx->workspace_bytes;
+	return 0;
+fail:
+	cuda_teardown(net);
+	return rc;
+}
+
+static int cuda_set_batch_data(struct net *net, const float *x, const int32_t *labels)
+{
+	struct backend_state *b = net->bk;
+	for (int i = 0; i < net->batch; i++)
+		if (labels[i] < 0 || labels[i] >= net->classes)
+			return gp_error(GP_EINVAL, "label %d of sample %d is not a class of %d",
+					labels[i], i, net->classes);
+	GP_TRY(cuda_copy_h2d(b->ctx, b->input, x, b->input_bytes));
+	GP_TRY(cuda_copy_h2d(b->ctx, b->labels, labels, b->labels_bytes));
+	return cuda_ctx_sync(b->ctx);
+}
+
+static int cuda_forward_node(struct net *net, int i, int training)
+{
+	struct node *nd = &net->nodes[i];
+	struct cuda_ctx *ctx = net->bk->ctx;
+	cudaStream_t s = ctx->stream;
+	float *x = nd->n_in ? act_ptr(net, nd->in[0]) : NULL, *y = act_ptr(net, i);
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D:
+		return conv2d_fwd_cuda(ctx, &nd->a.conv, x, param_ptr(net, nd, 0),
+				       nd->a.conv.has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	case OP_BATCHNORM2D: {
+		float *run = net->bk->running + nd->running_offset, *stats = saved;
+		if (training)
+			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
+						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
+		return bn_fwd_eval_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1), run,
+					run + nd->a.bn.c, y);
+	}
+	case OP_RELU:
+		return relu_fwd_cuda(s, count, x, y);
+	case OP_RELU6:
+		return relu6_fwd_cuda(s, count, x, y);
+	case OP_MAXPOOL2D:
+		return maxpool_fwd_cuda(s, &nd->a.pool, x, y, saved);
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return avgpool_global_fwd_cuda(s, in.n, in.c, in.h * in.w, x, y);
+	}
+	case OP_FLATTEN:
+		return x == y ? 0 : copy_cuda(s, y, x, count);
+	case OP_LINEAR:
+		return linear_fwd_cuda(ctx, &nd->a.lin, x, param_ptr(net, nd, 0),
+				       nd->a.lin.has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	case OP_ADD:
+		return add_fwd_cuda(s, count, x, act_ptr(net, nd->in[1]), y);
+	case OP_DROPOUT:
+		if (training && saved) {
+			GP_TRY(dropout_mask_cuda(s, count, nd->a.drop.p, dropout_seed(net, i), 0, saved));
+			return dropout_fwd_cuda(s, &nd->a.drop, saved, x, y);
+		}
+		return x == y ? 0 : copy_cuda(s, y, x, count);
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no forward for op %s", op_name(nd->op));
+}
+
+static int cuda_backward_node(struct net *net, int i)
+{
+	struct node *nd = &net->nodes[i];
+	struct cuda_ctx *ctx = net->bk->ctx;
+	cudaStream_t s = ctx->stream;
+	float *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr(net, nd->in[0]) : NULL;
+	float *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
+	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D:
+		GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, x, dy, pgrad_ptr(net, nd, 0),
+					      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		return dx ? conv2d_bwd_data_cuda(ctx, &nd->a.conv, dy, param_ptr(net, nd, 0), dx, acc) : 0;
+	case OP_BATCHNORM2D: {
+		float *stats = saved;
+		if (!dx)
+			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
+				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
+	}
+	case OP_RELU:
+		return dx ? relu_bwd_cuda(s, count, act_ptr(net, i), dy, dx, acc) : 0;
+	case OP_RELU6:
+		return dx ? relu6_bwd_cuda(s, count, act_ptr(net, i), dy, dx, acc) : 0;
+	case OP_MAXPOOL2D:
+		return dx ? maxpool_bwd_cuda(s, &nd->a.pool, dy, saved, dx, acc) : 0;
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return dx ? avgpool_global_bwd_cuda(s, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
+	}
+	case OP_FLATTEN:
+		return dx && dx != dy ? grad_pass_cuda(s, count, dy, dx, acc) : 0;
+	case OP_LINEAR:
+		GP_TRY(linear_bwd_weight_cuda(ctx, &nd->a.lin, x, dy, pgrad_ptr(net, nd, 0),
+					      nd->a.lin.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		return dx ? linear_bwd_data_cuda(ctx, &nd->a.lin, dy, param_ptr(net, nd, 0), dx, acc) : 0;
+	case OP_ADD:
+		for (int k = 0; k < 2; k++) {
+			float *dxk = grad_ptr(net, nd->in[k]);
+			if (dxk)
+				GP_TRY(grad_pass_cuda(s, count, dy, dxk, net->nodes[nd->in[k]].last_consumer != i));
+		}
+		return 0;
+	case OP_DROPOUT:
+		return dx ? dropout_bwd_cuda(s, &nd->a.drop, saved, dy, dx, acc) : 0;
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no backward for op %s", op_name(nd->op));
+}
+
+static int cuda_loss(struct net *net, double *loss, int *correct)
+{
+	struct backend_state *b = net->bk;
+	int last = net->n_nodes - 1;
+	struct shape s = net->nodes[last].out;
+	GP_TRY(softmax_xent_cuda(b->ctx->stream, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
+				 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
+	if (loss)
+		GP_TRY(cuda_copy_d2h(b->ctx, loss, b->d_loss, sizeof(double)));
+	if (correct)
+		GP_TRY(cuda_copy_d2h(b->ctx, correct, b->d_correct, sizeof(int)));
+	return 0;
+}
+
+static int cuda_sgd(struct net *net, const struct sgd_args *sgd)
+{
+	struct backend_state *b = net->bk;
+	return sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
+			     sgd->momentum != 0 ? b->momentum : NULL);
+}
 
 const struct backend_ops backend_cuda_ops = {
-	.name = "cuda", .setup = not_ready, .teardown = teardown, .set_batch_data = set_data,
-	.forward_node = fwd, .loss = loss, .backward_node = bwd, .sgd_step = sgd,
-	.sync_to_host = not_ready, .sync_from_host = not_ready, .workspace_bytes = ws,
+	.name = "cuda",
+	.setup = cuda_setup,
+	.teardown = cuda_teardown,
+	.set_batch_data = cuda_set_batch_data,
+	.forward_node = cuda_forward_node,
+	.loss = cuda_loss,
+	.backward_node = cuda_backward_node,
+	.sgd_step = cuda_sgd,
+	.sync_to_host = cuda_sync_to_host,
+	.sync_from_host = cuda_sync_from_host,
+	.workspace_bytes = cuda_workspace_bytes,
 };
