@@ -151,8 +151,8 @@ int cuda_alloc(struct cuda_ctx *ctx, void **p, size_t bytes, enum mem_cat cat)
 	}
 	if (e != cudaSuccess) {
 		*p = NULL;
-		return gp_error_wrap(CUDA_CHECK(e), "cudaMalloc of %.1f MiB for %s",
-				     bytes / MIB, mem_cat_name(cat));
+		return gp_error_wrap(cuda_status_check(e, "cudaMalloc", __FILE__, __LINE__),
+				     "%.1f MiB for %s", bytes / MIB, mem_cat_name(cat));
 	}
 	if (ctx->mem)
 		mem_stats_add(ctx->mem, cat, bytes);

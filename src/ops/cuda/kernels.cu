@@ -5,8 +5,10 @@
 #include <math.h>
 #include <stdint.h>
 
+/* The project headers are C without linkage guards. */
 extern "C" {
 #include "core/error.h"
+#include "core/memstat.h"
 #include "ops/ops.h"
 }
 #include "ops/cuda/cuda_common.h"
@@ -431,16 +433,17 @@ __global__ static void softmax_xent_row_kernel(int n, int k, const float *logits
 	double part = 0.0;
 	for (int j = threadIdx.x; j < k; j += blockDim.x)
 		part += expf(l[j] - m);
-	float sum = (float)block_sum_d(part);
+	double sum = block_sum_d(part);
 
-	float inv_n = 1.0f / (float)n;
+	float inv_sum = (float)(1.0 / sum), inv_n = 1.0f / (float)n;
 	for (int j = threadIdx.x; j < k; j += blockDim.x) {
-		float prob = expf(l[j] - m) / sum;
+		float prob = expf(l[j] - m) * inv_sum;
 		d[j] = (prob - (j == label ? 1.0f : 0.0f)) * inv_n;
 	}
+	/* The row loss in double: log-sum-exp minus the label's logit cancels badly. */
 	if (threadIdx.x == 0) {
 		int ok = label >= 0 && label < k;
-		row_loss[row] = ok ? logf(sum) + m - l[label] : NAN;
+		row_loss[row] = ok ? (float)(log(sum) + (double)m - (double)l[label]) : NAN;
 		row_hit[row] = ok && am == label ? 1.0f : 0.0f;
 	}
 }
