@@ -1,0 +1,58 @@
+/* Batch norm through cuDNN's spatial mode (per-channel statistics over N, H, W).
+ * It matches PyTorch: the running variance is updated with the unbiased batch
+ * variance (m / (m - 1) correction), the saved statistics are the batch mean and
+ * 1 / sqrt(biased variance + eps), and exponentialAverageFactor is PyTorch's momentum.
+ * (PyTorch's own cuDNN path makes the same call without any correction.) */
+#include "core/error.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+
+static const float one = 1.0f, zero = 0.0f;
+
+static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a)
+{
+	CUDNN_TRY(cudnnSetTensor4dDescriptor(ctx->bn_x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+					     a->n, a->c, a->h, a->w));
+	CUDNN_TRY(cudnnSetTensor4dDescriptor(ctx->bn_param_desc, CUDNN_TENSOR_NCHW,
+					     CUDNN_DATA_FLOAT, 1, a->c, 1, 1));
+	if (a->eps < CUDNN_BN_MIN_EPSILON)
+		return gp_error(GP_EUNSUPPORTED, "batch norm eps %g is below cuDNN's minimum %g",
+				a->eps, (double)CUDNN_BN_MIN_EPSILON);
+	return 0;
+}
+
+int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
+		      const float *gamma, const float *beta, float *y, float *save_mean,
+		      float *save_invstd, float *running_mean, float *running_var)
+{
+	GP_TRY(bn_describe(ctx, a));
+	CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc,
+		y, ctx->bn_param_desc, gamma, beta, a->momentum, running_mean, running_var, a->eps,
+		save_mean, save_invstd));
+	return 0;
+}
+
+int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
+		     const float *gamma, const float *beta, const float *running_mean,
+		     const float *running_var, float *y)
+{
+	GP_TRY(bn_describe(ctx, a));
+	CUDNN_TRY(cudnnBatchNormalizationForwardInference(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc,
+		y, ctx->bn_param_desc, gamma, beta, running_mean, running_var, a->eps));
+	return 0;
+}
+
+/* betaDataDiff = accumulate adds into dx; the parameter gradients are overwritten. */
+int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x, const float *dy,
+		const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+		int accumulate, float *dgamma, float *dbeta)
+{
+	GP_TRY(bn_describe(ctx, a));
+	CUDNN_TRY(cudnnBatchNormalizationBackward(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, accumulate ? &one : &zero, &one, &zero,
+		ctx->bn_x_desc, x, ctx->bn_x_desc, dy, ctx->bn_x_desc, dx, ctx->bn_param_desc, gamma,
+		dgamma, dbeta, a->eps, save_mean, save_invstd));
+	return 0;
+}

@@ -1,0 +1,368 @@
+/* Convolutions through cuDNN's descriptor API. A plan per shape and math mode holds
+ * the descriptors and the algorithms that cuDNN measured fastest for that shape, found
+ * once on scratch buffers; later calls only look the plan up. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+
+struct conv_plan {
+	struct conv2d_args a; /* has_bias cleared: the bias does not change the plan */
+	int math;
+	struct conv_plan *next;
+
+	cudnnTensorDescriptor_t x_desc, y_desc;
+	cudnnFilterDescriptor_t w_desc;
+	/* One descriptor per direction: each carries the math type of its algorithm. */
+	cudnnConvolutionDescriptor_t fwd_desc, bwd_data_desc, bwd_filter_desc;
+	cudnnConvolutionFwdAlgo_t fwd_algo;
+	cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+	cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+	size_t fwd_ws_bytes, bwd_data_ws_bytes, bwd_filter_ws_bytes;
+};
+
+static const float one = 1.0f, zero = 0.0f;
+
+static struct conv2d_args plan_key(const struct conv2d_args *a)
+{
+	struct conv2d_args k = *a;
+	k.has_bias = 0;
+	return k;
+}
+
+/* FNV-1a over the key's bytes (a struct of ints, so no padding). */
+static unsigned plan_hash(const struct conv2d_args *k, int math)
+{
+	const unsigned char *p = (const unsigned char *)k;
+	uint32_t h = 2166136261u ^ (uint32_t)math;
+	for (size_t i = 0; i < sizeof(*k); i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h % CONV_PLAN_BUCKETS;
+}
+
+static void plan_free(struct conv_plan *p)
+{
+	if (p->bwd_filter_desc)
+		cudnnDestroyConvolutionDescriptor(p->bwd_filter_desc);
+	if (p->bwd_data_desc)
+		cudnnDestroyConvolutionDescriptor(p->bwd_data_desc);
+	if (p->fwd_desc)
+		cudnnDestroyConvolutionDescriptor(p->fwd_desc);
+	if (p->w_desc)
+		cudnnDestroyFilterDescriptor(p->w_desc);
+	if (p->y_desc)
+		cudnnDestroyTensorDescriptor(p->y_desc);
+	if (p->x_desc)
+		cudnnDestroyTensorDescriptor(p->x_desc);
+	free(p);
+}
+
+void conv2d_plans_clear(struct cuda_ctx *ctx)
+{
+	for (int b = 0; b < CONV_PLAN_BUCKETS; b++) {
+		while (ctx->plans[b]) {
+			struct conv_plan *p = ctx->plans[b];
+			ctx->plans[b] = p->next;
+			plan_free(p);
+		}
+	}
+	ctx->n_plans = 0;
+}
+
+static int conv_desc_make(cudnnConvolutionDescriptor_t *d, const struct conv2d_args *a,
+			  cudnnMathType_t math)
+{
+	CUDNN_TRY(cudnnCreateConvolutionDescriptor(d));
+	CUDNN_TRY(cudnnSetConvolution2dDescriptor(*d, a->pad, a->pad, a->stride, a->stride, 1, 1,
+						  CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+	CUDNN_TRY(cudnnSetConvolutionGroupCount(*d, a->groups));
+	CUDNN_TRY(cudnnSetConvolutionMathType(*d, math));
+	return 0;
+}
+
+static int plan_describe(struct conv_plan *p, const struct conv2d_args *a, int math)
+{
+	/* TF32: DEFAULT_MATH lets cuDNN use tensor cores for float data (TF32) on
+	 * Ampere and later; FMA_MATH keeps to FMA kernels, i.e. strict FP32. */
+	cudnnMathType_t mt = math == CUDA_MATH_TF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+	int n, c, h, w;
+
+	CUDNN_TRY(cudnnCreateTensorDescriptor(&p->x_desc));
+	CUDNN_TRY(cudnnSetTensor4dDescriptor(p->x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, a->n,
+					     a->c_in, a->h_in, a->w_in));
+	CUDNN_TRY(cudnnCreateTensorDescriptor(&p->y_desc));
+	CUDNN_TRY(cudnnSetTensor4dDescriptor(p->y_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, a->n,
+					     a->c_out, a->h_out, a->w_out));
+	CUDNN_TRY(cudnnCreateFilterDescriptor(&p->w_desc));
+	CUDNN_TRY(cudnnSetFilter4dDescriptor(p->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+					     a->c_out, a->c_in / a->groups, a->kh, a->kw));
+	GP_TRY(conv_desc_make(&p->fwd_desc, a, mt));
+	GP_TRY(conv_desc_make(&p->bwd_data_desc, a, mt));
+	GP_TRY(conv_desc_make(&p->bwd_filter_desc, a, mt));
+	CUDNN_TRY(cudnnGetConvolution2dForwardOutputDim(p->fwd_desc, p->x_desc, p->w_desc,
+							&n, &c, &h, &w));
+	if (n != a->n || c != a->c_out || h != a->h_out || w != a->w_out)
+		return gp_error(GP_EINVAL, "conv output %dx%dx%dx%d, cuDNN computes %dx%dx%dx%d",
+				a->n, a->c_out, a->h_out, a->w_out, n, c, h, w);
+	return 0;
+}
+
+/* Algorithms that sum products directly. In strict FP32 the transform-based ones
+ * (FFT, Winograd) are left out: they round differently and can miss the 1e-5 bound. */
+static int fwd_algo_strict(cudnnConvolutionFwdAlgo_t algo)
+{
+	return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
+	       algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
+	       algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+}
+
+static int bwd_data_algo_strict(cudnnConvolutionBwdDataAlgo_t algo)
+{
+	return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+}
+
+static int bwd_filter_algo_strict(cudnnConvolutionBwdFilterAlgo_t algo)
+{
+	return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+	       algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
+	       algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+}
+
+/* Whether a measured result may be used: it ran, fits the workspace, and meets the
+ * context's precision and determinism demands. Results come sorted by time. */
+static int result_usable(const struct cuda_ctx *ctx, cudnnStatus_t status, size_t memory,
+			 size_t ws_bytes, cudnnDeterminism_t det, int strict_ok)
+{
+	return status == CUDNN_STATUS_SUCCESS && memory <= ws_bytes &&
+	       (ctx->math == CUDA_MATH_TF32 || strict_ok) &&
+	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
+}
+
+/* In strict mode the descriptor stays FMA_MATH whatever a result reports, so no
+ * tensor-core path can slip in; in TF32 mode it takes the measured math type. */
+static int desc_take_math(const struct cuda_ctx *ctx, cudnnConvolutionDescriptor_t d,
+			  cudnnMathType_t measured)
+{
+	if (ctx->math == CUDA_MATH_TF32)
+		CUDNN_TRY(cudnnSetConvolutionMathType(d, measured));
+	return 0;
+}
+
+static int conv_desc_text(char *buf, size_t cap, const struct conv2d_args *a)
+{
+	return snprintf(buf, cap, "conv %dx%dx%dx%d -> %d ch, %dx%d s%d p%d g%d", a->n, a->c_in,
+			a->h_in, a->w_in, a->c_out, a->kh, a->kw, a->stride, a->pad, a->groups);
+}
+
+static int no_algo(const char *dir, const struct conv2d_args *a, int returned, size_t ws_bytes)
+{
+	char what[128];
+	conv_desc_text(what, sizeof(what), a);
+	return gp_error(GP_EUNSUPPORTED, "no usable cuDNN %s algorithm for %s (%d measured, %.1f MiB workspace)",
+			dir, what, returned, ws_bytes / (1024.0 * 1024.0));
+}
+
+/* Scratch for measuring: the largest workspace up to the limit that can be had. */
+static int find_workspace_alloc(struct cuda_ctx *ctx, void **ws, size_t *ws_bytes)
+{
+	size_t bytes = ctx->workspace_limit_bytes;
+	for (;;) {
+		int rc = cuda_alloc(ctx, ws, bytes, MEM_WORKSPACE);
+		if (rc == 0 || rc != GP_EDEVOOM || bytes < ((size_t)1 << 20)) {
+			*ws_bytes = rc == 0 ? bytes : 0;
+			return rc == GP_EDEVOOM ? 0 : rc;
+		}
+		bytes /= 2;
+	}
+}
+
+static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p)
+{
+	const struct conv2d_args *a = &p->a;
+	size_t x_bytes = (size_t)a->n * a->c_in * a->h_in * a->w_in * sizeof(float);
+	size_t y_bytes = (size_t)a->n * a->c_out * a->h_out * a->w_out * sizeof(float);
+	size_t w_bytes = (size_t)a->c_out * (a->c_in / a->groups) * a->kh * a->kw * sizeof(float);
+	void *x = NULL, *y = NULL, *w = NULL, *ws = NULL;
+	size_t ws_bytes = 0;
+	int returned = 0, rc, i;
+	cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+	cudnnConvolutionBwdDataAlgoPerf_t bwd_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+	cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+
+	if ((rc = cuda_alloc(ctx, &x, x_bytes, MEM_WORKSPACE)) < 0 ||
+	    (rc = cuda_alloc(ctx, &y, y_bytes, MEM_WORKSPACE)) < 0 ||
+	    (rc = cuda_alloc(ctx, &w, w_bytes, MEM_WORKSPACE)) < 0 ||
+	    (rc = find_workspace_alloc(ctx, &ws, &ws_bytes)) < 0)
+		goto free_scratch;
+	/* Zeros, so that no NaN or denormal pattern skews the timings. */
+	if ((rc = CUDA_CHECK(cudaMemsetAsync(x, 0, x_bytes, ctx->stream))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMemsetAsync(y, 0, y_bytes, ctx->stream))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMemsetAsync(w, 0, w_bytes, ctx->stream))) < 0)
+		goto free_scratch;
+
+	rc = CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+		ctx->cudnn, p->x_desc, x, p->w_desc, w, p->fwd_desc, p->y_desc, y,
+		CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, fwd, ws, ws_bytes));
+	if (rc < 0)
+		goto free_scratch;
+	for (i = 0; i < returned; i++)
+		if (result_usable(ctx, fwd[i].status, fwd[i].memory, ws_bytes, fwd[i].determinism,
+				  fwd_algo_strict(fwd[i].algo)))
+			break;
+	if (i == returned) {
+		rc = no_algo("forward", a, returned, ws_bytes);
+		goto free_scratch;
+	}
+	p->fwd_algo = fwd[i].algo;
+	p->fwd_ws_bytes = fwd[i].memory;
+	if ((rc = desc_take_math(ctx, p->fwd_desc, fwd[i].mathType)) < 0)
+		goto free_scratch;
+
+	/* Backward data reads dy (the y scratch) and writes dx (the x scratch). */
+	rc = CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+		ctx->cudnn, p->w_desc, w, p->y_desc, y, p->bwd_data_desc, p->x_desc, x,
+		CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, bwd_data, ws, ws_bytes));
+	if (rc < 0)
+		goto free_scratch;
+	for (i = 0; i < returned; i++)
+		if (result_usable(ctx, bwd_data[i].status, bwd_data[i].memory, ws_bytes,
+				  bwd_data[i].determinism, bwd_data_algo_strict(bwd_data[i].algo)))
+			break;
+	if (i == returned) {
+		rc = no_algo("backward-data", a, returned, ws_bytes);
+		goto free_scratch;
+	}
+	p->bwd_data_algo = bwd_data[i].algo;
+	p->bwd_data_ws_bytes = bwd_data[i].memory;
+	if ((rc = desc_take_math(ctx, p->bwd_data_desc, bwd_data[i].mathType)) < 0)
+		goto free_scratch;
+
+	/* Backward filter reads x and dy and writes dw (the w scratch). */
+	rc = CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+		ctx->cudnn, p->x_desc, x, p->y_desc, y, p->bwd_filter_desc, p->w_desc, w,
+		CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, bwd_filter, ws, ws_bytes));
+	if (rc < 0)
+		goto free_scratch;
+	for (i = 0; i < returned; i++)
+		if (result_usable(ctx, bwd_filter[i].status, bwd_filter[i].memory, ws_bytes,
+				  bwd_filter[i].determinism, bwd_filter_algo_strict(bwd_filter[i].algo)))
+			break;
+	if (i == returned) {
+		rc = no_algo("backward-filter", a, returned, ws_bytes);
+		goto free_scratch;
+	}
+	p->bwd_filter_algo = bwd_filter[i].algo;
+	p->bwd_filter_ws_bytes = bwd_filter[i].memory;
+	rc = desc_take_math(ctx, p->bwd_filter_desc, bwd_filter[i].mathType);
+
+free_scratch:
+	cuda_free(ctx, ws, ws_bytes, MEM_WORKSPACE);
+	cuda_free(ctx, w, w_bytes, MEM_WORKSPACE);
+	cuda_free(ctx, y, y_bytes, MEM_WORKSPACE);
+	cuda_free(ctx, x, x_bytes, MEM_WORKSPACE);
+	return rc;
+}
+
+/* Grow (never shrink) the shared workspace to what a plan needs. cudaFree waits for
+ * the device, so no queued call still uses the old buffer. */
+static int workspace_reserve(struct cuda_ctx *ctx, size_t bytes)
+{
+	if (bytes <= ctx->workspace_bytes)
+		return 0;
+	cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
+	ctx->workspace = NULL;
+	ctx->workspace_bytes = 0;
+	GP_TRY(cuda_alloc(ctx, &ctx->workspace, bytes, MEM_WORKSPACE));
+	ctx->workspace_bytes = bytes;
+	return 0;
+}
+
+static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, struct conv_plan **out)
+{
+	struct conv2d_args key = plan_key(a);
+	unsigned b = plan_hash(&key, ctx->math);
+	size_t need;
+	int rc;
+
+	for (struct conv_plan *p = ctx->plans[b]; p; p = p->next) {
+		if (p->math == ctx->math && !memcmp(&p->a, &key, sizeof(key))) {
+			*out = p;
+			return 0;
+		}
+	}
+	if (a->groups < 1 || a->c_in % a->groups || a->c_out % a->groups)
+		return gp_error(GP_EINVAL, "conv with %d groups of %d -> %d channels", a->groups,
+				a->c_in, a->c_out);
+	struct conv_plan *p = calloc(1, sizeof(*p));
+	if (!p)
+		return gp_error(GP_ENOMEM, "out of memory for a conv plan");
+	p->a = key;
+	p->math = ctx->math;
+	if ((rc = plan_describe(p, &key, ctx->math)) < 0 || (rc = plan_measure(ctx, p)) < 0)
+		goto free_plan;
+	need = p->fwd_ws_bytes;
+	if (p->bwd_data_ws_bytes > need)
+		need = p->bwd_data_ws_bytes;
+	if (p->bwd_filter_ws_bytes > need)
+		need = p->bwd_filter_ws_bytes;
+	if ((rc = workspace_reserve(ctx, need)) < 0)
+		goto free_plan;
+	p->next = ctx->plans[b];
+	ctx->plans[b] = p;
+	ctx->n_plans++;
+	*out = p;
+	return 0;
+
+free_plan:
+	plan_free(p);
+	return rc;
+}
+
+int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a)
+{
+	struct conv_plan *p;
+	return plan_get(ctx, a, &p);
+}
+
+int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
+		    const float *w, const float *b, float *y)
+{
+	struct conv_plan *p;
+	GP_TRY(plan_get(ctx, a, &p));
+	CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, x, p->w_desc, w, p->fwd_desc,
+					  p->fwd_algo, ctx->workspace, p->fwd_ws_bytes, &zero,
+					  p->y_desc, y));
+	if (a->has_bias && b)
+		GP_TRY(bias_add_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, b, y));
+	return 0;
+}
+
+int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *dy,
+			 const float *w, float *dx, int accumulate)
+{
+	struct conv_plan *p;
+	GP_TRY(plan_get(ctx, a, &p));
+	CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, dy,
+					       p->bwd_data_desc, p->bwd_data_algo, ctx->workspace,
+					       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
+					       p->x_desc, dx));
+	return 0;
+}
+
+int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
+			   const float *dy, float *dw, float *db)
+{
+	struct conv_plan *p;
+	GP_TRY(plan_get(ctx, a, &p));
+	CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, x, p->y_desc, dy,
+						 p->bwd_filter_desc, p->bwd_filter_algo,
+						 ctx->workspace, p->bwd_filter_ws_bytes, &zero,
+						 p->w_desc, dw));
+	if (a->has_bias && db)
+		GP_TRY(channel_sum_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, dy, db));
+	return 0;
+}

@@ -1,0 +1,100 @@
+/* The CUDA op layer beneath the engine's GPU backend. Every function returns 0 or a
+ * negative GP_E* code and only enqueues work on a stream (nothing synchronizes unless
+ * it says so). Argument meanings match the CPU reference kernels in ops/ops.h:
+ * forward kernels overwrite, input gradients take `accumulate`, parameter gradients
+ * are overwritten. All pointers are device pointers to float unless typed otherwise. */
+#ifndef GP_CUDA_OPS_H
+#define GP_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "ops/cuda/device.h"
+#include "ops/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- own kernels (kernels.cu) --------------------------------------------------------- */
+int fill_cuda(cudaStream_t s, float *p, size_t count, float value);
+int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count);
+int relu_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y);
+int relu_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy, float *dx,
+		  int accumulate);
+int relu6_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y);
+int relu6_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy, float *dx,
+		   int accumulate);
+int add_fwd_cuda(cudaStream_t s, size_t count, const float *a, const float *b, float *y);
+int grad_pass_cuda(cudaStream_t s, size_t count, const float *dy, float *dx, int accumulate);
+int avgpool_global_fwd_cuda(cudaStream_t s, int n, int c, int hw, const float *x, float *y);
+int avgpool_global_bwd_cuda(cudaStream_t s, int n, int c, int hw, const float *dy, float *dx,
+			    int accumulate);
+int maxpool_fwd_cuda(cudaStream_t s, const struct pool_args *a, const float *x, float *y,
+		     int32_t *argmax);
+/* Deterministic: each input element gathers, in output order, the dy of the windows
+ * whose argmax it is. */
+int maxpool_bwd_cuda(cudaStream_t s, const struct pool_args *a, const float *dy,
+		     const int32_t *argmax, float *dx, int accumulate);
+int dropout_fwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t *mask,
+		     const float *x, float *y);
+int dropout_bwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t *mask,
+		     const float *dy, float *dx, int accumulate);
+/* Mask element i is kept (1) when a hash of (seed, offset + i) maps to u >= p, u
+ * uniform on [0, 1) in steps of 2^-24; it does not reproduce dropout_mask_cpu. */
+int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_t seed, uint64_t offset,
+		      uint8_t *mask);
+/* Mean cross-entropy of softmax(logits) against labels into *loss (device double),
+ * dlogits = (softmax - onehot) / n, *correct (device int) = right argmax predictions.
+ * row_scratch is 2 * n floats of scratch. */
+int softmax_xent_cuda(cudaStream_t s, int n, int k, const float *logits, const int32_t *labels,
+		      float *dlogits, float *row_scratch, double *loss, int *correct);
+/* One launch over the flat arrays (torch.optim.SGD semantics); momentum_buf may be
+ * NULL when a->momentum == 0. */
+int sgd_step_cuda(cudaStream_t s, const struct sgd_args *a, size_t count, float *param,
+		  const float *grad, float *momentum_buf);
+/* y[n][c][i] += b[c] over hw positions (linear layers: hw = 1). */
+int bias_add_cuda(cudaStream_t s, int n, int c, int hw, const float *b, float *y);
+/* db[c] = sum over n and hw of dy[n][c][i] (overwrites; deterministic). */
+int channel_sum_cuda(cudaStream_t s, int n, int c, int hw, const float *dy, float *db);
+
+/* --- convolution (conv_cudnn.c) ---------------------------------------------------------
+ * The first call for a shape (and math mode) builds its plan: descriptors and the
+ * fastest algorithms measured by cuDNN within ctx->workspace_limit_bytes. Building a
+ * plan allocates scratch and may grow ctx->workspace; it synchronizes the device. */
+int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a);
+int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
+		    const float *w, const float *b, float *y);
+int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *dy,
+			 const float *w, float *dx, int accumulate);
+int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
+			   const float *dy, float *dw, float *db);
+/* Drop every cached plan (the workspace stays). */
+void conv2d_plans_clear(struct cuda_ctx *ctx);
+
+/* --- batch norm (bn_cudnn.c), cuDNN spatial mode ----------------------------------------- */
+int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
+		      const float *gamma, const float *beta, float *y, float *save_mean,
+		      float *save_invstd, float *running_mean, float *running_var);
+int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
+		     const float *gamma, const float *beta, const float *running_mean,
+		     const float *running_var, float *y);
+int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x, const float *dy,
+		const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+		int accumulate, float *dgamma, float *dbeta);
+
+/* --- linear (gemm_cublas.c): y = x W^T + b, W is out x in (PyTorch layout) ------------- */
+int linear_fwd_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *x,
+		    const float *w, const float *b, float *y);
+int linear_bwd_data_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *dy,
+			 const float *w, float *dx, int accumulate);
+int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *x,
+			   const float *dy, float *dw, float *db);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

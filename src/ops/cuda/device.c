@@ -1,0 +1,211 @@
+#include "ops/cuda/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+
+#define MIB (1024.0 * 1024.0)
+
+int cuda_status_check(cudaError_t e, const char *call, const char *file, int line)
+{
+	if (e == cudaSuccess)
+		return 0;
+	/* Clear the error so that a recoverable one (out of memory) does not
+	 * resurface at the next unrelated launch check. */
+	cudaGetLastError();
+	return gp_error(e == cudaErrorMemoryAllocation ? GP_EDEVOOM : GP_EDEVICE,
+			"%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
+			cudaGetErrorString(e), file, line);
+}
+
+int cudnn_status_check(cudnnStatus_t s, const char *call, const char *file, int line)
+{
+	if (s == CUDNN_STATUS_SUCCESS)
+		return 0;
+	cudaGetLastError();
+	return gp_error(s == CUDNN_STATUS_ALLOC_FAILED ? GP_EDEVOOM : GP_EDEVICE,
+			"%s failed: %s at %s:%d", call, cudnnGetErrorString(s), file, line);
+}
+
+int cublas_status_check(cublasStatus_t s, const char *call, const char *file, int line)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	cudaGetLastError();
+	return gp_error(s == CUBLAS_STATUS_ALLOC_FAILED ? GP_EDEVOOM : GP_EDEVICE,
+			"%s failed: %s at %s:%d", call, cublasGetStatusString(s), file, line);
+}
+
+int cuda_available(char *why, size_t cap)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(why, cap, "%s", cudaGetErrorString(e));
+		return 0;
+	}
+	if (n == 0) {
+		snprintf(why, cap, "no CUDA device found");
+		return 0;
+	}
+	if (cap)
+		why[0] = 0;
+	return 1;
+}
+
+int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
+{
+	char why[256];
+	int rc;
+
+	*out = NULL;
+	if (!cuda_available(why, sizeof(why)))
+		return gp_error(GP_ENODEV, "CUDA: %s", why);
+	struct cuda_ctx *ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return gp_error(GP_ENOMEM, "out of memory for the CUDA context");
+	ctx->device = device;
+	ctx->mem = mem;
+	ctx->workspace_limit_bytes = CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES;
+
+	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
+	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnCreate(&ctx->cudnn))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream))) < 0 ||
+	    (rc = CUBLAS_CHECK(cublasCreate(&ctx->cublas))) < 0 ||
+	    (rc = CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream))) < 0 ||
+	    (rc = CUBLAS_CHECK(cublasLtCreate(&ctx->lt))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnCreateTensorDescriptor(&ctx->bn_x_desc))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnCreateTensorDescriptor(&ctx->bn_param_desc))) < 0 ||
+	    (rc = cuda_ctx_set_math(ctx, CUDA_MATH_FP32)) < 0)
+		goto destroy_ctx;
+	*out = ctx;
+	return 0;
+
+destroy_ctx:
+	cuda_ctx_destroy(ctx);
+	return rc;
+}
+
+/* Also used to unwind a partly created context: every handle is checked. */
+void cuda_ctx_destroy(struct cuda_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	if (ctx->stream)
+		cudaStreamSynchronize(ctx->stream);
+	conv2d_plans_clear(ctx);
+	cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
+	if (ctx->bn_param_desc)
+		cudnnDestroyTensorDescriptor(ctx->bn_param_desc);
+	if (ctx->bn_x_desc)
+		cudnnDestroyTensorDescriptor(ctx->bn_x_desc);
+	if (ctx->lt)
+		cublasLtDestroy(ctx->lt);
+	if (ctx->cublas)
+		cublasDestroy(ctx->cublas);
+	if (ctx->cudnn)
+		cudnnDestroy(ctx->cudnn);
+	if (ctx->stream)
+		cudaStreamDestroy(ctx->stream);
+	cudaGetLastError();
+	free(ctx);
+}
+
+/* cuBLAS takes the mode from the handle; cuDNN from each plan's descriptors, so
+ * plans are keyed by math mode and both kinds can live in the cache. */
+int cuda_ctx_set_math(struct cuda_ctx *ctx, int math)
+{
+	if (math != CUDA_MATH_FP32 && math != CUDA_MATH_TF32)
+		return gp_error(GP_EINVAL, "unknown CUDA math mode %d", math);
+	CUBLAS_TRY(cublasSetMathMode(ctx->cublas, math == CUDA_MATH_TF32 ?
+				     CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+	ctx->math = math;
+	return 0;
+}
+
+int cuda_ctx_sync(struct cuda_ctx *ctx)
+{
+	CUDA_TRY(cudaStreamSynchronize(ctx->stream));
+	return 0;
+}
+
+int cuda_alloc(struct cuda_ctx *ctx, void **p, size_t bytes, enum mem_cat cat)
+{
+	*p = NULL;
+	if (bytes == 0)
+		return 0;
+	cudaError_t e = cudaMalloc(p, bytes);
+	if (e == cudaErrorMemoryAllocation) {
+		size_t free_b = 0, total_b = 0;
+		*p = NULL;
+		cudaGetLastError();
+		cudaMemGetInfo(&free_b, &total_b);
+		cudaGetLastError();
+		return gp_error(GP_EDEVOOM, "cudaMalloc of %.1f MiB for %s failed: %.1f MiB free of %.1f MiB",
+				bytes / MIB, mem_cat_name(cat), free_b / MIB, total_b / MIB);
+	}
+	if (e != cudaSuccess) {
+		*p = NULL;
+		return gp_error_wrap(cuda_status_check(e, "cudaMalloc", __FILE__, __LINE__),
+				     "%.1f MiB for %s", bytes / MIB, mem_cat_name(cat));
+	}
+	if (ctx->mem)
+		mem_stats_add(ctx->mem, cat, bytes);
+	return 0;
+}
+
+void cuda_free(struct cuda_ctx *ctx, void *p, size_t bytes, enum mem_cat cat)
+{
+	if (!p)
+		return;
+	cudaFree(p);
+	if (ctx->mem)
+		mem_stats_sub(ctx->mem, cat, bytes);
+}
+
+int cuda_copy_h2d(struct cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+	CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+	return 0;
+}
+
+int cuda_copy_d2h(struct cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+	CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
+	CUDA_TRY(cudaStreamSynchronize(ctx->stream));
+	return 0;
+}
+
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes)
+{
+	CUDA_TRY(cudaMemGetInfo(free_bytes, total_bytes));
+	return 0;
+}
+
+int cuda_device_describe(int dev, char *name, size_t cap, int *sm_count, size_t *mem_total_bytes)
+{
+	struct cudaDeviceProp prop;
+	CUDA_TRY(cudaGetDeviceProperties(&prop, dev));
+	snprintf(name, cap, "%s", prop.name);
+	*sm_count = prop.multiProcessorCount;
+	*mem_total_bytes = prop.totalGlobalMem;
+	return 0;
+}
+
+int cuda_versions_get(struct cuda_versions *v)
+{
+	int major = 0, minor = 0, patch = 0;
+	CUDA_TRY(cudaRuntimeGetVersion(&v->runtime));
+	CUDA_TRY(cudaDriverGetVersion(&v->driver));
+	v->cudnn = cudnnGetVersion();
+	CUBLAS_TRY(cublasGetProperty(MAJOR_VERSION, &major));
+	CUBLAS_TRY(cublasGetProperty(MINOR_VERSION, &minor));
+	CUBLAS_TRY(cublasGetProperty(PATCH_LEVEL, &patch));
+	v->cublas = major * 10000 + minor * 100 + patch;
+	return 0;
+}

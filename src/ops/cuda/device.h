@@ -1,0 +1,84 @@
+/* The CUDA device context: one stream, the cuDNN and cuBLAS handles bound to it,
+ * the shared library workspace, the math mode and the convolution plan cache.
+ * Every device allocation goes through cuda_alloc so bytes are counted by category.
+ * A context belongs to the thread that created it (cudaSetDevice is per thread). */
+#ifndef GP_CUDA_DEVICE_H
+#define GP_CUDA_DEVICE_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include "core/memstat.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum cuda_math { CUDA_MATH_FP32 = 0, CUDA_MATH_TF32 = 1 };
+
+#define CONV_PLAN_BUCKETS 256
+
+struct conv_plan; /* conv_cudnn.c */
+
+struct cuda_ctx {
+	int device;
+	cudaStream_t stream;
+	cudnnHandle_t cudnn;
+	cublasHandle_t cublas;
+	cublasLtHandle_t lt;
+	void *workspace;              /* shared by every cuDNN call on the stream */
+	size_t workspace_bytes;
+	size_t workspace_limit_bytes; /* algorithms needing more are not considered */
+	int math;                     /* enum cuda_math */
+	int deterministic;            /* 1: only deterministic cuDNN algorithms */
+	struct mem_stats *mem;        /* may be NULL: nothing is counted */
+
+	struct conv_plan *plans[CONV_PLAN_BUCKETS];
+	int n_plans;
+
+	/* Batch norm describes its tensors per call; these are reused, not shared state. */
+	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
+};
+
+/* Workspace budget for algorithm selection unless changed. */
+#define CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES ((size_t)512 << 20)
+
+/* 1 if a CUDA device can be used; else 0 and a one-line reason in why. */
+int cuda_available(char *why, size_t cap);
+int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem);
+void cuda_ctx_destroy(struct cuda_ctx *ctx);
+/* Select strict FP32 (no tensor cores) or TF32 for convolutions and GEMMs. */
+int cuda_ctx_set_math(struct cuda_ctx *ctx, int math);
+int cuda_ctx_sync(struct cuda_ctx *ctx);
+
+/* Allocate bytes on the device, charged to cat in ctx->mem. On failure *p is NULL,
+ * the CUDA error state is cleared and GP_EDEVOOM says what was tried. */
+int cuda_alloc(struct cuda_ctx *ctx, void **p, size_t bytes, enum mem_cat cat);
+/* Free what cuda_alloc returned, with the same bytes and category (NULL is fine). */
+void cuda_free(struct cuda_ctx *ctx, void *p, size_t bytes, enum mem_cat cat);
+
+/* Copies on the context's stream; the device-to-host copy waits for completion. */
+int cuda_copy_h2d(struct cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+int cuda_copy_d2h(struct cuda_ctx *ctx, void *dst, const void *src, size_t bytes);
+
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+int cuda_device_describe(int dev, char *name, size_t cap, int *sm_count, size_t *mem_total_bytes);
+
+/* Versions as the libraries encode them (cudart 13000 = 13.0, cuDNN 91400 = 9.14.0,
+ * cuBLAS 130000 = 13.0.0), for result files. */
+struct cuda_versions {
+	int runtime, driver;
+	size_t cudnn;
+	int cublas;
+};
+int cuda_versions_get(struct cuda_versions *v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

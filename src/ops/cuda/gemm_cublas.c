@@ -1,0 +1,49 @@
+/* Linear layers through cuBLAS. cuBLAS is column-major and our arrays are row-major,
+ * so each product is written for the transposes: a row-major M x K array is a
+ * column-major K x M one. With x: n x in, W: out x in, y: n x out (row-major):
+ *   y^T  = W * x^T        -> gemm(T, N, m=out, n=n,   k=in)
+ *   dx^T = W^T * dy^T     -> gemm(N, N, m=in,  n=n,   k=out)
+ *   dW^T = x^T * dy       -> gemm(N, T, m=in,  n=out, k=n)
+ * Strict FP32 computes in CUBLAS_COMPUTE_32F with the handle in DEFAULT_MATH (no
+ * TF32); TF32 asks for CUBLAS_COMPUTE_32F_FAST_TF32. */
+#include "core/error.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+
+static int gemm(struct cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+		int k, const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+	const float alpha = 1.0f;
+	cublasComputeType_t ct = ctx->math == CUDA_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+							    : CUBLAS_COMPUTE_32F;
+	CUBLAS_TRY(cublasGemmEx(ctx->cublas, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, b,
+				CUDA_R_32F, ldb, &beta, c, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+	return 0;
+}
+
+int linear_fwd_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *x,
+		    const float *w, const float *b, float *y)
+{
+	GP_TRY(gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, a->out, a->n, a->in, w, a->in, x, a->in, 0.0f, y,
+		    a->out));
+	if (a->has_bias && b)
+		GP_TRY(bias_add_cuda(ctx->stream, a->n, a->out, 1, b, y));
+	return 0;
+}
+
+int linear_bwd_data_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *dy,
+			 const float *w, float *dx, int accumulate)
+{
+	return gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, a->in, a->n, a->out, w, a->in, dy, a->out,
+		    accumulate ? 1.0f : 0.0f, dx, a->in);
+}
+
+int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *x,
+			   const float *dy, float *dw, float *db)
+{
+	GP_TRY(gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, a->in, a->out, a->n, x, a->in, dy, a->out, 0.0f,
+		    dw, a->in));
+	if (a->has_bias && db)
+		GP_TRY(channel_sum_cuda(ctx->stream, a->n, a->out, 1, dy, db));
+	return 0;
+}

@@ -1,0 +1,588 @@
+/* Own CUDA kernels: elementwise ops, pooling, dropout, softmax cross-entropy, the
+ * fused SGD step and the bias helpers. Each launcher takes plain C types and a stream,
+ * launches nothing for empty inputs and checks the launch. Reductions run in a fixed
+ * order (no atomics), so every result is reproducible run to run. */
+#include <math.h>
+#include <stdint.h>
+
+/* The project headers are C without linkage guards. */
+extern "C" {
+#include "core/error.h"
+#include "core/memstat.h"
+#include "ops/ops.h"
+}
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+
+#define BLOCK 256
+#define FULL_MASK 0xffffffffu
+
+/* Grid-stride loops let a capped grid cover any count. */
+static unsigned grid_for(size_t count)
+{
+	size_t g = (count + BLOCK - 1) / BLOCK;
+	return g > 65536 ? 65536u : (unsigned)g;
+}
+
+#define FOR_EACH(i, count)                                                             \
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);    \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+/* --- block reductions (blockDim.x a multiple of 32, at most 1024) ----------------------
+ * Butterfly shuffles leave the same bits in every lane, and the warp partials are
+ * combined in warp order, so the result is the same on every run and every thread. */
+__device__ static double block_sum_d(double v)
+{
+	__shared__ double part[32];
+	__shared__ double res;
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	for (int off = 16; off > 0; off >>= 1)
+		v += __shfl_xor_sync(FULL_MASK, v, off);
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		v = lane < nw ? part[lane] : 0.0;
+		for (int off = 16; off > 0; off >>= 1)
+			v += __shfl_xor_sync(FULL_MASK, v, off);
+		if (lane == 0)
+			res = v;
+	}
+	__syncthreads();
+	return res;
+}
+
+/* Argmax with ties going to the lower index, as a sequential scan would. */
+__device__ static void argmax_merge(float *v, int *i, float ov, int oi)
+{
+	if (ov > *v || (ov == *v && oi < *i)) {
+		*v = ov;
+		*i = oi;
+	}
+}
+
+__device__ static int block_argmax(float v, int i)
+{
+	__shared__ float pv[32];
+	__shared__ int pi[32];
+	__shared__ int res;
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	for (int off = 16; off > 0; off >>= 1)
+		argmax_merge(&v, &i, __shfl_xor_sync(FULL_MASK, v, off),
+			     __shfl_xor_sync(FULL_MASK, i, off));
+	if (lane == 0) {
+		pv[warp] = v;
+		pi[warp] = i;
+	}
+	__syncthreads();
+	if (warp == 0) {
+		v = lane < nw ? pv[lane] : -INFINITY;
+		i = lane < nw ? pi[lane] : 0x7fffffff;
+		for (int off = 16; off > 0; off >>= 1)
+			argmax_merge(&v, &i, __shfl_xor_sync(FULL_MASK, v, off),
+				     __shfl_xor_sync(FULL_MASK, i, off));
+		if (lane == 0)
+			res = i;
+	}
+	__syncthreads();
+	return res;
+}
+
+/* --- fill, copy ------------------------------------------------------------------------ */
+__global__ static void fill_kernel(float *p, size_t count, float value)
+{
+	FOR_EACH(i, count)
+		p[i] = value;
+}
+
+extern "C" int fill_cuda(cudaStream_t s, float *p, size_t count, float value)
+{
+	if (!count)
+		return 0;
+	fill_kernel<<<grid_for(count), BLOCK, 0, s>>>(p, count, value);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count)
+{
+	if (!count)
+		return 0;
+	CUDA_TRY(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, s));
+	return 0;
+}
+
+/* --- activations, add, gradient pass ---------------------------------------------------- */
+__global__ static void relu_fwd_kernel(size_t count, const float *x, float *y, float cap)
+{
+	FOR_EACH(i, count) {
+		float v = x[i] > 0.0f ? x[i] : 0.0f;
+		y[i] = v > cap ? cap : v;
+	}
+}
+
+/* The gradient passes where lo < y < hi (relu: hi = +inf, relu6: hi = 6). */
+__global__ static void relu_bwd_kernel(size_t count, const float *y, const float *dy, float *dx,
+				       int accumulate, float hi)
+{
+	FOR_EACH(i, count) {
+		float g = (y[i] > 0.0f && y[i] < hi) ? dy[i] : 0.0f;
+		dx[i] = accumulate ? dx[i] + g : g;
+	}
+}
+
+extern "C" int relu_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y)
+{
+	if (!count)
+		return 0;
+	relu_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, x, y, INFINITY);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int relu_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy,
+			     float *dx, int accumulate)
+{
+	if (!count)
+		return 0;
+	relu_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, y, dy, dx, accumulate, INFINITY);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int relu6_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y)
+{
+	if (!count)
+		return 0;
+	relu_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, x, y, 6.0f);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int relu6_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy,
+			      float *dx, int accumulate)
+{
+	if (!count)
+		return 0;
+	relu_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, y, dy, dx, accumulate, 6.0f);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+__global__ static void add_kernel(size_t count, const float *a, const float *b, float *y)
+{
+	FOR_EACH(i, count)
+		y[i] = a[i] + b[i];
+}
+
+extern "C" int add_fwd_cuda(cudaStream_t s, size_t count, const float *a, const float *b, float *y)
+{
+	if (!count)
+		return 0;
+	add_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, a, b, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+__global__ static void accumulate_kernel(size_t count, const float *dy, float *dx)
+{
+	FOR_EACH(i, count)
+		dx[i] += dy[i];
+}
+
+extern "C" int grad_pass_cuda(cudaStream_t s, size_t count, const float *dy, float *dx, int accumulate)
+{
+	if (!count)
+		return 0;
+	if (!accumulate)
+		return copy_cuda(s, dx, dy, count);
+	accumulate_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, dy, dx);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* --- global average pooling: one warp per (n, c) plane ---------------------------------- */
+__global__ static void avgpool_global_fwd_kernel(size_t planes, int hw, const float *x, float *y)
+{
+	size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+	int lane = threadIdx.x & 31;
+	/* Every lane of a warp has the same plane, so whole warps run the shuffles. */
+	for (size_t plane = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; plane < planes;
+	     plane += warps) {
+		const float *p = x + plane * hw;
+		float sum = 0.0f;
+		for (int i = lane; i < hw; i += 32)
+			sum += p[i];
+		for (int off = 16; off > 0; off >>= 1)
+			sum += __shfl_xor_sync(FULL_MASK, sum, off);
+		if (lane == 0)
+			y[plane] = sum / (float)hw;
+	}
+}
+
+extern "C" int avgpool_global_fwd_cuda(cudaStream_t s, int n, int c, int hw, const float *x, float *y)
+{
+	size_t planes = (size_t)n * c;
+	if (!planes || hw <= 0)
+		return 0;
+	avgpool_global_fwd_kernel<<<grid_for(planes * 32), BLOCK, 0, s>>>(planes, hw, x, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+__global__ static void avgpool_global_bwd_kernel(size_t count, int hw, const float *dy, float *dx,
+						 int accumulate)
+{
+	FOR_EACH(i, count) {
+		float g = dy[i / hw] / (float)hw;
+		dx[i] = accumulate ? dx[i] + g : g;
+	}
+}
+
+extern "C" int avgpool_global_bwd_cuda(cudaStream_t s, int n, int c, int hw, const float *dy,
+				       float *dx, int accumulate)
+{
+	size_t count = (size_t)n * c * hw;
+	if (!count)
+		return 0;
+	avgpool_global_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, hw, dy, dx, accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* --- max pooling ------------------------------------------------------------------------ */
+struct pool_k {
+	int h_in, w_in, h_out, w_out, k, stride, pad;
+};
+
+/* Padding never wins (PyTorch pads with -inf); ties keep the first position in
+ * row-major window order. */
+__global__ static void maxpool_fwd_kernel(size_t count, struct pool_k p, const float *x, float *y,
+					  int32_t *argmax)
+{
+	FOR_EACH(o, count) {
+		int ow = (int)(o % p.w_out);
+		int oh = (int)(o / p.w_out % p.h_out);
+		size_t plane = o / ((size_t)p.w_out * p.h_out);
+		const float *xp = x + plane * p.h_in * p.w_in;
+		float m = -INFINITY;
+		int idx = -1;
+		for (int i = 0; i < p.k; i++) {
+			int ih = oh * p.stride - p.pad + i;
+			if (ih < 0 || ih >= p.h_in)
+				continue;
+			for (int j = 0; j < p.k; j++) {
+				int iw = ow * p.stride - p.pad + j;
+				if (iw < 0 || iw >= p.w_in)
+					continue;
+				float v = xp[ih * p.w_in + iw];
+				if (idx < 0 || v > m) {
+					m = v;
+					idx = ih * p.w_in + iw;
+				}
+			}
+		}
+		y[o] = m;
+		argmax[o] = idx;
+	}
+}
+
+/* Gather instead of scatter: each input element sums, in ascending output order, the
+ * gradients of the windows that chose it, so no atomics and the CPU's order of sums. */
+__global__ static void maxpool_bwd_kernel(size_t count, struct pool_k p, const float *dy,
+					  const int32_t *argmax, float *dx, int accumulate)
+{
+	FOR_EACH(i, count) {
+		int iw = (int)(i % p.w_in);
+		int ih = (int)(i / p.w_in % p.h_in);
+		size_t plane = i / ((size_t)p.w_in * p.h_in);
+		int pos = ih * p.w_in + iw;
+		int th = ih + p.pad - p.k + 1, tw = iw + p.pad - p.k + 1;
+		int oh0 = th <= 0 ? 0 : (th + p.stride - 1) / p.stride;
+		int ow0 = tw <= 0 ? 0 : (tw + p.stride - 1) / p.stride;
+		int oh1 = min(p.h_out - 1, (ih + p.pad) / p.stride);
+		int ow1 = min(p.w_out - 1, (iw + p.pad) / p.stride);
+		size_t base = plane * p.h_out * p.w_out;
+		float acc = accumulate ? dx[i] : 0.0f;
+		for (int oh = oh0; oh <= oh1; oh++)
+			for (int ow = ow0; ow <= ow1; ow++) {
+				size_t o = base + (size_t)oh * p.w_out + ow;
+				if (argmax[o] == pos)
+					acc += dy[o];
+			}
+		dx[i] = acc;
+	}
+}
+
+static struct pool_k pool_k_from(const struct pool_args *a)
+{
+	struct pool_k p = { a->h_in, a->w_in, a->h_out, a->w_out, a->k, a->stride, a->pad };
+	return p;
+}
+
+extern "C" int maxpool_fwd_cuda(cudaStream_t s, const struct pool_args *a, const float *x, float *y,
+				int32_t *argmax)
+{
+	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
+	if (!count)
+		return 0;
+	maxpool_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), x, y, argmax);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int maxpool_bwd_cuda(cudaStream_t s, const struct pool_args *a, const float *dy,
+				const int32_t *argmax, float *dx, int accumulate)
+{
+	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
+	if (!count)
+		return 0;
+	maxpool_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), dy, argmax, dx,
+							      accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* --- dropout ---------------------------------------------------------------------------- */
+/* Inverted dropout as in PyTorch: kept elements are scaled by 1 / (1 - p). */
+static float dropout_scale(double p)
+{
+	return p < 1.0 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+}
+
+__global__ static void dropout_kernel(size_t count, const uint8_t *mask, const float *x, float *y,
+				      float scale, int accumulate)
+{
+	FOR_EACH(i, count) {
+		float v = mask[i] ? x[i] * scale : 0.0f;
+		y[i] = accumulate ? y[i] + v : v;
+	}
+}
+
+extern "C" int dropout_fwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t *mask,
+				const float *x, float *y)
+{
+	if (!a->count)
+		return 0;
+	dropout_kernel<<<grid_for(a->count), BLOCK, 0, s>>>(a->count, mask, x, y,
+							     dropout_scale(a->p), 0);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int dropout_bwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t *mask,
+				const float *dy, float *dx, int accumulate)
+{
+	if (!a->count)
+		return 0;
+	dropout_kernel<<<grid_for(a->count), BLOCK, 0, s>>>(a->count, mask, dy, dx,
+							     dropout_scale(a->p), accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* SplitMix64's finalizer: a bijective mixer whose output bits pass as independent,
+ * so hashing a counter gives a stream that any thread can index directly. */
+__device__ static uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+__global__ static void dropout_mask_kernel(size_t count, uint32_t threshold, uint64_t seed,
+					   uint64_t offset, uint8_t *mask)
+{
+	FOR_EACH(i, count) {
+		uint32_t u24 = (uint32_t)(mix64(seed ^ mix64(offset + i)) >> 40);
+		mask[i] = u24 >= threshold;
+	}
+}
+
+extern "C" int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_t seed,
+				 uint64_t offset, uint8_t *mask)
+{
+	if (!(p >= 0.0 && p <= 1.0))
+		return gp_error(GP_EINVAL, "dropout probability %g is not in [0, 1]", p);
+	if (!count)
+		return 0;
+	uint32_t threshold = (uint32_t)ceil(p * 16777216.0);
+	dropout_mask_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, threshold, seed, offset, mask);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* --- softmax cross-entropy: one block per row, then one block for the mean --------------- */
+__global__ static void softmax_xent_row_kernel(int n, int k, const float *logits,
+					       const int32_t *labels, float *dlogits,
+					       float *row_loss, float *row_hit)
+{
+	int row = blockIdx.x;
+	const float *l = logits + (size_t)row * k;
+	float *d = dlogits + (size_t)row * k;
+	int label = labels[row];
+
+	float best = -INFINITY;
+	int best_i = 0x7fffffff;
+	for (int j = threadIdx.x; j < k; j += blockDim.x)
+		argmax_merge(&best, &best_i, l[j], j);
+	int am = block_argmax(best, best_i);
+	float m = am < k ? l[am] : NAN; /* no argmax only when every logit is NaN */
+
+	double part = 0.0;
+	for (int j = threadIdx.x; j < k; j += blockDim.x)
+		part += expf(l[j] - m);
+	double sum = block_sum_d(part);
+
+	float inv_sum = (float)(1.0 / sum), inv_n = 1.0f / (float)n;
+	for (int j = threadIdx.x; j < k; j += blockDim.x) {
+		float prob = expf(l[j] - m) * inv_sum;
+		d[j] = (prob - (j == label ? 1.0f : 0.0f)) * inv_n;
+	}
+	/* The row loss in double: log-sum-exp minus the label's logit cancels badly. */
+	if (threadIdx.x == 0) {
+		int ok = label >= 0 && label < k;
+		row_loss[row] = ok ? (float)(log(sum) + (double)m - (double)l[label]) : NAN;
+		row_hit[row] = ok && am == label ? 1.0f : 0.0f;
+	}
+}
+
+__global__ static void softmax_xent_mean_kernel(int n, const float *row_loss, const float *row_hit,
+						double *loss, int *correct)
+{
+	double l = 0.0, h = 0.0;
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		l += row_loss[i];
+		h += row_hit[i];
+	}
+	l = block_sum_d(l);
+	h = block_sum_d(h);
+	if (threadIdx.x == 0) {
+		*loss = l / n;
+		*correct = (int)h;
+	}
+}
+
+extern "C" int softmax_xent_cuda(cudaStream_t s, int n, int k, const float *logits,
+				 const int32_t *labels, float *dlogits, float *row_scratch,
+				 double *loss, int *correct)
+{
+	if (n <= 0 || k <= 0)
+		return gp_error(GP_EINVAL, "softmax cross-entropy of %d rows of %d classes", n, k);
+	softmax_xent_row_kernel<<<n, BLOCK, 0, s>>>(n, k, logits, labels, dlogits, row_scratch,
+						    row_scratch + n);
+	CUDA_CHECK_LAUNCH();
+	softmax_xent_mean_kernel<<<1, BLOCK, 0, s>>>(n, row_scratch, row_scratch + n, loss, correct);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* --- SGD over the flat arrays ------------------------------------------------------------ */
+struct sgd_k {
+	float lr, momentum, dampening, weight_decay;
+	int nesterov, first_step;
+};
+
+/* torch.optim.SGD for one element; *buf is the momentum buffer (unused without momentum). */
+__device__ static float sgd_one(float p, float g, float *buf, struct sgd_k k)
+{
+	float d = k.weight_decay != 0.0f ? g + k.weight_decay * p : g;
+	if (k.momentum != 0.0f) {
+		float b = k.first_step ? d : k.momentum * *buf + (1.0f - k.dampening) * d;
+		*buf = b;
+		d = k.nesterov ? d + k.momentum * b : b;
+	}
+	return p - k.lr * d;
+}
+
+__global__ static void sgd_kernel(size_t count, float *param, const float *grad, float *mbuf,
+				  struct sgd_k k, int vec)
+{
+	size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	size_t stride = (size_t)gridDim.x * blockDim.x;
+	size_t done = 0;
+	if (vec) {
+		size_t n4 = count / 4;
+		float4 *p4 = (float4 *)param;
+		const float4 *g4 = (const float4 *)grad;
+		float4 *b4 = (float4 *)mbuf;
+		for (size_t i = tid; i < n4; i += stride) {
+			float4 p = p4[i], g = g4[i];
+			float4 b = b4 ? b4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			p.x = sgd_one(p.x, g.x, &b.x, k);
+			p.y = sgd_one(p.y, g.y, &b.y, k);
+			p.z = sgd_one(p.z, g.z, &b.z, k);
+			p.w = sgd_one(p.w, g.w, &b.w, k);
+			p4[i] = p;
+			if (b4)
+				b4[i] = b;
+		}
+		done = n4 * 4;
+	}
+	for (size_t i = done + tid; i < count; i += stride) {
+		float b = mbuf ? mbuf[i] : 0.0f;
+		param[i] = sgd_one(param[i], grad[i], &b, k);
+		if (mbuf)
+			mbuf[i] = b;
+	}
+}
+
+extern "C" int sgd_step_cuda(cudaStream_t s, const struct sgd_args *a, size_t count, float *param,
+			     const float *grad, float *momentum_buf)
+{
+	if (a->momentum != 0.0 && !momentum_buf)
+		return gp_error(GP_EINVAL, "SGD with momentum %g needs a momentum buffer", a->momentum);
+	if (!count)
+		return 0;
+	struct sgd_k k = { (float)a->lr, (float)a->momentum, (float)a->dampening,
+			   (float)a->weight_decay, a->nesterov, a->first_step };
+	float *mbuf = a->momentum != 0.0 ? momentum_buf : NULL;
+	int vec = ((uintptr_t)param % 16 == 0) && ((uintptr_t)grad % 16 == 0) &&
+		  ((uintptr_t)mbuf % 16 == 0);
+	sgd_kernel<<<grid_for(vec ? count / 4 + 4 : count), BLOCK, 0, s>>>(count, param, grad, mbuf,
+									    k, vec);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* --- bias helpers ------------------------------------------------------------------------ */
+__global__ static void bias_add_kernel(size_t count, int c, int hw, const float *b, float *y)
+{
+	FOR_EACH(i, count)
+		y[i] += b[i / hw % c];
+}
+
+extern "C" int bias_add_cuda(cudaStream_t s, int n, int c, int hw, const float *b, float *y)
+{
+	size_t count = (size_t)n * c * hw;
+	if (!count)
+		return 0;
+	bias_add_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, c, hw, b, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* One block per channel, partial sums in double, combined in a fixed order. */
+__global__ static void channel_sum_kernel(int n, int c, int hw, const float *dy, float *db)
+{
+	int ch = blockIdx.x;
+	size_t m = (size_t)n * hw;
+	double acc = 0.0;
+	for (size_t t = threadIdx.x; t < m; t += blockDim.x) {
+		size_t ni = t / hw, j = t % hw;
+		acc += dy[(ni * c + ch) * hw + j];
+	}
+	acc = block_sum_d(acc);
+	if (threadIdx.x == 0)
+		db[ch] = (float)acc;
+}
+
+extern "C" int channel_sum_cuda(cudaStream_t s, int n, int c, int hw, const float *dy, float *db)
+{
+	if (c <= 0)
+		return 0;
+	channel_sum_kernel<<<c, BLOCK, 0, s>>>(n, c, hw, dy, db);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}

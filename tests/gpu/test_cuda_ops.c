@@ -1,0 +1,785 @@
+/* Every CUDA op against its CPU f32 reference on fresh random inputs. Outputs are
+ * poisoned with NaN before each run so unwritten elements fail the comparison.
+ * Tolerances (relative error of the norm): elementwise ops exact or 1e-6, strict FP32
+ * conv/linear/batch norm 1e-5, TF32 conv/linear 5e-3. Without a device every test
+ * skips with the reason. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../test.h"
+#include "core/error.h"
+#include "core/memstat.h"
+#include "core/rng.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/ops.h"
+
+#define MAX_BUFS 512
+#define MIB ((size_t)1 << 20)
+
+/* One test's device context plus every buffer it allocated, freed in gpu_close. */
+struct gpu {
+	struct cuda_ctx *ctx;
+	struct mem_stats mem;
+	struct rng rng;
+	void *dev[MAX_BUFS];
+	size_t dev_bytes[MAX_BUFS];
+	int n_dev;
+	void *host[MAX_BUFS];
+	int n_host;
+	char why[300];
+};
+
+/* 0: ready; 1: no device (why says so); -1: the context could not be made. */
+static int gpu_open(struct gpu *g, uint64_t seed)
+{
+	char reason[256];
+	memset(g, 0, sizeof(*g));
+	rng_seed(&g->rng, seed, 7);
+	if (!cuda_available(reason, sizeof(reason))) {
+		snprintf(g->why, sizeof(g->why), "no CUDA device: %s", reason);
+		return 1;
+	}
+	return cuda_ctx_create(&g->ctx, 0, &g->mem) < 0 ? -1 : 0;
+}
+
+#define GPU_OPEN(g, seed)                                                                  \
+	do {                                                                               \
+		int open_rc_ = gpu_open(g, seed);                                          \
+		if (open_rc_ > 0)                                                          \
+			SKIP((g)->why);                                                    \
+		if (open_rc_ < 0) {                                                        \
+			test_fail(__FILE__, __LINE__, "cuda_ctx_create: %s", gp_errmsg()); \
+			return;                                                            \
+		}                                                                          \
+	} while (0)
+
+#define CHECK_OK(expr)                                                                    \
+	do {                                                                              \
+		int ok_rc_ = (expr);                                                      \
+		CHECK_MSG(ok_rc_ == 0, "%s = %d: %s", #expr, ok_rc_, gp_errmsg());        \
+	} while (0)
+
+/* Frees everything and checks that the byte counts went back to zero. */
+static void gpu_close(struct gpu *g)
+{
+	for (int i = g->n_dev - 1; i >= 0; i--)
+		cuda_free(g->ctx, g->dev[i], g->dev_bytes[i], MEM_OTHER);
+	CHECK_EQ_INT(g->mem.cur_bytes[MEM_OTHER], 0);
+	for (int i = 0; i < g->n_host; i++)
+		free(g->host[i]);
+	cuda_ctx_destroy(g->ctx);
+	CHECK_EQ_INT(g->mem.total_bytes, 0);
+}
+
+static void poison(struct gpu *g, void *d, size_t bytes)
+{
+	CHECK_OK(CUDA_CHECK(cudaMemsetAsync(d, 0xff, bytes, g->ctx->stream)));
+}
+
+/* Device buffer of bytes, filled with 0xff (NaN as float, -1 as int32). */
+static void *dev_bytes(struct gpu *g, size_t bytes)
+{
+	void *p = NULL;
+	if (g->n_dev == MAX_BUFS) {
+		test_fail(__FILE__, __LINE__, "too many device buffers in one test");
+		return NULL;
+	}
+	CHECK_OK(cuda_alloc(g->ctx, &p, bytes, MEM_OTHER));
+	if (!p)
+		return NULL;
+	g->dev[g->n_dev] = p;
+	g->dev_bytes[g->n_dev++] = bytes;
+	poison(g, p, bytes);
+	return p;
+}
+
+static float *dev_f(struct gpu *g, size_t n)
+{
+	return dev_bytes(g, n * sizeof(float));
+}
+
+/* A test cannot go on without its host buffers, and they are small: abort if none. */
+static void *host_bytes(struct gpu *g, size_t bytes)
+{
+	void *p = calloc(1, bytes ? bytes : 1);
+	if (!p || g->n_host == MAX_BUFS) {
+		free(p);
+		test_fail(__FILE__, __LINE__, "host allocation of %zu bytes", bytes);
+		abort();
+	}
+	g->host[g->n_host++] = p;
+	return p;
+}
+
+static float *host_f(struct gpu *g, size_t n)
+{
+	return host_bytes(g, n * sizeof(float));
+}
+
+static float *host_rand(struct gpu *g, size_t n, double scale, double shift)
+{
+	float *p = host_f(g, n);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(rng_normal(&g->rng) * scale + shift);
+	return p;
+}
+
+static void put(struct gpu *g, void *d, const void *h, size_t bytes)
+{
+	if (d)
+		CHECK_OK(cuda_copy_h2d(g->ctx, d, h, bytes));
+}
+
+static void get(struct gpu *g, void *h, const void *d, size_t bytes)
+{
+	if (d)
+		CHECK_OK(cuda_copy_d2h(g->ctx, h, d, bytes));
+}
+
+static float *dev_from(struct gpu *g, const float *h, size_t n)
+{
+	float *d = dev_f(g, n);
+	put(g, d, h, n * sizeof(float));
+	return d;
+}
+
+static float *down(struct gpu *g, const float *d, size_t n)
+{
+	float *h = host_f(g, n);
+	get(g, h, d, n * sizeof(float));
+	return h;
+}
+
+static float *copy_f(struct gpu *g, const float *src, size_t n)
+{
+	float *p = host_f(g, n);
+	memcpy(p, src, n * sizeof(float));
+	return p;
+}
+
+/* Largest |a - b| (NaN counts as infinite), for the ops that must match exactly. */
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+	double m = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - (double)b[i]);
+		if (!(d <= m))
+			m = isnan(d) ? INFINITY : d;
+	}
+	return m;
+}
+
+/* --- device, memory ------------------------------------------------------------------ */
+
+TEST(cuda_device_info)
+{
+	struct gpu g;
+	struct cuda_versions v;
+	char name[256] = "";
+	int sm = 0;
+	size_t total = 0;
+
+	GPU_OPEN(&g, 1);
+	CHECK_OK(cuda_device_describe(0, name, sizeof(name), &sm, &total));
+	CHECK(name[0] != 0);
+	CHECK(sm > 0);
+	CHECK(total > 1024 * MIB);
+	CHECK_OK(cuda_versions_get(&v));
+	CHECK(v.runtime >= 12000);
+	CHECK(v.driver >= v.runtime / 1000 * 1000);
+	CHECK(v.cudnn >= 90000);
+	CHECK(v.cublas >= 120000);
+	gpu_close(&g);
+}
+
+TEST(cuda_alloc_counts_and_recovers_from_oom)
+{
+	struct gpu g;
+	size_t free0 = 0, free1 = 0, total = 0;
+	void *p;
+
+	GPU_OPEN(&g, 2);
+	CHECK_OK(cuda_mem_info(&free0, &total));
+	for (int i = 0; i < 10; i++) {
+		p = (void *)&free0;
+		int rc = cuda_alloc(g.ctx, &p, (size_t)1 << 50, MEM_ACTIV);
+		CHECK_EQ_INT(rc, GP_EDEVOOM);
+		CHECK(p == NULL);
+		CHECK_MSG(strstr(gp_errmsg(), "MiB free of") && strstr(gp_errmsg(), "activations"),
+			  "OOM message: %s", gp_errmsg());
+	}
+	CHECK_EQ_INT(cudaGetLastError(), cudaSuccess);
+	CHECK_EQ_INT(g.mem.total_bytes, 0);
+	CHECK_OK(cuda_mem_info(&free1, &total));
+	CHECK_NEAR((double)free1, (double)free0, (double)MIB);
+
+	/* The device still works: allocate, fill, read back, count, free. */
+	CHECK_OK(cuda_alloc(g.ctx, &p, 64 * MIB, MEM_WEIGHTS));
+	CHECK_EQ_INT(g.mem.cur_bytes[MEM_WEIGHTS], 64 * MIB);
+	if (p) {
+		float last = 0;
+		CHECK_OK(fill_cuda(g.ctx->stream, p, 16 * MIB, 2.5f));
+		CHECK_OK(cuda_copy_d2h(g.ctx, &last, (float *)p + 16 * MIB - 1, sizeof(last)));
+		CHECK(last == 2.5f);
+	}
+	cuda_free(g.ctx, p, 64 * MIB, MEM_WEIGHTS);
+	CHECK_EQ_INT(g.mem.cur_bytes[MEM_WEIGHTS], 0);
+	CHECK_EQ_INT(g.mem.peak_bytes[MEM_WEIGHTS], 64 * MIB);
+	gpu_close(&g);
+}
+
+/* --- elementwise ------------------------------------------------------------------------ */
+
+typedef int (*act_fwd_cuda_fn)(cudaStream_t, size_t, const float *, float *);
+typedef int (*act_bwd_cuda_fn)(cudaStream_t, size_t, const float *, const float *, float *, int);
+typedef void (*act_fwd_cpu_fn)(size_t, const float *, float *);
+typedef void (*act_bwd_cpu_fn)(size_t, const float *, const float *, float *, int);
+
+static void check_activation(struct gpu *g, act_fwd_cuda_fn fwd, act_bwd_cuda_fn bwd,
+			     act_fwd_cpu_fn fwd_cpu, act_bwd_cpu_fn bwd_cpu)
+{
+	const size_t n = 10007;
+	float *x = host_rand(g, n, 4.0, 1.0), *y = host_f(g, n);
+	float *dy = host_rand(g, n, 1.0, 0.0), *dx0 = host_rand(g, n, 1.0, 0.0);
+	float *d_x = dev_from(g, x, n), *d_y = dev_f(g, n), *d_dy = dev_from(g, dy, n);
+	float *d_dx = dev_f(g, n);
+
+	fwd_cpu(n, x, y);
+	CHECK_OK(fwd(g->ctx->stream, n, d_x, d_y));
+	CHECK_LE(max_abs_diff(down(g, d_y, n), y, n), 0);
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(g, dx0, n);
+		if (acc)
+			put(g, d_dx, dx0, n * sizeof(float));
+		else
+			poison(g, d_dx, n * sizeof(float));
+		bwd_cpu(n, y, dy, dx, acc);
+		CHECK_OK(bwd(g->ctx->stream, n, d_y, d_dy, d_dx, acc));
+		CHECK_LE(max_abs_diff(down(g, d_dx, n), dx, n), 0);
+	}
+}
+
+TEST(cuda_relu_relu6_match_cpu)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 3);
+	check_activation(&g, relu_fwd_cuda, relu_bwd_cuda, relu_fwd_cpu_f32, relu_bwd_cpu_f32);
+	check_activation(&g, relu6_fwd_cuda, relu6_bwd_cuda, relu6_fwd_cpu_f32, relu6_bwd_cpu_f32);
+	gpu_close(&g);
+}
+
+TEST(cuda_add_grad_pass_fill_copy)
+{
+	struct gpu g;
+	const size_t n = 4099;
+	GPU_OPEN(&g, 4);
+	float *a = host_rand(&g, n, 1, 0), *b = host_rand(&g, n, 1, 0), *y = host_f(&g, n);
+	float *d_a = dev_from(&g, a, n), *d_b = dev_from(&g, b, n), *d_y = dev_f(&g, n);
+
+	add_fwd_cpu_f32(n, a, b, y);
+	CHECK_OK(add_fwd_cuda(g.ctx->stream, n, d_a, d_b, d_y));
+	CHECK_LE(max_abs_diff(down(&g, d_y, n), y, n), 0);
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(&g, b, n);
+		put(&g, d_y, b, n * sizeof(float));
+		if (!acc)
+			poison(&g, d_y, n * sizeof(float));
+		grad_pass_cpu_f32(n, a, dx, acc);
+		CHECK_OK(grad_pass_cuda(g.ctx->stream, n, d_a, d_y, acc));
+		CHECK_LE(max_abs_diff(down(&g, d_y, n), dx, n), 0);
+	}
+	float *h = host_f(&g, n);
+	CHECK_OK(fill_cuda(g.ctx->stream, d_y, n, -3.25f));
+	get(&g, h, d_y, n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		CHECK_MSG(h[i] == -3.25f, "fill: h[%zu] = %g", i, h[i]);
+	CHECK_OK(copy_cuda(g.ctx->stream, d_y, d_a, n));
+	CHECK_LE(max_abs_diff(down(&g, d_y, n), a, n), 0);
+	gpu_close(&g);
+}
+
+TEST(cuda_bias_add_channel_sum)
+{
+	struct gpu g;
+	const int n = 3, c = 5, hw = 37;
+	const size_t count = (size_t)n * c * hw;
+	GPU_OPEN(&g, 5);
+	float *y = host_rand(&g, count, 1, 0), *b = host_rand(&g, c, 1, 0);
+	float *d_y = dev_from(&g, y, count), *d_b = dev_from(&g, b, c), *d_db = dev_f(&g, c);
+	float *want = host_f(&g, count), *want_db = host_f(&g, c);
+
+	for (size_t i = 0; i < count; i++)
+		want[i] = y[i] + b[i / hw % c];
+	for (int ch = 0; ch < c; ch++) {
+		double s = 0;
+		for (int ni = 0; ni < n; ni++)
+			for (int j = 0; j < hw; j++)
+				s += y[((size_t)ni * c + ch) * hw + j];
+		want_db[ch] = (float)s;
+	}
+	CHECK_OK(channel_sum_cuda(g.ctx->stream, n, c, hw, d_y, d_db));
+	CHECK_LE(rel_err_norm_f32(down(&g, d_db, c), want_db, c), 1e-6);
+	CHECK_OK(bias_add_cuda(g.ctx->stream, n, c, hw, d_b, d_y));
+	CHECK_LE(max_abs_diff(down(&g, d_y, count), want, count), 0);
+	gpu_close(&g);
+}
+
+/* --- pooling ----------------------------------------------------------------------------- */
+
+TEST(cuda_maxpool_matches_cpu)
+{
+	static const int cfg[][6] = {
+		/* n, c, h, k, stride, pad */
+		{ 2, 3, 11, 3, 2, 1 }, /* ResNet stem pool */
+		{ 2, 4, 8, 2, 2, 0 },
+		{ 1, 2, 7, 3, 1, 1 },  /* overlapping windows: one input feeds several */
+	};
+	struct gpu g;
+	GPU_OPEN(&g, 6);
+	for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); t++) {
+		struct pool_args a = { .n = cfg[t][0], .c = cfg[t][1], .h_in = cfg[t][2],
+				       .w_in = cfg[t][2] + 1, .k = cfg[t][3], .stride = cfg[t][4],
+				       .pad = cfg[t][5] };
+		a.h_out = conv_out_size(a.h_in, a.k, a.stride, a.pad);
+		a.w_out = conv_out_size(a.w_in, a.k, a.stride, a.pad);
+		size_t nx = (size_t)a.n * a.c * a.h_in * a.w_in, ny = (size_t)a.n * a.c * a.h_out * a.w_out;
+		float *x = host_rand(&g, nx, 1, 0), *y = host_f(&g, ny), *dy = host_rand(&g, ny, 1, 0);
+		float *dx0 = host_rand(&g, nx, 1, 0);
+		int32_t *am = host_bytes(&g, ny * 4), *am_gpu = host_bytes(&g, ny * 4);
+		float *d_x = dev_from(&g, x, nx), *d_y = dev_f(&g, ny), *d_dy = dev_from(&g, dy, ny);
+		float *d_dx = dev_f(&g, nx);
+		int32_t *d_am = dev_bytes(&g, ny * 4);
+
+		maxpool_fwd_cpu_f32(&a, x, y, am);
+		CHECK_OK(maxpool_fwd_cuda(g.ctx->stream, &a, d_x, d_y, d_am));
+		CHECK_LE(max_abs_diff(down(&g, d_y, ny), y, ny), 0);
+		get(&g, am_gpu, d_am, ny * 4);
+		CHECK(memcmp(am_gpu, am, ny * 4) == 0);
+		for (int acc = 0; acc <= 1; acc++) {
+			float *dx = copy_f(&g, dx0, nx);
+			put(&g, d_dx, dx0, nx * sizeof(float));
+			if (!acc)
+				poison(&g, d_dx, nx * sizeof(float));
+			maxpool_bwd_cpu_f32(&a, dy, am, dx, acc);
+			CHECK_OK(maxpool_bwd_cuda(g.ctx->stream, &a, d_dy, d_am, d_dx, acc));
+			CHECK_LE(rel_err_norm_f32(down(&g, d_dx, nx), dx, nx), 1e-6);
+		}
+	}
+	gpu_close(&g);
+}
+
+TEST(cuda_avgpool_global_matches_cpu)
+{
+	static const int cfg[][3] = { { 3, 5, 49 }, { 2, 7, 1 }, { 2, 3, 100 } };
+	struct gpu g;
+	GPU_OPEN(&g, 7);
+	for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); t++) {
+		int n = cfg[t][0], c = cfg[t][1], hw = cfg[t][2];
+		size_t nx = (size_t)n * c * hw, ny = (size_t)n * c;
+		float *x = host_rand(&g, nx, 1, 0.5), *y = host_f(&g, ny), *dy = host_rand(&g, ny, 1, 0);
+		float *dx0 = host_rand(&g, nx, 1, 0);
+		float *d_x = dev_from(&g, x, nx), *d_y = dev_f(&g, ny), *d_dy = dev_from(&g, dy, ny);
+		float *d_dx = dev_f(&g, nx);
+
+		avgpool_global_fwd_cpu_f32(n, c, hw, x, y);
+		CHECK_OK(avgpool_global_fwd_cuda(g.ctx->stream, n, c, hw, d_x, d_y));
+		CHECK_LE(rel_err_norm_f32(down(&g, d_y, ny), y, ny), 1e-6);
+		for (int acc = 0; acc <= 1; acc++) {
+			float *dx = copy_f(&g, dx0, nx);
+			put(&g, d_dx, dx0, nx * sizeof(float));
+			if (!acc)
+				poison(&g, d_dx, nx * sizeof(float));
+			avgpool_global_bwd_cpu_f32(n, c, hw, dy, dx, acc);
+			CHECK_OK(avgpool_global_bwd_cuda(g.ctx->stream, n, c, hw, d_dy, d_dx, acc));
+			CHECK_LE(rel_err_norm_f32(down(&g, d_dx, nx), dx, nx), 1e-6);
+		}
+	}
+	gpu_close(&g);
+}
+
+/* --- dropout ----------------------------------------------------------------------------- */
+
+TEST(cuda_dropout_matches_cpu)
+{
+	struct gpu g;
+	struct dropout_args a = { .count = 10001, .p = 0.3 };
+	GPU_OPEN(&g, 8);
+	size_t n = a.count;
+	uint8_t *mask = host_bytes(&g, n);
+	float *x = host_rand(&g, n, 1, 0), *y = host_f(&g, n), *dx0 = host_rand(&g, n, 1, 0);
+	float *d_x = dev_from(&g, x, n), *d_y = dev_f(&g, n), *d_dx = dev_f(&g, n);
+	uint8_t *d_mask = dev_bytes(&g, n);
+
+	dropout_mask_cpu(n, a.p, 1234, mask);
+	put(&g, d_mask, mask, n);
+	dropout_fwd_cpu_f32(&a, mask, x, y);
+	CHECK_OK(dropout_fwd_cuda(g.ctx->stream, &a, d_mask, d_x, d_y));
+	CHECK_LE(rel_err_norm_f32(down(&g, d_y, n), y, n), 1e-6);
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(&g, dx0, n);
+		put(&g, d_dx, dx0, n * sizeof(float));
+		if (!acc)
+			poison(&g, d_dx, n * sizeof(float));
+		dropout_bwd_cpu_f32(&a, mask, x, dx, acc);
+		CHECK_OK(dropout_bwd_cuda(g.ctx->stream, &a, d_mask, d_x, d_dx, acc));
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dx, n), dx, n), 1e-6);
+	}
+	gpu_close(&g);
+}
+
+TEST(cuda_dropout_mask_is_counter_based)
+{
+	struct gpu g;
+	const size_t n = (size_t)1 << 20, shift = 1000;
+	GPU_OPEN(&g, 9);
+	uint8_t *m1 = host_bytes(&g, n), *m2 = host_bytes(&g, n);
+	uint8_t *d_m = dev_bytes(&g, n);
+	size_t kept = 0, same = 0;
+
+	CHECK_OK(dropout_mask_cuda(g.ctx->stream, n, 0.3, 42, 0, d_m));
+	get(&g, m1, d_m, n);
+	for (size_t i = 0; i < n; i++) {
+		CHECK_MSG(m1[i] <= 1, "mask[%zu] = %d", i, m1[i]);
+		kept += m1[i];
+	}
+	CHECK_NEAR((double)kept / n, 0.7, 0.003); /* 6 standard deviations */
+
+	/* Element i of offset `shift` is element i + shift of offset 0. */
+	CHECK_OK(dropout_mask_cuda(g.ctx->stream, n, 0.3, 42, shift, d_m));
+	get(&g, m2, d_m, n);
+	CHECK(memcmp(m2, m1 + shift, n - shift) == 0);
+
+	/* Another seed gives another mask: about 2 p (1 - p) = 42% of places differ. */
+	CHECK_OK(dropout_mask_cuda(g.ctx->stream, n, 0.3, 43, 0, d_m));
+	get(&g, m2, d_m, n);
+	for (size_t i = 0; i < n; i++)
+		same += m1[i] == m2[i];
+	CHECK_NEAR((double)same / n, 0.58, 0.01);
+
+	CHECK_OK(dropout_mask_cuda(g.ctx->stream, n, 0.0, 42, 0, d_m));
+	get(&g, m2, d_m, n);
+	kept = 0;
+	for (size_t i = 0; i < n; i++)
+		kept += m2[i];
+	CHECK_EQ_INT(kept, n);
+	CHECK_OK(dropout_mask_cuda(g.ctx->stream, n, 1.0, 42, 0, d_m));
+	get(&g, m2, d_m, n);
+	kept = 0;
+	for (size_t i = 0; i < n; i++)
+		kept += m2[i];
+	CHECK_EQ_INT(kept, 0);
+	CHECK_EQ_INT(dropout_mask_cuda(g.ctx->stream, n, 1.5, 42, 0, d_m), GP_EINVAL);
+	gpu_close(&g);
+}
+
+/* --- loss, optimizer ------------------------------------------------------------------------ */
+
+TEST(cuda_softmax_xent_matches_cpu)
+{
+	static const int cfg[][2] = { { 37, 1000 }, { 64, 10 }, { 1, 3 } };
+	struct gpu g;
+	GPU_OPEN(&g, 10);
+	for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); t++) {
+		int n = cfg[t][0], k = cfg[t][1], correct = -1, correct_gpu = -1;
+		size_t nl = (size_t)n * k;
+		float *logits = host_rand(&g, nl, 3, 0), *dl = host_f(&g, nl);
+		int32_t *labels = host_bytes(&g, n * sizeof(int32_t));
+		double loss_gpu = NAN;
+		for (int i = 0; i < n; i++) {
+			labels[i] = (int32_t)rng_below(&g.rng, k);
+			if (i % 2) /* make about half of the predictions right */
+				logits[(size_t)i * k + labels[i]] += 30.0f;
+		}
+		float *d_logits = dev_from(&g, logits, nl), *d_dl = dev_f(&g, nl);
+		float *d_scratch = dev_f(&g, 2 * (size_t)n);
+		int32_t *d_labels = dev_bytes(&g, n * sizeof(int32_t));
+		double *d_loss = dev_bytes(&g, sizeof(double));
+		int *d_correct = dev_bytes(&g, sizeof(int));
+		put(&g, d_labels, labels, n * sizeof(int32_t));
+
+		double loss = softmax_xent_cpu_f32(n, k, logits, labels, dl, &correct);
+		CHECK_OK(softmax_xent_cuda(g.ctx->stream, n, k, d_logits, d_labels, d_dl, d_scratch,
+					   d_loss, d_correct));
+		get(&g, &loss_gpu, d_loss, sizeof(double));
+		get(&g, &correct_gpu, d_correct, sizeof(int));
+		CHECK_NEAR(loss_gpu, loss, 1e-6 * fabs(loss));
+		CHECK_EQ_INT(correct_gpu, correct);
+		CHECK(correct >= n / 2);
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dl, nl), dl, nl), 1e-6);
+	}
+	gpu_close(&g);
+}
+
+TEST(cuda_sgd_matches_cpu)
+{
+	static const struct sgd_args cfg[] = {
+		{ .lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4 },
+		{ .lr = 0.05, .momentum = 0.9, .nesterov = 1 },
+		{ .lr = 0.1, .momentum = 0.8, .dampening = 0.1, .weight_decay = 5e-4 },
+		{ .lr = 0.2, .weight_decay = 1e-4 }, /* no momentum: no buffer */
+	};
+	const size_t n = 1003;
+	struct gpu g;
+	GPU_OPEN(&g, 11);
+	for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); t++) {
+		/* Offset 0 takes the float4 path, offset 1 the unaligned scalar one. */
+		for (int off = 0; off <= 1; off++) {
+			float *p = host_rand(&g, n, 1, 0), *buf = host_f(&g, n);
+			float *d_p = dev_f(&g, n + 1), *d_g = dev_f(&g, n + 1), *d_buf = dev_f(&g, n + 1);
+			float *mbuf = cfg[t].momentum != 0 ? d_buf + off : NULL;
+			put(&g, d_p + off, p, n * sizeof(float));
+			for (int step = 0; step < 3; step++) {
+				struct sgd_args a = cfg[t];
+				float *grad = host_rand(&g, n, 1, 0);
+				a.first_step = step == 0;
+				put(&g, d_g + off, grad, n * sizeof(float));
+				sgd_step_cpu_f32(&a, n, p, grad, buf);
+				CHECK_OK(sgd_step_cuda(g.ctx->stream, &a, n, d_p + off, d_g + off, mbuf));
+			}
+			CHECK_LE(rel_err_norm_f32(down(&g, d_p + off, n), p, n), 1e-6);
+			if (mbuf)
+				CHECK_LE(rel_err_norm_f32(down(&g, mbuf, n), buf, n), 1e-6);
+		}
+	}
+	gpu_close(&g);
+}
+
+/* --- convolution ------------------------------------------------------------------------ */
+
+static struct conv2d_args conv_args(int n, int c_in, int h, int c_out, int k, int stride, int pad,
+				    int groups, int bias)
+{
+	struct conv2d_args a = { .n = n, .c_in = c_in, .h_in = h, .w_in = h + 2, .c_out = c_out,
+				 .kh = k, .kw = k, .stride = stride, .pad = pad, .groups = groups,
+				 .has_bias = bias };
+	a.h_out = conv_out_size(a.h_in, k, stride, pad);
+	a.w_out = conv_out_size(a.w_in, k, stride, pad);
+	return a;
+}
+
+static const struct conv2d_args *conv_cases(size_t *count)
+{
+	static struct conv2d_args cases[9];
+	cases[0] = conv_args(2, 3, 17, 8, 7, 2, 3, 1, 0);    /* stem 7x7 s2 p3 */
+	cases[1] = conv_args(2, 16, 9, 16, 3, 1, 1, 1, 0);   /* 3x3 s1 */
+	cases[2] = conv_args(2, 16, 9, 32, 3, 2, 1, 1, 0);   /* 3x3 s2 */
+	cases[3] = conv_args(2, 32, 8, 16, 1, 1, 0, 1, 0);   /* 1x1 */
+	cases[4] = conv_args(2, 16, 8, 32, 1, 2, 0, 1, 0);   /* 1x1 s2 downsample */
+	cases[5] = conv_args(2, 24, 10, 24, 3, 1, 1, 24, 0); /* depthwise 3x3 */
+	cases[6] = conv_args(2, 24, 10, 24, 3, 2, 1, 24, 0); /* depthwise 3x3 s2 */
+	cases[7] = conv_args(2, 8, 7, 12, 3, 1, 1, 2, 1);    /* groups 2, bias */
+	cases[8] = conv_args(3, 5, 6, 7, 3, 1, 0, 1, 1);     /* bias, no padding */
+	*count = sizeof(cases) / sizeof(cases[0]);
+	return cases;
+}
+
+static void check_conv(struct gpu *g, const struct conv2d_args *a, double tol)
+{
+	size_t nx = (size_t)a->n * a->c_in * a->h_in * a->w_in;
+	size_t ny = (size_t)a->n * a->c_out * a->h_out * a->w_out;
+	size_t nw = (size_t)a->c_out * (a->c_in / a->groups) * a->kh * a->kw;
+	size_t nb = a->has_bias ? a->c_out : 0;
+	float *x = host_rand(g, nx, 1, 0), *w = host_rand(g, nw, 0.3, 0), *y = host_f(g, ny);
+	float *b = nb ? host_rand(g, nb, 1, 0) : NULL, *db = nb ? host_f(g, nb) : NULL;
+	float *dy = host_rand(g, ny, 1, 0), *dx0 = host_rand(g, nx, 1, 0), *dw = host_f(g, nw);
+	float *d_x = dev_from(g, x, nx), *d_w = dev_from(g, w, nw), *d_y = dev_f(g, ny);
+	float *d_b = nb ? dev_from(g, b, nb) : NULL, *d_db = nb ? dev_f(g, nb) : NULL;
+	float *d_dy = dev_from(g, dy, ny), *d_dx = dev_f(g, nx), *d_dw = dev_f(g, nw);
+	char what[160];
+
+	snprintf(what, sizeof(what), "conv n%d %d->%d %dx%d k%d s%d p%d g%d bias%d", a->n,
+		 a->c_in, a->c_out, a->h_in, a->w_in, a->kh, a->stride, a->pad, a->groups,
+		 a->has_bias);
+	conv2d_fwd_cpu_f32(a, x, w, b, y);
+	CHECK_OK(conv2d_fwd_cuda(g->ctx, a, d_x, d_w, d_b, d_y));
+	double e = rel_err_norm_f32(down(g, d_y, ny), y, ny);
+	CHECK_MSG(e <= tol, "%s: forward error %.3g > %.3g", what, e, tol);
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(g, dx0, nx);
+		put(g, d_dx, dx0, nx * sizeof(float));
+		if (!acc)
+			poison(g, d_dx, nx * sizeof(float));
+		conv2d_bwd_data_cpu_f32(a, dy, w, dx, acc);
+		CHECK_OK(conv2d_bwd_data_cuda(g->ctx, a, d_dy, d_w, d_dx, acc));
+		e = rel_err_norm_f32(down(g, d_dx, nx), dx, nx);
+		CHECK_MSG(e <= tol, "%s: backward data (accumulate %d) error %.3g > %.3g", what, acc,
+			  e, tol);
+	}
+	conv2d_bwd_filter_cpu_f32(a, x, dy, dw, db);
+	CHECK_OK(conv2d_bwd_filter_cuda(g->ctx, a, d_x, d_dy, d_dw, d_db));
+	e = rel_err_norm_f32(down(g, d_dw, nw), dw, nw);
+	CHECK_MSG(e <= tol, "%s: backward filter error %.3g > %.3g", what, e, tol);
+	if (nb) {
+		e = rel_err_norm_f32(down(g, d_db, nb), db, nb);
+		CHECK_MSG(e <= 1e-5, "%s: bias gradient error %.3g", what, e);
+	}
+}
+
+TEST(cuda_conv_fp32_matches_cpu)
+{
+	struct gpu g;
+	size_t n;
+	GPU_OPEN(&g, 12);
+	const struct conv2d_args *cases = conv_cases(&n);
+	for (size_t i = 0; i < n; i++)
+		check_conv(&g, &cases[i], 1e-5);
+	gpu_close(&g);
+}
+
+TEST(cuda_conv_tf32_matches_cpu)
+{
+	struct gpu g;
+	size_t n;
+	GPU_OPEN(&g, 13);
+	CHECK_OK(cuda_ctx_set_math(g.ctx, CUDA_MATH_TF32));
+	const struct conv2d_args *cases = conv_cases(&n);
+	for (size_t i = 0; i < n; i++)
+		check_conv(&g, &cases[i], 5e-3);
+	gpu_close(&g);
+}
+
+TEST(cuda_conv_plan_cache)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 14);
+	struct conv2d_args a = conv_args(4, 16, 14, 32, 3, 1, 1, 1, 0);
+	CHECK_EQ_INT(g.ctx->n_plans, 0);
+	CHECK_OK(conv2d_plan_cuda(g.ctx, &a));
+	CHECK_OK(conv2d_plan_cuda(g.ctx, &a));
+	CHECK_EQ_INT(g.ctx->n_plans, 1);
+	a.has_bias = 1; /* the bias does not change the plan */
+	CHECK_OK(conv2d_plan_cuda(g.ctx, &a));
+	CHECK_EQ_INT(g.ctx->n_plans, 1);
+	a.n = 8; /* another batch is another shape */
+	CHECK_OK(conv2d_plan_cuda(g.ctx, &a));
+	CHECK_EQ_INT(g.ctx->n_plans, 2);
+	CHECK_OK(cuda_ctx_set_math(g.ctx, CUDA_MATH_TF32));
+	CHECK_OK(conv2d_plan_cuda(g.ctx, &a));
+	CHECK_EQ_INT(g.ctx->n_plans, 3);
+	/* Measuring scratch is gone: the only workspace left is the shared one. */
+	CHECK_EQ_INT(g.mem.cur_bytes[MEM_WORKSPACE], g.ctx->workspace_bytes);
+	CHECK(g.ctx->workspace_bytes <= g.ctx->workspace_limit_bytes);
+	CHECK(g.mem.peak_bytes[MEM_WORKSPACE] >= g.ctx->workspace_bytes);
+
+	/* With no workspace allowed, a new shape still gets a plan and nothing grows. */
+	size_t ws = g.ctx->workspace_bytes;
+	g.ctx->workspace_limit_bytes = 0;
+	struct conv2d_args b = conv_args(2, 32, 12, 64, 3, 2, 1, 1, 0);
+	CHECK_OK(conv2d_plan_cuda(g.ctx, &b));
+	CHECK_EQ_INT(g.ctx->n_plans, 4);
+	CHECK_EQ_INT(g.ctx->workspace_bytes, ws);
+	check_conv(&g, &b, 5e-3);
+
+	struct conv2d_args bad = conv_args(2, 6, 8, 8, 3, 1, 1, 4, 0); /* 6 % 4 != 0 */
+	CHECK_EQ_INT(conv2d_plan_cuda(g.ctx, &bad), GP_EINVAL);
+	conv2d_plans_clear(g.ctx);
+	CHECK_EQ_INT(g.ctx->n_plans, 0);
+	gpu_close(&g);
+}
+
+/* --- batch norm --------------------------------------------------------------------------- */
+
+TEST(cuda_batchnorm_matches_cpu)
+{
+	struct gpu g;
+	struct bn_args a = { .n = 8, .c = 16, .h = 12, .w = 11, .eps = 1e-5, .momentum = 0.1 };
+	GPU_OPEN(&g, 15);
+	size_t nx = (size_t)a.n * a.c * a.h * a.w, c = a.c;
+	float *x = host_rand(&g, nx, 2, 1), *y = host_f(&g, nx), *dy = host_rand(&g, nx, 1, 0);
+	float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 1, 0);
+	float *rm = host_rand(&g, c, 1, 0), *rv = host_rand(&g, c, 0.2, 1.5);
+	float *mean = host_f(&g, c), *invstd = host_f(&g, c), *dx0 = host_rand(&g, nx, 1, 0);
+	float *dgamma = host_f(&g, c), *dbeta = host_f(&g, c);
+	float *d_x = dev_from(&g, x, nx), *d_y = dev_f(&g, nx), *d_dy = dev_from(&g, dy, nx);
+	float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
+	float *d_rm = dev_from(&g, rm, c), *d_rv = dev_from(&g, rv, c);
+	float *d_mean = dev_f(&g, c), *d_invstd = dev_f(&g, c), *d_dx = dev_f(&g, nx);
+	float *d_dgamma = dev_f(&g, c), *d_dbeta = dev_f(&g, c);
+
+	bn_fwd_train_cpu_f32(&a, x, gamma, beta, y, mean, invstd, rm, rv);
+	CHECK_OK(bn_fwd_train_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_y, d_mean, d_invstd, d_rm,
+				   d_rv));
+	CHECK_LE(rel_err_norm_f32(down(&g, d_y, nx), y, nx), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_mean, c), mean, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_invstd, c), invstd, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_rm, c), rm, c), 1e-5);
+	/* Unbiased running variance, as PyTorch: a biased one is off by m / (m - 1). */
+	CHECK_LE(rel_err_norm_f32(down(&g, d_rv, c), rv, c), 1e-5);
+
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(&g, dx0, nx);
+		put(&g, d_dx, dx0, nx * sizeof(float));
+		if (!acc)
+			poison(&g, d_dx, nx * sizeof(float));
+		poison(&g, d_dgamma, c * sizeof(float));
+		poison(&g, d_dbeta, c * sizeof(float));
+		bn_bwd_cpu_f32(&a, x, dy, gamma, mean, invstd, dx, acc, dgamma, dbeta);
+		CHECK_OK(bn_bwd_cuda(g.ctx, &a, d_x, d_dy, d_gamma, d_mean, d_invstd, d_dx, acc,
+				     d_dgamma, d_dbeta));
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dx, nx), dx, nx), 1e-5);
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dgamma, c), dgamma, c), 1e-5);
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dbeta, c), dbeta, c), 1e-5);
+	}
+
+	/* Evaluation with the updated running statistics (same on both sides). */
+	poison(&g, d_y, nx * sizeof(float));
+	bn_fwd_eval_cpu_f32(&a, x, gamma, beta, rm, rv, y);
+	put(&g, d_rm, rm, c * sizeof(float));
+	put(&g, d_rv, rv, c * sizeof(float));
+	CHECK_OK(bn_fwd_eval_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_rm, d_rv, d_y));
+	CHECK_LE(rel_err_norm_f32(down(&g, d_y, nx), y, nx), 1e-5);
+	gpu_close(&g);
+}
+
+/* --- linear ----------------------------------------------------------------------------- */
+
+static void check_linear(struct gpu *g, const struct linear_args *a, double tol)
+{
+	size_t nx = (size_t)a->n * a->in, ny = (size_t)a->n * a->out, nw = (size_t)a->out * a->in;
+	size_t nb = a->has_bias ? a->out : 0;
+	float *x = host_rand(g, nx, 1, 0), *w = host_rand(g, nw, 0.1, 0), *y = host_f(g, ny);
+	float *b = nb ? host_rand(g, nb, 1, 0) : NULL, *db = nb ? host_f(g, nb) : NULL;
+	float *dy = host_rand(g, ny, 1, 0), *dx0 = host_rand(g, nx, 1, 0), *dw = host_f(g, nw);
+	float *d_x = dev_from(g, x, nx), *d_w = dev_from(g, w, nw), *d_y = dev_f(g, ny);
+	float *d_b = nb ? dev_from(g, b, nb) : NULL, *d_db = nb ? dev_f(g, nb) : NULL;
+	float *d_dy = dev_from(g, dy, ny), *d_dx = dev_f(g, nx), *d_dw = dev_f(g, nw);
+
+	linear_fwd_cpu_f32(a, x, w, b, y);
+	CHECK_OK(linear_fwd_cuda(g->ctx, a, d_x, d_w, d_b, d_y));
+	CHECK_LE(rel_err_norm_f32(down(g, d_y, ny), y, ny), tol);
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(g, dx0, nx);
+		put(g, d_dx, dx0, nx * sizeof(float));
+		if (!acc)
+			poison(g, d_dx, nx * sizeof(float));
+		linear_bwd_data_cpu_f32(a, dy, w, dx, acc);
+		CHECK_OK(linear_bwd_data_cuda(g->ctx, a, d_dy, d_w, d_dx, acc));
+		CHECK_LE(rel_err_norm_f32(down(g, d_dx, nx), dx, nx), tol);
+	}
+	linear_bwd_weight_cpu_f32(a, x, dy, dw, db);
+	CHECK_OK(linear_bwd_weight_cuda(g->ctx, a, d_x, d_dy, d_dw, d_db));
+	CHECK_LE(rel_err_norm_f32(down(g, d_dw, nw), dw, nw), tol);
+	if (nb)
+		CHECK_LE(rel_err_norm_f32(down(g, d_db, nb), db, nb), 1e-5);
+}
+
+TEST(cuda_linear_matches_cpu)
+{
+	static const struct linear_args cfg[] = {
+		{ .n = 33, .in = 517, .out = 129, .has_bias = 1 },
+		{ .n = 8, .in = 64, .out = 10, .has_bias = 0 },
+		{ .n = 64, .in = 2048, .out = 1000, .has_bias = 1 }, /* ResNet-50 head */
+	};
+	struct gpu g;
+	GPU_OPEN(&g, 16);
+	for (int math = CUDA_MATH_FP32; math <= CUDA_MATH_TF32; math++) {
+		CHECK_OK(cuda_ctx_set_math(g.ctx, math));
+		for (size_t t = 0; t < sizeof(cfg) / sizeof(cfg[0]); t++)
+			check_linear(&g, &cfg[t], math == CUDA_MATH_TF32 ? 5e-3 : 1e-5);
+	}
+	gpu_close(&g);
+}
