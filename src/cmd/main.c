@@ -15,6 +15,7 @@ struct command {
 static const struct command commands[] = {
 	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
 	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
+	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ NULL, NULL, NULL },
 };
 

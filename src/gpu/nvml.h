@@ -1,0 +1,65 @@
+/* NVML, the driver's monitoring library, loaded at run time with dlopen so that the
+ * program builds and runs on machines without a driver (there is no nvml.h here
+ * either). GPUPERF_NVML_LIB overrides the library path, which is how tests load a
+ * fake library with canned values. Every function returns 0 or a negative GP_E*. */
+#ifndef GP_NVML_H
+#define GP_NVML_H
+
+#include <stddef.h>
+
+/* Load the library and initialize NVML; reference counted and thread-safe, so
+ * every nvml_open() is paired with one nvml_close(). No library or no driver gives
+ * GP_ENODEV with the loader's reason. */
+int nvml_open(void);
+void nvml_close(void);
+
+int nvml_device_count(int *n);
+
+/* What does not change while the program runs. */
+struct nvml_static_info {
+	char name[96];
+	char uuid[96];
+	char driver_version[64];
+	int cuda_driver_version; /* 12040 for CUDA 12.4 */
+	size_t mem_total_bytes;
+	unsigned power_limit_mw;
+	unsigned max_sm_clock_mhz, max_mem_clock_mhz;
+};
+
+int nvml_static_info(int dev, struct nvml_static_info *out);
+
+/* One reading of the changing counters. Counters the device does not support read
+ * as 0 rather than failing the whole sample. */
+struct nvml_sample {
+	double t_s; /* CLOCK_MONOTONIC seconds */
+	unsigned util_gpu_pct, util_mem_pct;
+	size_t mem_used_bytes, mem_total_bytes;
+	unsigned power_mw, temp_c, sm_clock_mhz, mem_clock_mhz;
+	unsigned long long throttle_reasons; /* NVML clocks-event reason bits */
+};
+
+int nvml_sample(int dev, struct nvml_sample *out);
+
+/* Device memory used by process pid as nvidia-smi shows it (context, library code
+ * and caching allocator included); GP_ENOTFOUND when pid has no context on dev. */
+int nvml_process_mem_bytes(int dev, unsigned pid, size_t *bytes);
+
+/* The driver's own utilization samples newer than *last_ts_us (0: all it keeps),
+ * at most cap of them, oldest first: pct[i] at t_s[i] (CLOCK_MONOTONIC seconds).
+ * *last_ts_us advances to the newest sample returned. GP_EUNSUPPORTED when the
+ * library or device does not offer them. */
+int nvml_util_samples(int dev, unsigned long long *last_ts_us, double *pct, double *t_s,
+		      int cap, int *n);
+
+/* "sw_power_cap,hw_slowdown" for a reason mask, "none" for 0; returns buf. */
+const char *nvml_throttle_reason_str(unsigned long long mask, char *buf, size_t cap);
+
+/* A thread that takes one nvml_sample every interval until stopped. */
+struct nvml_sampler;
+
+int nvml_sampler_start(struct nvml_sampler **out, int dev, double interval_s);
+/* Stop the thread and hand over what it recorded (the caller frees *samples).
+ * Returns the first sampling error, if any, after handing the samples over. */
+int nvml_sampler_stop(struct nvml_sampler *s, struct nvml_sample **samples, int *n);
+
+#endif

@@ -1,0 +1,203 @@
+/* JSON results and the atomic file writes that every report output goes through. */
+#include "report/result.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/version.h"
+
+void result_utc_str(time_t t, char *buf, size_t cap)
+{
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+json_t *result_new(const char *command, int argc, char **argv)
+{
+	char started[32], host[256] = "";
+	json_t *args = json_array();
+	if (!args)
+		return NULL;
+	for (int i = 0; i < argc; i++)
+		if (json_array_append_new(args, json_string(argv[i])) < 0)
+			goto free_args;
+	if (gethostname(host, sizeof(host) - 1) != 0)
+		snprintf(host, sizeof(host), "unknown");
+	result_utc_str(time(NULL), started, sizeof(started));
+	/* "o" steals args, also when pack fails. */
+	return json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:n, s:{}, s:{}}",
+			 "schema", RESULT_SCHEMA,
+			 "gpuperf_version", GPUPERF_VERSION,
+			 "command", command,
+			 "argv", args,
+			 "started_utc", started,
+			 "host", host,
+			 "gpu",
+			 "settings",
+			 "measurements");
+free_args:
+	json_decref(args);
+	return NULL;
+}
+
+int result_set_gpu(json_t *res, json_t *gpu)
+{
+	if (!json_is_object(gpu)) {
+		json_decref(gpu);
+		return gp_error(GP_EINVAL, "result gpu must be a JSON object");
+	}
+	if (json_object_set_new(res, "gpu", gpu) < 0)
+		return gp_error(GP_ENOMEM, "cannot set the result's gpu");
+	return 0;
+}
+
+json_t *result_gpu_from_nvml(const struct nvml_static_info *info)
+{
+	char cuda[16];
+	snprintf(cuda, sizeof(cuda), "%d.%d", info->cuda_driver_version / 1000,
+		 info->cuda_driver_version % 1000 / 10);
+	return json_pack("{s:s, s:s, s:s, s:s, s:f, s:f, s:i, s:i}",
+			 "name", info->name,
+			 "uuid", info->uuid,
+			 "driver_version", info->driver_version,
+			 "cuda_driver_version", cuda,
+			 "memory_mib", info->mem_total_bytes / 1048576.0,
+			 "power_limit_w", info->power_limit_mw / 1000.0,
+			 "max_sm_clock_mhz", (json_int_t)info->max_sm_clock_mhz,
+			 "max_mem_clock_mhz", (json_int_t)info->max_mem_clock_mhz);
+}
+
+int path_mkdirs(const char *dir)
+{
+	char buf[4096];
+	size_t len = strlen(dir);
+	if (len == 0)
+		return 0;
+	if (len >= sizeof(buf))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", dir);
+	memcpy(buf, dir, len + 1);
+	/* Create each prefix ending before a '/', then the whole path. */
+	for (size_t i = 1; i <= len; i++) {
+		if (buf[i] != '/' && buf[i] != 0)
+			continue;
+		char saved = buf[i];
+		buf[i] = 0;
+		if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+			return gp_error(GP_EIO, "cannot create directory '%s': %s", buf,
+					strerror(errno));
+		buf[i] = saved;
+	}
+	struct stat st;
+	if (stat(dir, &st) != 0)
+		return gp_error(GP_EIO, "cannot create directory '%s': %s", dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return gp_error(GP_EIO, "cannot create directory '%s': %s", dir,
+				strerror(ENOTDIR));
+	return 0;
+}
+
+int atomic_file_open(struct atomic_file *af, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	int dir_len = slash ? (int)(slash - path + 1) : 0;
+	int fd;
+
+	af->f = NULL;
+	if (snprintf(af->path, sizeof(af->path), "%s", path) >= (int)sizeof(af->path) ||
+	    snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.XXXXXX", dir_len, path,
+		     path + dir_len) >= (int)sizeof(af->tmp_path))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	fd = mkstemp(af->tmp_path);
+	if (fd < 0)
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
+	fchmod(fd, 0644);
+	af->f = fdopen(fd, "w");
+	if (!af->f) {
+		int err = errno;
+		close(fd);
+		unlink(af->tmp_path);
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(err));
+	}
+	return 0;
+}
+
+int atomic_file_commit(struct atomic_file *af)
+{
+	int err = 0;
+	if (fflush(af->f) != 0 || ferror(af->f))
+		err = errno ? errno : EIO;
+	else if (fsync(fileno(af->f)) != 0)
+		err = errno;
+	if (fclose(af->f) != 0 && !err)
+		err = errno;
+	af->f = NULL;
+	if (!err && rename(af->tmp_path, af->path) != 0)
+		err = errno;
+	if (err) {
+		unlink(af->tmp_path);
+		return gp_error(GP_EIO, "cannot write '%s': %s", af->path, strerror(err));
+	}
+	return 0;
+}
+
+void atomic_file_abort(struct atomic_file *af)
+{
+	if (af->f)
+		fclose(af->f);
+	af->f = NULL;
+	unlink(af->tmp_path);
+}
+
+int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
+		 size_t cap)
+{
+	char path[4096], finished[32];
+	struct atomic_file af;
+
+	GP_TRY(path_mkdirs(dir));
+	if (snprintf(path, sizeof(path), "%s/%s.json", dir, basename) >= (int)sizeof(path))
+		return gp_error(GP_EINVAL, "result path too long in '%.64s...'", dir);
+	result_utc_str(time(NULL), finished, sizeof(finished));
+	if (json_object_set_new(res, "finished_utc", json_string(finished)) < 0)
+		return gp_error(GP_ENOMEM, "cannot set the result's finish time");
+	GP_TRY(atomic_file_open(&af, path));
+	if (json_dumpf(res, af.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0 ||
+	    fputc('\n', af.f) == EOF) {
+		atomic_file_abort(&af);
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
+	}
+	GP_TRY(atomic_file_commit(&af));
+	if (path_out)
+		snprintf(path_out, cap, "%s", path);
+	return 0;
+}
+
+int result_read(const char *path, json_t **out)
+{
+	json_error_t jerr;
+	json_t *res = json_load_file(path, 0, &jerr);
+	if (!res) {
+		if (jerr.line < 0)
+			return gp_error(GP_EIO, "cannot read '%s': %s", path, jerr.text);
+		return gp_error(GP_EFORMAT, "'%s' line %d: %s", path, jerr.line, jerr.text);
+	}
+	const char *schema = json_string_value(json_object_get(res, "schema"));
+	if (!schema || strcmp(schema, RESULT_SCHEMA) != 0) {
+		int rc = gp_error(GP_EFORMAT, "'%s' is not a gpuperf result (schema '%s', expected '%s')",
+				  path, schema ? schema : "missing", RESULT_SCHEMA);
+		json_decref(res);
+		return rc;
+	}
+	if (!json_is_string(json_object_get(res, "command")) ||
+	    !json_is_object(json_object_get(res, "measurements"))) {
+		json_decref(res);
+		return gp_error(GP_EFORMAT, "'%s' lacks \"command\" or \"measurements\"", path);
+	}
+	*out = res;
+	return 0;
+}

@@ -1,0 +1,55 @@
+/* Results: every measuring command writes one JSON document first, and tables and
+ * charts are drawn from it (`gpuperf plot` redraws them anywhere). The schema is in
+ * docs/results.md:
+ *   {"schema": "gpuperf.result/1", "gpuperf_version", "command", "argv",
+ *    "started_utc", "finished_utc", "host", "gpu", "settings", "measurements"} */
+#ifndef GP_RESULT_H
+#define GP_RESULT_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "gpu/nvml.h"
+
+#define RESULT_SCHEMA "gpuperf.result/1"
+
+/* A new result for command run as argv[0..argc) (the subcommand's argv), with empty
+ * "settings" and "measurements" objects to fill; NULL when out of memory. */
+json_t *result_new(const char *command, int argc, char **argv);
+/* Set "gpu" to an object (name, driver and library versions); takes the reference. */
+int result_set_gpu(json_t *res, json_t *gpu);
+/* {"name", "uuid", "driver_version", "cuda_driver_version": "12.4", "memory_mib",
+ * "power_limit_w", "max_sm_clock_mhz", "max_mem_clock_mhz"} from NVML; the CUDA
+ * backend adds its runtime and cuDNN versions to the same object. */
+json_t *result_gpu_from_nvml(const struct nvml_static_info *info);
+/* Set "finished_utc" and write <dir>/<basename>.json atomically (dir is created if
+ * needed); the path written goes to path_out when that is not NULL. */
+int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
+		 size_t cap);
+/* Read a result and check its schema; *out is a new reference. */
+int result_read(const char *path, json_t **out);
+
+/* "2025-03-01T14:05:09Z" for t (UTC). */
+void result_utc_str(time_t t, char *buf, size_t cap);
+
+/* mkdir -p. */
+int path_mkdirs(const char *dir);
+
+/* A file that appears complete or not at all: written to a temporary file in the
+ * same directory, then flushed, fsync'ed and renamed over path on commit. */
+struct atomic_file {
+	FILE *f;
+	char path[4096];
+	char tmp_path[4096];
+};
+
+int atomic_file_open(struct atomic_file *af, const char *path);
+/* Close and rename into place; on any failure the temporary file is removed. */
+int atomic_file_commit(struct atomic_file *af);
+/* Give up: close and remove the temporary file. */
+void atomic_file_abort(struct atomic_file *af);
+
+#endif

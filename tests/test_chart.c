@@ -1,0 +1,297 @@
+/* Charts: files come out in the asked format and size, are not blank, and the
+ * charts drawn from the sample results show what they must (the red OOM mark). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cairo.h>
+#include <jansson.h>
+
+#include "core/error.h"
+#include "report/chart.h"
+#include "report/plots.h"
+#include "report/result.h"
+#include "test.h"
+
+static long file_size(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Width and height from the PNG signature and IHDR chunk; 0 when not a PNG. */
+static int png_size(const char *path, unsigned *w, unsigned *h)
+{
+	static const unsigned char sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+	unsigned char b[24];
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return 0;
+	size_t got = fread(b, 1, sizeof(b), f);
+	fclose(f);
+	if (got != sizeof(b) || memcmp(b, sig, 8) || memcmp(b + 12, "IHDR", 4))
+		return 0;
+	*w = (unsigned)b[16] << 24 | b[17] << 16 | b[18] << 8 | b[19];
+	*h = (unsigned)b[20] << 24 | b[21] << 16 | b[22] << 8 | b[23];
+	return 1;
+}
+
+struct pixel_counts {
+	long total, not_white, red;
+};
+
+/* Read the PNG back with cairo and count pixels off the white background, and
+ * pixels of CHART_RED (214, 39, 40) give or take antialiasing. */
+static int png_pixels(const char *path, struct pixel_counts *pc)
+{
+	cairo_surface_t *s = cairo_image_surface_create_from_png(path);
+	memset(pc, 0, sizeof(*pc));
+	if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
+		cairo_surface_destroy(s);
+		return 0;
+	}
+	cairo_surface_flush(s);
+	int w = cairo_image_surface_get_width(s), h = cairo_image_surface_get_height(s);
+	int stride = cairo_image_surface_get_stride(s);
+	const unsigned char *data = cairo_image_surface_get_data(s);
+	for (int y = 0; y < h; y++) {
+		const uint32_t *row = (const uint32_t *)(data + (size_t)y * stride);
+		for (int x = 0; x < w; x++) {
+			unsigned r = row[x] >> 16 & 0xff, g = row[x] >> 8 & 0xff, b = row[x] & 0xff;
+			pc->total++;
+			pc->not_white += (row[x] & 0xffffff) != 0xffffff;
+			pc->red += r > 190 && g < 80 && b < 80;
+		}
+	}
+	cairo_surface_destroy(s);
+	return 1;
+}
+
+static void check_png(const char *path, unsigned want_w, unsigned want_h, struct pixel_counts *pc)
+{
+	unsigned w = 0, h = 0;
+	CHECK_MSG(png_size(path, &w, &h), "'%s' is not a PNG", path);
+	CHECK_EQ_INT(w, want_w);
+	CHECK_EQ_INT(h, want_h);
+	long size = file_size(path);
+	CHECK_MSG(size > 5000 && size < 4000000, "'%s' is %ld bytes", path, size);
+	CHECK(png_pixels(path, pc));
+	CHECK_MSG(pc->not_white * 100 > pc->total, "only %ld of %ld pixels drawn", pc->not_white,
+		  pc->total);
+}
+
+TEST(chart_ticks_nice_values)
+{
+	double t[32], step;
+	int n = chart_ticks_nice(0, 100, 5, t, 32, &step);
+	CHECK_EQ_INT(n, 6);
+	CHECK_NEAR(step, 20, 1e-12);
+	CHECK_NEAR(t[5], 100, 1e-12);
+	n = chart_ticks_nice(0.13, 0.87, 6, t, 32, &step);
+	CHECK_NEAR(step, 0.1, 1e-12);
+	CHECK_EQ_INT(n, 7);
+	CHECK_NEAR(t[0], 0.2, 1e-12);
+	CHECK_NEAR(t[6], 0.8, 1e-12);
+	n = chart_ticks_nice(-3, 7, 5, t, 32, &step);
+	CHECK_NEAR(step, 2, 1e-12);
+	CHECK_EQ_INT(n, 5); /* -2 0 2 4 6 */
+	CHECK(t[1] == 0 && !signbit(t[1]));
+	n = chart_ticks_nice(0, 81559, 6, t, 32, &step);
+	CHECK_NEAR(step, 10000, 1e-9);
+	CHECK_EQ_INT(n, 9); /* 0 .. 80000 */
+	CHECK_NEAR(t[8], 80000, 1e-9);
+}
+
+/* A 2 x 2 figure with every kind of item: lines with dashes and markers, a
+ * reference line, a marked point, stacked bars, a log2 axis. */
+static struct chart_figure *figure_sample(void)
+{
+	struct chart_figure *fig = chart_figure_new(2, 2, 0, 0, "every item");
+	double x[64], y[64], y2[64];
+	for (int i = 0; i < 64; i++) {
+		x[i] = i * 0.25;
+		y[i] = 50 + 40 * sin(i * 0.3);
+		y2[i] = 30 + 10 * cos(i * 0.2);
+	}
+	struct chart_panel *p = chart_figure_panel(fig, 0);
+	chart_panel_set_title(p, "lines");
+	chart_panel_set_labels(p, "time (s)", "utilization (%)");
+	CHECK_EQ_INT(chart_panel_add_line(p, x, y, 64, (struct chart_line_style){ CHART_BLUE, 0, 0, 0 },
+					  "solid"), 0);
+	CHECK_EQ_INT(chart_panel_add_line(p, x, y2, 64,
+					  (struct chart_line_style){ CHART_GREEN, 1.5, 1, 1 },
+					  "dashed with markers"), 0);
+	CHECK_EQ_INT(chart_panel_add_hline(p, 10, CHART_ORANGE, 1, "threshold"), 0);
+
+	double b[8], mem[8];
+	for (int i = 0; i < 8; i++) {
+		b[i] = 1 << (i + 2);
+		mem[i] = 500 + 90 * b[i];
+	}
+	p = chart_figure_panel(fig, 1);
+	chart_panel_set_title(p, "log2 axis");
+	chart_panel_set_labels(p, "batch size", "memory (MiB)");
+	chart_panel_set_x_scale(p, CHART_LOG2);
+	CHECK_EQ_INT(chart_panel_add_line(p, b, mem, 8, (struct chart_line_style){ CHART_BLUE, 2, 0, 1 },
+					  "peak"), 0);
+	CHECK_EQ_INT(chart_panel_add_point(p, 1024, 81559, CHART_RED, "out of memory"), 0);
+
+	const char *bars[] = { "conv", "bn", "relu", "fc" };
+	const char *stages[] = { "forward", "backward", "optimizer" };
+	double v[12] = { 3, 6, 0.5, 1, 2, 0.2, 0.5, 1, 0, 0.2, 0.4, 0.1 };
+	p = chart_figure_panel(fig, 2);
+	chart_panel_set_title(p, "stacked bars");
+	chart_panel_set_labels(p, "layer type", "time (ms)");
+	CHECK_EQ_INT(chart_panel_set_bars(p, 4, bars, 3, stages, NULL, v), 0);
+	/* panel 3 stays empty: it still gets axes */
+	CHECK(chart_figure_panel(fig, 4) == NULL);
+	return fig;
+}
+
+TEST(chart_multi_panel_png)
+{
+	char path[512];
+	struct pixel_counts pc;
+	snprintf(path, sizeof(path), "%s/panels.png", test_tmpdir());
+	struct chart_figure *fig = figure_sample();
+	CHECK_EQ_INT(chart_figure_save(fig, path), 0);
+	chart_figure_free(fig);
+	check_png(path, 1280, 880, &pc);
+	CHECK_MSG(pc.red > 50, "the red marked point is missing (%ld red pixels)", pc.red);
+}
+
+TEST(chart_svg_and_pdf)
+{
+	const char *dir = test_tmpdir();
+	char path[512], head[64] = "";
+	struct chart_figure *fig = figure_sample();
+	snprintf(path, sizeof(path), "%s/panels.svg", dir);
+	CHECK_EQ_INT(chart_figure_save(fig, path), 0);
+	FILE *f = fopen(path, "rb");
+	if (f) {
+		CHECK(fread(head, 1, sizeof(head) - 1, f) > 0);
+		fclose(f);
+	}
+	CHECK_MSG(strstr(head, "<svg") || strstr(head, "<?xml"), "not SVG: %.20s", head);
+	CHECK(file_size(path) > 5000);
+	snprintf(path, sizeof(path), "%s/panels.pdf", dir);
+	CHECK_EQ_INT(chart_figure_save(fig, path), 0);
+	f = fopen(path, "rb");
+	memset(head, 0, sizeof(head));
+	if (f) {
+		CHECK(fread(head, 1, 5, f) == 5);
+		fclose(f);
+	}
+	CHECK(!strncmp(head, "%PDF-", 5));
+	chart_figure_free(fig);
+}
+
+TEST(chart_save_errors)
+{
+	const char *dir = test_tmpdir();
+	char path[512];
+	struct chart_figure *fig = chart_figure_new(1, 1, 200, 100, NULL);
+	snprintf(path, sizeof(path), "%s/chart.gif", dir);
+	CHECK_EQ_INT(chart_figure_save(fig, path), GP_EINVAL);
+	CHECK(strstr(gp_errmsg(), ".png, .svg or .pdf") != NULL);
+	snprintf(path, sizeof(path), "%s/missing/chart.png", dir);
+	CHECK_EQ_INT(chart_figure_save(fig, path), GP_EIO);
+	CHECK(strstr(gp_errmsg(), path) != NULL);
+	CHECK(chart_figure_new(0, 1, 0, 0, NULL) == NULL);
+	chart_figure_free(fig);
+}
+
+static json_t *sample_result(const char *name)
+{
+	char path[256];
+	json_t *res = NULL;
+	snprintf(path, sizeof(path), "tests/data/%s", name);
+	if (result_read(path, &res) < 0)
+		printf("    %s\n", gp_errmsg());
+	return res;
+}
+
+TEST(plots_maxbatch_chart)
+{
+	json_t *res = sample_result("sample_maxbatch.json");
+	if (!res)
+		SKIP("tests/data/sample_maxbatch.json not readable (run from the repository root)");
+	char dir[512], path[600];
+	struct pixel_counts pc;
+	snprintf(dir, sizeof(dir), "%s/charts", test_tmpdir());
+	CHECK_EQ_INT(plots_draw(res, dir), 0);
+	snprintf(path, sizeof(path), "%s/%s", dir, plots_chart_name("maxbatch"));
+	CHECK(!strcmp(plots_chart_name("maxbatch"), "batch_size_memory_usage.png"));
+	check_png(path, 900, 560, &pc);
+	/* The OOM dot alone is about 130 pixels, its label adds more. */
+	CHECK_MSG(pc.red > 150, "only %ld red pixels: the out-of-memory mark is missing", pc.red);
+
+	/* Without a failed trial there is no red mark. */
+	json_t *trials = json_object_get(json_object_get(res, "measurements"), "trials");
+	for (size_t i = json_array_size(trials); i-- > 0;)
+		if (!json_is_true(json_object_get(json_array_get(trials, i), "ok")))
+			json_array_remove(trials, i);
+	CHECK_EQ_INT(plots_draw(res, dir), 0);
+	check_png(path, 900, 560, &pc);
+	CHECK_MSG(pc.red < 20, "%ld red pixels without any out-of-memory trial", pc.red);
+	json_decref(res);
+}
+
+TEST(plots_workers_chart)
+{
+	json_t *res = sample_result("sample_workers.json");
+	if (!res)
+		SKIP("tests/data/sample_workers.json not readable (run from the repository root)");
+	char dir[512], path[600];
+	struct pixel_counts pc;
+	snprintf(dir, sizeof(dir), "%s", test_tmpdir());
+	CHECK_EQ_INT(plots_draw(res, dir), 0);
+	snprintf(path, sizeof(path), "%s/gpu_utilization_comparison.png", dir);
+	check_png(path, 1280, 880, &pc); /* 4 runs: 2 x 2 panels of 640 x 420 and a title */
+	CHECK_MSG(pc.red > 500, "the red mean lines are missing (%ld red pixels)", pc.red);
+	json_decref(res);
+}
+
+TEST(plots_errors)
+{
+	const char *dir = test_tmpdir();
+	json_t *res = json_pack("{s:s, s:{}}", "command", "train", "measurements");
+	CHECK_EQ_INT(plots_draw(res, dir), GP_EUNSUPPORTED);
+	CHECK(!strcmp(gp_errmsg(), "no charts for results of 'train'"));
+	json_decref(res);
+
+	res = json_pack("{s:s, s:{s:f, s:i, s:[{s:i}]}}", "command", "maxbatch", "measurements",
+			"capacity_mib", 81559.0, "max_batch", 64, "trials", "batch", 64);
+	CHECK_EQ_INT(plots_draw(res, dir), GP_EFORMAT);
+	CHECK_MSG(strstr(gp_errmsg(), "\"ok\"") != NULL, "message: %s", gp_errmsg());
+	json_decref(res);
+
+	res = json_pack("{s:s, s:{s:[{s:i, s:f, s:f, s:[[f]]}]}}", "command", "workers",
+			"measurements", "runs", "workers", 2, "mean_util", 50.0, "idle_share", 0.1,
+			"samples", 1.0);
+	CHECK_EQ_INT(plots_draw(res, dir), GP_EFORMAT);
+	CHECK_MSG(strstr(gp_errmsg(), "sample 0") != NULL, "message: %s", gp_errmsg());
+	json_decref(res);
+}
+
+TEST(cmd_plot_runs)
+{
+	char cmd[1024], out[2048];
+	const char *dir = test_tmpdir();
+	if (access(test_bin(), X_OK) != 0 || access("tests/data/sample_workers.json", R_OK) != 0)
+		SKIP("needs build/gpuperf and tests/data (run from the repository root)");
+	snprintf(cmd, sizeof(cmd), "%s plot tests/data/sample_workers.json --out '%s'", test_bin(),
+		 dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "gpu_utilization_comparison.png") != NULL, "output: %s", out);
+	snprintf(cmd, sizeof(cmd), "%s/gpu_utilization_comparison.png", dir);
+	CHECK(file_size(cmd) > 5000);
+	snprintf(cmd, sizeof(cmd), "%s plot", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 2);
+	CHECK_MSG(strstr(out, "usage: gpuperf plot") != NULL, "output: %s", out);
+	snprintf(cmd, sizeof(cmd), "%s plot /nonexistent.json", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 1);
+	CHECK_MSG(strstr(out, "cannot read '/nonexistent.json'") != NULL, "output: %s", out);
+}

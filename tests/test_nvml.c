@@ -1,0 +1,226 @@
+/* NVML through a fake libnvidia-ml.so built from tests/fake_nvml/fake_nvml.c: every
+ * field must come through from the library's canned values. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "gpu/nvml.h"
+#include "test.h"
+
+#define FAKE_SRC "tests/fake_nvml/fake_nvml.c"
+
+/* Build the fake once per run; returns its path or NULL (with the reason in why). */
+static const char *fake_nvml_build(const char **why)
+{
+	static char lib[512];
+	static const char *fail;
+	if (lib[0] || fail) {
+		*why = fail;
+		return fail ? NULL : lib;
+	}
+	char cmd[1200], out[2048];
+	if (access(FAKE_SRC, R_OK) != 0) {
+		*why = fail = "tests/fake_nvml/fake_nvml.c not found (run from the repository root)";
+		return NULL;
+	}
+	if (test_run("command -v cc", out, sizeof(out)) != 0) {
+		*why = fail = "no C compiler to build the fake NVML";
+		return NULL;
+	}
+	snprintf(lib, sizeof(lib), "%s/libnvidia-ml.so.1", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "cc -shared -fPIC -O1 -o '%s' " FAKE_SRC, lib);
+	if (test_run(cmd, out, sizeof(out)) != 0) {
+		printf("    %s\n", out);
+		lib[0] = 0;
+		*why = fail = "building the fake NVML failed";
+		return NULL;
+	}
+	*why = NULL;
+	return lib;
+}
+
+/* Point GPUPERF_NVML_LIB at the fake and open it; SKIPs the calling test if the
+ * fake cannot be built. */
+#define OPEN_FAKE_NVML()                                                      \
+	do {                                                                  \
+		const char *why_;                                             \
+		const char *lib_ = fake_nvml_build(&why_);                    \
+		if (!lib_)                                                    \
+			SKIP(why_);                                           \
+		setenv("GPUPERF_NVML_LIB", lib_, 1);                          \
+		int rc_ = nvml_open();                                        \
+		CHECK_MSG(rc_ == 0, "nvml_open: %s", gp_errmsg());            \
+		if (rc_ < 0)                                                  \
+			return;                                               \
+	} while (0)
+
+TEST(nvml_missing_library_is_enodev)
+{
+	setenv("GPUPERF_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
+	int rc = nvml_open();
+	CHECK_EQ_INT(rc, GP_ENODEV);
+	CHECK_MSG(strstr(gp_errmsg(), "NVML not available: ") == gp_errmsg(), "message: %s",
+		  gp_errmsg());
+	CHECK_MSG(strstr(gp_errmsg(), "/nonexistent/libnvidia-ml.so.1") != NULL, "message: %s",
+		  gp_errmsg());
+	CHECK_MSG(strstr(gp_errmsg(), "\n") == NULL, "message has a newline: %s", gp_errmsg());
+	/* A failed open holds no reference: using NVML now is a usage error. */
+	int n = -1;
+	CHECK_EQ_INT(nvml_device_count(&n), GP_EINVAL);
+	unsetenv("GPUPERF_NVML_LIB");
+}
+
+TEST(nvml_static_info_fields)
+{
+	OPEN_FAKE_NVML();
+	int n = 0;
+	CHECK_EQ_INT(nvml_device_count(&n), 0);
+	CHECK_EQ_INT(n, 2);
+	struct nvml_static_info info;
+	CHECK_EQ_INT(nvml_static_info(0, &info), 0);
+	CHECK(!strcmp(info.name, "NVIDIA H100 80GB HBM3"));
+	CHECK(!strcmp(info.uuid, "GPU-12345678-abcd-ef01-2345-6789abcdef01"));
+	CHECK(!strcmp(info.driver_version, "550.54.15"));
+	CHECK_EQ_INT(info.cuda_driver_version, 12040);
+	CHECK_EQ_INT(info.mem_total_bytes, 85520809984LL);
+	CHECK_EQ_INT(info.power_limit_mw, 700000);
+	CHECK_EQ_INT(info.max_sm_clock_mhz, 1980);
+	CHECK_EQ_INT(info.max_mem_clock_mhz, 2619);
+	CHECK_EQ_INT(nvml_static_info(1, &info), 0);
+	CHECK(!strcmp(info.name, "Fake GPU B"));
+	/* A device that does not exist is a device error with NVML's words. */
+	int rc = nvml_static_info(5, &info);
+	CHECK_EQ_INT(rc, GP_EDEVICE);
+	CHECK_MSG(strstr(gp_errmsg(), "Invalid Argument") != NULL, "message: %s", gp_errmsg());
+	nvml_close();
+}
+
+TEST(nvml_sample_fields)
+{
+	OPEN_FAKE_NVML();
+	struct nvml_sample s;
+	CHECK_EQ_INT(nvml_sample(0, &s), 0);
+	CHECK(s.t_s > 0);
+	CHECK_EQ_INT(s.util_gpu_pct, 87);
+	CHECK_EQ_INT(s.util_mem_pct, 43);
+	CHECK_EQ_INT(s.mem_used_bytes, 1234567168LL);
+	CHECK_EQ_INT(s.mem_total_bytes, 85520809984LL);
+	CHECK_EQ_INT(s.power_mw, 312345);
+	CHECK_EQ_INT(s.temp_c, 61);
+	CHECK_EQ_INT(s.sm_clock_mhz, 1755);
+	CHECK_EQ_INT(s.mem_clock_mhz, 2613);
+	CHECK_EQ_INT(s.throttle_reasons, 0x24);
+	nvml_close();
+}
+
+TEST(nvml_process_memory)
+{
+	OPEN_FAKE_NVML();
+	size_t bytes = 0;
+	/* 71 processes: more than the first buffer holds, so the retry path runs. */
+	CHECK_EQ_INT(nvml_process_mem_bytes(0, (unsigned)getpid(), &bytes), 0);
+	CHECK_EQ_INT(bytes, 1536LL << 20);
+	CHECK_EQ_INT(nvml_process_mem_bytes(0, 1005, &bytes), 0);
+	CHECK_EQ_INT(bytes, 6LL << 20);
+	CHECK_EQ_INT(nvml_process_mem_bytes(0, 999, &bytes), GP_ENOTFOUND);
+	CHECK(strstr(gp_errmsg(), "process 999") != NULL);
+	nvml_close();
+}
+
+TEST(nvml_util_samples_sorted_and_incremental)
+{
+	OPEN_FAKE_NVML();
+	unsigned long long last = 0;
+	double pct[8], t[8];
+	int n = -1;
+	CHECK_EQ_INT(nvml_util_samples(0, &last, pct, t, 8, &n), 0);
+	CHECK_EQ_INT(n, 5);
+	for (int i = 0; i < n && i < 5; i++)
+		CHECK_NEAR(pct[i], 10.0 * (i + 1), 1e-12);
+	for (int i = 1; i < n && i < 5; i++)
+		CHECK_NEAR(t[i] - t[i - 1], 0.1, 1e-5);
+	CHECK(last > 0);
+	/* Nothing newer than what we saw. */
+	CHECK_EQ_INT(nvml_util_samples(0, &last, pct, t, 8, &n), 0);
+	CHECK_EQ_INT(n, 0);
+	/* A small buffer keeps the newest. */
+	unsigned long long from_start = 0;
+	CHECK_EQ_INT(nvml_util_samples(0, &from_start, pct, t, 2, &n), 0);
+	CHECK_EQ_INT(n, 2);
+	CHECK_NEAR(pct[0], 40, 1e-12);
+	CHECK_NEAR(pct[1], 50, 1e-12);
+	CHECK_EQ_INT(from_start, last);
+	nvml_close();
+}
+
+TEST(nvml_open_is_reference_counted)
+{
+	OPEN_FAKE_NVML();
+	CHECK_EQ_INT(nvml_open(), 0);
+	nvml_close();
+	int n = 0;
+	CHECK_EQ_INT(nvml_device_count(&n), 0); /* still open: one reference left */
+	nvml_close();
+	CHECK_EQ_INT(nvml_device_count(&n), GP_EINVAL);
+}
+
+TEST(nvml_sampler_interval)
+{
+	OPEN_FAKE_NVML();
+	struct nvml_sampler *s = NULL;
+	CHECK_EQ_INT(nvml_sampler_start(&s, 0, 0.05), 0);
+	if (!s) {
+		nvml_close();
+		return;
+	}
+	usleep(300000);
+	struct nvml_sample *samples = NULL;
+	int n = 0;
+	CHECK_EQ_INT(nvml_sampler_stop(s, &samples, &n), 0);
+	/* One at the start and one per 50 ms: 7 on an idle machine; a busy CI box
+	 * may lose one or two wake-ups but never gains samples. */
+	CHECK_MSG(n >= 5 && n <= 8, "%d samples over 0.3 s at 0.05 s", n);
+	for (int i = 1; i < n; i++) {
+		double dt = samples[i].t_s - samples[i - 1].t_s;
+		CHECK_MSG(dt > 0.03 && dt < 0.2, "sample %d came %.3f s after the one before", i,
+			  dt);
+	}
+	if (n > 0)
+		CHECK_EQ_INT(samples[n - 1].util_gpu_pct, 87);
+	free(samples);
+	CHECK_EQ_INT(nvml_sampler_start(&s, 0, 0), GP_EINVAL);
+	nvml_close();
+}
+
+TEST(nvml_sampler_reports_errors)
+{
+	OPEN_FAKE_NVML();
+	struct nvml_sampler *s = NULL;
+	/* Device 7 does not exist: the first sample fails and stop reports why. */
+	CHECK_EQ_INT(nvml_sampler_start(&s, 7, 0.01), 0);
+	if (!s) {
+		nvml_close();
+		return;
+	}
+	usleep(30000);
+	struct nvml_sample *samples = NULL;
+	int n = -1;
+	CHECK_EQ_INT(nvml_sampler_stop(s, &samples, &n), GP_EDEVICE);
+	CHECK_EQ_INT(n, 0);
+	CHECK_MSG(strstr(gp_errmsg(), "NVML sampler: ") == gp_errmsg(), "message: %s",
+		  gp_errmsg());
+	free(samples);
+	nvml_close();
+}
+
+TEST(nvml_throttle_reason_names)
+{
+	char buf[128];
+	CHECK(!strcmp(nvml_throttle_reason_str(0, buf, sizeof(buf)), "none"));
+	CHECK(!strcmp(nvml_throttle_reason_str(0x24, buf, sizeof(buf)), "sw_power_cap,sw_thermal"));
+	CHECK(!strcmp(nvml_throttle_reason_str(0x1001, buf, sizeof(buf)), "gpu_idle,0x1000"));
+	char small[8];
+	nvml_throttle_reason_str(0x24, small, sizeof(small));
+	CHECK_EQ_INT(strlen(small), 7);
+}
