@@ -273,7 +273,7 @@ static void advice_rules(struct analysis *a)
 {
 	if (a->data_wait_share > 0.10)
 		advice_add(a, "loader_workers", a->data_wait_share, 0.10,
-			   "steps wait for data %.1f%% of the time (> %.0f%%): add data loader "
+			   "steps wait for data %.1f%% of the time (> %d%%): add data loader "
 			   "workers (gpuperf workers finds the knee)",
 			   100 * a->data_wait_share, 10);
 	if (a->n_kernels == 0)
@@ -291,7 +291,7 @@ static void advice_rules(struct analysis *a)
 			   a->meta.cc_major + a->meta.cc_minor / 10.0);
 	if (a->gpu_busy_share < 0.50)
 		advice_add(a, "bigger_batch", a->gpu_busy_share, 0.50,
-			   "the GPU is busy only %.1f%% of the step (< %.0f%%): a bigger batch "
+			   "the GPU is busy only %.1f%% of the step (< %d%%): a bigger batch "
 			   "gives it more work per launch",
 			   100 * a->gpu_busy_share, 50);
 }
