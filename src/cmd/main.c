@@ -15,6 +15,7 @@ struct command {
 static const struct command commands[] = {
 	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
 	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
+	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
 	{ NULL, NULL, NULL },
 };
 
