@@ -53,6 +53,7 @@ int trace_init(struct trace *t)
 		snprintf(t->meta.host, sizeof(t->meta.host), "localhost");
 	t->meta.host[sizeof(t->meta.host) - 1] = 0;
 	t->next_external_id = 1;
+	t->tid = thread_id();
 	return 0;
 }
 

@@ -88,7 +88,7 @@ struct trace {
 
 	size_t stack[TRACE_STACK_MAX]; /* open ranges (indices), innermost last */
 	int depth;
-	int tid;                       /* the thread that pushes ranges */
+	int tid;                       /* the thread that called trace_init and pushes ranges */
 	uint64_t next_external_id;
 
 	/* interned names: an open-addressing table of strings */
