@@ -238,8 +238,10 @@ static void write_header(struct writer *w, const char *path)
 	json_str(f, m->precision);
 	fputs(",\"host\":", f);
 	json_str(f, m->host);
+	/* The file's own name, not its directory, so the same trace writes the same bytes. */
+	const char *slash = strrchr(path, '/');
 	fprintf(f, ",\"pid\":%d},\n\"traceName\":", m->pid);
-	json_str(f, path);
+	json_str(f, slash ? slash + 1 : path);
 	fprintf(f, ",\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":%" PRId64 ",\n"
 		   "\"traceEvents\":[\n", w->base_ns);
 }
