@@ -19,6 +19,7 @@ struct ev {
 	int64_t ts_ns;
 	int kind;
 	size_t idx;
+	int64_t end_ns; /* ranges starting together: the enclosing (later-ending) one first */
 };
 
 struct corr_entry {
@@ -33,6 +34,8 @@ static int ev_cmp(const void *a, const void *b)
 		return x->ts_ns < y->ts_ns ? -1 : 1;
 	if (x->kind != y->kind)
 		return x->kind - y->kind;
+	if (x->end_ns != y->end_ns)
+		return x->end_ns > y->end_ns ? -1 : 1;
 	return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
@@ -271,18 +274,18 @@ static int events_build(struct writer *w, struct ev **out, size_t *n_out)
 	if (!ev)
 		return gp_error(GP_ENOMEM, "chrome trace: cannot sort %zu events", cap);
 	for (size_t i = 0; i < t->n_ranges; i++)
-		ev[n++] = (struct ev){ t->ranges[i].start_ns, EV_RANGE, i };
+		ev[n++] = (struct ev){ t->ranges[i].start_ns, EV_RANGE, i, t->ranges[i].end_ns };
 	for (size_t i = 0; i < t->n_gpu; i++) {
 		const struct trace_gpu *g = &t->gpu[i];
-		ev[n++] = (struct ev){ g->start_ns, EV_GPU, i };
+		ev[n++] = (struct ev){ g->start_ns, EV_GPU, i, 0 };
 		long r = g->correlation ? corr_find(w->corr, w->n_corr, g->correlation) : -1;
 		if (r < 0)
 			continue;
-		ev[n++] = (struct ev){ t->ranges[r].start_ns, EV_FLOW_START, i };
-		ev[n++] = (struct ev){ g->start_ns, EV_FLOW_END, i };
+		ev[n++] = (struct ev){ t->ranges[r].start_ns, EV_FLOW_START, i, 0 };
+		ev[n++] = (struct ev){ g->start_ns, EV_FLOW_END, i, 0 };
 	}
 	for (size_t i = 0; i < t->n_mem; i++)
-		ev[n++] = (struct ev){ t->mem[i].ts_ns, EV_MEM, i };
+		ev[n++] = (struct ev){ t->mem[i].ts_ns, EV_MEM, i, 0 };
 	qsort(ev, n, sizeof(*ev), ev_cmp);
 	*out = ev;
 	*n_out = n;
