@@ -176,6 +176,19 @@ static void write_meta_event(FILE *f, const char *name, int pid, int tid, const 
 	fputs("}},\n", f);
 }
 
+#define NAMES_MAX 256
+
+/* Has key been seen among seen[0..*n)? If not, remember it (up to NAMES_MAX). */
+static int seen_before(int64_t *seen, int *n, int64_t key)
+{
+	for (int i = 0; i < *n; i++)
+		if (seen[i] == key)
+			return 1;
+	if (*n < NAMES_MAX)
+		seen[(*n)++] = key;
+	return 0;
+}
+
 /* Name the processes (the host process, one per GPU) and threads (host threads, GPU
  * streams) so viewers label the rows. */
 static void write_names(struct writer *w)
@@ -183,42 +196,27 @@ static void write_names(struct writer *w)
 	const struct trace *t = w->t;
 	FILE *f = w->f;
 	char label[64];
+	int64_t tids[NAMES_MAX], devs[NAMES_MAX], streams[NAMES_MAX];
+	int n_tids = 0, n_devs = 0, n_streams = 0;
 	write_meta_event(f, "process_name", t->meta.pid, 0, "name", "gpuperf", 0);
 	write_meta_event(f, "process_sort_index", t->meta.pid, 0, "sort_index", NULL, 0);
-	int last_tid = 0;
 	for (size_t i = 0; i < t->n_ranges; i++) {
 		int tid = t->ranges[i].tid;
-		if (tid == last_tid)
-			continue;
-		int seen = 0;
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = t->ranges[j].tid == tid;
-		last_tid = tid;
-		if (seen)
+		if (seen_before(tids, &n_tids, tid))
 			continue;
 		snprintf(label, sizeof(label), "thread %d (gpuperf)", tid);
 		write_meta_event(f, "thread_name", t->meta.pid, tid, "name", label, 0);
 	}
-	int last_dev = -1, last_stream = -1;
 	for (size_t i = 0; i < t->n_gpu; i++) {
 		const struct trace_gpu *g = &t->gpu[i];
-		if (g->device == last_dev && g->stream == last_stream)
-			continue;
-		int seen = 0, dev_seen = 0;
-		for (size_t j = 0; j < i && !seen; j++) {
-			dev_seen |= t->gpu[j].device == g->device;
-			seen = t->gpu[j].device == g->device && t->gpu[j].stream == g->stream;
-		}
-		last_dev = g->device;
-		last_stream = g->stream;
-		if (seen)
-			continue;
-		if (!dev_seen) {
+		if (!seen_before(devs, &n_devs, g->device)) {
 			snprintf(label, sizeof(label), "GPU %d", g->device);
 			write_meta_event(f, "process_name", g->device, 0, "name", label, 0);
 			write_meta_event(f, "process_sort_index", g->device, 0, "sort_index", NULL,
 					 0x1000000 + g->device);
 		}
+		if (seen_before(streams, &n_streams, (int64_t)g->device << 32 | (uint32_t)g->stream))
+			continue;
 		snprintf(label, sizeof(label), "stream %d", g->stream);
 		write_meta_event(f, "thread_name", g->device, g->stream, "name", label, 0);
 	}
