@@ -16,6 +16,7 @@ static const struct command commands[] = {
 	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
 	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
+	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
 	{ NULL, NULL, NULL },
 };
 

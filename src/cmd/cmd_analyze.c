@@ -1,0 +1,99 @@
+/* gpuperf analyze DIR: read the trace `gpuperf profile` left in DIR (or one from
+ * torch.profiler), print the breakdown and write profile_report.md and analysis.json
+ * next to it. Needs no GPU. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cmd/args.h"
+#include "cmd/cmds.h"
+#include "core/error.h"
+#include "report/analysis.h"
+#include "report/chrome_trace.h"
+
+static int file_exists(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* DIR/profiler_trace.json, else the first by name of profiler_logs/NAME.pt.trace.json. */
+static int trace_find(const char *dir, char *path, size_t cap)
+{
+	snprintf(path, cap, "%s/profiler_trace.json", dir);
+	if (file_exists(path))
+		return 0;
+	char logs[4096], best[256] = "";
+	snprintf(logs, sizeof(logs), "%s/profiler_logs", dir);
+	DIR *d = opendir(logs);
+	if (d) {
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			size_t n = strlen(e->d_name);
+			if (n > 14 && !strcmp(e->d_name + n - 14, ".pt.trace.json") &&
+			    n < sizeof(best) && (!best[0] || strcmp(e->d_name, best) < 0))
+				snprintf(best, sizeof(best), "%s", e->d_name);
+		}
+		closedir(d);
+	}
+	if (!best[0])
+		return gp_error(GP_ENOTFOUND,
+				"no profiler_trace.json or profiler_logs/*.pt.trace.json in '%s'", dir);
+	if (snprintf(path, cap, "%s/%s", logs, best) >= (int)cap)
+		return gp_error(GP_EINVAL, "path too long: '%s/%s'", logs, best);
+	return 0;
+}
+
+int cmd_analyze(int argc, char **argv)
+{
+	static const struct opt opts[] = { { 0 } };
+	const char *usage = "gpuperf analyze DIR\n\nReads DIR/profiler_trace.json (or "
+			    "DIR/profiler_logs/*.pt.trace.json), prints the step breakdown, top "
+			    "ops and advice, and writes DIR/profile_report.md and DIR/analysis.json.";
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		args_print_help(usage, opts);
+		return 0;
+	}
+	if (argc != 2 || argv[1][0] == '-')
+		return gp_error(GP_EINVAL, "usage: gpuperf analyze DIR");
+	const char *dir = argv[1];
+	struct stat st;
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+		return gp_error(GP_ENOTFOUND, "'%s' is not a directory", dir);
+
+	char path[4096];
+	struct trace t;
+	struct analysis a;
+	int rc;
+	GP_TRY(trace_find(dir, path, sizeof(path)));
+	GP_TRY(chrome_trace_read(path, &t));
+	rc = analysis_run(&t, &a);
+	if (rc < 0) {
+		gp_error_wrap(rc, "'%s'", path);
+		goto free_trace;
+	}
+	analysis_print(&a, stdout);
+
+	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
+	rc = analysis_write_markdown(&a, path);
+	if (rc < 0)
+		goto free_analysis;
+	json_t *j = analysis_to_json(&a);
+	if (!j) {
+		rc = gp_error(GP_ENOMEM, "cannot build the analysis summary");
+		goto free_analysis;
+	}
+	snprintf(path, sizeof(path), "%s/analysis.json", dir);
+	if (json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0)
+		rc = gp_error(GP_EIO, "cannot write '%s'", path);
+	json_decref(j);
+	if (rc == 0)
+		printf("\nwrote %s/profile_report.md and %s/analysis.json\n", dir, dir);
+free_analysis:
+	analysis_free(&a);
+free_trace:
+	trace_free(&t);
+	return rc;
+}

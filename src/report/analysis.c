@@ -1,0 +1,572 @@
+#include "report/analysis.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static const char *const part_names[PART_COUNT] = {
+	"kernel", "memcpy", "memset", "runtime", "data", "cpu", "idle",
+};
+static const char *const stage_names[STAGE_COUNT] = { "data", "forward", "backward", "optimizer" };
+
+const char *analysis_part_name(int part)
+{
+	return part >= 0 && part < PART_COUNT ? part_names[part] : "?";
+}
+
+const char *analysis_stage_name(int stage)
+{
+	return stage >= 0 && stage < STAGE_COUNT ? stage_names[stage] : "?";
+}
+
+/* --- interval unions -------------------------------------------------------------------- */
+
+struct iv {
+	int64_t lo, hi;
+};
+
+static int iv_cmp(const void *a, const void *b)
+{
+	const struct iv *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Length of the union of iv[0..n) (sorted in place). */
+static int64_t union_ns(struct iv *iv, size_t n)
+{
+	qsort(iv, n, sizeof(*iv), iv_cmp);
+	int64_t total = 0, lo = 0, hi = 0;
+	int open = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (open && iv[i].lo <= hi) {
+			if (iv[i].hi > hi)
+				hi = iv[i].hi;
+			continue;
+		}
+		if (open)
+			total += hi - lo;
+		lo = iv[i].lo;
+		hi = iv[i].hi;
+		open = 1;
+	}
+	return open ? total + hi - lo : total;
+}
+
+/* Append [lo, hi) clipped to the step window when they overlap. */
+static void iv_add(struct iv *iv, size_t *n, int64_t lo, int64_t hi, const struct trace_step *s)
+{
+	if (lo < s->start_ns)
+		lo = s->start_ns;
+	if (hi > s->end_ns)
+		hi = s->end_ns;
+	if (hi > lo)
+		iv[(*n)++] = (struct iv){ lo, hi };
+}
+
+/* Which breakdown level a host range joins: runtime calls, data loading, other CPU
+ * work; the step annotation itself joins none. */
+static int range_part(const struct trace_range *r)
+{
+	if (r->cat == TRACE_CUDA_RUNTIME)
+		return PART_RUNTIME;
+	if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, "data"))
+		return PART_DATA;
+	if (r->cat == TRACE_USER_ANNOTATION && !strncmp(r->name, "ProfilerStep#", 13))
+		return -1;
+	return PART_CPU;
+}
+
+static int gpu_part(const struct trace_gpu *g)
+{
+	return g->cat == TRACE_KERNEL ? PART_KERNEL : g->cat == TRACE_GPU_MEMCPY ? PART_MEMCPY
+										  : PART_MEMSET;
+}
+
+/* Each instant of the step goes to the first part that covers it, so the parts sum
+ * to the step: the union of levels 0..k minus the union of levels 0..k-1. */
+static void step_breakdown(const struct trace *t, const struct trace_step *s, struct iv *buf,
+			   struct iv *tmp, struct analysis_step *out)
+{
+	size_t n = 0;
+	int64_t prev = 0;
+	for (int part = PART_KERNEL; part < PART_IDLE; part++) {
+		if (part <= PART_MEMSET) {
+			for (size_t i = 0; i < t->n_gpu; i++)
+				if (gpu_part(&t->gpu[i]) == part)
+					iv_add(buf, &n, t->gpu[i].start_ns, t->gpu[i].end_ns, s);
+		} else {
+			for (size_t i = 0; i < t->n_ranges; i++)
+				if (range_part(&t->ranges[i]) == part)
+					iv_add(buf, &n, t->ranges[i].start_ns, t->ranges[i].end_ns, s);
+		}
+		memcpy(tmp, buf, n * sizeof(*buf));
+		int64_t cum = union_ns(tmp, n);
+		out->part_ms[part] = (cum - prev) / 1e6;
+		if (part == PART_MEMSET)
+			out->gpu_busy_ms = cum / 1e6;
+		prev = cum;
+	}
+	out->part_ms[PART_IDLE] = (s->end_ns - s->start_ns - prev) / 1e6;
+	for (int st = 0; st < STAGE_COUNT; st++) {
+		size_t m = 0;
+		for (size_t i = 0; i < t->n_ranges; i++) {
+			const struct trace_range *r = &t->ranges[i];
+			if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, stage_names[st]))
+				iv_add(tmp, &m, r->start_ns, r->end_ns, s);
+		}
+		out->stage_ms[st] = union_ns(tmp, m) / 1e6;
+	}
+}
+
+/* --- aggregation by name ---------------------------------------------------------------- */
+
+struct keyed {
+	const char *name; /* interned: equal names are equal pointers */
+	double value;
+};
+
+static int keyed_by_name(const void *a, const void *b)
+{
+	const struct keyed *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+	return c ? c : (x->value < y->value ? -1 : x->value > y->value);
+}
+
+static int op_by_total(const void *a, const void *b)
+{
+	const struct analysis_op *x = a, *y = b;
+	if (x->total != y->total)
+		return x->total > y->total ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* Sum values by name and keep the ANALYSIS_TOP largest totals. */
+static int top_by_name(struct keyed *k, size_t n, struct analysis_op *top, int *n_top)
+{
+	qsort(k, n, sizeof(*k), keyed_by_name);
+	struct analysis_op *all = malloc((n ? n : 1) * sizeof(*all));
+	if (!all)
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!m || strcmp(all[m - 1].name, k[i].name)) {
+			memset(&all[m], 0, sizeof(all[m]));
+			snprintf(all[m].name, sizeof(all[m].name), "%s", k[i].name);
+			m++;
+		}
+		all[m - 1].count++;
+		all[m - 1].total += k[i].value;
+	}
+	qsort(all, m, sizeof(*all), op_by_total);
+	*n_top = m < ANALYSIS_TOP ? (int)m : ANALYSIS_TOP;
+	for (int i = 0; i < *n_top; i++) {
+		top[i] = all[i];
+		top[i].mean = all[i].total / all[i].count;
+	}
+	free(all);
+	return 0;
+}
+
+struct id_entry {
+	uint64_t id;
+	size_t idx;
+};
+
+static int id_cmp(const void *a, const void *b)
+{
+	const struct id_entry *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static long id_find(const struct id_entry *tab, size_t n, uint64_t id)
+{
+	struct id_entry key = { id, 0 };
+	const struct id_entry *e = bsearch(&key, tab, n, sizeof(*tab), id_cmp);
+	return e ? (long)e->idx : -1;
+}
+
+/* Kernel time by layer: kernel -> launching runtime call (correlation id) -> its
+ * enclosing cpu_op (external id). Kernels whose chain breaks count as "(no layer)". */
+static int top_gpu_ops(const struct trace *t, struct analysis *a, struct keyed *k)
+{
+	struct id_entry *corr = malloc((t->n_ranges ? t->n_ranges : 1) * sizeof(*corr));
+	struct id_entry *ext = malloc((t->n_ranges ? t->n_ranges : 1) * sizeof(*ext));
+	size_t n_corr = 0, n_ext = 0, n = 0;
+	int rc = 0;
+	if (!corr || !ext) {
+		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
+		goto free_maps;
+	}
+	for (size_t i = 0; i < t->n_ranges; i++) {
+		const struct trace_range *r = &t->ranges[i];
+		if (r->cat == TRACE_CUDA_RUNTIME && r->correlation)
+			corr[n_corr++] = (struct id_entry){ r->correlation, i };
+		else if (r->cat == TRACE_CPU_OP && r->external_id)
+			ext[n_ext++] = (struct id_entry){ r->external_id, i };
+	}
+	qsort(corr, n_corr, sizeof(*corr), id_cmp);
+	qsort(ext, n_ext, sizeof(*ext), id_cmp);
+	for (size_t i = 0; i < t->n_gpu; i++) {
+		const struct trace_gpu *g = &t->gpu[i];
+		if (g->cat != TRACE_KERNEL)
+			continue;
+		long r = id_find(corr, n_corr, g->correlation);
+		uint64_t ext_id = r >= 0 ? t->ranges[r].external_id : g->external_id;
+		long op = ext_id ? id_find(ext, n_ext, ext_id) : -1;
+		k[n].name = op >= 0 ? t->ranges[op].name : "(no layer)";
+		k[n++].value = (g->end_ns - g->start_ns) / 1e6;
+	}
+	rc = top_by_name(k, n, a->top_gpu, &a->n_top_gpu);
+free_maps:
+	free(corr);
+	free(ext);
+	return rc;
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int kernel_stats(const struct trace *t, struct analysis *a)
+{
+	double *d = malloc((t->n_gpu ? t->n_gpu : 1) * sizeof(*d));
+	if (!d)
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	size_t n = 0;
+	for (size_t i = 0; i < t->n_gpu; i++)
+		if (t->gpu[i].cat == TRACE_KERNEL)
+			d[n++] = (t->gpu[i].end_ns - t->gpu[i].start_ns) / 1e3;
+	qsort(d, n, sizeof(*d), dbl_cmp);
+	a->n_kernels = (long)n;
+	for (size_t i = 0; i < n; i++)
+		a->kernel_total_ms += d[i] / 1e3;
+	if (n)
+		a->kernel_median_us = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+	free(d);
+	return 0;
+}
+
+static void advice_add(struct analysis *a, const char *rule, double value, double threshold,
+		       const char *fmt, ...) GP_PRINTF(5, 6);
+
+static void advice_add(struct analysis *a, const char *rule, double value, double threshold,
+		       const char *fmt, ...)
+{
+	struct analysis_advice *ad = &a->advice[a->n_advice++];
+	va_list ap;
+	snprintf(ad->rule, sizeof(ad->rule), "%s", rule);
+	ad->value = value;
+	ad->threshold = threshold;
+	va_start(ap, fmt);
+	vsnprintf(ad->text, sizeof(ad->text), fmt, ap);
+	va_end(ap);
+}
+
+/* The rules, with thresholds documented in docs/profile.md. GPU rules need GPU work
+ * in the trace: a CPU run has nothing to say about kernels. */
+static void advice_rules(struct analysis *a)
+{
+	if (a->data_wait_share > 0.10)
+		advice_add(a, "loader_workers", a->data_wait_share, 0.10,
+			   "steps wait for data %.1f%% of the time (> %d%%): add data loader "
+			   "workers (gpuperf workers finds the knee)",
+			   100 * a->data_wait_share, 10);
+	if (a->n_kernels == 0)
+		return;
+	if (a->kernel_median_us < 20 && a->gpu_idle_share > 0.20)
+		advice_add(a, "cuda_graphs", a->kernel_median_us, 20,
+			   "median kernel lasts %.1f us with the GPU idle %.1f%% of the step: "
+			   "launch overhead dominates; capture the step in a CUDA graph",
+			   a->kernel_median_us, 100 * a->gpu_idle_share);
+	int tensor_cores = a->meta.cc_major >= 7;
+	if (tensor_cores && !strcmp(a->meta.precision, "fp32"))
+		advice_add(a, "amp", a->meta.cc_major + a->meta.cc_minor / 10.0, 7.0,
+			   "FP32 math on a compute capability %.1f GPU with tensor cores: try "
+			   "mixed precision (--precision fp16 or bf16)",
+			   a->meta.cc_major + a->meta.cc_minor / 10.0);
+	if (a->gpu_busy_share < 0.50)
+		advice_add(a, "bigger_batch", a->gpu_busy_share, 0.50,
+			   "the GPU is busy only %.1f%% of the step (< %d%%): a bigger batch "
+			   "gives it more work per launch",
+			   100 * a->gpu_busy_share, 50);
+}
+
+static int memory_trend(const struct trace *t, struct analysis *a, struct keyed *k)
+{
+	size_t n = 0;
+	int64_t t0 = t->n_steps ? t->steps[0].start_ns : t->base_ns;
+	a->mem_t_ms = malloc((t->n_mem ? t->n_mem : 1) * sizeof(double));
+	a->mem_total_bytes = malloc((t->n_mem ? t->n_mem : 1) * sizeof(double));
+	if (!a->mem_t_ms || !a->mem_total_bytes)
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	for (size_t i = 0; i < t->n_mem; i++) {
+		const struct trace_mem *m = &t->mem[i];
+		a->mem_t_ms[i] = (m->ts_ns - t0) / 1e6;
+		a->mem_total_bytes[i] = (double)m->total_bytes;
+		if (m->total_bytes > a->mem_peak_bytes)
+			a->mem_peak_bytes = (double)m->total_bytes;
+		if (m->layer && m->delta_bytes > 0) {
+			k[n].name = m->layer;
+			k[n++].value = (double)m->delta_bytes;
+		}
+	}
+	a->n_mem = (int)t->n_mem;
+	return top_by_name(k, n, a->top_mem, &a->n_top_mem);
+}
+
+static int steps_analyse(const struct trace *t, struct analysis *a)
+{
+	size_t cap = t->n_gpu + t->n_ranges + 1;
+	struct iv *buf = malloc(cap * sizeof(*buf)), *tmp = malloc(cap * sizeof(*tmp));
+	a->steps = calloc(t->n_steps, sizeof(*a->steps));
+	int rc = 0;
+	if (!buf || !tmp || !a->steps) {
+		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
+		goto free_bufs;
+	}
+	a->n_steps = (int)t->n_steps;
+	double dur = 0, busy = 0, wait = 0;
+	for (size_t i = 0; i < t->n_steps; i++) {
+		const struct trace_step *s = &t->steps[i];
+		struct analysis_step *o = &a->steps[i];
+		o->step = s->step;
+		o->dur_ms = (s->end_ns - s->start_ns) / 1e6;
+		o->data_wait_ms = s->data_wait_ns / 1e6;
+		step_breakdown(t, s, buf, tmp, o);
+		dur += o->dur_ms;
+		busy += o->gpu_busy_ms;
+		wait += o->data_wait_ms;
+		a->mean.dur_ms += o->dur_ms / t->n_steps;
+		a->mean.gpu_busy_ms += o->gpu_busy_ms / t->n_steps;
+		a->mean.data_wait_ms += o->data_wait_ms / t->n_steps;
+		for (int p = 0; p < PART_COUNT; p++)
+			a->mean.part_ms[p] += o->part_ms[p] / t->n_steps;
+		for (int st = 0; st < STAGE_COUNT; st++)
+			a->mean.stage_ms[st] += o->stage_ms[st] / t->n_steps;
+	}
+	a->gpu_busy_share = dur > 0 ? busy / dur : 0;
+	a->gpu_idle_share = 1 - a->gpu_busy_share;
+	a->data_wait_share = dur > 0 ? wait / dur : 0;
+free_bufs:
+	free(buf);
+	free(tmp);
+	return rc;
+}
+
+int analysis_run(const struct trace *t, struct analysis *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->meta = t->meta;
+	if (t->n_steps == 0)
+		return gp_error(GP_EFORMAT, "the trace has no steps (no ProfilerStep#N ranges)");
+	size_t cap = t->n_ranges + t->n_gpu + t->n_mem + 1;
+	struct keyed *k = malloc(cap * sizeof(*k));
+	int rc;
+	if (!k)
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	rc = steps_analyse(t, a);
+	if (rc < 0)
+		goto fail;
+	size_t n = 0;
+	for (size_t i = 0; i < t->n_ranges; i++)
+		if (t->ranges[i].cat == TRACE_CPU_OP)
+			k[n++] = (struct keyed){ t->ranges[i].name,
+						 (t->ranges[i].end_ns - t->ranges[i].start_ns) / 1e6 };
+	rc = top_by_name(k, n, a->top_cpu, &a->n_top_cpu);
+	if (rc < 0)
+		goto fail;
+	rc = top_gpu_ops(t, a, k);
+	if (rc < 0)
+		goto fail;
+	rc = memory_trend(t, a, k);
+	if (rc < 0)
+		goto fail;
+	rc = kernel_stats(t, a);
+	if (rc < 0)
+		goto fail;
+	advice_rules(a);
+	free(k);
+	return 0;
+fail:
+	free(k);
+	analysis_free(a);
+	return rc;
+}
+
+void analysis_free(struct analysis *a)
+{
+	free(a->steps);
+	free(a->mem_t_ms);
+	free(a->mem_total_bytes);
+	a->steps = NULL;
+	a->mem_t_ms = a->mem_total_bytes = NULL;
+	a->n_steps = a->n_mem = 0;
+}
+
+/* --- output ----------------------------------------------------------------------------- */
+
+static void print_ops(FILE *f, const char *title, const struct analysis_op *ops, int n,
+		      int bytes)
+{
+	fprintf(f, "\n%s\n  %-40s %7s %12s %12s\n", title, "name", "count",
+		bytes ? "total MiB" : "total ms", bytes ? "mean MiB" : "mean ms");
+	for (int i = 0; i < n; i++) {
+		double s = bytes ? 1.0 / (1 << 20) : 1.0;
+		fprintf(f, "  %-40.40s %7ld %12.3f %12.4f\n", ops[i].name, ops[i].count,
+			ops[i].total * s, ops[i].mean * s);
+	}
+}
+
+void analysis_print(const struct analysis *a, FILE *f)
+{
+	fprintf(f, "profile: model %s, batch %d, precision %s, GPU %s\n",
+		a->meta.model[0] ? a->meta.model : "?", a->meta.batch, a->meta.precision,
+		a->meta.gpu_name[0] ? a->meta.gpu_name : "none");
+	fprintf(f, "\nstep breakdown (ms)\n  %6s %9s", "step", "total");
+	for (int p = 0; p < PART_COUNT; p++)
+		fprintf(f, " %8s", part_names[p]);
+	fputc('\n', f);
+	for (int i = 0; i <= a->n_steps; i++) {
+		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
+		if (i < a->n_steps)
+			fprintf(f, "  %6d %9.3f", s->step, s->dur_ms);
+		else
+			fprintf(f, "  %6s %9.3f", "mean", s->dur_ms);
+		for (int p = 0; p < PART_COUNT; p++)
+			fprintf(f, " %8.3f", s->part_ms[p]);
+		fputc('\n', f);
+	}
+	fprintf(f, "\nstages, mean per step (ms):");
+	for (int st = 0; st < STAGE_COUNT; st++)
+		fprintf(f, " %s %.3f", stage_names[st], a->mean.stage_ms[st]);
+	fprintf(f, "\nGPU busy %.1f%%, data wait %.1f%%, %ld kernels (median %.1f us, total %.3f ms)\n",
+		100 * a->gpu_busy_share, 100 * a->data_wait_share, a->n_kernels,
+		a->kernel_median_us, a->kernel_total_ms);
+	print_ops(f, "top ops by CPU time", a->top_cpu, a->n_top_cpu, 0);
+	print_ops(f, "top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
+	print_ops(f, "top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
+	fprintf(f, "\nadvice\n");
+	if (!a->n_advice)
+		fprintf(f, "  none: no rule fired\n");
+	for (int i = 0; i < a->n_advice; i++)
+		fprintf(f, "  [%s] %s\n", a->advice[i].rule, a->advice[i].text);
+}
+
+static json_t *ops_json(const struct analysis_op *ops, int n, const char *unit)
+{
+	json_t *arr = json_array();
+	char total[32], mean[32];
+	snprintf(total, sizeof(total), "total_%s", unit);
+	snprintf(mean, sizeof(mean), "mean_%s", unit);
+	for (int i = 0; arr && i < n; i++)
+		json_array_append_new(arr, json_pack("{s:s, s:I, s:f, s:f}", "name", ops[i].name,
+						     "count", (json_int_t)ops[i].count, total,
+						     ops[i].total, mean, ops[i].mean));
+	return arr;
+}
+
+static json_t *step_json(const struct analysis_step *s)
+{
+	json_t *o = json_pack("{s:i, s:f, s:f, s:f}", "step", s->step, "dur_ms", s->dur_ms,
+			      "gpu_busy_ms", s->gpu_busy_ms, "data_wait_ms", s->data_wait_ms);
+	char key[32];
+	for (int p = 0; o && p < PART_COUNT; p++) {
+		snprintf(key, sizeof(key), "%s_ms", part_names[p]);
+		json_object_set_new(o, key, json_real(s->part_ms[p]));
+	}
+	for (int st = 0; o && st < STAGE_COUNT; st++) {
+		snprintf(key, sizeof(key), "stage_%s_ms", stage_names[st]);
+		json_object_set_new(o, key, json_real(s->stage_ms[st]));
+	}
+	return o;
+}
+
+json_t *analysis_to_json(const struct analysis *a)
+{
+	json_t *steps = json_array(), *advice = json_array();
+	for (int i = 0; steps && i < a->n_steps; i++)
+		json_array_append_new(steps, step_json(&a->steps[i]));
+	for (int i = 0; advice && i < a->n_advice; i++)
+		json_array_append_new(advice, json_pack("{s:s, s:f, s:f, s:s}", "rule",
+							a->advice[i].rule, "value",
+							a->advice[i].value, "threshold",
+							a->advice[i].threshold, "text",
+							a->advice[i].text));
+	return json_pack("{s:{s:s, s:i, s:s, s:s}, s:o, s:o, s:f, s:f, s:f, s:I, s:f, s:f, "
+			 "s:o, s:o, s:o, s:f, s:o}",
+			 "meta", "model", a->meta.model, "batch", a->meta.batch, "precision",
+			 a->meta.precision, "gpu", a->meta.gpu_name,
+			 "steps", steps, "mean_step", step_json(&a->mean),
+			 "gpu_busy_share", a->gpu_busy_share, "gpu_idle_share", a->gpu_idle_share,
+			 "data_wait_share", a->data_wait_share,
+			 "kernels", (json_int_t)a->n_kernels, "kernel_total_ms", a->kernel_total_ms,
+			 "kernel_median_us", a->kernel_median_us,
+			 "top_cpu_ops", ops_json(a->top_cpu, a->n_top_cpu, "ms"),
+			 "top_gpu_layers", ops_json(a->top_gpu, a->n_top_gpu, "ms"),
+			 "top_memory_layers", ops_json(a->top_mem, a->n_top_mem, "bytes"),
+			 "memory_peak_bytes", a->mem_peak_bytes, "advice", advice);
+}
+
+static void md_ops(FILE *f, const char *title, const struct analysis_op *ops, int n, int bytes)
+{
+	fprintf(f, "\n## %s\n\n| name | count | total %s | mean %s |\n|---|---:|---:|---:|\n",
+		title, bytes ? "MiB" : "ms", bytes ? "MiB" : "ms");
+	double s = bytes ? 1.0 / (1 << 20) : 1.0;
+	for (int i = 0; i < n; i++)
+		fprintf(f, "| `%s` | %ld | %.3f | %.4f |\n", ops[i].name, ops[i].count,
+			ops[i].total * s, ops[i].mean * s);
+}
+
+int analysis_write_markdown(const struct analysis *a, const char *path)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
+	fprintf(f, "# Profile report\n\nModel **%s**, batch %d, precision %s, GPU %s.\n\n",
+		a->meta.model[0] ? a->meta.model : "?", a->meta.batch, a->meta.precision,
+		a->meta.gpu_name[0] ? a->meta.gpu_name : "none");
+	fprintf(f, "## Key figures\n\n- steps analysed: %d, mean step %.3f ms\n"
+		   "- GPU busy: %.1f%% of the step (idle %.1f%%)\n- data wait: %.1f%% of the step\n"
+		   "- kernels: %ld, median %.1f us, total %.3f ms\n- peak memory allocated: %.1f MiB\n",
+		a->n_steps, a->mean.dur_ms, 100 * a->gpu_busy_share, 100 * a->gpu_idle_share,
+		100 * a->data_wait_share, a->n_kernels, a->kernel_median_us, a->kernel_total_ms,
+		a->mem_peak_bytes / (1 << 20));
+	fprintf(f, "\n## Step breakdown (ms)\n\n| step | total |");
+	for (int p = 0; p < PART_COUNT; p++)
+		fprintf(f, " %s |", part_names[p]);
+	for (int st = 0; st < STAGE_COUNT; st++)
+		fprintf(f, " stage %s |", stage_names[st]);
+	fprintf(f, "\n|---:|---:|");
+	for (int p = 0; p < PART_COUNT + STAGE_COUNT; p++)
+		fprintf(f, "---:|");
+	fputc('\n', f);
+	for (int i = 0; i <= a->n_steps; i++) {
+		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
+		if (i < a->n_steps)
+			fprintf(f, "| %d | %.3f |", s->step, s->dur_ms);
+		else
+			fprintf(f, "| mean | %.3f |", s->dur_ms);
+		for (int p = 0; p < PART_COUNT; p++)
+			fprintf(f, " %.3f |", s->part_ms[p]);
+		for (int st = 0; st < STAGE_COUNT; st++)
+			fprintf(f, " %.3f |", s->stage_ms[st]);
+		fputc('\n', f);
+	}
+	md_ops(f, "Top ops by CPU time", a->top_cpu, a->n_top_cpu, 0);
+	md_ops(f, "Top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
+	md_ops(f, "Top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
+	fprintf(f, "\n## Advice\n\n");
+	if (!a->n_advice)
+		fprintf(f, "No rule fired.\n");
+	for (int i = 0; i < a->n_advice; i++)
+		fprintf(f, "- **%s** (measured %.3g, threshold %.3g): %s\n", a->advice[i].rule,
+			a->advice[i].value, a->advice[i].threshold, a->advice[i].text);
+	if (ferror(f) | (fclose(f) != 0))
+		return gp_error(GP_EIO, "cannot write '%s'", path);
+	return 0;
+}
