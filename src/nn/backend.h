@@ -17,6 +17,9 @@ struct backend_ops {
 	int (*sgd_step)(struct net *net, const struct sgd_args *sgd);
 	int (*sync_to_host)(struct net *net);
 	int (*sync_from_host)(struct net *net);
+	/* Copy parameter gradients / the last node's output to host floats. */
+	int (*grads_to_host)(struct net *net, float *dst);
+	int (*logits_to_host)(struct net *net, float *dst);
 	/* Scratch bytes the backend needs beside the plan (conv workspace). */
 	size_t (*workspace_bytes)(struct net *net);
 };

@@ -186,6 +186,26 @@ static int cpu_set_batch_data(struct net *net, const float *x, const int32_t *la
 	return 0;
 }
 
+static int cpu_grads_to_host(struct net *net, float *dst)
+{
+	if (is_f64(net))
+		cpu_copy_out_f64(dst, net->bk->grads, net->params_count);
+	else
+		memcpy(dst, net->bk->grads, net->params_count * sizeof(float));
+	return 0;
+}
+
+static int cpu_logits_to_host(struct net *net, float *dst)
+{
+	int last = net->n_nodes - 1;
+	size_t n = shape_numel(net->nodes[last].out);
+	if (is_f64(net))
+		cpu_copy_out_f64(dst, act_ptr(net, last), n);
+	else
+		memcpy(dst, act_ptr(net, last), n * sizeof(float));
+	return 0;
+}
+
 static int cpu_forward_node(struct net *net, int i, int training)
 {
 	return is_f64(net) ? cpu_forward_f64(net, i, training) : cpu_forward_f32(net, i, training);
@@ -217,6 +237,8 @@ const struct backend_ops backend_cpu_ops = {
 	.sgd_step = cpu_sgd,
 	.sync_to_host = cpu_sync_to_host,
 	.sync_from_host = cpu_sync_from_host,
+	.grads_to_host = cpu_grads_to_host,
+	.logits_to_host = cpu_logits_to_host,
 	.workspace_bytes = cpu_workspace_bytes,
 };
 

@@ -632,8 +632,13 @@ int net_forward(struct net *net, int training)
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
+	const struct net_hooks *h = &net->hooks;
 	for (int i = 1; i < net->n_nodes; i++) {
+		if (h->node_begin)
+			h->node_begin(h->user, net, i, PHASE_FORWARD);
 		GP_TRY(ops->forward_node(net, i, training));
+		if (h->node_end)
+			h->node_end(h->user, net, i, PHASE_FORWARD);
 		if (training && net->nodes[i].op == OP_BATCHNORM2D)
 			net->nodes[i].bn_batches_tracked++;
 	}
@@ -652,9 +657,16 @@ int net_backward(struct net *net)
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
-	for (int i = net->n_nodes - 1; i >= 1; i--)
-		if (net->nodes[i].t_dy >= 0)
-			GP_TRY(ops->backward_node(net, i));
+	const struct net_hooks *h = &net->hooks;
+	for (int i = net->n_nodes - 1; i >= 1; i--) {
+		if (net->nodes[i].t_dy < 0)
+			continue;
+		if (h->node_begin)
+			h->node_begin(h->user, net, i, PHASE_BACKWARD);
+		GP_TRY(ops->backward_node(net, i));
+		if (h->node_end)
+			h->node_end(h->user, net, i, PHASE_BACKWARD);
+	}
 	return 0;
 }
 
@@ -664,7 +676,11 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd)
 		return gp_error(GP_EINVAL, "net is not set up");
 	struct sgd_args a = *sgd;
 	a.first_step = net->sgd_steps == 0;
+	if (net->hooks.node_begin)
+		net->hooks.node_begin(net->hooks.user, net, -1, PHASE_OPTIMIZER);
 	GP_TRY(net_backend(net)->sgd_step(net, &a));
+	if (net->hooks.node_end)
+		net->hooks.node_end(net->hooks.user, net, -1, PHASE_OPTIMIZER);
 	net->sgd_steps++;
 	return 0;
 }
@@ -677,4 +693,29 @@ int net_sync_to_host(struct net *net)
 int net_sync_from_host(struct net *net)
 {
 	return net->bk ? net_backend(net)->sync_from_host(net) : 0;
+}
+
+int net_grads_to_host(struct net *net, float *dst)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	return net_backend(net)->grads_to_host(net, dst);
+}
+
+int net_logits_to_host(struct net *net, float *dst)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	return net_backend(net)->logits_to_host(net, dst);
+}
+
+const char *net_node_label(const struct net *net, int node, char *buf, size_t cap)
+{
+	if (node < 0)
+		snprintf(buf, cap, "optimizer.sgd");
+	else if (net->nodes[node].name[0])
+		snprintf(buf, cap, "%s", net->nodes[node].name);
+	else
+		snprintf(buf, cap, "%s#%d", op_name(net->nodes[node].op), node);
+	return buf;
 }

@@ -82,6 +82,17 @@ struct mem_plan {
 };
 
 struct backend_state; /* owned by the backend */
+struct net;
+
+/* Observers of execution (profiler ranges, per-layer timing). Called on the host
+ * around each node's forward and backward and around the optimizer step;
+ * node is -1 for the optimizer. Work is asynchronous on a GPU backend. */
+enum net_phase { PHASE_FORWARD = 0, PHASE_BACKWARD, PHASE_OPTIMIZER };
+struct net_hooks {
+	void (*node_begin)(void *user, const struct net *net, int node, enum net_phase phase);
+	void (*node_end)(void *user, const struct net *net, int node, enum net_phase phase);
+	void *user;
+};
 
 struct net {
 	char model[32];
@@ -116,6 +127,7 @@ struct net {
 	struct mem_stats mem;
 	int sgd_steps;             /* optimizer steps taken (momentum buffers start on the first) */
 	uint64_t seed;          /* initialization and dropout masks */
+	struct net_hooks hooks;
 };
 
 /* --- building (used by models.c) ---------------------------------------------------
@@ -165,6 +177,13 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd);
 /* Copy backend parameters and running statistics to (or from) the host master. */
 int net_sync_to_host(struct net *net);
 int net_sync_from_host(struct net *net);
+
+/* Copy the parameter gradients (params_count floats) or the last node's output
+ * (batch x classes floats) to host memory, from any backend. */
+int net_grads_to_host(struct net *net, float *dst);
+int net_logits_to_host(struct net *net, float *dst);
+/* Name of a node for messages and traces: its module path, else op and index. */
+const char *net_node_label(const struct net *net, int node, char *buf, size_t cap);
 
 /* Host-visible pointers to the backend's arrays (CPU backend only; NULL otherwise),
  * in the backend dtype: for tests and gradient checks. */

@@ -306,6 +306,18 @@ static int cuda_sgd(struct net *net, const struct sgd_args *sgd)
 			     sgd->momentum != 0 ? b->momentum : NULL);
 }
 
+static int cuda_grads_to_host(struct net *net, float *dst)
+{
+	return cuda_copy_d2h(net->bk->ctx, dst, net->bk->grads, net->bk->params_bytes);
+}
+
+static int cuda_logits_to_host(struct net *net, float *dst)
+{
+	int last = net->n_nodes - 1;
+	return cuda_copy_d2h(net->bk->ctx, dst, act_ptr(net, last),
+			     shape_numel(net->nodes[last].out) * sizeof(float));
+}
+
 const struct backend_ops backend_cuda_ops = {
 	.name = "cuda",
 	.setup = cuda_setup,
@@ -317,5 +329,7 @@ const struct backend_ops backend_cuda_ops = {
 	.sgd_step = cuda_sgd,
 	.sync_to_host = cuda_sync_to_host,
 	.sync_from_host = cuda_sync_from_host,
+	.grads_to_host = cuda_grads_to_host,
+	.logits_to_host = cuda_logits_to_host,
 	.workspace_bytes = cuda_workspace_bytes,
 };
