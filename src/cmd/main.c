@@ -17,6 +17,7 @@ static const struct command commands[] = {
 	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
+	{ "parity", cmd_parity, "(for tests) train a few steps from given weights and batch, dump results" },
 	{ NULL, NULL, NULL },
 };
 

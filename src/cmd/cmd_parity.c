@@ -1,0 +1,146 @@
+/* gpuperf parity: the engine's half of the parity check against PyTorch
+ * (tests/torch/parity.py drives it). Loads weights and a batch written by the
+ * PyTorch side, trains a few steps, and writes what PyTorch will compare: the first
+ * step's logits and parameter gradients, every step's loss, and the parameters and
+ * running statistics after the last step. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd/args.h"
+#include "cmd/cmds.h"
+#include "core/error.h"
+#include "nn/checkpoint.h"
+#include "nn/models.h"
+#include "nn/trainer.h"
+
+static int read_raw(const char *dir, const char *name, void *dst, size_t bytes)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return gp_error(GP_EIO, "cannot open '%s'", path);
+	size_t got = fread(dst, 1, bytes, f);
+	int extra = fgetc(f) != EOF;
+	fclose(f);
+	if (got != bytes || extra)
+		return gp_error(GP_EFORMAT, "'%s' holds %s bytes than the %zu expected", path,
+				got != bytes ? "fewer" : "more", bytes);
+	return 0;
+}
+
+static int write_raw(const char *dir, const char *name, const void *src, size_t bytes)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return gp_error(GP_EIO, "cannot create '%s'", path);
+	size_t put = fwrite(src, 1, bytes, f);
+	if (fclose(f) != 0 || put != bytes)
+		return gp_error(GP_EIO, "cannot write '%s'", path);
+	return 0;
+}
+
+/* Save the gradients under the parameter names: swap them into the host master for
+ * the checkpoint writer, then swap the parameters back. */
+static int save_grads(struct net *net, const float *grads, const char *path)
+{
+	float *keep = net->host_params;
+	net->host_params = (float *)grads;
+	int rc = checkpoint_save(net, path);
+	net->host_params = keep;
+	return rc;
+}
+
+int cmd_parity(int argc, char **argv)
+{
+	const char *model = NULL, *load = NULL, *input = NULL, *out = NULL, *device = "cpu", *prec = "fp32";
+	int batch = 4, size = 0, classes = 10, steps = 3, help = 0;
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	struct opt opts[] = {
+		{ "model", OPT_STR, &model, "model name", 0 },
+		{ "load", OPT_STR, &load, "weights written by PyTorch (safetensors)", 0 },
+		{ "input", OPT_STR, &input, "directory with x.f32 (N x 3 x S x S) and y.i32 (N)", 0 },
+		{ "out", OPT_STR, &out, "directory for logits.f32, grads.safetensors, after.safetensors, losses.json", 0 },
+		{ "device", OPT_STR, &device, "cpu | cuda", 0 },
+		{ "precision", OPT_STR, &prec, "fp32 | tf32", 0 },
+		{ "batch", OPT_INT, &batch, "batch size", 1 },
+		{ "size", OPT_INT, &size, "input size", 8 },
+		{ "classes", OPT_INT, &classes, "classes", 1 },
+		{ "steps", OPT_INT, &steps, "SGD steps (3)", 1 },
+		{ "lr", OPT_DOUBLE, &sgd.lr, "learning rate", 0 },
+		{ "momentum", OPT_DOUBLE, &sgd.momentum, "momentum", 0 },
+		{ "weight-decay", OPT_DOUBLE, &sgd.weight_decay, "weight decay", 0 },
+		{ "help", OPT_FLAG, &help, "show this help", 0 },
+		{ 0 },
+	};
+	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (help) {
+		args_print_help("gpuperf parity --model M --load W --input DIR --out DIR [--device cuda]", opts);
+		return 0;
+	}
+	if (!model || !load || !input || !out)
+		return gp_error(GP_EINVAL, "parity needs --model, --load, --input and --out");
+	enum backend_kind bk;
+	enum precision precision;
+	GP_TRY(train_pick_device(device, &bk, 1));
+	GP_TRY(train_parse_precision(prec, &precision));
+	struct model_opts mo = model_defaults(model);
+	mo.batch = batch;
+	mo.classes = classes;
+	mo.dropout = 0; /* masks cannot match across frameworks */
+	if (size)
+		mo.size = size;
+	struct net *net = NULL;
+	float *x = NULL, *buf = NULL;
+	int32_t *y = NULL;
+	json_t *losses = json_array();
+	GP_TRY(model_build(model, &mo, &net));
+	size_t in_count = (size_t)batch * 3 * mo.size * mo.size;
+	size_t logits_count = (size_t)batch * classes;
+	x = malloc(in_count * sizeof(float));
+	y = malloc((size_t)batch * sizeof(int32_t));
+	buf = malloc((net->params_count > logits_count ? net->params_count : logits_count) * sizeof(float));
+	int rc = GP_ENOMEM;
+	if (!x || !y || !buf) {
+		gp_error(GP_ENOMEM, "cannot allocate the parity buffers");
+		goto out;
+	}
+	char path[1024];
+	if ((rc = checkpoint_load(net, load)) < 0 || (rc = read_raw(input, "x.f32", x, in_count * sizeof(float))) < 0 ||
+	    (rc = read_raw(input, "y.i32", y, (size_t)batch * sizeof(int32_t))) < 0 ||
+	    (rc = net_setup(net, bk, GP_F32, precision)) < 0 || (rc = net_set_batch_data(net, x, y)) < 0)
+		goto out;
+	for (int s = 0; s < steps; s++) {
+		double loss;
+		if ((rc = net_forward(net, 1)) < 0 || (rc = net_loss(net, &loss, NULL)) < 0 ||
+		    (rc = net_backward(net)) < 0)
+			goto out;
+		json_array_append_new(losses, json_real(loss));
+		if (s == 0) {
+			snprintf(path, sizeof(path), "%s/grads.safetensors", out);
+			if ((rc = net_logits_to_host(net, buf)) < 0 ||
+			    (rc = write_raw(out, "logits.f32", buf, logits_count * sizeof(float))) < 0 ||
+			    (rc = net_grads_to_host(net, buf)) < 0 || (rc = save_grads(net, buf, path)) < 0)
+				goto out;
+		}
+		if ((rc = net_sgd_step(net, &sgd)) < 0)
+			goto out;
+	}
+	snprintf(path, sizeof(path), "%s/after.safetensors", out);
+	if ((rc = net_sync_to_host(net)) < 0 || (rc = checkpoint_save(net, path)) < 0)
+		goto out;
+	snprintf(path, sizeof(path), "%s/losses.json", out);
+	if (json_dump_file(losses, path, 0) != 0)
+		rc = gp_error(GP_EIO, "cannot write '%s'", path);
+out:
+	json_decref(losses);
+	free(x);
+	free(y);
+	free(buf);
+	net_free(net);
+	return rc;
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Parity of gpuperf with PyTorch: the same weights (exchanged through safetensors)
+and the same batch; compare the first step's logits, loss and every parameter's
+gradient, and the parameters and running statistics after a few SGD steps.
+Errors are relative norms ||ours - torch|| / ||torch||. Exit status 1 if any error
+exceeds the tolerance.
+
+  python3 tests/torch/parity.py --bin build/gpuperf --device cuda \
+      --models simple_cnn,resnet18,resnet50,mobilenet_v2 [--tol 1e-4]
+"""
+import argparse, json, os, subprocess, sys, tempfile
+
+import numpy as np
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import build  # noqa: E402
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    d = torch.linalg.vector_norm(a - b).item()
+    n = torch.linalg.vector_norm(b).item()
+    return d / n if n > 0 else (0.0 if d == 0 else float("inf"))
+
+
+def run_one(args, name, size, batch, classes, work):
+    torch.manual_seed(1234)
+    dev = torch.device(args.device if args.device == "cpu" or torch.cuda.is_available() else "cpu")
+    model = build(name, classes, size)
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    # non-trivial BN statistics and affine parameters, so that every term matters
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.8, 1.2)
+    model = model.to(dev).train()
+    w = os.path.join(work, "w.safetensors")
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, w)
+    x = torch.randn(batch, 3, size, size)
+    y = torch.randint(0, classes, (batch,))
+    x.numpy().astype(np.float32).tofile(os.path.join(work, "x.f32"))
+    y.numpy().astype(np.int32).tofile(os.path.join(work, "y.i32"))
+    out = os.path.join(work, "out")
+    os.makedirs(out, exist_ok=True)
+    cmd = [args.bin, "parity", "--model", name, "--load", w, "--input", work, "--out", out,
+           "--device", args.gp_device, "--batch", str(batch), "--size", str(size),
+           "--classes", str(classes), "--steps", str(args.steps), "--lr", str(args.lr),
+           "--momentum", str(args.momentum), "--weight-decay", str(args.wd)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{name}: gpuperf failed: {r.stderr.strip()}")
+        return None
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.wd)
+    crit = nn.CrossEntropyLoss()
+    xd, yd = x.to(dev), y.to(dev)
+    losses = []
+    for s in range(args.steps):
+        opt.zero_grad(set_to_none=True)
+        logits = model(xd)
+        loss = crit(logits, yd)
+        loss.backward()
+        losses.append(loss.item())
+        if s == 0:
+            t_logits = logits.detach().cpu()
+            t_grads = {k: p.grad.detach().cpu().clone() for k, p in model.named_parameters()}
+        opt.step()
+    ours_logits = torch.from_numpy(np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32)).view(batch, classes)
+    ours_grads = load_file(os.path.join(out, "grads.safetensors"))
+    ours_after = load_file(os.path.join(out, "after.safetensors"))
+    ours_losses = json.load(open(os.path.join(out, "losses.json")))
+    res = {"logits": rel(ours_logits, t_logits),
+           "loss": abs(ours_losses[0] - losses[0]) / abs(losses[0]),
+           "loss_last": abs(ours_losses[-1] - losses[-1]) / abs(losses[-1])}
+    gerr = {k: rel(ours_grads[k], g) for k, g in t_grads.items()}
+    res["grad_max"] = max(gerr.values())
+    res["grad_worst"] = max(gerr, key=gerr.get)
+    sd = model.state_dict()
+    perr, counters_ok = {}, True
+    for k, v in sd.items():
+        if k.endswith("num_batches_tracked"):
+            counters_ok &= int(ours_after[k].item()) == int(v.item())
+            continue
+        perr[k] = rel(ours_after[k], v.detach().cpu())
+    res["param_max"] = max(perr.values())
+    res["param_worst"] = max(perr, key=perr.get)
+    res["counters_ok"] = counters_ok
+    return res
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", default="build/gpuperf")
+    p.add_argument("--device", default="cuda", help="where PyTorch and gpuperf run: cuda | cpu")
+    p.add_argument("--models", default="simple_cnn,resnet18,resnet50,mobilenet_v2")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--wd", type=float, default=1e-4)
+    p.add_argument("--tol", type=float, default=1e-4)
+    p.add_argument("--json", help="write the errors as JSON here")
+    args = p.parse_args()
+    args.gp_device = args.device
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    failed, report = False, {}
+    print(f"{'model':14s} {'logits':>9s} {'loss':>9s} {'grad max':>9s} {'params':>9s} {'last loss':>9s}  worst grad / param")
+    for name in args.models.split(","):
+        size = 32 if name == "simple_cnn" else args.size
+        with tempfile.TemporaryDirectory() as work:
+            r = run_one(args, name, size, args.batch, args.classes, work)
+        if r is None:
+            failed = True
+            continue
+        report[name] = r
+        bad = max(r["logits"], r["loss"], r["grad_max"], r["param_max"]) > args.tol or not r["counters_ok"]
+        failed |= bad
+        print(f"{name:14s} {r['logits']:9.2e} {r['loss']:9.2e} {r['grad_max']:9.2e} {r['param_max']:9.2e} "
+              f"{r['loss_last']:9.2e}  {r['grad_worst']} / {r['param_worst']}{'  FAIL' if bad else ''}")
+    if args.json:
+        json.dump(report, open(args.json, "w"), indent=1)
+    print("parity:", "FAIL" if failed else f"ok (all relative errors <= {args.tol:g})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+#!/bin/sh
+# Make BUILD/bundle: gpuperf, its tests, the non-CUDA shared libraries they link
+# (jansson, cairo and its dependencies, turbojpeg, OpenBLAS) and a font, so that a GPU
+# machine with only the CUDA stack and no package registry can run them:
+#   . BUILD/bundle/env.sh && BUILD/bundle/gpuperf info
+# CUDA, cuDNN, cuBLAS, NCCL, CUPTI and the C/C++ runtimes come from that machine.
+set -eu
+BUILD=${1:-build}
+B="$BUILD/bundle"
+rm -rf "$B"
+mkdir -p "$B/lib" "$B/fonts"
+cp "$BUILD/gpuperf" "$BUILD/gpuperf_tests" "$B/"
+skip='lib(c|m|dl|rt|pthread|resolv|stdc\+\+|gcc_s|cuda|cudart|cudnn[a-z_]*|cublas|cublasLt|nccl|cupti|nvrtc[a-z-]*|nvJitLink)\.so|ld-linux'
+ldd "$BUILD/gpuperf" "$BUILD/gpuperf_tests" | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" |
+	while read -r lib; do cp -L "$lib" "$B/lib/"; done
+font=$(fc-match -f '%{file}' sans-serif 2>/dev/null || true)
+[ -n "$font" ] && [ -f "$font" ] && cp "$font" "$B/fonts/"
+cat > "$B/fonts/fonts.conf" <<CONF
+<?xml version="1.0"?>
+<!DOCTYPE fontconfig SYSTEM "fonts.dtd">
+<fontconfig><dir prefix="relative">.</dir><cachedir>/tmp/gpuperf-fontcache</cachedir></fontconfig>
+CONF
+cat > "$B/env.sh" <<'ENV'
+# Source me: . path/to/bundle/env.sh
+_gp_b=$(cd "$(dirname "${BASH_SOURCE:-$0}")" && pwd)
+export LD_LIBRARY_PATH="$_gp_b/lib:/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export FONTCONFIG_FILE="$_gp_b/fonts/fonts.conf"
+export GPUPERF_BIN="$_gp_b/gpuperf"
+ENV
+du -sh "$B" | awk '{print "bundle: " $1 " in '"$B"'"}'
+ls "$B/lib" | tr '\n' ' '; echo

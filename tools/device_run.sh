@@ -1,0 +1,43 @@
+#!/bin/bash
+# Run on the GPU machine from the repository root, with build/bundle carried:
+#   bash tools/device_run.sh STAGE...   (logs under $OUT, or /tmp/gpuperf_out)
+# Stages: info, tests, parity, speed, speed32, compare, maxbatch, profile.
+# Each stage is time-limited so that one hang does not cost the others.
+set -u
+. build/bundle/env.sh
+OUT=${OUT:-/tmp/gpuperf_out}
+mkdir -p "$OUT"
+BIN=build/bundle/gpuperf
+TB=${TORCH_BASELINE:-.carry/torch_baseline.py}
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+stage() { # name timeout command...
+	local name=$1 t=$2
+	shift 2
+	echo "=== $name ($(date +%T))"
+	timeout "$t" "$@" > "$OUT/$name.log" 2>&1
+	local rc=$?
+	tail -n "${TAIL:-25}" "$OUT/$name.log"
+	echo "=== $name rc=$rc"
+}
+for s in "$@"; do
+	case $s in
+	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
+	tests) stage tests 400 build/bundle/gpuperf_tests ;;
+	gputests) stage gputests 300 build/bundle/gpuperf_tests cuda ;;
+	parity) stage parity 300 python3 tests/torch/parity.py --bin $BIN --device cuda --json "$OUT/parity_cuda.json" ;;
+	paritycpu) stage paritycpu 300 python3 tests/torch/parity.py --bin $BIN --device cpu --models simple_cnn,resnet18,mobilenet_v2 --json "$OUT/parity_cpu.json" ;;
+	speed)
+		for m in resnet50 resnet18 mobilenet_v2; do
+			for p in fp32 tf32; do
+				stage "speed_${m}_$p" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
+			done
+		done
+		stage torch_speed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes fp32,tf32 --batch 256 --iters 30 ;;
+	speed32)
+		for m in resnet18 mobilenet_v2; do
+			stage "speed32_$m" 120 $BIN train --model $m --device cuda --batch 32 --steps 100 --json
+		done
+		stage torch_speed32 300 python3 $TB train --models resnet18,mobilenet_v2 --modes fp32 --batch 32 --iters 50 ;;
+	*) echo "unknown stage $s" ;;
+	esac
+done
