@@ -116,15 +116,18 @@ int cmd_parity(int argc, char **argv)
 		goto out;
 	for (int s = 0; s < steps; s++) {
 		double loss;
-		if ((rc = net_forward(net, 1)) < 0 || (rc = net_loss(net, &loss, NULL)) < 0 ||
-		    (rc = net_backward(net)) < 0)
+		if ((rc = net_forward(net, 1)) < 0 || (rc = net_loss(net, &loss, NULL)) < 0)
+			goto out;
+		/* the logits' memory is reused during backward: read them first */
+		if (s == 0 && ((rc = net_logits_to_host(net, buf)) < 0 ||
+			       (rc = write_raw(out, "logits.f32", buf, logits_count * sizeof(float))) < 0))
+			goto out;
+		if ((rc = net_backward(net)) < 0)
 			goto out;
 		json_array_append_new(losses, json_real(loss));
 		if (s == 0) {
 			snprintf(path, sizeof(path), "%s/grads.safetensors", out);
-			if ((rc = net_logits_to_host(net, buf)) < 0 ||
-			    (rc = write_raw(out, "logits.f32", buf, logits_count * sizeof(float))) < 0 ||
-			    (rc = net_grads_to_host(net, buf)) < 0 || (rc = save_grads(net, buf, path)) < 0)
+			if ((rc = net_grads_to_host(net, buf)) < 0 || (rc = save_grads(net, buf, path)) < 0)
 				goto out;
 		}
 		if ((rc = net_sgd_step(net, &sgd)) < 0)

@@ -261,3 +261,8 @@ void *net_cpu_input(struct net *net)
 {
 	return net->bk && net->backend == BACKEND_CPU ? net->bk->input : NULL;
 }
+
+void *net_cpu_output_grad(struct net *net, int node)
+{
+	return net->bk && net->backend == BACKEND_CPU ? grad_ptr(net, node) : NULL;
+}

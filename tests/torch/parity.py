@@ -2,8 +2,12 @@
 """Parity of gpuperf with PyTorch: the same weights (exchanged through safetensors)
 and the same batch; compare the first step's logits, loss and every parameter's
 gradient, and the parameters and running statistics after a few SGD steps.
-Errors are relative norms ||ours - torch|| / ||torch||. Exit status 1 if any error
-exceeds the tolerance.
+Errors are relative norms ||ours - torch|| / ||torch||: for logits, for all gradients
+together, and per tensor. A tensor whose true gradient is (near) zero, such as the
+bias of a batch norm followed by a convolution and another batch norm (its gradient is
+0 in exact arithmetic), has no meaningful relative error: per tensor the norm is
+therefore floored at 1% of a typical tensor of its size (rms of all gradients times
+sqrt(numel)). Exit status 1 if any error exceeds the tolerance.
 
   python3 tests/torch/parity.py --bin build/gpuperf --device cuda \
       --models simple_cnn,resnet18,resnet50,mobilenet_v2 [--tol 1e-4]
@@ -79,7 +83,15 @@ def run_one(args, name, size, batch, classes, work):
     res = {"logits": rel(ours_logits, t_logits),
            "loss": abs(ours_losses[0] - losses[0]) / abs(losses[0]),
            "loss_last": abs(ours_losses[-1] - losses[-1]) / abs(losses[-1])}
-    gerr = {k: rel(ours_grads[k], g) for k, g in t_grads.items()}
+    all_t = torch.cat([g.flatten() for g in t_grads.values()])
+    all_o = torch.cat([ours_grads[k].flatten() for k in t_grads])
+    res["grad_all"] = rel(all_o, all_t)
+    rms = torch.linalg.vector_norm(all_t.double()).item() / all_t.numel() ** 0.5
+    gerr = {}
+    for k, g in t_grads.items():
+        d = torch.linalg.vector_norm(ours_grads[k].double() - g.double()).item()
+        floor = 0.01 * rms * g.numel() ** 0.5
+        gerr[k] = d / max(torch.linalg.vector_norm(g.double()).item(), floor)
     res["grad_max"] = max(gerr.values())
     res["grad_worst"] = max(gerr, key=gerr.get)
     sd = model.state_dict()
@@ -104,7 +116,7 @@ def main():
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--wd", type=float, default=1e-4)
     p.add_argument("--tol", type=float, default=1e-4)
@@ -115,7 +127,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
     failed, report = False, {}
-    print(f"{'model':14s} {'logits':>9s} {'loss':>9s} {'grad max':>9s} {'params':>9s} {'last loss':>9s}  worst grad / param")
+    print(f"{'model':14s} {'logits':>9s} {'loss':>9s} {'grads':>9s} {'grad max':>9s} {'params':>9s} {'last loss':>9s}  worst grad / param")
     for name in args.models.split(","):
         size = 32 if name == "simple_cnn" else args.size
         with tempfile.TemporaryDirectory() as work:
@@ -124,9 +136,9 @@ def main():
             failed = True
             continue
         report[name] = r
-        bad = max(r["logits"], r["loss"], r["grad_max"], r["param_max"]) > args.tol or not r["counters_ok"]
+        bad = max(r["logits"], r["loss"], r["grad_all"], r["grad_max"], r["param_max"]) > args.tol or not r["counters_ok"]
         failed |= bad
-        print(f"{name:14s} {r['logits']:9.2e} {r['loss']:9.2e} {r['grad_max']:9.2e} {r['param_max']:9.2e} "
+        print(f"{name:14s} {r['logits']:9.2e} {r['loss']:9.2e} {r['grad_all']:9.2e} {r['grad_max']:9.2e} {r['param_max']:9.2e} "
               f"{r['loss_last']:9.2e}  {r['grad_worst']} / {r['param_worst']}{'  FAIL' if bad else ''}")
     if args.json:
         json.dump(report, open(args.json, "w"), indent=1)
