@@ -5,5 +5,7 @@
 
 int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_dataset(int argc, char **argv);
+int cmd_loader(int argc, char **argv);
 
 #endif

@@ -15,6 +15,8 @@ struct command {
 static const struct command commands[] = {
 	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
 	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
+	{ "dataset", cmd_dataset, "make a synthetic ImageFolder of JPEGs (dataset make)" },
+	{ "loader", cmd_loader, "data-loader throughput by worker count" },
 	{ NULL, NULL, NULL },
 };
 
