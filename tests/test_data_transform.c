@@ -169,7 +169,8 @@ TEST(data_resample_ramp_stays_ramp)
 	for (int x = 4; x < 396; x++) /* x' = (x + 0.5) / 4 - 0.5 */
 		CHECK_NEAR(unnorm(up[2 * 400 + x], 2), 2 * ((x + 0.5) / 4 - 0.5), 1e-3);
 	/* Stripes 0, 255, 0, ... shrunk by 3: each output centre falls on one source
-	 * pixel (3x + 1, bright for even x), so plain bilinear would give 0 or 255; the widened filter averages
+	 * pixel (3x + 1, bright for even x), so plain bilinear would give 0 or 255;
+	 * the widened filter averages
 	 * 5 pixels (weights 1/3, 2/3, 1, 2/3, 1/3) to 113 or 142. */
 	for (int y = 0; y < h; y++)
 		for (int x = 0; x < w; x++)

@@ -18,9 +18,13 @@
 int synthetic_open(struct dataset *ds, const char *args)
 {
 	int images = SYNTHETIC_IMAGES, classes = SYNTHETIC_CLASSES;
-	char extra;
-	int got = *args ? sscanf(args, "%d:%d%c", &images, &classes, &extra) : 0;
-	if (*args && (got < 1 || got == 3))
+	char *end = (char *)args;
+	if (*args) {
+		images = (int)strtol(args, &end, 10);
+		if (*end == ':')
+			classes = (int)strtol(end + 1, &end, 10);
+	}
+	if (*end)
 		return gp_error(GP_EINVAL, "bad synthetic spec 'synthetic:%s' "
 				"(want synthetic[:IMAGES[:CLASSES]])", args);
 	if (images < 1 || classes < 1 || classes > 100000)
