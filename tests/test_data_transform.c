@@ -220,6 +220,10 @@ TEST(data_jpeg_roundtrip)
 	CHECK_EQ_INT(image_header(&ctx, (const uint8_t *)"hello, world", 12, &kind, &jw, &jh),
 		     -4);
 	CHECK_EQ_INT(image_decode(&ctx, jpeg, len / 2, IMAGE_JPEG, w, h, &img), -4);
+	/* A header cut short, then a good one: the size must still come back. */
+	CHECK_EQ_INT(image_header(&ctx, jpeg, 200, &kind, &jw, &jh), -4);
+	CHECK_EQ_INT(image_header(&ctx, jpeg, len, &kind, &jw, &jh), 0);
+	CHECK(jw == w && jh == h);
 	image_jpeg_free(jpeg);
 	free(pic);
 	image_ctx_free(&ctx);

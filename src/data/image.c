@@ -74,6 +74,21 @@ out_close:
 	return rc;
 }
 
+/* Record TurboJPEG's message, then replace the handle: after a failed header
+ * read, libjpeg-turbo 2.1 leaves the handle in a state where the next header
+ * call "succeeds" without reporting a size. */
+static int tj_fail(struct image_ctx *c)
+{
+	int rc = gp_error(GP_EFORMAT, "%s", tjGetErrorStr2(c->tj));
+	tjhandle fresh = tjInitDecompress();
+	if (!fresh)
+		return gp_error(GP_ENOMEM, "cannot create a TurboJPEG decompressor: %s",
+				tjGetErrorStr2(NULL));
+	tjDestroy(c->tj);
+	c->tj = fresh;
+	return rc;
+}
+
 static const uint8_t png_magic[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
 
 static uint32_t read_be32(const uint8_t *p)
@@ -94,9 +109,12 @@ int image_header(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 		return 0;
 	}
 	int subsamp, colorspace;
+	*w = *h = 0;
 	if (tjDecompressHeader3(c->tj, data, (unsigned long)len_bytes, w, h, &subsamp,
 				&colorspace) < 0)
-		return gp_error(GP_EFORMAT, "%s", tjGetErrorStr2(c->tj));
+		return tj_fail(c);
+	if (*w <= 0 || *h <= 0)
+		return gp_error(GP_EFORMAT, "JPEG header without an image size");
 	*kind = IMAGE_JPEG;
 	return 0;
 }
@@ -203,7 +221,7 @@ int image_decode(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 	 * ("Premature end of JPEG file") and would otherwise give a grey bottom. */
 	if (tjDecompress2(c->tj, data, (unsigned long)len_bytes, c->pix, scaled_w, 0,
 			  scaled_h, TJPF_RGB, 0) < 0)
-		return gp_error(GP_EFORMAT, "%s", tjGetErrorStr2(c->tj));
+		return tj_fail(c);
 	out->pix = c->pix;
 	out->w = scaled_w;
 	out->h = scaled_h;
