@@ -161,7 +161,7 @@ TEST(data_resample_ramp_stays_ramp)
 	struct crop_box all = { 0, 0, w, h };
 	struct resample_box b;
 	crop_resample_box(&all, &b);
-	float down[3 * 25 * 1], up[3 * 400 * 1];
+	float down[3 * 33], up[3 * 400];
 	CHECK_EQ_INT(image_resample_chw(&ctx, &img, &b, 25, 1, 0, imagenet_mean, imagenet_std, down), 0);
 	for (int x = 1; x < 24; x++) /* output x sits at source x' = 4x + 1.5 */
 		CHECK_NEAR(unnorm(down[x], 0), 2 * (4 * x + 1.5), 1e-3);
