@@ -170,10 +170,15 @@ static int dataset_make(struct make_job *j)
 		pthread_mutex_destroy(&j->err_mu);
 		return gp_error(GP_ENOMEM, "cannot start a thread");
 	}
-	/* Progress on one line while the workers run. */
+	/* Progress on one line while the workers run, redrawn every quarter second;
+	 * the short naps keep a small job from waiting on the display. */
+	double shown = 0;
 	while (atomic_load(&j->done) < j->images && !atomic_load(&j->err)) {
-		fprintf(stderr, "\rmaking images: %d/%d", atomic_load(&j->done), j->images);
-		usleep(200000);
+		if (now_s() - shown >= 0.25) {
+			fprintf(stderr, "\rmaking images: %d/%d", atomic_load(&j->done), j->images);
+			shown = now_s();
+		}
+		usleep(10000);
 	}
 	for (int t = 0; t < started; t++)
 		pthread_join(tids[t], NULL);
