@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "test.h"
@@ -276,4 +277,53 @@ TEST(data_scaled_decode_used_when_crop_allows)
 	free(big);
 	dataset_close(ds);
 	image_ctx_free(&ctx);
+}
+
+TEST(data_train_sample_is_rrc_then_flip)
+{
+	const char *root = test_tmpdir();
+	char dir[512], path[600];
+	dir_make(root, "only");
+	snprintf(dir, sizeof(dir), "%s/only", root);
+	jpeg_write(dir, "pic.jpg", 160, 120, 30);
+	snprintf(path, sizeof(path), "%s/pic.jpg", dir);
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(root, 1, 24, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0);
+	struct image_ctx ctx, ref;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	CHECK_EQ_INT(image_ctx_init(&ref), 0);
+	size_t len;
+	enum image_kind kind;
+	int w, h;
+	struct image img;
+	CHECK_EQ_INT(image_read_file(&ref, path, &len), 0);
+	CHECK_EQ_INT(image_header(&ref, ref.file, len, &kind, &w, &h), 0);
+	CHECK_EQ_INT(image_decode(&ref, ref.file, len, kind, w, h, &img), 0);
+	int flips = 0;
+	for (uint64_t seed = 0; seed < 8; seed++) {
+		float got[3 * 24 * 24], want[3 * 24 * 24];
+		struct sample_cost cost;
+		int32_t label;
+		CHECK_EQ_INT(dataset_load(ds, &ctx, 0, seed, got, &label, &cost), 0);
+		/* The same draws by hand: crop parameters first, then the coin. */
+		struct rng r;
+		struct crop_box c;
+		struct resample_box b;
+		rng_seed(&r, seed, 0);
+		rrc_get_params(&r, w, h, &c);
+		int flip = rng_uniform(&r) < 0.5;
+		flips += flip;
+		crop_resample_box(&c, &b);
+		CHECK_EQ_INT(image_resample_chw(&ref, &img, &b, 24, 24, flip, imagenet_mean,
+						imagenet_std, want), 0);
+		CHECK_MSG(!memcmp(got, want, sizeof(got)), "seed %llu differs",
+			  (unsigned long long)seed);
+	}
+	CHECK(flips > 0 && flips < 8);
+	image_ctx_free(&ref);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
 }
