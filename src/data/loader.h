@@ -47,6 +47,7 @@ int loader_create(struct dataset *ds, const struct loader_config *cfg, struct lo
 int loader_next(struct loader *l, struct batch **out);
 void loader_release(struct loader *l, struct batch *b);
 int loader_batches_per_epoch(const struct loader *l);
+/* Totals over the batches delivered so far (from loader_next's thread). */
 void loader_get_stats(const struct loader *l, struct loader_stats *out);
 /* Stop and join the workers (outstanding batches become invalid) and free all. */
 void loader_destroy(struct loader *l);
