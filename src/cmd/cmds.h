@@ -8,5 +8,7 @@ int cmd_train(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
+int cmd_dataset(int argc, char **argv);
+int cmd_loader(int argc, char **argv);
 
 #endif

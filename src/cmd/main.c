@@ -18,6 +18,8 @@ static const struct command commands[] = {
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
 	{ "parity", cmd_parity, "(for tests) train a few steps from given weights and batch, dump results" },
+	{ "dataset", cmd_dataset, "make a synthetic ImageFolder of JPEGs (dataset make)" },
+	{ "loader", cmd_loader, "data-loader throughput by worker count" },
 	{ NULL, NULL, NULL },
 };
 

@@ -1,0 +1,382 @@
+#include "data/image.h"
+
+#include <cairo.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "core/error.h"
+
+int image_ctx_init(struct image_ctx *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->tj = tjInitDecompress();
+	if (!c->tj)
+		return gp_error(GP_ENOMEM, "cannot create a TurboJPEG decompressor: %s",
+				tjGetErrorStr2(NULL));
+	return 0;
+}
+
+void image_ctx_free(struct image_ctx *c)
+{
+	if (c->tj)
+		tjDestroy(c->tj);
+	free(c->file);
+	free(c->pix);
+	free(c->tmp);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Grow *buf to at least need bytes (by doubling, so a stream of images settles). */
+static int buffer_reserve(void **buf, size_t *cap_bytes, size_t need)
+{
+	if (need <= *cap_bytes)
+		return 0;
+	size_t cap = *cap_bytes ? *cap_bytes : 4096;
+	while (cap < need)
+		cap *= 2;
+	void *p = realloc(*buf, cap);
+	if (!p)
+		return gp_error(GP_ENOMEM, "out of memory (%zu bytes for an image)", cap);
+	*buf = p;
+	*cap_bytes = cap;
+	return 0;
+}
+
+int image_read_file(struct image_ctx *c, const char *path, size_t *len_bytes)
+{
+	int rc = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno));
+	if (fseek(f, 0, SEEK_END) != 0) {
+		rc = gp_error(GP_EIO, "cannot seek '%s': %s", path, strerror(errno));
+		goto out_close;
+	}
+	long len = ftell(f);
+	if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
+		rc = gp_error(GP_EIO, "cannot seek '%s': %s", path, strerror(errno));
+		goto out_close;
+	}
+	rc = buffer_reserve((void **)&c->file, &c->file_cap_bytes, (size_t)len + 1);
+	if (rc < 0)
+		goto out_close;
+	if (fread(c->file, 1, (size_t)len, f) != (size_t)len) {
+		rc = gp_error(GP_EIO, "cannot read '%s'", path);
+		goto out_close;
+	}
+	*len_bytes = (size_t)len;
+out_close:
+	fclose(f);
+	return rc;
+}
+
+/* Record TurboJPEG's message, then replace the handle: after a failed header
+ * read, libjpeg-turbo 2.1 leaves the handle in a state where the next header
+ * call "succeeds" without reporting a size. */
+static int tj_fail(struct image_ctx *c)
+{
+	int rc = gp_error(GP_EFORMAT, "%s", tjGetErrorStr2(c->tj));
+	tjhandle fresh = tjInitDecompress();
+	if (!fresh)
+		return gp_error(GP_ENOMEM, "cannot create a TurboJPEG decompressor: %s",
+				tjGetErrorStr2(NULL));
+	tjDestroy(c->tj);
+	c->tj = fresh;
+	return rc;
+}
+
+static const uint8_t png_magic[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+
+static uint32_t read_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+int image_header(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
+		 enum image_kind *kind, int *w, int *h)
+{
+	/* The IHDR chunk always comes first in a PNG: width and height at bytes 16..23. */
+	if (len_bytes >= 24 && !memcmp(data, png_magic, 8)) {
+		*kind = IMAGE_PNG;
+		*w = (int)read_be32(data + 16);
+		*h = (int)read_be32(data + 20);
+		if (*w <= 0 || *h <= 0)
+			return gp_error(GP_EFORMAT, "PNG with a bad size");
+		return 0;
+	}
+	int subsamp, colorspace;
+	*w = *h = 0;
+	if (tjDecompressHeader3(c->tj, data, (unsigned long)len_bytes, w, h, &subsamp,
+				&colorspace) < 0)
+		return tj_fail(c);
+	if (*w <= 0 || *h <= 0)
+		return gp_error(GP_EFORMAT, "JPEG header without an image size");
+	*kind = IMAGE_JPEG;
+	return 0;
+}
+
+void image_pick_scale(int w, int h, double need_w, double need_h, int *scaled_w,
+		      int *scaled_h)
+{
+	int n;
+	tjscalingfactor *sf = tjGetScalingFactors(&n);
+	*scaled_w = w;
+	*scaled_h = h;
+	for (int i = 0; sf && i < n; i++) {
+		if (sf[i].num > sf[i].denom)
+			continue;
+		int sw = TJSCALED(w, sf[i]), sh = TJSCALED(h, sf[i]);
+		/* A hair of tolerance so that an exact fit is not lost to rounding. */
+		if (sw >= need_w - 1e-9 && sh >= need_h - 1e-9 &&
+		    (double)sw * sh < (double)*scaled_w * *scaled_h) {
+			*scaled_w = sw;
+			*scaled_h = sh;
+		}
+	}
+}
+
+struct png_reader {
+	const uint8_t *data;
+	size_t len, pos;
+};
+
+static cairo_status_t png_read(void *closure, unsigned char *out, unsigned int len)
+{
+	struct png_reader *r = closure;
+	if (r->len - r->pos < len)
+		return CAIRO_STATUS_READ_ERROR;
+	memcpy(out, r->data + r->pos, len);
+	r->pos += len;
+	return CAIRO_STATUS_SUCCESS;
+}
+
+/* cairo gives premultiplied native-endian ARGB; like PIL's convert("RGB") we keep
+ * the colour and drop the alpha, so the colour is un-premultiplied. */
+static int decode_png(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
+		      struct image *out)
+{
+	int rc = 0;
+	struct png_reader r = { data, len_bytes, 0 };
+	cairo_surface_t *s = cairo_image_surface_create_from_png_stream(png_read, &r);
+	cairo_surface_t *argb = NULL;
+	if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS) {
+		rc = gp_error(GP_EFORMAT, "%s",
+			      cairo_status_to_string(cairo_surface_status(s)));
+		goto out_surface;
+	}
+	cairo_format_t fmt = cairo_image_surface_get_format(s);
+	int w = cairo_image_surface_get_width(s), h = cairo_image_surface_get_height(s);
+	if (fmt != CAIRO_FORMAT_ARGB32 && fmt != CAIRO_FORMAT_RGB24) {
+		/* 16-bit or grey PNGs come in other formats: convert through a paint. */
+		argb = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, w, h);
+		cairo_t *cr = cairo_create(argb);
+		cairo_set_operator(cr, CAIRO_OPERATOR_SOURCE);
+		cairo_set_source_surface(cr, s, 0, 0);
+		cairo_paint(cr);
+		cairo_destroy(cr);
+		cairo_surface_flush(argb);
+		fmt = CAIRO_FORMAT_ARGB32;
+	}
+	cairo_surface_t *src = argb ? argb : s;
+	rc = buffer_reserve((void **)&c->pix, &c->pix_cap_bytes, (size_t)w * h * 3);
+	if (rc < 0)
+		goto out_argb;
+	const uint8_t *base = cairo_image_surface_get_data(src);
+	int stride = cairo_image_surface_get_stride(src);
+	for (int y = 0; y < h; y++) {
+		const uint32_t *row = (const uint32_t *)(base + (size_t)y * stride);
+		uint8_t *o = c->pix + (size_t)y * w * 3;
+		for (int x = 0; x < w; x++) {
+			uint32_t p = row[x];
+			unsigned a = fmt == CAIRO_FORMAT_RGB24 ? 255 : p >> 24;
+			unsigned rgb[3] = { (p >> 16) & 255, (p >> 8) & 255, p & 255 };
+			for (int k = 0; k < 3; k++)
+				o[3 * x + k] = (uint8_t)(a == 255 ? rgb[k]
+						: a == 0 ? 0 : (rgb[k] * 255 + a / 2) / a);
+		}
+	}
+	out->pix = c->pix;
+	out->w = w;
+	out->h = h;
+out_argb:
+	if (argb)
+		cairo_surface_destroy(argb);
+out_surface:
+	cairo_surface_destroy(s);
+	return rc;
+}
+
+int image_decode(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
+		 enum image_kind kind, int scaled_w, int scaled_h, struct image *out)
+{
+	if (kind == IMAGE_PNG)
+		return decode_png(c, data, len_bytes, out);
+	GP_TRY(buffer_reserve((void **)&c->pix, &c->pix_cap_bytes,
+			      (size_t)scaled_w * scaled_h * 3));
+	/* Any libjpeg warning fails the call too: a truncated file only warns
+	 * ("Premature end of JPEG file") and would otherwise give a grey bottom. */
+	if (tjDecompress2(c->tj, data, (unsigned long)len_bytes, c->pix, scaled_w, 0,
+			  scaled_h, TJPF_RGB, 0) < 0)
+		return tj_fail(c);
+	out->pix = c->pix;
+	out->w = scaled_w;
+	out->h = scaled_h;
+	return 0;
+}
+
+/* One axis of PIL's resampling coefficients (precompute_coeffs with the bilinear
+ * filter): output i reads in[lo[i] .. lo[i] + cnt[i]) with weights w[i * k ..]. */
+struct axis_coeffs {
+	int *lo, *cnt;
+	float *w;
+	int k;
+};
+
+static double triangle(double x)
+{
+	x = fabs(x);
+	return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+static int axis_coeffs_make(double in0, double in1, int in_size, int out_size,
+			    struct axis_coeffs *a)
+{
+	double scale = (in1 - in0) / out_size;
+	double filterscale = scale > 1.0 ? scale : 1.0;
+	double support = filterscale; /* the bilinear filter's support is 1 */
+	a->k = (int)ceil(support) * 2 + 1;
+	a->lo = malloc(sizeof(int) * out_size * 2);
+	a->w = malloc(sizeof(float) * (size_t)out_size * a->k);
+	if (!a->lo || !a->w) {
+		free(a->lo);
+		free(a->w);
+		return gp_error(GP_ENOMEM, "out of memory for resampling coefficients");
+	}
+	a->cnt = a->lo + out_size;
+	for (int i = 0; i < out_size; i++) {
+		double center = in0 + (i + 0.5) * scale, sum = 0;
+		int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
+		if (lo < 0)
+			lo = 0;
+		if (hi > in_size)
+			hi = in_size;
+		if (hi <= lo) /* a box outside the window: take its nearest pixel */
+			hi = (lo = lo < in_size ? lo : in_size - 1) + 1;
+		float *w = a->w + (size_t)i * a->k;
+		for (int x = lo; x < hi; x++)
+			sum += triangle((x - center + 0.5) / filterscale);
+		for (int x = lo; x < hi; x++)
+			w[x - lo] = (float)(sum > 0 ? triangle((x - center + 0.5) / filterscale) / sum
+					     : 1.0 / (hi - lo));
+		a->lo[i] = lo;
+		a->cnt[i] = hi - lo;
+	}
+	return 0;
+}
+
+static void axis_coeffs_free(struct axis_coeffs *a)
+{
+	free(a->lo);
+	free(a->w);
+}
+
+int image_resample_chw(struct image_ctx *c, const struct image *img,
+		       const struct resample_box *b, int out_w, int out_h, int flip,
+		       const float mean[3], const float std[3], float *out)
+{
+	int rc;
+	struct axis_coeffs ax, ay;
+	rc = axis_coeffs_make(b->x0 - b->wx0, b->x1 - b->wx0, b->wx1 - b->wx0, out_w, &ax);
+	if (rc < 0)
+		return rc;
+	rc = axis_coeffs_make(b->y0 - b->wy0, b->y1 - b->wy0, b->wy1 - b->wy0, out_h, &ay);
+	if (rc < 0)
+		goto out_ax;
+	/* Rows of the window that some output row reads, filtered horizontally first. */
+	int row0 = ay.lo[0], row1 = ay.lo[out_h - 1] + ay.cnt[out_h - 1];
+	for (int y = 0; y < out_h; y++) {
+		row0 = ay.lo[y] < row0 ? ay.lo[y] : row0;
+		row1 = ay.lo[y] + ay.cnt[y] > row1 ? ay.lo[y] + ay.cnt[y] : row1;
+	}
+	size_t row_floats = (size_t)out_w * 3;
+	rc = buffer_reserve((void **)&c->tmp, &c->tmp_cap_bytes,
+			    sizeof(float) * row_floats * (row1 - row0));
+	if (rc < 0)
+		goto out_ay;
+	for (int r = row0; r < row1; r++) {
+		const uint8_t *src = img->pix + ((size_t)(b->wy0 + r) * img->w + b->wx0) * 3;
+		float *t = c->tmp + (size_t)(r - row0) * row_floats;
+		for (int x = 0; x < out_w; x++) {
+			const float *w = ax.w + (size_t)x * ax.k;
+			const uint8_t *s = src + (size_t)ax.lo[x] * 3;
+			float acc0 = 0, acc1 = 0, acc2 = 0;
+			for (int k = 0; k < ax.cnt[x]; k++) {
+				acc0 += w[k] * s[3 * k];
+				acc1 += w[k] * s[3 * k + 1];
+				acc2 += w[k] * s[3 * k + 2];
+			}
+			t[3 * x] = acc0;
+			t[3 * x + 1] = acc1;
+			t[3 * x + 2] = acc2;
+		}
+	}
+	float scale[3], shift[3];
+	for (int ch = 0; ch < 3; ch++) {
+		scale[ch] = 1.0f / (255.0f * std[ch]);
+		shift[ch] = -mean[ch] / std[ch];
+	}
+	size_t plane = (size_t)out_w * out_h;
+	for (int y = 0; y < out_h; y++) {
+		const float *w = ay.w + (size_t)y * ay.k;
+		float *o = out + (size_t)y * out_w;
+		for (int x = 0; x < out_w; x++) {
+			float acc[3] = { 0, 0, 0 };
+			for (int k = 0; k < ay.cnt[y]; k++) {
+				const float *t = c->tmp + (size_t)(ay.lo[y] + k - row0) * row_floats
+						 + 3 * x;
+				acc[0] += w[k] * t[0];
+				acc[1] += w[k] * t[1];
+				acc[2] += w[k] * t[2];
+			}
+			int ox = flip ? out_w - 1 - x : x;
+			for (int ch = 0; ch < 3; ch++)
+				o[ch * plane + ox] = acc[ch] * scale[ch] + shift[ch];
+		}
+	}
+out_ay:
+	axis_coeffs_free(&ay);
+out_ax:
+	axis_coeffs_free(&ax);
+	return rc;
+}
+
+int image_encode_jpeg(const uint8_t *rgb, int w, int h, int quality, uint8_t **jpeg,
+		      size_t *len_bytes)
+{
+	int rc = 0;
+	tjhandle tj = tjInitCompress();
+	if (!tj)
+		return gp_error(GP_ENOMEM, "cannot create a TurboJPEG compressor: %s",
+				tjGetErrorStr2(NULL));
+	unsigned char *buf = NULL;
+	unsigned long len = 0;
+	if (tjCompress2(tj, rgb, w, 0, h, TJPF_RGB, &buf, &len, TJSAMP_420, quality, 0) < 0) {
+		rc = gp_error(GP_EFORMAT, "JPEG compression failed: %s", tjGetErrorStr2(tj));
+		tjFree(buf);
+		goto out_tj;
+	}
+	*jpeg = buf;
+	*len_bytes = len;
+out_tj:
+	tjDestroy(tj);
+	return rc;
+}
+
+void image_jpeg_free(uint8_t *jpeg)
+{
+	tjFree(jpeg);
+}

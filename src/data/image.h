@@ -1,0 +1,62 @@
+/* Image files to pixels and pixels to normalized CHW floats: TurboJPEG decoding at
+ * a reduced DCT scale where the crop allows, PNG through cairo, and a separable
+ * bilinear resampler that antialiases when it shrinks (PIL's triangle filter). */
+#ifndef GP_DATA_IMAGE_H
+#define GP_DATA_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/transform.h"
+
+enum image_kind { IMAGE_JPEG = 0, IMAGE_PNG };
+
+/* Interleaved 8-bit RGB. */
+struct image {
+	uint8_t *pix;
+	int w, h;
+};
+
+/* Per-thread state: a TurboJPEG handle and buffers that grow and are reused, so
+ * decoding a stream of images does not allocate per image. */
+struct image_ctx {
+	void *tj;
+	uint8_t *file;
+	size_t file_cap_bytes;
+	uint8_t *pix;
+	size_t pix_cap_bytes;
+	float *tmp;
+	size_t tmp_cap_bytes;
+};
+
+int image_ctx_init(struct image_ctx *c);
+void image_ctx_free(struct image_ctx *c);
+
+/* Read a whole file into c->file; *len_bytes receives its size. */
+int image_read_file(struct image_ctx *c, const char *path, size_t *len_bytes);
+/* Kind and full size from the file's first bytes; GP_EFORMAT if it is neither. */
+int image_header(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
+		 enum image_kind *kind, int *w, int *h);
+/* The smallest TurboJPEG scale (largest reduction, at most 1) whose decode of a
+ * w x h JPEG is at least need_w x need_h; writes the scaled size. */
+void image_pick_scale(int w, int h, double need_w, double need_h, int *scaled_w,
+		      int *scaled_h);
+/* Decode into c->pix: a JPEG at scaled_w x scaled_h (from image_pick_scale, or
+ * its full size), a PNG always at full size. GP_EFORMAT with libjpeg's message
+ * for a broken file (warnings such as a truncated file included). */
+int image_decode(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
+		 enum image_kind kind, int scaled_w, int scaled_h, struct image *out);
+
+/* Resample box b of img to out_w x out_h, mirror it if flip, and write
+ * (v / 255 - mean) / std as CHW floats. Bilinear; when shrinking, the triangle
+ * filter widens by the shrink factor (PIL's antialiasing). */
+int image_resample_chw(struct image_ctx *c, const struct image *img,
+		       const struct resample_box *b, int out_w, int out_h, int flip,
+		       const float mean[3], const float std[3], float *out);
+
+/* Encode RGB pixels as a JPEG (4:2:0); *jpeg must be freed with image_jpeg_free. */
+int image_encode_jpeg(const uint8_t *rgb, int w, int h, int quality, uint8_t **jpeg,
+		      size_t *len_bytes);
+void image_jpeg_free(uint8_t *jpeg);
+
+#endif

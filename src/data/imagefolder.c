@@ -1,0 +1,276 @@
+/* ImageFolder as torchvision builds it: class = sub-folder of the root, classes in
+ * sorted order give the labels, each class's files found by a sorted recursive
+ * walk. Only .jpg, .jpeg and .png (any case) count as images. */
+#include "data/dataset_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+#define WALK_DEPTH_MAX 32
+
+struct file_entry {
+	char *path;
+	size_t dir_len; /* bytes of path that name its folder */
+};
+
+struct file_list {
+	struct file_entry *v;
+	int n, cap;
+};
+
+static int has_image_ext(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+	return dot && (!strcasecmp(dot, ".jpg") || !strcasecmp(dot, ".jpeg") ||
+		       !strcasecmp(dot, ".png"));
+}
+
+static int is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static char *path_join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *p = malloc(la + lb + 2);
+	if (p) {
+		memcpy(p, a, la);
+		p[la] = '/';
+		memcpy(p + la + 1, b, lb + 1);
+	}
+	return p;
+}
+
+static int file_list_push(struct file_list *l, char *path, size_t dir_len)
+{
+	if (l->n == l->cap) {
+		int cap = l->cap ? l->cap * 2 : 256;
+		struct file_entry *v = realloc(l->v, sizeof(*v) * cap);
+		if (!v)
+			return gp_error(GP_ENOMEM, "out of memory listing images");
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = (struct file_entry){ path, dir_len };
+	return 0;
+}
+
+/* Add the images under dir (recursively, following links like os.walk with
+ * followlinks=True, to a bounded depth). */
+static int walk_images(const char *dir, int depth, struct file_list *l)
+{
+	if (depth > WALK_DEPTH_MAX)
+		return 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return gp_error(GP_EIO, "cannot open folder '%s': %s", dir, strerror(errno));
+	int rc = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char *p = path_join(dir, e->d_name);
+		if (!p) {
+			rc = gp_error(GP_ENOMEM, "out of memory listing images");
+			break;
+		}
+		if (is_dir(p)) {
+			rc = walk_images(p, depth + 1, l);
+			free(p);
+		} else if (has_image_ext(e->d_name)) {
+			rc = file_list_push(l, p, strlen(dir));
+			if (rc < 0)
+				free(p);
+		} else {
+			free(p);
+		}
+		if (rc < 0)
+			break;
+	}
+	closedir(d);
+	return rc;
+}
+
+/* os.walk's roots sorted as strings, then file names sorted within each root. */
+static int file_entry_cmp(const void *pa, const void *pb)
+{
+	const struct file_entry *a = pa, *b = pb;
+	size_t n = a->dir_len < b->dir_len ? a->dir_len : b->dir_len;
+	int c = memcmp(a->path, b->path, n);
+	if (c)
+		return c;
+	if (a->dir_len != b->dir_len)
+		return a->dir_len < b->dir_len ? -1 : 1;
+	return strcmp(a->path + a->dir_len, b->path + b->dir_len);
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted names of the sub-folders of root into ds->class_names. */
+static int find_classes(struct dataset *ds, const char *root)
+{
+	DIR *d = opendir(root);
+	if (!d)
+		return gp_error(GP_EIO, "cannot open dataset folder '%s': %s", root,
+				strerror(errno));
+	int rc = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char *p = path_join(root, e->d_name);
+		if (!p) {
+			rc = gp_error(GP_ENOMEM, "out of memory listing classes");
+			break;
+		}
+		int dir = is_dir(p);
+		free(p);
+		if (!dir)
+			continue;
+		if (ds->classes == cap) {
+			cap = cap ? cap * 2 : 64;
+			char **v = realloc(ds->class_names, sizeof(*v) * cap);
+			if (!v) {
+				rc = gp_error(GP_ENOMEM, "out of memory listing classes");
+				break;
+			}
+			ds->class_names = v;
+		}
+		ds->class_names[ds->classes] = strdup(e->d_name);
+		if (!ds->class_names[ds->classes]) {
+			rc = gp_error(GP_ENOMEM, "out of memory listing classes");
+			break;
+		}
+		ds->classes++;
+	}
+	closedir(d);
+	if (rc < 0)
+		return rc;
+	if (ds->classes == 0)
+		return gp_error(GP_EFORMAT, "dataset folder '%s' has no class sub-folders", root);
+	qsort(ds->class_names, ds->classes, sizeof(char *), str_cmp);
+	return 0;
+}
+
+int imagefolder_open(struct dataset *ds, const char *root)
+{
+	struct stat st;
+	if (stat(root, &st) != 0)
+		return gp_error(GP_ENOTFOUND, "dataset folder '%s' does not exist", root);
+	if (!S_ISDIR(st.st_mode))
+		return gp_error(GP_EINVAL, "dataset '%s' is not a folder (nor 'synthetic' "
+				"or 'cifar10:DIR')", root);
+	ds->kind = DATASET_FOLDER;
+	GP_TRY(find_classes(ds, root));
+	struct file_list all = { 0 };
+	int rc = 0;
+	int32_t *labels = NULL;
+	for (int c = 0; c < ds->classes; c++) {
+		int first = all.n;
+		char *dir = path_join(root, ds->class_names[c]);
+		if (!dir) {
+			rc = gp_error(GP_ENOMEM, "out of memory listing images");
+			goto out_list;
+		}
+		rc = walk_images(dir, 0, &all);
+		if (rc == 0 && all.n == first)
+			rc = gp_error(GP_EFORMAT, "class folder '%s' has no images "
+				      "(.jpg, .jpeg, .png)", dir);
+		free(dir);
+		if (rc < 0)
+			goto out_list;
+		qsort(all.v + first, all.n - first, sizeof(*all.v), file_entry_cmp);
+		int32_t *l = realloc(labels, sizeof(*l) * all.n);
+		if (!l) {
+			rc = gp_error(GP_ENOMEM, "out of memory listing images");
+			goto out_list;
+		}
+		labels = l;
+		for (int i = first; i < all.n; i++)
+			labels[i] = c;
+	}
+	ds->paths = malloc(sizeof(char *) * all.n);
+	if (!ds->paths) {
+		rc = gp_error(GP_ENOMEM, "out of memory listing images");
+		goto out_list;
+	}
+	for (int i = 0; i < all.n; i++)
+		ds->paths[i] = all.v[i].path;
+	ds->count = all.n;
+	ds->labels = labels;
+	free(all.v);
+	return 0;
+out_list:
+	for (int i = 0; i < all.n; i++)
+		free(all.v[i].path);
+	free(all.v);
+	free(labels);
+	return rc;
+}
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* Read, decode at the smallest scale the crop allows, then crop, resize, flip and
+ * normalize in one resampling pass. */
+int imagefolder_load(const struct dataset *ds, struct image_ctx *ctx, int index,
+		     uint64_t seed, float *out, struct sample_cost *cost)
+{
+	double t0 = now_ms();
+	size_t len;
+	enum image_kind kind;
+	int w, h, flip = 0;
+	GP_TRY(image_read_file(ctx, ds->paths[index], &len));
+	GP_TRY(image_header(ctx, ctx->file, len, &kind, &w, &h));
+
+	struct resample_box box;
+	double need_w, need_h;
+	if (ds->train) {
+		struct rng r;
+		struct crop_box c;
+		rng_seed(&r, seed, 0);
+		rrc_get_params(&r, w, h, &c);
+		flip = rng_uniform(&r) < 0.5;
+		crop_resample_box(&c, &box);
+		need_w = (double)w * ds->size / c.w;
+		need_h = (double)h * ds->size / c.h;
+	} else {
+		int rw, rh, resize_to = eval_resize_size(ds->size);
+		resize_short_side(w, h, resize_to, &rw, &rh);
+		eval_resample_box(w, h, resize_to, ds->size, &box);
+		need_w = rw;
+		need_h = rh;
+	}
+	int sw = w, sh = h;
+	if (kind == IMAGE_JPEG && ds->scaled_decode)
+		image_pick_scale(w, h, need_w, need_h, &sw, &sh);
+	struct image img;
+	GP_TRY(image_decode(ctx, ctx->file, len, kind, sw, sh, &img));
+	cost->decode_ms = now_ms() - t0;
+	cost->decoded_pixels = (double)img.w * img.h;
+	cost->full_pixels = (double)w * h;
+	if (img.w != w || img.h != h) {
+		struct resample_box full = box;
+		resample_box_scale(&full, w, h, img.w, img.h, &box);
+	}
+	return image_resample_chw(ctx, &img, &box, ds->size, ds->size, flip,
+				  imagenet_mean, imagenet_std, out);
+}

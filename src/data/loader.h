@@ -1,0 +1,55 @@
+/* The batch loader: shuffles a dataset each epoch and turns it into batches of
+ * normalized floats, in the calling thread (workers = 0) or in worker threads that
+ * fill a bounded ring of buffers. Batches come out in order and their content
+ * depends only on the seed, never on the number of workers or thread timing. */
+#ifndef GP_DATA_LOADER_H
+#define GP_DATA_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/dataset.h"
+
+struct loader_config {
+	int batch;
+	int workers;   /* 0: decode in loader_next's caller */
+	int prefetch;  /* batches in flight per worker (buffers: max(workers, 1) * prefetch) */
+	int size;      /* must equal the dataset's size */
+	int train;     /* shuffle each epoch */
+	int drop_last; /* drop an epoch's last, partial batch */
+	uint64_t seed;
+};
+
+struct batch {
+	float *x;        /* n x 3 x size x size */
+	int32_t *labels; /* n */
+	int n;
+	int epoch, index;  /* index: batch number within the epoch */
+	double wait_ms;    /* how long loader_next blocked for this batch */
+};
+
+struct loader_stats {
+	long images;          /* images in delivered batches */
+	long skipped_corrupt; /* bad files replaced in delivered batches */
+	double decode_ms_total;
+	double decoded_pixels, full_pixels; /* full / decoded is the scaled-decode gain */
+};
+
+struct loader;
+
+/* Where batch buffers come from (default malloc/free); takes effect for loaders
+ * created afterwards (pinned memory: data_use_pinned_memory in data/pinned.h). */
+void loader_set_host_allocator(void *(*alloc)(size_t), void (*free)(void *));
+
+int loader_create(struct dataset *ds, const struct loader_config *cfg, struct loader **out);
+/* Next batch, in order; endless (epochs roll over). Hand it back with
+ * loader_release before more than the ring's buffers are out. */
+int loader_next(struct loader *l, struct batch **out);
+void loader_release(struct loader *l, struct batch *b);
+int loader_batches_per_epoch(const struct loader *l);
+/* Totals over the batches delivered so far (from loader_next's thread). */
+void loader_get_stats(const struct loader *l, struct loader_stats *out);
+/* Stop and join the workers (outstanding batches become invalid) and free all. */
+void loader_destroy(struct loader *l);
+
+#endif
