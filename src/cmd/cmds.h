@@ -7,5 +7,7 @@ int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_maxbatch(int argc, char **argv);
 
 #endif

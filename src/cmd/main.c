@@ -17,6 +17,8 @@ static const struct command commands[] = {
 	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
+	{ "compare", cmd_compare, "train several models in turn: size, memory (engine and nvidia-smi), img/s" },
+	{ "maxbatch", cmd_maxbatch, "find the largest batch that trains: doubling, then bisection" },
 	{ NULL, NULL, NULL },
 };
 
