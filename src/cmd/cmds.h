@@ -10,5 +10,7 @@ int cmd_analyze(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
 int cmd_dataset(int argc, char **argv);
 int cmd_loader(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
+int cmd_maxbatch(int argc, char **argv);
 
 #endif

@@ -20,6 +20,8 @@ static const struct command commands[] = {
 	{ "parity", cmd_parity, "(for tests) train a few steps from given weights and batch, dump results" },
 	{ "dataset", cmd_dataset, "make a synthetic ImageFolder of JPEGs (dataset make)" },
 	{ "loader", cmd_loader, "data-loader throughput by worker count" },
+	{ "compare", cmd_compare, "train several models in turn: size, memory (engine and nvidia-smi), img/s" },
+	{ "maxbatch", cmd_maxbatch, "find the largest batch that trains: doubling, then bisection" },
 	{ NULL, NULL, NULL },
 };
 

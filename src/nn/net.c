@@ -595,6 +595,15 @@ static const struct backend_ops *net_backend(const struct net *net)
 	return &backend_cpu_ops;
 }
 
+/* Past the cap is out of memory like the real thing, so callers that recover from
+ * running out (maxbatch) treat both alike. */
+static int mem_limit_error(const struct net *net, size_t bytes)
+{
+	return gp_error(net->backend == BACKEND_CUDA ? GP_EDEVOOM : GP_ENOMEM,
+			"batch %d needs %.1f MiB, over the memory limit of %.1f MiB", net->batch,
+			bytes / 1048576.0, net->mem_limit_bytes / 1048576.0);
+}
+
 int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec)
 {
 	net_teardown(net);
@@ -611,7 +620,15 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 	const struct backend_ops *ops = net_backend(net);
 	size_t elem = backend == BACKEND_CPU ? dtype_size(dtype) : sizeof(float);
 	GP_TRY(net_plan_memory(net, 1, elem, ops->workspace_bytes(net)));
-	return ops->setup(net);
+	if (net->mem_limit_bytes && net->plan.total_bytes > net->mem_limit_bytes)
+		return mem_limit_error(net, net->plan.total_bytes);
+	GP_TRY(ops->setup(net));
+	if (net->mem_limit_bytes && net->mem.total_bytes > net->mem_limit_bytes) {
+		size_t held = net->mem.total_bytes;
+		net_teardown(net);
+		return mem_limit_error(net, held);
+	}
+	return 0;
 }
 
 void net_teardown(struct net *net)

@@ -125,6 +125,10 @@ struct net {
 	enum precision precision;  /* CUDA math mode */
 	struct backend_state *bk;
 	struct mem_stats mem;
+	/* 0: no cap. Otherwise net_setup fails as out of memory (GP_EDEVOOM on CUDA,
+	 * GP_ENOMEM on the CPU) when the net would hold more: "what if the card were
+	 * smaller", and how tests make maxbatch run out on the CPU. */
+	size_t mem_limit_bytes;
 	int sgd_steps;             /* optimizer steps taken (momentum buffers start on the first) */
 	uint64_t seed;          /* initialization and dropout masks */
 	struct net_hooks hooks;
@@ -161,7 +165,9 @@ struct state_entry *net_state_find(struct net *net, const char *name);
 
 /* --- running ---------------------------------------------------------------------------
  * net_setup allocates the backend memory for the current batch and copies the host
- * master parameters in. Errors leave nothing allocated. */
+ * master parameters in. Errors leave nothing allocated. With net->mem_limit_bytes set,
+ * the plan is checked against it before allocating, and what the backend holds after
+ * set-up (the CUDA backend measures its cuDNN workspace then) is checked again. */
 int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype,
 	      enum precision prec);
 void net_teardown(struct net *net);

@@ -6,12 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "gpu/devinfo.h"
+#include "gpu/nvml.h"
+#include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
+#ifdef GP_HAVE_CUDA
+#include "ops/cuda/device.h"
+#endif
+#include "report/result.h"
 
 static double now_s(void)
 {
@@ -87,13 +94,19 @@ struct train_opts train_opts_default(void)
 	return o;
 }
 
-static const char *precision_name(enum precision p)
+const char *train_precision_name(enum precision p)
 {
 	static const char *names[] = { "fp32", "tf32", "fp16", "bf16" };
 	return names[p];
 }
 
 int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
+{
+	return train_run_observed(o, NULL, res, log);
+}
+
+int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
+		       struct train_result *res, FILE *log)
 {
 	memset(res, 0, sizeof(*res));
 	struct model_opts mo = model_defaults(o->model);
@@ -114,6 +127,9 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)
 		goto out;
+	res->mem_after_setup = net->mem;
+	if (obs && obs->after_setup && (rc = obs->after_setup(obs->user, net)) < 0)
+		goto out;
 	rc = train_synthetic_batch(o->batch, 3, mo.size, mo.size, o->classes, o->seed, &x, &labels);
 	if (rc < 0)
 		goto out;
@@ -126,7 +142,7 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 	int every = o->log_every ? o->log_every : (o->steps + 19) / 20;
 	if (log)
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, SGD lr %g momentum %g\n",
-			o->model, o->backend == BACKEND_CUDA ? "cuda" : "cpu", precision_name(o->precision),
+			o->model, o->backend == BACKEND_CUDA ? "cuda" : "cpu", train_precision_name(o->precision),
 			o->batch, mo.size, mo.size, o->steps, o->sgd.lr, o->sgd.momentum);
 	double t0 = now_s(), t_timed = t0;
 	for (int step = 0; step < o->steps; step++) {
@@ -152,6 +168,9 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 				fflush(log);
 			}
 		}
+		if (obs && obs->after_step &&
+		    (rc = obs->after_step(obs->user, net, step + 1, o->steps, now_s() - t0)) < 0)
+			goto out;
 	}
 	double t_end = now_s();
 	int timed = o->steps - warmup;
@@ -186,9 +205,82 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 		json_object_set_new(mem, mem_cat_name(c), json_integer((json_int_t)r->mem.peak_bytes[c]));
 	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:I, s:I}",
 		"model", o->model, "device", o->backend == BACKEND_CUDA ? "cuda" : "cpu",
-		"precision", precision_name(o->precision), "batch", o->batch, "steps", r->steps,
+		"precision", train_precision_name(o->precision), "batch", o->batch, "steps", r->steps,
 		"ms_per_step", r->ms_per_step, "img_s", r->img_s, "total_s", r->total_s,
 		"first_loss", r->first_loss, "last_loss", r->last_loss, "params", (json_int_t)r->params,
 		"peak_bytes_by_category", mem, "peak_bytes", (json_int_t)r->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
+}
+
+int train_process_gpu_mem(size_t *bytes, int *dev)
+{
+	int n = 0, found = -1;
+	*bytes = 0;
+	GP_TRY(nvml_device_count(&n));
+	for (int d = 0; d < n; d++) {
+		size_t b = 0;
+		int rc = nvml_process_mem_bytes(d, (unsigned)getpid(), &b);
+		if (rc == GP_ENOTFOUND)
+			continue;
+		if (rc < 0)
+			return rc;
+		*bytes += b;
+		if (found < 0)
+			found = d;
+	}
+	if (found < 0)
+		return gp_error(GP_ENOTFOUND, "this process has no context on any of %d GPUs", n);
+	if (dev)
+		*dev = found;
+	return 0;
+}
+
+/* Library versions as "13.0" and "9.10.2", for the result's gpu object. */
+static void gpu_json_add_versions(json_t *gpu)
+{
+#ifdef GP_HAVE_CUDA
+	struct cuda_versions v;
+	char buf[32];
+	if (cuda_versions_get(&v) < 0) {
+		gp_error_clear();
+		return;
+	}
+	snprintf(buf, sizeof(buf), "%d.%d", v.runtime / 1000, v.runtime % 1000 / 10);
+	json_object_set_new(gpu, "cuda_runtime_version", json_string(buf));
+	snprintf(buf, sizeof(buf), "%zu.%zu.%zu", v.cudnn / 10000, v.cudnn % 10000 / 100,
+		 v.cudnn % 100);
+	json_object_set_new(gpu, "cudnn_version", json_string(buf));
+#else
+	(void)gpu;
+#endif
+}
+
+json_t *train_gpu_json(enum backend_kind backend, int dev)
+{
+	if (backend != BACKEND_CUDA)
+		return NULL;
+	struct nvml_static_info info;
+	json_t *gpu = NULL;
+	if (nvml_static_info(dev, &info) == 0) {
+		gpu = result_gpu_from_nvml(&info);
+	} else {
+		struct gp_devinfo d;
+		gp_error_clear();
+		devinfo_query(&d);
+		if (d.gpu_count > 0)
+			gpu = json_pack("{s:s, s:f}", "name", d.gpu_name, "memory_mib",
+					d.mem_total_bytes / 1048576.0);
+	}
+	if (gpu)
+		gpu_json_add_versions(gpu);
+	return gpu;
+}
+
+int train_plan_total(struct net *net, enum backend_kind backend, size_t workspace_bytes,
+		     size_t *bytes)
+{
+	size_t ws = backend == BACKEND_CPU ? backend_cpu_ops.workspace_bytes(net) : workspace_bytes;
+	GP_TRY(net_plan_memory(net, 1, sizeof(float), ws));
+	*bytes = net->plan.total_bytes;
+	return 0;
 }

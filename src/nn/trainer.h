@@ -28,10 +28,40 @@ struct train_result {
 	size_t params;
 	struct mem_plan plan;
 	struct mem_stats mem;
+	struct mem_stats mem_after_setup; /* what the engine held before the first step */
+};
+
+/* Watchers of a training run, called on the host after set-up and after each step
+ * (step counts from 1; elapsed_s since the first step began; work may still be
+ * queued on a GPU). Either may be NULL; a negative return stops the run with it. */
+struct train_observer {
+	int (*after_setup)(void *user, struct net *net);
+	int (*after_step)(void *user, struct net *net, int step, int steps, double elapsed_s);
+	void *user;
 };
 
 struct train_opts train_opts_default(void);
 int train_run(const struct train_opts *o, struct train_result *res, FILE *log);
+/* train_run with an observer (obs may be NULL). */
+int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
+		       struct train_result *res, FILE *log);
+const char *train_precision_name(enum precision p);
+
+/* Device memory of this process as nvidia-smi shows it, summed over every GPU that
+ * NVML lists (NVML and CUDA may number devices differently). Needs nvml_open();
+ * GP_ENOTFOUND when this process has no context on any GPU. *dev: the first NVML
+ * index it was found on (may be NULL). */
+int train_process_gpu_mem(size_t *bytes, int *dev);
+/* The result's "gpu" object for a run on backend: NVML's static facts for NVML
+ * device dev (plus CUDA runtime and cuDNN versions), else what devinfo knows; NULL
+ * on the CPU backend. */
+json_t *train_gpu_json(enum backend_kind backend, int dev);
+
+/* Bytes that net_setup would plan on backend at the net's current batch: the memory
+ * plan for training in fp32, plus workspace_bytes on CUDA (measured at set-up, so
+ * the caller passes what it knows) or the CPU backend's own scratch. */
+int train_plan_total(struct net *net, enum backend_kind backend, size_t workspace_bytes,
+		     size_t *bytes);
 json_t *train_result_json(const struct train_opts *o, const struct train_result *r);
 
 /* "cpu", "cuda" or "auto"/NULL (cuda when a GPU is present, else cpu with a note). */

@@ -1,0 +1,469 @@
+/* gpuperf maxbatch: the largest batch that completes one full training step
+ * (forward, loss, backward, SGD), found in one process: double from --start until a
+ * step runs out of memory, then bisect between the last success and the first
+ * failure. Out of memory is an ordinary error here: the trial records it and the
+ * search goes on. One net is built once and re-planned per batch, so a trial costs a
+ * set-up, one step and a teardown. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd/args.h"
+#include "cmd/cmds.h"
+#include "core/error.h"
+#include "gpu/nvml.h"
+#include "nn/models.h"
+#include "nn/trainer.h"
+#ifdef GP_HAVE_CUDA
+#include "ops/cuda/device.h"
+#endif
+#include "report/plots.h"
+#include "report/result.h"
+#include "report/table.h"
+
+#define MIB 1048576.0
+/* Doubling gives up here: a step this large that still fits means no cap works. */
+#define MAXBATCH_LARGEST (1 << 22)
+/* Doubling and bisection up to MAXBATCH_LARGEST take at most 2 * 23 trials. */
+#define MAXBATCH_TRIALS 64
+/* Distinct synthetic images; larger batches repeat them (content does not matter
+ * for memory or speed, and generating gigabytes of normals would). */
+#define MAXBATCH_UNIQUE_IMAGES 16
+
+struct trial {
+	int batch, ok;
+	double predicted_mib, peak_alloc_mib, process_mib, step_ms;
+	char error[256];
+};
+
+struct search {
+	struct net *net;
+	enum backend_kind backend;
+	enum precision prec;
+	int nvml_ok;
+	size_t workspace_bytes; /* largest cuDNN workspace measured so far (CUDA) */
+	float *seed_x;          /* MAXBATCH_UNIQUE_IMAGES images and their labels */
+	int32_t *seed_labels;
+	float *x, *logits;      /* host batch, grown as batches grow */
+	int32_t *labels;
+	int buf_batch;
+	struct trial trials[MAXBATCH_TRIALS];
+	int n_trials;
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static size_t image_floats(const struct net *net)
+{
+	return (size_t)net->in_c * net->in_h * net->in_w;
+}
+
+/* Host input, labels and logits for batch, tiled from the seed images. */
+static int host_batch_grow(struct search *s, int batch)
+{
+	if (batch <= s->buf_batch)
+		return 0;
+	size_t img = image_floats(s->net);
+	float *x = realloc(s->x, (size_t)batch * img * sizeof(float));
+	if (x)
+		s->x = x;
+	int32_t *labels = realloc(s->labels, (size_t)batch * sizeof(int32_t));
+	if (labels)
+		s->labels = labels;
+	float *logits = realloc(s->logits, (size_t)batch * s->net->classes * sizeof(float));
+	if (logits)
+		s->logits = logits;
+	if (!x || !labels || !logits)
+		return gp_error(GP_ENOMEM, "cannot allocate a host batch of %d images", batch);
+	for (int i = s->buf_batch; i < batch; i++) {
+		int k = i % MAXBATCH_UNIQUE_IMAGES;
+		memcpy(s->x + (size_t)i * img, s->seed_x + (size_t)k * img, img * sizeof(float));
+		s->labels[i] = s->seed_labels[k];
+	}
+	s->buf_batch = batch;
+	return 0;
+}
+
+static int is_oom(const struct search *s, int rc)
+{
+	return rc == GP_EDEVOOM || (s->backend == BACKEND_CPU && rc == GP_ENOMEM);
+}
+
+/* The process's memory while the net is set up: nvidia-smi's number on the GPU (the
+ * device's used memory when NVML is missing), the resident set on the CPU. */
+static double process_mib(const struct search *s)
+{
+	size_t bytes = 0;
+	if (s->backend == BACKEND_CPU) {
+		long pages_total = 0, pages_rss = 0;
+		FILE *f = fopen("/proc/self/statm", "r");
+		if (f) {
+			if (fscanf(f, "%ld %ld", &pages_total, &pages_rss) != 2)
+				pages_rss = 0;
+			fclose(f);
+		}
+		return (double)pages_rss * sysconf(_SC_PAGESIZE) / MIB;
+	}
+	if (s->nvml_ok && train_process_gpu_mem(&bytes, NULL) == 0)
+		return bytes / MIB;
+	gp_error_clear();
+#ifdef GP_HAVE_CUDA
+	size_t free_b = 0, total_b = 0;
+	if (cuda_mem_info(&free_b, &total_b) == 0)
+		return (total_b - free_b) / MIB;
+	gp_error_clear();
+#endif
+	return 0;
+}
+
+/* One training step at batch, from set-up to teardown. Running out of memory is
+ * recorded in the trial; anything else is returned. Afterwards the net holds nothing. */
+static int trial_run(struct search *s, int batch, struct trial *t)
+{
+	static const struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	struct net *net = s->net;
+	size_t predicted = 0;
+	double loss = 0;
+	memset(t, 0, sizeof(*t));
+	t->batch = batch;
+	GP_TRY(net_set_batch(net, batch));
+	GP_TRY(train_plan_total(net, s->backend, s->workspace_bytes, &predicted));
+	t->predicted_mib = predicted / MIB;
+	GP_TRY(host_batch_grow(s, batch));
+
+	mem_stats_reset_peak(&net->mem);
+	int rc = net_setup(net, s->backend, GP_F32, s->prec);
+	if (rc == 0)
+		rc = net_set_batch_data(net, s->x, s->labels);
+	double t0 = now_s();
+	/* Reading the logits back after the SGD step waits for the whole step. */
+	if (rc == 0 && (rc = net_forward(net, 1)) == 0 && (rc = net_loss(net, &loss, NULL)) == 0 &&
+	    (rc = net_backward(net)) == 0 && (rc = net_sgd_step(net, &sgd)) == 0)
+		rc = net_logits_to_host(net, s->logits);
+	if (rc == 0) {
+		t->step_ms = 1e3 * (now_s() - t0);
+		t->peak_alloc_mib = net->mem.total_peak_bytes / MIB;
+		t->process_mib = process_mib(s);
+		if (s->backend == BACKEND_CUDA && net->mem.cur_bytes[MEM_WORKSPACE] > s->workspace_bytes)
+			s->workspace_bytes = net->mem.cur_bytes[MEM_WORKSPACE];
+		t->ok = 1;
+	}
+	net_teardown(net);
+	if (net->mem.total_bytes != 0)
+		return gp_error(GP_EDEVICE, "batch %d: %zu bytes still held after teardown", batch,
+				net->mem.total_bytes);
+	mem_stats_reset_peak(&net->mem);
+	if (rc < 0 && !is_oom(s, rc))
+		return gp_error_wrap(rc, "batch %d", batch);
+	if (rc < 0) {
+		snprintf(t->error, sizeof(t->error), "%s", gp_errmsg());
+		gp_error_clear();
+	}
+	return 0;
+}
+
+static int search_try(struct search *s, int batch, int *ok)
+{
+	if (s->n_trials == MAXBATCH_TRIALS)
+		return gp_error(GP_EINVAL, "more than %d trials", MAXBATCH_TRIALS);
+	struct trial *t = &s->trials[s->n_trials];
+	GP_TRY(trial_run(s, batch, t));
+	s->n_trials++;
+	if (t->ok)
+		printf("batch %6d  ok    peak %9.1f MiB  process %9.1f MiB  step %8.1f ms\n", batch,
+		       t->peak_alloc_mib, t->process_mib, t->step_ms);
+	else
+		printf("batch %6d  OOM   %s\n", batch, t->error);
+	fflush(stdout);
+	*ok = t->ok;
+	return 0;
+}
+
+/* Double from start until a step fails, then bisect to the largest that trains;
+ * *max_batch is 0 when even batch 1 does not fit. */
+static int search_run(struct search *s, int start, int *max_batch)
+{
+	int lo = 0, hi = 0, ok;
+	for (int b = start; !hi; b *= 2) {
+		GP_TRY(search_try(s, b, &ok));
+		if (!ok)
+			hi = b;
+		else if (b > MAXBATCH_LARGEST / 2)
+			return gp_error(GP_EINVAL, "batch %d still trains; give a --mem-limit-mib", b);
+		else
+			lo = b;
+	}
+	while (hi - lo > 1) {
+		int mid = lo + (hi - lo) / 2;
+		GP_TRY(search_try(s, mid, &ok));
+		if (ok)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	*max_batch = lo;
+	return 0;
+}
+
+/* The largest batch whose planned bytes fit in budget, by the same doubling and
+ * bisection on the plan alone (the plan grows with the batch); nothing is allocated. */
+static int predict_max_batch(struct search *s, size_t budget, int *out)
+{
+	int lo = 0, hi = 0;
+	size_t bytes;
+	for (int b = 1; !hi && b <= MAXBATCH_LARGEST; b *= 2) {
+		GP_TRY(net_set_batch(s->net, b));
+		GP_TRY(train_plan_total(s->net, s->backend, s->workspace_bytes, &bytes));
+		if (bytes > budget)
+			hi = b;
+		else
+			lo = b;
+	}
+	while (hi - lo > 1) {
+		int mid = lo + (hi - lo) / 2;
+		GP_TRY(net_set_batch(s->net, mid));
+		GP_TRY(train_plan_total(s->net, s->backend, s->workspace_bytes, &bytes));
+		if (bytes > budget)
+			hi = mid;
+		else
+			lo = mid;
+	}
+	*out = lo;
+	return 0;
+}
+
+static json_t *trial_json(const struct trial *t)
+{
+	if (t->ok)
+		return json_pack("{s:i, s:b, s:f, s:f, s:f, s:f}", "batch", t->batch, "ok", 1,
+				 "peak_alloc_mib", t->peak_alloc_mib, "process_mib", t->process_mib,
+				 "predicted_mib", t->predicted_mib, "step_ms", t->step_ms);
+	return json_pack("{s:i, s:b, s:f, s:s}", "batch", t->batch, "ok", 0, "predicted_mib",
+			 t->predicted_mib, "error", t->error);
+}
+
+static int trials_table(const struct search *s, struct table *t)
+{
+	static const char *cols[] = { "batch", "result", "predicted MiB", "peak alloc MiB",
+				      "process MiB", "step ms" };
+	for (int c = 0; c < 6; c++)
+		GP_TRY(table_add_col(t, cols[c], c == 1 ? TABLE_LEFT : TABLE_RIGHT));
+	for (int i = 0; i < s->n_trials; i++) {
+		const struct trial *tr = &s->trials[i];
+		if (tr->ok)
+			GP_TRY(table_add_row(t, "%d\tok\t%.1f\t%.1f\t%.1f\t%.1f", tr->batch,
+					     tr->predicted_mib, tr->peak_alloc_mib, tr->process_mib,
+					     tr->step_ms));
+		else
+			GP_TRY(table_add_row(t, "%d\tOOM\t%.1f\t-\t-\t-", tr->batch, tr->predicted_mib));
+	}
+	return 0;
+}
+
+/* The result in the layout of docs/results.md ("maxbatch measurements"). */
+static json_t *search_result(const struct search *s, int argc, char **argv, const char *model,
+			     int size, int start, double capacity_mib, size_t limit_bytes,
+			     int max_batch, int predicted, double search_s)
+{
+	json_t *res = result_new("maxbatch", argc, argv);
+	json_t *trials = json_array();
+	if (!res || !trials)
+		goto fail;
+	for (int i = 0; i < s->n_trials; i++)
+		if (json_array_append_new(trials, trial_json(&s->trials[i])) < 0)
+			goto fail;
+	const char *prec = train_precision_name(s->prec);
+	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s}", "model", model,
+		"precision", prec, "image_size", size, "start", start,
+		"device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"mem_limit_mib", limit_bytes ? json_real(limit_bytes / MIB) : json_null(),
+		"search", "double from start, then bisect to the exact batch");
+	json_t *m = json_pack("{s:s, s:s, s:f, s:O, s:i, s:i, s:f}", "model", model,
+		"precision", prec, "capacity_mib", capacity_mib, "trials", trials,
+		"max_batch", max_batch, "predicted_max_batch", predicted, "search_s", search_s);
+	if (!settings || !m || json_object_set_new(res, "settings", settings) < 0 ||
+	    json_object_set_new(res, "measurements", m) < 0)
+		goto fail;
+	json_decref(trials);
+	return res;
+fail:
+	json_decref(trials);
+	json_decref(res);
+	return NULL;
+}
+
+static void search_free(struct search *s)
+{
+	free(s->seed_x);
+	free(s->seed_labels);
+	free(s->x);
+	free(s->labels);
+	free(s->logits);
+	net_free(s->net);
+}
+
+/* Free device memory, to show that trials give back what they take; 0 on the CPU. */
+static size_t device_free_bytes(enum backend_kind backend)
+{
+#ifdef GP_HAVE_CUDA
+	size_t free_b = 0, total_b = 0;
+	if (backend == BACKEND_CUDA && cuda_mem_info(&free_b, &total_b) < 0)
+		gp_error_clear();
+	return free_b;
+#else
+	(void)backend;
+	return 0;
+#endif
+}
+
+/* Device memory: capacity and what is free for the prediction. The CPU has no
+ * device; its cap is the limit, or the memory the host has available, so that the
+ * search ends in a clean out-of-memory instead of swapping. */
+static int budget_get(enum backend_kind backend, size_t limit, size_t *budget, size_t *capacity)
+{
+	if (backend == BACKEND_CUDA) {
+#ifdef GP_HAVE_CUDA
+		size_t free_b, total_b;
+		GP_TRY(cuda_mem_info(&free_b, &total_b));
+		*budget = limit && limit < free_b ? limit : free_b;
+		*capacity = limit ? limit : total_b;
+		return 0;
+#else
+		return gp_error(GP_ENODEV, "this gpuperf was built without CUDA");
+#endif
+	}
+	if (!limit) {
+		limit = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+		printf("note: no --mem-limit-mib on the CPU: capped at the available host memory, %.0f MiB\n",
+		       limit / MIB);
+	}
+	*budget = *capacity = limit;
+	return 0;
+}
+
+int cmd_maxbatch(int argc, char **argv)
+{
+	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
+	const char *out_dir = "results";
+	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0;
+	struct opt opts[] = {
+		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
+		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1 },
+		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
+		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1 },
+		{ "out", OPT_STR, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
+		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
+		{ "help", OPT_FLAG, &help, "show this help", 0 },
+		{ 0 },
+	};
+	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (help) {
+		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device cpu|cuda] "
+				"[--mem-limit-mib N] [--out DIR] [--csv]", opts);
+		return 0;
+	}
+	struct search s = { 0 };
+	struct table table;
+	json_t *res = NULL;
+	char path[4096];
+	size_t limit = (size_t)limit_mib << 20, budget = 0, capacity = 0;
+	int predicted = 0, max_batch = 0, gpu_dev = 0, rc;
+	GP_TRY(train_pick_device(device, &s.backend, 0));
+	GP_TRY(train_parse_precision(precision, &s.prec));
+	struct model_opts mo = model_defaults(model);
+	mo.batch = start;
+	mo.classes = classes;
+	if (size)
+		mo.size = size;
+	GP_TRY(model_build(model, &mo, &s.net));
+	table_init(&table);
+	if (s.backend == BACKEND_CUDA) {
+		s.nvml_ok = nvml_open() == 0;
+		if (!s.nvml_ok) {
+			fprintf(stderr, "note: NVML not available (%s): process memory is the device's used memory\n",
+				gp_errmsg());
+			gp_error_clear();
+		}
+	}
+	if ((rc = train_synthetic_batch(MAXBATCH_UNIQUE_IMAGES, 3, mo.size, mo.size, classes, 0,
+					&s.seed_x, &s.seed_labels)) < 0 ||
+	    (rc = budget_get(s.backend, limit, &budget, &capacity)) < 0)
+		goto cleanup;
+	s.net->mem_limit_bytes = s.backend == BACKEND_CPU ? capacity : limit;
+
+	if ((rc = predict_max_batch(&s, budget, &predicted)) < 0)
+		goto cleanup;
+	printf("%s, %dx%d, %s on %s: the memory plan predicts a largest batch of %d "
+	       "(%.0f MiB available%s)\n", model, mo.size, mo.size, train_precision_name(s.prec),
+	       s.backend == BACKEND_CUDA ? "cuda" : "cpu", predicted, budget / MIB,
+	       s.backend == BACKEND_CUDA ? ", cuDNN workspace measured at set-up, not counted" : "");
+
+	size_t free_before = device_free_bytes(s.backend);
+	double t0 = now_s();
+	if ((rc = search_run(&s, start, &max_batch)) < 0)
+		goto cleanup;
+	double search_s = now_s() - t0;
+	if (s.backend == BACKEND_CUDA)
+		printf("device memory free: %.0f MiB before the search, %.0f MiB after (the context keeps "
+		       "its library handles and a %.0f MiB cuDNN workspace)\n", free_before / MIB,
+		       device_free_bytes(s.backend) / MIB, s.workspace_bytes / MIB);
+	if (s.nvml_ok && train_process_gpu_mem(&free_before, &gpu_dev) < 0)
+		gp_error_clear(); /* the GPU we ran on is not known: NVML's first */
+
+	printf("\n");
+	if ((rc = trials_table(&s, &table)) < 0)
+		goto cleanup;
+	table_print(&table, stdout);
+	printf("\nlargest batch %d (search %.1f s, %d trials)\n", max_batch, search_s, s.n_trials);
+	if (max_batch > 0)
+		printf("prediction %d vs found %d: off by %+d batches (%+.1f%%)\n", predicted,
+		       max_batch, predicted - max_batch, 100.0 * (predicted - max_batch) / max_batch);
+
+	res = search_result(&s, argc, argv, model, mo.size, start, capacity / MIB, limit,
+			    max_batch, predicted, search_s);
+	if (!res) {
+		rc = gp_error(GP_ENOMEM, "out of memory building the maxbatch result");
+		goto cleanup;
+	}
+	json_t *gpu = train_gpu_json(s.backend, gpu_dev);
+	if (gpu && (rc = result_set_gpu(res, gpu)) < 0)
+		goto cleanup;
+	if ((rc = result_write(res, out_dir, "maxbatch", path, sizeof(path))) < 0)
+		goto cleanup;
+	printf("wrote %s\n", path);
+	if (csv) {
+		if (snprintf(path, sizeof(path), "%s/maxbatch.csv", out_dir) >= (int)sizeof(path)) {
+			rc = gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", out_dir);
+			goto cleanup;
+		}
+		if ((rc = table_write_csv(&table, path)) < 0)
+			goto cleanup;
+		printf("wrote %s\n", path);
+	}
+	if (max_batch == 0) {
+		rc = gp_error(GP_EDEVOOM, "%s does not train even at batch 1 in %.0f MiB", model,
+			      capacity / MIB);
+		goto cleanup;
+	}
+	if ((rc = plots_draw(res, out_dir)) < 0)
+		goto cleanup;
+	printf("wrote %s/%s\n", out_dir, plots_chart_name("maxbatch"));
+cleanup:
+	json_decref(res);
+	table_free(&table);
+	search_free(&s);
+	if (s.nvml_ok)
+		nvml_close();
+	return rc;
+}

@@ -1,0 +1,234 @@
+/* gpuperf maxbatch on the CPU under a memory cap: the answer is exactly the largest
+ * batch whose plan fits, the trials follow doubling and then bisection, every
+ * out-of-memory is recovered from with nothing left allocated, and the chart is drawn. */
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/error.h"
+#include "nn/models.h"
+#include "report/result.h"
+#include "test.h"
+
+#define LIMIT_MIB 40
+#define LIMIT_BYTES ((size_t)LIMIT_MIB << 20)
+
+static int count_lines(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+static void check_bad(const char *args, const char *needle)
+{
+	char cmd[2048], out[4096];
+	snprintf(cmd, sizeof(cmd), "%.500s %.1500s", test_bin(), args);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc != 0, "'%s' exited 0", args);
+	CHECK_MSG(count_lines(out) == 1, "'%s' printed %d lines: %s", args, count_lines(out), out);
+	CHECK_MSG(strstr(out, needle) != NULL, "'%s' said '%s', expected '%s'", args, out, needle);
+}
+
+static struct net *simple_cnn32(void)
+{
+	struct model_opts mo = model_defaults("simple_cnn");
+	struct net *net = NULL;
+	CHECK_EQ_INT(model_build("simple_cnn", &mo, &net), 0);
+	return net;
+}
+
+/* The bytes net_setup plans for the CPU at batch, found by setting up without a cap. */
+static size_t planned_bytes(struct net *net, int batch)
+{
+	size_t saved = net->mem_limit_bytes, bytes = 0;
+	net->mem_limit_bytes = 0;
+	CHECK_EQ_INT(net_set_batch(net, batch), 0);
+	CHECK_EQ_INT(net_setup(net, BACKEND_CPU, GP_F32, PREC_FP32), 0);
+	bytes = net->plan.total_bytes;
+	net_teardown(net);
+	net->mem_limit_bytes = saved;
+	return bytes;
+}
+
+TEST(maxbatch_mem_limit_fails_cleanly)
+{
+	struct net *net = simple_cnn32();
+	if (!net)
+		return;
+	size_t b64 = planned_bytes(net, 64);
+	net->mem_limit_bytes = b64;
+	CHECK_EQ_INT(net_set_batch(net, 64), 0);
+	CHECK_EQ_INT(net_setup(net, BACKEND_CPU, GP_F32, PREC_FP32), 0);
+	CHECK(net->mem.total_bytes > 0 && net->mem.total_bytes <= b64);
+	net_teardown(net);
+	CHECK_EQ_INT(net->mem.total_bytes, 0);
+	CHECK_EQ_INT(net_set_batch(net, 65), 0);
+	int rc = net_setup(net, BACKEND_CPU, GP_F32, PREC_FP32);
+	CHECK_EQ_INT(rc, GP_ENOMEM);
+	CHECK(strstr(gp_errmsg(), "batch 65 needs") != NULL);
+	CHECK(strstr(gp_errmsg(), "over the memory limit") != NULL);
+	CHECK(net->bk == NULL);
+	CHECK_EQ_INT(net->mem.total_bytes, 0);
+	/* and the net still works at a batch that fits */
+	CHECK_EQ_INT(net_set_batch(net, 8), 0);
+	CHECK_EQ_INT(net_setup(net, BACKEND_CPU, GP_F32, PREC_FP32), 0);
+	CHECK(net->bk != NULL);
+	net_free(net);
+}
+
+TEST(maxbatch_cpu_finds_the_plan_answer)
+{
+	struct net *net = simple_cnn32();
+	if (!net)
+		return;
+	/* Expected: the largest batch whose plan fits, by a plain scan. */
+	int expected = 0, fits[1024] = { 0 };
+	for (int b = 1; b < 1024; b++) {
+		fits[b] = planned_bytes(net, b) <= LIMIT_BYTES;
+		if (fits[b])
+			expected = b;
+		else
+			break;
+	}
+	net_free(net);
+	CHECK(expected > 8 && expected < 512);
+	/* The trial sequence doubling from 8 and then bisecting must produce. */
+	int seq[64], n_seq = 0, lo = 0, hi = 0;
+	for (int b = 8; !hi; b *= 2) {
+		seq[n_seq++] = b;
+		if (b <= expected)
+			lo = b;
+		else
+			hi = b;
+	}
+	while (hi - lo > 1) {
+		int mid = lo + (hi - lo) / 2;
+		seq[n_seq++] = mid;
+		if (mid <= expected)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	CHECK_EQ_INT(lo, expected);
+
+	char dir[512], cmd[2048], out[16384], path[600];
+	snprintf(dir, sizeof(dir), "%s", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s maxbatch --model simple_cnn --size 32 --device cpu "
+		 "--mem-limit-mib %d --start 8 --out %s --csv", test_bin(), LIMIT_MIB, dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "maxbatch exited %d: %s", rc, out);
+	char want[64];
+	snprintf(want, sizeof(want), "largest batch %d ", expected);
+	CHECK_MSG(strstr(out, want) != NULL, "expected '%s' in: %s", want, out);
+	snprintf(path, sizeof(path), "%s/batch_size_memory_usage.png", dir);
+	CHECK(strstr(out, path) != NULL);
+
+	json_t *res = NULL;
+	snprintf(path, sizeof(path), "%s/maxbatch.json", dir);
+	CHECK_EQ_INT(result_read(path, &res), 0);
+	if (!res)
+		return;
+	json_t *m = json_object_get(res, "measurements");
+	CHECK(!strcmp(json_string_value(json_object_get(m, "model")), "simple_cnn"));
+	CHECK(!strcmp(json_string_value(json_object_get(m, "precision")), "fp32"));
+	CHECK_NEAR(json_number_value(json_object_get(m, "capacity_mib")), LIMIT_MIB, 0);
+	CHECK_EQ_INT(json_integer_value(json_object_get(m, "max_batch")), expected);
+	CHECK_EQ_INT(json_integer_value(json_object_get(m, "predicted_max_batch")), expected);
+	CHECK(json_number_value(json_object_get(m, "search_s")) > 0);
+	json_t *trials = json_object_get(m, "trials");
+	CHECK_EQ_INT(json_array_size(trials), n_seq);
+	for (size_t i = 0; i < json_array_size(trials) && i < (size_t)n_seq; i++) {
+		json_t *t = json_array_get(trials, i);
+		int b = (int)json_integer_value(json_object_get(t, "batch"));
+		CHECK_EQ_INT(b, seq[i]);
+		int ok = json_is_true(json_object_get(t, "ok"));
+		CHECK_EQ_INT(ok, b <= expected);
+		double pred = json_number_value(json_object_get(t, "predicted_mib"));
+		CHECK(pred > 0);
+		CHECK_EQ_INT(pred <= LIMIT_MIB, ok);
+		if (ok) {
+			double peak = json_number_value(json_object_get(t, "peak_alloc_mib"));
+			CHECK(peak > 0 && peak <= LIMIT_MIB);
+			CHECK_NEAR(peak, pred, 1e-3); /* the CPU allocates the plan */
+			CHECK(json_number_value(json_object_get(t, "process_mib")) > 0);
+			CHECK(json_number_value(json_object_get(t, "step_ms")) > 0);
+			CHECK(json_object_get(t, "error") == NULL);
+		} else {
+			CHECK(json_object_get(t, "peak_alloc_mib") == NULL);
+			CHECK(json_object_get(t, "step_ms") == NULL);
+			const char *err = json_string_value(json_object_get(t, "error"));
+			CHECK(err && strstr(err, "over the memory limit of 40.0 MiB"));
+		}
+	}
+	json_decref(res);
+
+	unsigned char png[8] = { 0 };
+	snprintf(path, sizeof(path), "%s/batch_size_memory_usage.png", dir);
+	FILE *f = fopen(path, "rb");
+	CHECK(f != NULL);
+	if (f) {
+		CHECK_EQ_INT(fread(png, 1, 8, f), 8);
+		fclose(f);
+	}
+	CHECK(!memcmp(png, "\x89PNG\r\n\x1a\n", 8));
+	char csv[4096];
+	snprintf(path, sizeof(path), "%s/maxbatch.csv", dir);
+	f = fopen(path, "rb");
+	CHECK(f != NULL);
+	if (f) {
+		size_t n = fread(csv, 1, sizeof(csv) - 1, f);
+		csv[n] = 0;
+		fclose(f);
+		CHECK(!strncmp(csv, "batch,result,predicted MiB,peak alloc MiB,process MiB,step ms\r\n", 63));
+		CHECK_EQ_INT(count_lines(csv), n_seq + 1);
+	}
+}
+
+/* A first batch that does not fit: bisection down from it still finds the answer. */
+TEST(maxbatch_start_too_large_bisects_down)
+{
+	char dir[512], cmd[2048], out[16384], path[600];
+	snprintf(dir, sizeof(dir), "%s", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s maxbatch --model simple_cnn --size 32 --device cpu "
+		 "--mem-limit-mib %d --start 1000 --out %s", test_bin(), LIMIT_MIB, dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "maxbatch exited %d: %s", rc, out);
+	json_t *res = NULL;
+	snprintf(path, sizeof(path), "%s/maxbatch.json", dir);
+	CHECK_EQ_INT(result_read(path, &res), 0);
+	if (!res)
+		return;
+	json_t *m = json_object_get(res, "measurements");
+	json_t *t0 = json_array_get(json_object_get(m, "trials"), 0);
+	CHECK_EQ_INT(json_integer_value(json_object_get(t0, "batch")), 1000);
+	CHECK(json_is_false(json_object_get(t0, "ok")));
+	json_t *t1 = json_array_get(json_object_get(m, "trials"), 1);
+	CHECK_EQ_INT(json_integer_value(json_object_get(t1, "batch")), 500);
+	CHECK_EQ_INT(json_integer_value(json_object_get(m, "max_batch")),
+		     json_integer_value(json_object_get(m, "predicted_max_batch")));
+	CHECK(json_integer_value(json_object_get(m, "max_batch")) > 8);
+	json_decref(res);
+}
+
+TEST(maxbatch_bad_input_one_clear_line)
+{
+	check_bad("maxbatch --model vgg16 --device cpu --mem-limit-mib 40", "unknown model 'vgg16'");
+	check_bad("maxbatch --model simple_cnn --device cpu --start 0", "--start must be at least 1");
+	check_bad("maxbatch --model simple_cnn --device cpu --mem-limit-mib 0",
+		  "--mem-limit-mib must be at least 1");
+}
+
+/* Nothing fits: the trials are still written, and the exit says so. */
+TEST(maxbatch_nothing_fits_is_an_error)
+{
+	char cmd[2048], out[16384];
+	snprintf(cmd, sizeof(cmd), "%s maxbatch --model simple_cnn --device cpu --mem-limit-mib 1 "
+		 "--start 4 --out %s", test_bin(), test_tmpdir());
+	CHECK(test_run(cmd, out, sizeof(out)) != 0);
+	CHECK(strstr(out, "error: simple_cnn does not train even at batch 1 in 1 MiB") != NULL);
+	CHECK(strstr(out, "batch      1  OOM") != NULL);
+	CHECK(strstr(out, "maxbatch.json") != NULL);
+}
