@@ -23,7 +23,7 @@ for s in "$@"; do
 	case $s in
 	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
 	tests) TAIL=60 stage tests 400 sh -c "build/bundle/gpuperf_tests | grep -v '^ok '" ;;
-	gputests) stage gputests 300 build/bundle/gpuperf_tests cuda ;;
+	gputests) TAIL=80 stage gputests 300 build/bundle/gpuperf_tests cuda ;;
 	parity) stage parity 300 python3 tests/torch/parity.py --bin $BIN --device cuda --json "$OUT/parity_cuda.json" ;;
 	paritycpu) stage paritycpu 300 python3 tests/torch/parity.py --bin $BIN --device cpu --models simple_cnn,resnet18,mobilenet_v2 --json "$OUT/parity_cpu.json" ;;
 	speed)
@@ -38,6 +38,9 @@ for s in "$@"; do
 			stage "speed32_$m" 120 $BIN train --model $m --device cuda --batch 32 --steps 100 --json
 		done
 		stage torch_speed32 300 python3 $TB train --models resnet18,mobilenet_v2 --modes fp32 --batch 32 --iters 50 ;;
+	compare) stage compare 300 $BIN compare --device cuda --out "$OUT/results" ;;
+	maxbatch) stage maxbatch 400 $BIN maxbatch --model mobilenet_v2 --device cuda --out "$OUT/results" ;;
+	torchmaxbatch) stage torchmaxbatch 500 python3 $TB maxbatch --models mobilenet_v2 --modes fp32 ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done
