@@ -35,7 +35,8 @@ for s in "$@"; do
 		stage torch_speed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes fp32,tf32 --batch 256 --iters 30 ;;
 	speed32)
 		for m in resnet18 mobilenet_v2; do
-			stage "speed32_$m" 120 $BIN train --model $m --device cuda --batch 32 --steps 100 --json
+			stage "speed32_$m" 120 $BIN train --model $m --device cuda --batch 32 --steps 200
+			stage "speed32_${m}_eager" 120 $BIN train --model $m --device cuda --batch 32 --steps 200 --no-graphs
 		done
 		stage torch_speed32 300 python3 $TB train --models resnet18,mobilenet_v2 --modes fp32 --batch 32 --iters 50 ;;
 	compare) stage compare 300 $BIN compare --device cuda --out "$OUT/results" ;;

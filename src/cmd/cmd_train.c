@@ -35,6 +35,7 @@ int cmd_train(int argc, char **argv)
 		{ "load", OPT_STR, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_STR, &save, "save weights after training", 0 },
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1 },
+		{ "no-graphs", OPT_FLAG, &o.no_graphs, "run each step op by op (no CUDA graph replay)", 0 },
 		{ "json", OPT_FLAG, &json, "print a JSON summary at the end", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },

@@ -17,6 +17,13 @@ struct backend_ops {
 	int (*sgd_step)(struct net *net, const struct sgd_args *sgd);
 	int (*sync_to_host)(struct net *net);
 	int (*sync_from_host)(struct net *net);
+	/* Optional: the whole training step at once (a CUDA graph). Returns 1 when the
+	 * step must run op by op instead. */
+	int (*train_step)(struct net *net, const struct sgd_args *sgd);
+	/* Wait for all enqueued work (NULL: the backend is synchronous). */
+	int (*wait)(struct net *net);
+	/* Read the loss (and correct count) the last train_step left on the device. */
+	int (*read_loss)(struct net *net, double *loss, int *correct);
 	/* Copy parameter gradients / the last node's output to host floats. */
 	int (*grads_to_host)(struct net *net, float *dst);
 	int (*logits_to_host)(struct net *net, float *dst);

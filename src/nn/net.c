@@ -702,6 +702,37 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd)
 	return 0;
 }
 
+int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, int *correct)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	const struct backend_ops *ops = net_backend(net);
+	if (net->use_graphs && ops->train_step && !net->hooks.node_begin && !net->hooks.node_end) {
+		struct sgd_args a = *sgd;
+		a.first_step = net->sgd_steps == 0;
+		int rc = ops->train_step(net, &a);
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			for (int i = 0; i < net->n_nodes; i++)
+				if (net->nodes[i].op == OP_BATCHNORM2D)
+					net->nodes[i].bn_batches_tracked++;
+			net->sgd_steps++;
+			return loss || correct ? ops->read_loss(net, loss, correct) : 0;
+		}
+	}
+	GP_TRY(net_forward(net, 1));
+	GP_TRY(net_loss(net, loss, correct));
+	GP_TRY(net_backward(net));
+	return net_sgd_step(net, sgd);
+}
+
+int net_wait(struct net *net)
+{
+	const struct backend_ops *ops = net_backend(net);
+	return net->bk && ops->wait ? ops->wait(net) : 0;
+}
+
 int net_sync_to_host(struct net *net)
 {
 	return net->bk ? net_backend(net)->sync_to_host(net) : 0;

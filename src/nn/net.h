@@ -132,6 +132,7 @@ struct net {
 	int sgd_steps;             /* optimizer steps taken (momentum buffers start on the first) */
 	uint64_t seed;          /* initialization and dropout masks */
 	struct net_hooks hooks;
+	int use_graphs;         /* replay the training step as a CUDA graph when possible */
 };
 
 /* --- building (used by models.c) ---------------------------------------------------
@@ -180,6 +181,12 @@ int net_forward(struct net *net, int training);
 int net_loss(struct net *net, double *loss, int *correct);
 int net_backward(struct net *net);
 int net_sgd_step(struct net *net, const struct sgd_args *sgd);
+/* Forward, loss, backward and SGD step; loss and correct may be NULL (then a GPU
+ * backend does not wait). With net->use_graphs and no hooks, a backend may replay the
+ * step as a captured graph. */
+int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, int *correct);
+/* Wait until the backend has finished everything enqueued (for timing). */
+int net_wait(struct net *net);
 /* Copy backend parameters and running statistics to (or from) the host master. */
 int net_sync_to_host(struct net *net);
 int net_sync_from_host(struct net *net);

@@ -124,6 +124,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		return rc;
 	if (o->load && (rc = checkpoint_load(net, o->load)) < 0)
 		goto out;
+	net->use_graphs = !o->no_graphs;
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)
 		goto out;
@@ -146,14 +147,15 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			o->batch, mo.size, mo.size, o->steps, o->sgd.lr, o->sgd.momentum);
 	double t0 = now_s(), t_timed = t0;
 	for (int step = 0; step < o->steps; step++) {
-		if (step == warmup)
+		if (step == warmup) {
+			if ((rc = net_wait(net)) < 0)
+				goto out;
 			t_timed = now_s();
+		}
 		int want_loss = step == 0 || step == o->steps - 1 || (step + 1) % every == 0;
 		double loss = 0;
 		int correct = 0;
-		if ((rc = net_forward(net, 1)) < 0 ||
-		    (rc = net_loss(net, want_loss ? &loss : NULL, want_loss ? &correct : NULL)) < 0 ||
-		    (rc = net_backward(net)) < 0 || (rc = net_sgd_step(net, &o->sgd)) < 0)
+		if ((rc = net_train_step(net, &o->sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL)) < 0)
 			goto out;
 		if (step == 0)
 			res->first_loss = loss;

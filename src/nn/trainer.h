@@ -19,6 +19,7 @@ struct train_opts {
 	enum precision precision;
 	struct sgd_args sgd;
 	const char *load, *save;
+	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
 };
 
 struct train_result {

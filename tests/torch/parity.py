@@ -12,7 +12,7 @@ sqrt(numel)). Exit status 1 if any error exceeds the tolerance.
   python3 tests/torch/parity.py --bin build/gpuperf --device cuda \
       --models simple_cnn,resnet18,resnet50,mobilenet_v2 [--tol 1e-4]
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, copy, json, os, subprocess, sys, tempfile
 
 import numpy as np
 import torch
@@ -62,20 +62,12 @@ def run_one(args, name, size, batch, classes, work):
     if r.returncode != 0:
         print(f"{name}: gpuperf failed: {r.stderr.strip()}")
         return None
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.wd)
-    crit = nn.CrossEntropyLoss()
-    xd, yd = x.to(dev), y.to(dev)
-    losses = []
-    for s in range(args.steps):
-        opt.zero_grad(set_to_none=True)
-        logits = model(xd)
-        loss = crit(logits, yd)
-        loss.backward()
-        losses.append(loss.item())
-        if s == 0:
-            t_logits = logits.detach().cpu()
-            t_grads = {k: p.grad.detach().cpu().clone() for k, p in model.named_parameters()}
-        opt.step()
+    ref = None
+    if args.ref64:
+        # the same training in float64 on the CPU: how far float32 engines may differ
+        m64 = copy.deepcopy(model).cpu().double()
+        ref = train_torch(args, m64, x.double(), y)
+    t_logits, t_grads, losses, sd = train_torch(args, model, x.to(dev), y.to(dev))
     ours_logits = torch.from_numpy(np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32)).view(batch, classes)
     ours_grads = load_file(os.path.join(out, "grads.safetensors"))
     ours_after = load_file(os.path.join(out, "after.safetensors"))
@@ -94,7 +86,6 @@ def run_one(args, name, size, batch, classes, work):
         gerr[k] = d / max(torch.linalg.vector_norm(g.double()).item(), floor)
     res["grad_max"] = max(gerr.values())
     res["grad_worst"] = max(gerr, key=gerr.get)
-    sd = model.state_dict()
     perr, counters_ok = {}, True
     for k, v in sd.items():
         if k.endswith("num_batches_tracked"):
@@ -104,7 +95,36 @@ def run_one(args, name, size, batch, classes, work):
     res["param_max"] = max(perr.values())
     res["param_worst"] = max(perr, key=perr.get)
     res["counters_ok"] = counters_ok
+    if ref is not None:
+        r_logits, r_grads, r_losses, r_sd = ref
+        keys = [k for k in r_sd if not k.endswith("num_batches_tracked")]
+        def pmax(other):
+            return max(rel(other[k].cpu().float(), r_sd[k].float()) for k in keys)
+        res["ref64"] = {
+            "torch_grads": rel(all_t, torch.cat([r_grads[k].flatten() for k in t_grads]).float()),
+            "ours_grads": rel(all_o, torch.cat([r_grads[k].flatten() for k in t_grads]).float()),
+            "torch_params": pmax(sd),
+            "ours_params": pmax(ours_after),
+        }
     return res
+
+
+def train_torch(args, model, xd, yd):
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.wd)
+    crit = nn.CrossEntropyLoss()
+    losses = []
+    for s in range(args.steps):
+        opt.zero_grad(set_to_none=True)
+        logits = model(xd)
+        loss = crit(logits, yd)
+        loss.backward()
+        losses.append(loss.item())
+        if s == 0:
+            t_logits = logits.detach().cpu().float()
+            t_grads = {k: p.grad.detach().cpu().clone() for k, p in model.named_parameters()}
+        opt.step()
+    sd = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return t_logits, t_grads, losses, sd
 
 
 def main():
@@ -112,8 +132,8 @@ def main():
     p.add_argument("--bin", default="build/gpuperf")
     p.add_argument("--device", default="cuda", help="where PyTorch and gpuperf run: cuda | cpu")
     p.add_argument("--models", default="simple_cnn,resnet18,resnet50,mobilenet_v2")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--size", type=int, default=96)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--lr", type=float, default=0.01)
@@ -121,6 +141,8 @@ def main():
     p.add_argument("--wd", type=float, default=1e-4)
     p.add_argument("--tol", type=float, default=1e-4)
     p.add_argument("--json", help="write the errors as JSON here")
+    p.add_argument("--ref64", action="store_true",
+                   help="also train in float64 on the CPU and report both engines' distance to it")
     args = p.parse_args()
     args.gp_device = args.device
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -140,6 +162,10 @@ def main():
         failed |= bad
         print(f"{name:14s} {r['logits']:9.2e} {r['loss']:9.2e} {r['grad_all']:9.2e} {r['grad_max']:9.2e} {r['param_max']:9.2e} "
               f"{r['loss_last']:9.2e}  {r['grad_worst']} / {r['param_worst']}{'  FAIL' if bad else ''}")
+        if "ref64" in r:
+            f = r["ref64"]
+            print(f"{'':14s} vs float64: grads torch {f['torch_grads']:.2e} ours {f['ours_grads']:.2e}; "
+                  f"params after {args.steps} steps torch {f['torch_params']:.2e} ours {f['ours_params']:.2e}")
     if args.json:
         json.dump(report, open(args.json, "w"), indent=1)
     print("parity:", "FAIL" if failed else f"ok (all relative errors <= {args.tol:g})")

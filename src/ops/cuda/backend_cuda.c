@@ -5,6 +5,7 @@
  * One device context (stream, library handles, workspace, convolution plans) lives
  * for the whole process and is shared by every net set up on it, so that trying
  * batch after batch (maxbatch) neither re-creates handles nor leaks them. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,8 +21,16 @@ struct backend_state {
 	int32_t *labels;
 	double *d_loss;
 	int *d_correct;
+	unsigned long long *d_step;   /* optimizer steps, on the device: dropout masks in graphs */
+	void *blas_ws;                /* cuBLAS workspace: set, so cuBLAS allocates nothing in a graph */
 	size_t arena_bytes, params_bytes, running_bytes, input_bytes, labels_bytes, scratch_bytes;
+	/* The training step captured as a CUDA graph, replayed while sgd stays the same. */
+	cudaGraphExec_t step_exec;
+	struct sgd_args step_sgd;
+	int graph_failed;
 };
+
+#define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
 static struct cuda_ctx *shared_ctx;
 
@@ -69,10 +78,10 @@ static float *pgrad_ptr(struct net *net, const struct node *nd, int k)
 	return net->bk->grads + net->state[nd->param_first + k].offset;
 }
 
+/* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
 static uint64_t dropout_seed(const struct net *net, int node)
 {
-	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL +
-	       (uint64_t)net->sgd_steps;
+	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL;
 }
 
 static size_t cuda_workspace_bytes(struct net *net)
@@ -87,6 +96,12 @@ static void cuda_teardown(struct net *net)
 		return;
 	struct cuda_ctx *ctx = b->ctx;
 	cudaStreamSynchronize(ctx->stream);
+	if (b->step_exec)
+		cudaGraphExecDestroy(b->step_exec);
+	if (b->blas_ws)
+		cublasSetWorkspace(ctx->cublas, NULL, 0);
+	cuda_free(ctx, b->blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
+	cuda_free(ctx, b->d_step, sizeof(*b->d_step), MEM_OTHER);
 	cuda_free(ctx, b->arena, b->arena_bytes, MEM_ACTIV);
 	cuda_free(ctx, b->params, b->params_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->running, b->running_bytes, MEM_WEIGHTS);
@@ -152,12 +167,19 @@ static int cuda_setup(struct net *net)
 	    (rc = cuda_alloc(ctx, (void **)&b->row_scratch, b->scratch_bytes, MEM_OTHER)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->d_loss, sizeof(double), MEM_OTHER)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->d_correct, sizeof(int), MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV)) < 0)
+	    (rc = cuda_alloc(ctx, (void **)&b->d_step, sizeof(*b->d_step), MEM_OTHER)) < 0 ||
+	    (rc = cuda_alloc(ctx, &b->blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE)) < 0 ||
+	    (rc = CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, b->blas_ws, CUBLAS_WORKSPACE_BYTES))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream))) < 0)
 		goto fail;
+	/* Measure the convolution algorithms before the activations take their memory:
+	 * the measuring scratch is transient, and then it does not add to the peak. */
 	for (int i = 0; i < net->n_nodes; i++)
 		if (net->nodes[i].op == OP_CONV2D &&
 		    (rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv)) < 0)
 			goto fail;
+	if ((rc = cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV)) < 0)
+		goto fail;
 	if ((rc = cuda_sync_from_host(net)) < 0)
 		goto fail;
 	net->plan.workspace_bytes = ctx->workspace_bytes;
@@ -220,7 +242,8 @@ static int cuda_forward_node(struct net *net, int i, int training)
 		return add_fwd_cuda(s, count, x, act_ptr(net, nd->in[1]), y);
 	case OP_DROPOUT:
 		if (training && saved) {
-			GP_TRY(dropout_mask_cuda(s, count, nd->a.drop.p, dropout_seed(net, i), 0, saved));
+			GP_TRY(dropout_mask_step_cuda(s, count, nd->a.drop.p, dropout_seed(net, i),
+						      net->bk->d_step, saved));
 			return dropout_fwd_cuda(s, &nd->a.drop, saved, x, y);
 		}
 		return x == y ? 0 : copy_cuda(s, y, x, count);
@@ -285,13 +308,9 @@ static int cuda_backward_node(struct net *net, int i)
 	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no backward for op %s", op_name(nd->op));
 }
 
-static int cuda_loss(struct net *net, double *loss, int *correct)
+static int cuda_read_loss(struct net *net, double *loss, int *correct)
 {
 	struct backend_state *b = net->bk;
-	int last = net->n_nodes - 1;
-	struct shape s = net->nodes[last].out;
-	GP_TRY(softmax_xent_cuda(b->ctx->stream, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
-				 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
 	if (loss)
 		GP_TRY(cuda_copy_d2h(b->ctx, loss, b->d_loss, sizeof(double)));
 	if (correct)
@@ -299,11 +318,77 @@ static int cuda_loss(struct net *net, double *loss, int *correct)
 	return 0;
 }
 
+static int cuda_loss(struct net *net, double *loss, int *correct)
+{
+	struct backend_state *b = net->bk;
+	int last = net->n_nodes - 1;
+	struct shape s = net->nodes[last].out;
+	GP_TRY(softmax_xent_cuda(b->ctx->stream, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
+				 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
+	return cuda_read_loss(net, loss, correct);
+}
+
 static int cuda_sgd(struct net *net, const struct sgd_args *sgd)
 {
 	struct backend_state *b = net->bk;
-	return sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
-			     sgd->momentum != 0 ? b->momentum : NULL);
+	GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
+			     sgd->momentum != 0 ? b->momentum : NULL));
+	return counter_inc_cuda(b->ctx->stream, b->d_step);
+}
+
+/* Forward, loss, backward and the optimizer step, all enqueued, nothing read back. */
+static int enqueue_step(struct net *net, const struct sgd_args *sgd)
+{
+	for (int i = 1; i < net->n_nodes; i++)
+		GP_TRY(cuda_forward_node(net, i, 1));
+	GP_TRY(cuda_loss(net, NULL, NULL));
+	for (int i = net->n_nodes - 1; i >= 1; i--)
+		if (net->nodes[i].t_dy >= 0)
+			GP_TRY(cuda_backward_node(net, i));
+	return cuda_sgd(net, sgd);
+}
+
+/* Capture the whole step once and replay it: one launch instead of hundreds, so the
+ * GPU no longer waits for the host at small batches. Returns 1 when the step must
+ * run eagerly instead (first step, or capture not possible). */
+static int cuda_train_step(struct net *net, const struct sgd_args *sgd)
+{
+	struct backend_state *b = net->bk;
+	cudaStream_t s = b->ctx->stream;
+	if (b->graph_failed || sgd->first_step)
+		return 1;
+	if (b->step_exec && memcmp(&b->step_sgd, sgd, sizeof(*sgd))) {
+		cudaGraphExecDestroy(b->step_exec);
+		b->step_exec = NULL;
+	}
+	if (!b->step_exec) {
+		cudaGraph_t graph = NULL;
+		int rc = CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+		if (rc == 0) {
+			int rc_step = enqueue_step(net, sgd);
+			rc = CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+			if (rc_step < 0)
+				rc = rc_step;
+		}
+		if (rc == 0)
+			rc = CUDA_CHECK(cudaGraphInstantiate(&b->step_exec, graph, 0));
+		if (graph)
+			cudaGraphDestroy(graph);
+		if (rc < 0) {
+			fprintf(stderr, "note: CUDA graph capture failed, running eagerly: %s\n", gp_errmsg());
+			cudaGetLastError();
+			b->step_exec = NULL;
+			b->graph_failed = 1;
+			return 1;
+		}
+		b->step_sgd = *sgd;
+	}
+	return CUDA_CHECK(cudaGraphLaunch(b->step_exec, s));
+}
+
+static int cuda_wait(struct net *net)
+{
+	return cuda_ctx_sync(net->bk->ctx);
 }
 
 static int cuda_grads_to_host(struct net *net, float *dst)
@@ -330,6 +415,9 @@ const struct backend_ops backend_cuda_ops = {
 	.sync_to_host = cuda_sync_to_host,
 	.sync_from_host = cuda_sync_from_host,
 	.grads_to_host = cuda_grads_to_host,
+	.train_step = cuda_train_step,
+	.read_loss = cuda_read_loss,
+	.wait = cuda_wait,
 	.logits_to_host = cuda_logits_to_host,
 	.workspace_bytes = cuda_workspace_bytes,
 };

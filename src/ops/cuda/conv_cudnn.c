@@ -111,8 +111,10 @@ static int plan_describe(struct conv_plan *p, const struct conv2d_args *a, int m
 	return 0;
 }
 
-/* Algorithms that sum products directly. In strict FP32 the transform-based ones
- * (FFT, Winograd) are left out: they round differently and can miss the 1e-5 bound. */
+/* Algorithms that sum products directly. With ctx->fp32_direct_only the
+ * transform-based ones (FFT, Winograd) are left out of FP32: they round differently.
+ * By default they compete, as under PyTorch's cudnn.benchmark; tensor cores stay off
+ * in FP32 either way (FMA math). */
 static int fwd_algo_strict(cudnnConvolutionFwdAlgo_t algo)
 {
 	return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
@@ -138,7 +140,7 @@ static int result_usable(const struct cuda_ctx *ctx, cudnnStatus_t status, size_
 			 size_t ws_bytes, cudnnDeterminism_t det, int strict_ok)
 {
 	return status == CUDNN_STATUS_SUCCESS && memory <= ws_bytes &&
-	       (ctx->math == CUDA_MATH_TF32 || strict_ok) &&
+	       (ctx->math == CUDA_MATH_TF32 || !ctx->fp32_direct_only || strict_ok) &&
 	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
 }
 

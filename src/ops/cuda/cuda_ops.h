@@ -46,6 +46,11 @@ int dropout_bwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t
  * uniform on [0, 1) in steps of 2^-24; it does not reproduce dropout_mask_cpu. */
 int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_t seed, uint64_t offset,
 		      uint8_t *mask);
+/* As dropout_mask_cuda, with the step counter read on the device (CUDA graphs). */
+int dropout_mask_step_cuda(cudaStream_t s, size_t count, double p, uint64_t seed,
+			   const unsigned long long *step, uint8_t *mask);
+/* *c += 1 on the device. */
+int counter_inc_cuda(cudaStream_t s, unsigned long long *c);
 /* Mean cross-entropy of softmax(logits) against labels into *loss (device double),
  * dlogits = (softmax - onehot) / n, *correct (device int) = right argmax predictions.
  * row_scratch is 2 * n floats of scratch. */

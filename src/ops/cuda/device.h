@@ -35,6 +35,7 @@ struct cuda_ctx {
 	size_t workspace_limit_bytes; /* algorithms needing more are not considered */
 	int math;                     /* enum cuda_math */
 	int deterministic;            /* 1: only deterministic cuDNN algorithms */
+	int fp32_direct_only;         /* 1: no FFT/Winograd convolutions in FP32 */
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
 
 	struct conv_plan *plans[CONV_PLAN_BUCKETS];

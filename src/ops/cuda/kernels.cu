@@ -413,6 +413,43 @@ extern "C" int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_
 	return 0;
 }
 
+/* The same mask with the step read from device memory, so that a captured CUDA
+ * graph draws a fresh mask on every replay. */
+__global__ static void dropout_mask_step_kernel(size_t count, uint32_t threshold, uint64_t seed,
+						const unsigned long long *step, uint8_t *mask)
+{
+	uint64_t s = seed ^ mix64((uint64_t)*step);
+	FOR_EACH(i, count) {
+		uint32_t u24 = (uint32_t)(mix64(s ^ mix64(i)) >> 40);
+		mask[i] = u24 >= threshold;
+	}
+}
+
+extern "C" int dropout_mask_step_cuda(cudaStream_t s, size_t count, double p, uint64_t seed,
+				      const unsigned long long *step, uint8_t *mask)
+{
+	if (!(p >= 0.0 && p <= 1.0))
+		return gp_error(GP_EINVAL, "dropout probability %g is not in [0, 1]", p);
+	if (!count)
+		return 0;
+	uint32_t threshold = (uint32_t)ceil(p * 16777216.0);
+	dropout_mask_step_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, threshold, seed, step, mask);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+__global__ static void counter_inc_kernel(unsigned long long *c)
+{
+	*c += 1;
+}
+
+extern "C" int counter_inc_cuda(cudaStream_t s, unsigned long long *c)
+{
+	counter_inc_kernel<<<1, 1, 0, s>>>(c);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 /* --- softmax cross-entropy: one block per row, then one block for the mean --------------- */
 __global__ static void softmax_xent_row_kernel(int n, int k, const float *logits,
 					       const int32_t *labels, float *dlogits,
