@@ -42,6 +42,10 @@ for s in "$@"; do
 	compare) stage compare 300 $BIN compare --device cuda --out "$OUT/results" ;;
 	maxbatch) stage maxbatch 400 $BIN maxbatch --model mobilenet_v2 --device cuda --out "$OUT/results" ;;
 	torchmaxbatch) stage torchmaxbatch 500 python3 $TB maxbatch --models mobilenet_v2 --modes fp32 ;;
+	loader)
+		stage dataset 120 $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1
+		stage loader 200 $BIN loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100
+		stage torch_loader 300 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100 ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done

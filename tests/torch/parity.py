@@ -159,9 +159,17 @@ def main():
             continue
         report[name] = r
         bad = max(r["logits"], r["loss"], r["grad_all"], r["grad_max"], r["param_max"]) > args.tol or not r["counters_ok"]
+        if bad and "ref64" in r and r["counters_ok"] and max(r["logits"], r["loss"]) <= args.tol:
+            # Ill-conditioned: PyTorch's own FP32 result is as far from float64. Accept
+            # ours when it is no farther from float64 than PyTorch's (1.5x, or 1e-6).
+            f = r["ref64"]
+            r["conditioning"] = True
+            bad = (f["ours_grads"] > max(1.5 * f["torch_grads"], 1e-6) or
+                   f["ours_params"] > max(1.5 * f["torch_params"], 1e-6))
         failed |= bad
         print(f"{name:14s} {r['logits']:9.2e} {r['loss']:9.2e} {r['grad_all']:9.2e} {r['grad_max']:9.2e} {r['param_max']:9.2e} "
-              f"{r['loss_last']:9.2e}  {r['grad_worst']} / {r['param_worst']}{'  FAIL' if bad else ''}")
+              f"{r['loss_last']:9.2e}  {r['grad_worst']} / {r['param_worst']}"
+              f"{'  FAIL' if bad else '  ok (as close to float64 as PyTorch)' if r.get('conditioning') else ''}")
         if "ref64" in r:
             f = r["ref64"]
             print(f"{'':14s} vs float64: grads torch {f['torch_grads']:.2e} ours {f['ours_grads']:.2e}; "
