@@ -384,15 +384,16 @@ int cmd_workers(int argc, char **argv)
 	memset(runs, 0, sizeof(runs));
 	table_init(&t);
 	/* Without NVML (no driver, or the CPU backend) utilization is null; the rest is
-	 * measured all the same. */
+	 * measured all the same. The note comes with the chart's, after the table. */
+	char why_no_util[256] = "the CPU backend";
 	if (backend == BACKEND_CUDA) {
 		nvml_ok = nvml_open() == 0;
 		if (!nvml_ok) {
-			fprintf(stderr, "note: GPU utilization n/a: %s\n", gp_errmsg());
+			snprintf(why_no_util, sizeof(why_no_util), "%s", gp_errmsg());
 			gp_error_clear();
+		} else {
+			snprintf(why_no_util, sizeof(why_no_util), "NVML returned none");
 		}
-	} else {
-		fprintf(stderr, "note: GPU utilization n/a on the CPU backend\n");
 	}
 	for (int i = 0; i < workers.n; i++) {
 		struct workers_run *r = &runs[i];
@@ -415,7 +416,7 @@ int cmd_workers(int argc, char **argv)
 		rc = train_run_observed(&o, &obs, &r->res, NULL);
 		int stop_rc = watch_stop_sampler(&w);
 		if (rc < 0) {
-			gp_error_wrap(rc, "%d workers", r->workers);
+			gp_error_wrap(rc, "run with %d workers", r->workers);
 			goto cleanup;
 		}
 		if ((rc = stop_rc) < 0)
@@ -467,7 +468,8 @@ int cmd_workers(int argc, char **argv)
 			goto cleanup;
 		printf("wrote %s/%s\n", out_dir, plots_chart_name("workers"));
 	} else {
-		printf("note: no GPU utilization samples, so no %s\n", plots_chart_name("workers"));
+		printf("note: GPU utilization n/a (%s), so no %s\n", why_no_util,
+		       plots_chart_name("workers"));
 	}
 	rc = 0;
 cleanup:
