@@ -122,7 +122,13 @@ static int watch_after_setup(void *user, struct net *net)
 	w->t_start = now_s();
 	w->driver_ok = 1;
 	GP_TRY(watch_poll_driver(w)); /* only advances the time stamp past older samples */
-	GP_TRY(nvml_sampler_start(&w->sampler, w->dev, w->interval_s));
+	/* Without the thread the driver's series may still do; training goes on. */
+	if (nvml_sampler_start(&w->sampler, w->dev, w->interval_s) < 0) {
+		fprintf(stderr, "note: no NVML sampler for %d workers: %s\n", w->run->workers,
+			gp_errmsg());
+		gp_error_clear();
+		w->sampler = NULL;
+	}
 	return 0;
 }
 
