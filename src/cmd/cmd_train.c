@@ -1,5 +1,6 @@
 /* gpuperf train: train a model on synthetic data (one fixed batch, as the PyTorch
- * yardstick does), printing the loss as it goes and img/s at the end. */
+ * yardstick does) or on a dataset through the data loader, printing the loss as it
+ * goes and img/s (and, with a dataset, the data wait) at the end. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@ int cmd_train(int argc, char **argv)
 	struct train_opts o = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic";
 	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0;
+	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
+	o.classes = 0;
 	long long seed = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2", 0 },
@@ -22,7 +25,7 @@ int cmd_train(int argc, char **argv)
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
 		{ "batch", OPT_INT, &o.batch, "batch size (32)", 1 },
 		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &o.classes, "output classes (1000)", 1 },
+		{ "classes", OPT_INT, &o.classes, "output classes (default: the dataset's; 1000 for synthetic)", 1 },
 		{ "steps", OPT_INT, &o.steps, "training steps (20)", 1 },
 		{ "warmup", OPT_INT, &warmup, "steps left out of the img/s figure (default: 10% of steps, at most 10)", 0 },
 		{ "lr", OPT_DOUBLE, &o.sgd.lr, "learning rate (0.01)", 0 },
@@ -31,7 +34,10 @@ int cmd_train(int argc, char **argv)
 		{ "nesterov", OPT_FLAG, &o.sgd.nesterov, "Nesterov momentum", 0 },
 		{ "dropout", OPT_DOUBLE, &o.dropout, "override the model's dropout probability (0 disables)", 0 },
 		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
-		{ "data", OPT_STR, &data, "synthetic (the only source for now)", 0 },
+		{ "data", OPT_STR, &data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR", 0 },
+		{ "workers", OPT_INT, &o.workers, "data-loader threads (0: decode in the training thread)", 0 },
+		{ "prefetch", OPT_INT, &o.prefetch, "batches in flight per loader worker (2)", 1 },
+		{ "epochs", OPT_INT, &o.epochs, "with a dataset: train this many epochs instead of --steps", 1 },
 		{ "load", OPT_STR, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_STR, &save, "save weights after training", 0 },
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1 },
@@ -43,11 +49,14 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf train --model NAME [--device cpu|cuda] [--batch B] [--size S] "
-				"[--steps N]", opts);
+				"[--steps N] [--data synthetic|DIR|cifar10:DIR] [--workers N] [--prefetch K] "
+				"[--epochs E]", opts);
 		return 0;
 	}
-	if (strcmp(data, "synthetic"))
-		return gp_error(GP_EINVAL, "--data '%s': only synthetic data is supported yet", data);
+	int synthetic = !strcmp(data, "synthetic");
+	if (synthetic && (o.workers || o.prefetch || o.epochs))
+		return gp_error(GP_EINVAL, "--workers, --prefetch and --epochs need --data DIR or cifar10:DIR");
+	o.data = data;
 	if (!(o.sgd.lr > 0) || o.sgd.momentum < 0 || o.sgd.weight_decay < 0)
 		return gp_error(GP_EINVAL, "--lr must be positive, --momentum and --weight-decay not negative");
 	if (o.sgd.nesterov && !(o.sgd.momentum > 0))
@@ -64,7 +73,11 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(train_run(&o, &res, stdout));
 	if (json) {
 		json_t *j = train_result_json(&o, &res);
-		char *s = json_dumps(j, JSON_INDENT(2));
+		char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+		if (!s) {
+			json_decref(j);
+			return gp_error(GP_ENOMEM, "out of memory writing the JSON summary");
+		}
 		printf("%s\n", s);
 		free(s);
 		json_decref(j);

@@ -1,5 +1,6 @@
-/* The training loop shared by train, compare and maxbatch: build a model, set it
- * up on a backend, train on a fixed synthetic batch, time it, report memory. */
+/* The training loop shared by train, compare, maxbatch and workers: build a model,
+ * set it up on a backend, train on a fixed synthetic batch or on batches from a
+ * data loader, time it (and the data wait), report memory. */
 #include "nn/trainer.h"
 
 #include <stdio.h>
@@ -10,12 +11,16 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/dataset.h"
+#include "data/loader.h"
 #include "gpu/devinfo.h"
 #include "gpu/nvml.h"
 #include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #ifdef GP_HAVE_CUDA
+#include "data/pinned.h"
+#include "ops/cuda/backend_cuda_data.h"
 #include "ops/cuda/device.h"
 #endif
 #include "report/result.h"
@@ -105,23 +110,102 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 	return train_run_observed(o, NULL, res, log);
 }
 
+/* A dataset and its loader, for a run that reads a new batch every step. */
+struct train_data {
+	struct dataset *ds;
+	struct loader *ld;
+	double wait_ms_total, copy_ms_total;
+};
+
+static int train_uses_dataset(const struct train_opts *o)
+{
+	return o->data && strcmp(o->data, "synthetic");
+}
+
+/* Take the next batch, copy it into the net and hand the buffer back, adding how
+ * long the loop waited for the batch and how long the copy took. */
+static int train_data_next(struct train_data *d, struct net *net)
+{
+	struct batch *b = NULL;
+	int rc = loader_next(d->ld, &b);
+	if (rc < 0)
+		return rc;
+	d->wait_ms_total += b->wait_ms;
+	/* wait for the previous step first, so the copy's time is the copy alone */
+	rc = net_wait(net);
+	if (rc == 0) {
+		double t0 = now_s();
+		rc = net_set_batch_data(net, b->x, b->labels);
+		d->copy_ms_total += 1e3 * (now_s() - t0);
+	}
+	loader_release(d->ld, b);
+	return rc;
+}
+
+/* Open the dataset (train mode, the model's input size) and settle the class count:
+ * the dataset's unless the caller asked for at least as many. */
+static int train_data_open(const struct train_opts *o, int size, struct train_data *d,
+			   int *classes)
+{
+	GP_TRY(dataset_open(o->data, 1, size, &d->ds));
+	int have = dataset_classes(d->ds);
+	if (!*classes)
+		*classes = have;
+	else if (*classes < have)
+		return gp_error(GP_EINVAL, "--classes %d is fewer than the %d classes of '%s'",
+				*classes, have, o->data);
+	return 0;
+}
+
+/* Start the loader and settle the step count (epochs win over steps). Batch
+ * buffers are pinned on the CUDA backend so the copy in runs at full speed. */
+static int train_data_start(const struct train_opts *o, int size, struct train_data *d,
+			    int *steps, struct train_result *res)
+{
+#ifdef GP_HAVE_CUDA
+	if (o->backend == BACKEND_CUDA)
+		GP_TRY(data_use_pinned_memory());
+#endif
+	struct loader_config lc = {
+		.batch = o->batch, .workers = o->workers, .prefetch = o->prefetch > 0 ? o->prefetch : 2,
+		.size = size, .train = 1, .drop_last = 1, .seed = o->seed,
+	};
+	GP_TRY(loader_create(d->ds, &lc, &d->ld));
+	res->batches_per_epoch = loader_batches_per_epoch(d->ld);
+	if (o->epochs > 0) {
+		long long n = (long long)o->epochs * res->batches_per_epoch;
+		if (n > 1000000000)
+			return gp_error(GP_EINVAL, "--epochs %d: %lld steps is too many", o->epochs, n);
+		*steps = (int)n;
+	}
+	return 0;
+}
+
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log)
 {
 	memset(res, 0, sizeof(*res));
 	struct model_opts mo = model_defaults(o->model);
+	struct train_data data = { 0 };
+	struct net *net = NULL;
+	float *x = NULL;
+	int32_t *labels = NULL;
+	int classes = o->classes, steps = o->steps, rc = 0;
 	mo.batch = o->batch;
-	mo.classes = o->classes;
 	mo.seed = o->seed;
 	mo.dropout = o->dropout;
 	if (o->size)
 		mo.size = o->size;
-	struct net *net = NULL;
-	float *x = NULL;
-	int32_t *labels = NULL;
-	int rc = model_build(o->model, &mo, &net);
-	if (rc < 0)
-		return rc;
+	if (train_uses_dataset(o)) {
+		if ((rc = train_data_open(o, mo.size, &data, &classes)) < 0)
+			goto out;
+	} else if (!classes) {
+		classes = 1000;
+	}
+	mo.classes = classes;
+	res->classes = classes;
+	if ((rc = model_build(o->model, &mo, &net)) < 0)
+		goto out;
 	if (o->load && (rc = checkpoint_load(net, o->load)) < 0)
 		goto out;
 	net->use_graphs = !o->no_graphs;
@@ -129,32 +213,41 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	if (rc < 0)
 		goto out;
 	res->mem_after_setup = net->mem;
+	if (data.ds) {
+		if ((rc = train_data_start(o, mo.size, &data, &steps, res)) < 0)
+			goto out;
+	} else {
+		rc = train_synthetic_batch(o->batch, 3, mo.size, mo.size, classes, o->seed, &x, &labels);
+		if (rc < 0 || (rc = net_set_batch_data(net, x, labels)) < 0)
+			goto out;
+	}
 	if (obs && obs->after_setup && (rc = obs->after_setup(obs->user, net)) < 0)
 		goto out;
-	rc = train_synthetic_batch(o->batch, 3, mo.size, mo.size, o->classes, o->seed, &x, &labels);
-	if (rc < 0)
-		goto out;
-	rc = net_set_batch_data(net, x, labels);
-	if (rc < 0)
-		goto out;
-	int warmup = o->warmup >= 0 ? o->warmup : (o->steps / 10 < 10 ? o->steps / 10 : 10);
-	if (warmup >= o->steps)
-		warmup = o->steps - 1;
-	int every = o->log_every ? o->log_every : (o->steps + 19) / 20;
-	if (log)
+	int warmup = o->warmup >= 0 ? o->warmup : (steps / 10 < 10 ? steps / 10 : 10);
+	if (warmup >= steps)
+		warmup = steps - 1;
+	int every = o->log_every ? o->log_every : (steps + 19) / 20;
+	if (log) {
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, SGD lr %g momentum %g\n",
 			o->model, o->backend == BACKEND_CUDA ? "cuda" : "cpu", train_precision_name(o->precision),
-			o->batch, mo.size, mo.size, o->steps, o->sgd.lr, o->sgd.momentum);
+			o->batch, mo.size, mo.size, steps, o->sgd.lr, o->sgd.momentum);
+		if (data.ds)
+			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, %d workers\n",
+				o->data, dataset_count(data.ds), dataset_classes(data.ds),
+				res->batches_per_epoch, o->workers);
+	}
 	double t0 = now_s(), t_timed = t0;
-	for (int step = 0; step < o->steps; step++) {
+	for (int step = 0; step < steps; step++) {
 		if (step == warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
 			t_timed = now_s();
 		}
-		int want_loss = step == 0 || step == o->steps - 1 || (step + 1) % every == 0;
+		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
 		double loss = 0;
 		int correct = 0;
+		if (data.ld && (rc = train_data_next(&data, net)) < 0)
+			goto out;
 		if ((rc = net_train_step(net, &o->sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL)) < 0)
 			goto out;
 		if (step == 0)
@@ -164,19 +257,19 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			double el = now_s() - t0;
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
-					step + 1, o->steps, loss, 100.0 * correct / o->batch,
+					step + 1, steps, loss, 100.0 * correct / o->batch,
 					(step + 1) * (double)o->batch / el, 1e3 * el / (step + 1),
-					el / (step + 1) * (o->steps - step - 1));
+					el / (step + 1) * (steps - step - 1));
 				fflush(log);
 			}
 		}
 		if (obs && obs->after_step &&
-		    (rc = obs->after_step(obs->user, net, step + 1, o->steps, now_s() - t0)) < 0)
+		    (rc = obs->after_step(obs->user, net, step + 1, steps, now_s() - t0)) < 0)
 			goto out;
 	}
 	double t_end = now_s();
-	int timed = o->steps - warmup;
-	res->steps = o->steps;
+	int timed = steps - warmup;
+	res->steps = steps;
 	res->timed_steps = timed;
 	res->total_s = t_end - t0;
 	res->ms_per_step = 1e3 * (t_end - t_timed) / timed;
@@ -187,6 +280,20 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	if (log)
 		fprintf(log, "done: %.1f img/s, %.2f ms/step over the last %d steps; loss %.4f -> %.4f\n",
 			res->img_s, res->ms_per_step, timed, res->first_loss, res->last_loss);
+	if (data.ld) {
+		struct loader_stats st;
+		loader_get_stats(data.ld, &st);
+		res->images = st.images;
+		res->skipped_corrupt = st.skipped_corrupt;
+		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / steps;
+		res->copy_ms = data.copy_ms_total / steps;
+		res->data_wait_pct = res->total_s > 0 ? 100 * res->data_wait_ms * steps /
+							(1e3 * res->total_s) : 0;
+		if (log)
+			fprintf(log, "data: %.2f ms per step waiting for batches (%.1f%% of step time, "
+				"copy in %.2f ms), %ld corrupt images skipped\n", res->data_wait_ms,
+				res->data_wait_pct, res->copy_ms, res->skipped_corrupt);
+	}
 	if (o->save) {
 		if ((rc = net_sync_to_host(net)) < 0 || (rc = checkpoint_save(net, o->save)) < 0)
 			goto out;
@@ -194,6 +301,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "saved %s\n", o->save);
 	}
 out:
+	loader_destroy(data.ld);
+	dataset_close(data.ds);
 	free(x);
 	free(labels);
 	net_free(net);
@@ -205,13 +314,26 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 	json_t *mem = json_object();
 	for (int c = 0; c < MEM_NCAT; c++)
 		json_object_set_new(mem, mem_cat_name(c), json_integer((json_int_t)r->mem.peak_bytes[c]));
-	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:I, s:I}",
+	json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:I, s:I}",
 		"model", o->model, "device", o->backend == BACKEND_CUDA ? "cuda" : "cpu",
 		"precision", train_precision_name(o->precision), "batch", o->batch, "steps", r->steps,
 		"ms_per_step", r->ms_per_step, "img_s", r->img_s, "total_s", r->total_s,
 		"first_loss", r->first_loss, "last_loss", r->last_loss, "params", (json_int_t)r->params,
 		"peak_bytes_by_category", mem, "peak_bytes", (json_int_t)r->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
+	/* A run on a dataset also says where its data came from and what it cost. */
+	if (j && train_uses_dataset(o)) {
+		json_t *d = json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I}", "data", o->data,
+			"classes", r->classes, "workers", o->workers, "batches_per_epoch", r->batches_per_epoch,
+			"data_wait_ms", r->data_wait_ms, "copy_ms", r->copy_ms,
+			"data_wait_pct", r->data_wait_pct, "skipped_corrupt", (json_int_t)r->skipped_corrupt);
+		if (!d || json_object_update(j, d) < 0) {
+			json_decref(j);
+			j = NULL;
+		}
+		json_decref(d);
+	}
+	return j;
 }
 
 int train_process_gpu_mem(size_t *bytes, int *dev)

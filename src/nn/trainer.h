@@ -20,6 +20,14 @@ struct train_opts {
 	struct sgd_args sgd;
 	const char *load, *save;
 	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
+	/* Where batches come from: NULL or "synthetic" trains on one fixed synthetic
+	 * batch; anything else is a dataset spec (data/dataset.h) read by a loader in
+	 * train mode at the model's input size, a new batch every step. classes 0
+	 * then means the dataset's class count (1000 for the fixed batch). */
+	const char *data;
+	int workers;  /* loader threads (0: decode in the training thread) */
+	int prefetch; /* batches in flight per worker (0: 2) */
+	int epochs;   /* with a dataset and > 0: train this many epochs instead of steps */
 };
 
 struct train_result {
@@ -30,6 +38,13 @@ struct train_result {
 	struct mem_plan plan;
 	struct mem_stats mem;
 	struct mem_stats mem_after_setup; /* what the engine held before the first step */
+	int classes;          /* the net's output classes */
+	/* With a dataset (all 0 for the fixed batch): means over every step. data_wait_ms
+	 * is the loader's wait for the batch plus copy_ms, the copy into the net;
+	 * data_wait_pct is data_wait_ms as a share of the mean step time. */
+	int batches_per_epoch;
+	double data_wait_ms, copy_ms, data_wait_pct;
+	long images, skipped_corrupt;
 };
 
 /* Watchers of a training run, called on the host after set-up and after each step

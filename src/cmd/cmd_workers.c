@@ -1,0 +1,491 @@
+/* gpuperf workers: train the same model on the same dataset once per data-loader
+ * worker count while a background thread samples GPU utilization, and show how
+ * the number of workers moves the data wait, the utilization and the throughput.
+ * The result (docs/results.md, "workers") is written first; the table, the chart
+ * and the recommendation are drawn from the same numbers. docs/workers.md. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cmd/args.h"
+#include "cmd/cmds.h"
+#include "core/error.h"
+#include "gpu/nvml.h"
+#include "nn/models.h"
+#include "nn/trainer.h"
+#include "report/plots.h"
+#include "report/result.h"
+#include "report/table.h"
+
+#define WORKERS_IDLE_PCT 10.0  /* a sample under this counts as idle (as the chart draws it) */
+#define WORKERS_NEAR_BEST 0.95 /* "as good as the best": within 5% of its img/s */
+#define DRIVER_POLL_S 1.0      /* the driver keeps a short buffer: fetch it this often */
+
+/* Utilization samples, t_s from the start of the run. */
+struct util_series {
+	double *t_s, *pct;
+	int n, cap;
+};
+
+struct workers_run {
+	int workers;
+	struct train_result res;
+	struct util_series sampler, driver;
+	const struct util_series *util; /* the denser of the two, NULL without samples */
+	const char *util_source;        /* "sampler" or "driver" */
+	double mean_util, std_util, idle_share;
+};
+
+/* What the training observer needs while one worker count runs. */
+struct workers_watch {
+	struct workers_run *run;
+	int nvml;        /* NVML is open and the run is on the GPU */
+	int dev;         /* NVML index of the GPU the run uses */
+	int batch;
+	double interval_s;
+	struct nvml_sampler *sampler;
+	double t_start, t_end, t_polled;
+	unsigned long long driver_ts_us;
+	int driver_ok;   /* the driver's buffered samples are still worth asking for */
+};
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int series_push(struct util_series *s, double t_s, double pct)
+{
+	if (s->n == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 256;
+		double *t = realloc(s->t_s, cap * sizeof(double));
+		if (!t)
+			return gp_error(GP_ENOMEM, "no memory for %d utilization samples", cap);
+		s->t_s = t;
+		double *p = realloc(s->pct, cap * sizeof(double));
+		if (!p)
+			return gp_error(GP_ENOMEM, "no memory for %d utilization samples", cap);
+		s->pct = p;
+		s->cap = cap;
+	}
+	s->t_s[s->n] = t_s;
+	s->pct[s->n++] = pct;
+	return 0;
+}
+
+static void series_free(struct util_series *s)
+{
+	free(s->t_s);
+	free(s->pct);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Fetch the driver's buffered samples that are newer than the last fetch and fall
+ * inside the run. A driver without them is not an error: the sampler's series
+ * then stands alone. */
+static int watch_poll_driver(struct workers_watch *w)
+{
+	enum { CAP = 512 };
+	double pct[CAP], t[CAP];
+	int n = CAP;
+	w->t_polled = now_s();
+	while (w->driver_ok && n == CAP) {
+		if (nvml_util_samples(w->dev, &w->driver_ts_us, pct, t, CAP, &n) < 0) {
+			gp_error_clear();
+			w->driver_ok = 0;
+			return 0;
+		}
+		for (int i = 0; i < n; i++)
+			if (t[i] >= w->t_start && (!w->t_end || t[i] <= w->t_end))
+				GP_TRY(series_push(&w->run->driver, t[i] - w->t_start, pct[i]));
+	}
+	return 0;
+}
+
+/* The net is set up and the loader started: find our GPU in NVML's numbering and
+ * start sampling, so the series covers the training steps and nothing before. */
+static int watch_after_setup(void *user, struct net *net)
+{
+	struct workers_watch *w = user;
+	size_t bytes;
+	if (!w->nvml)
+		return 0;
+	if (train_process_gpu_mem(&bytes, &w->dev) < 0) {
+		gp_error_clear(); /* not found by pid (containers): NVML's first GPU */
+		w->dev = 0;
+	}
+	w->t_start = now_s();
+	w->driver_ok = 1;
+	GP_TRY(watch_poll_driver(w)); /* only advances the time stamp past older samples */
+	/* Without the thread the driver's series may still do; training goes on. */
+	if (nvml_sampler_start(&w->sampler, w->dev, w->interval_s) < 0) {
+		fprintf(stderr, "note: no NVML sampler for %d workers: %s\n", w->run->workers,
+			gp_errmsg());
+		gp_error_clear();
+		w->sampler = NULL;
+	}
+	return 0;
+}
+
+static int watch_after_step(void *user, struct net *net, int step, int steps, double elapsed_s)
+{
+	struct workers_watch *w = user;
+	if (step == steps)
+		w->t_end = now_s();
+	if (w->nvml && (step == steps || now_s() - w->t_polled >= DRIVER_POLL_S))
+		GP_TRY(watch_poll_driver(w));
+	int quarter = steps / 4 > 0 ? steps / 4 : 1;
+	if (step == steps || step % quarter == 0) {
+		printf("%d workers: step %d/%d  %.0f img/s\n", w->run->workers, step, steps,
+		       elapsed_s > 0 ? step * (double)w->batch / elapsed_s : 0);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+/* Stop the sampler and keep its samples that fall inside the run. */
+static int watch_stop_sampler(struct workers_watch *w)
+{
+	struct nvml_sample *s = NULL;
+	int n = 0, rc;
+	if (!w->sampler)
+		return 0;
+	if (nvml_sampler_stop(w->sampler, &s, &n) < 0) {
+		fprintf(stderr, "note: the NVML sampler reported: %s\n", gp_errmsg());
+		gp_error_clear();
+	}
+	w->sampler = NULL;
+	for (int i = 0; i < n; i++)
+		if (s[i].t_s >= w->t_start && s[i].t_s <= w->t_end &&
+		    (rc = series_push(&w->run->sampler, s[i].t_s - w->t_start, s[i].util_gpu_pct)) < 0) {
+			free(s);
+			return rc;
+		}
+	free(s);
+	return 0;
+}
+
+/* Keep the denser series and summarize it: mean, population standard deviation,
+ * share of samples under the idle threshold. */
+static void run_summarize(struct workers_run *r)
+{
+	const struct util_series *u = r->driver.n > r->sampler.n ? &r->driver : &r->sampler;
+	if (u->n == 0)
+		return;
+	r->util = u;
+	r->util_source = u == &r->driver ? "driver" : "sampler";
+	double sum = 0, sq = 0;
+	int idle = 0;
+	for (int i = 0; i < u->n; i++) {
+		sum += u->pct[i];
+		idle += u->pct[i] < WORKERS_IDLE_PCT;
+	}
+	r->mean_util = sum / u->n;
+	for (int i = 0; i < u->n; i++)
+		sq += (u->pct[i] - r->mean_util) * (u->pct[i] - r->mean_util);
+	r->std_util = sqrt(sq / u->n);
+	r->idle_share = (double)idle / u->n;
+}
+
+/* The fewest workers whose throughput is within 5% of the best. */
+static int recommend(const struct workers_run *runs, int n, int *best_i)
+{
+	int rec = -1;
+	*best_i = 0;
+	for (int i = 1; i < n; i++)
+		if (runs[i].res.img_s > runs[*best_i].res.img_s)
+			*best_i = i;
+	for (int i = 0; i < n; i++)
+		if (runs[i].res.img_s >= WORKERS_NEAR_BEST * runs[*best_i].res.img_s &&
+		    (rec < 0 || runs[i].workers < runs[rec].workers))
+			rec = i;
+	return rec;
+}
+
+static json_t *real_or_null(int ok, double v)
+{
+	return ok ? json_real(v) : json_null();
+}
+
+static json_t *run_json(const struct workers_run *r)
+{
+	const struct train_result *t = &r->res;
+	int ok = r->util != NULL;
+	json_t *samples = json_array();
+	for (int i = 0; ok && samples && i < r->util->n; i++)
+		if (json_array_append_new(samples, json_pack("[f, f]", r->util->t_s[i],
+							     r->util->pct[i])) < 0) {
+			json_decref(samples);
+			return NULL;
+		}
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:f, s:f, s:f, s:o, s:f, s:f, s:I, s:i}",
+		"workers", r->workers, "samples", samples,
+		"mean_util", real_or_null(ok, r->mean_util), "std_util", real_or_null(ok, r->std_util),
+		"idle_share", real_or_null(ok, r->idle_share), "total_s", t->total_s,
+		"img_s", t->img_s, "data_wait_ms", t->data_wait_ms,
+		"util_source", ok ? json_string(r->util_source) : json_null(),
+		"data_wait_pct", t->data_wait_pct, "copy_ms", t->copy_ms,
+		"skipped_corrupt", (json_int_t)t->skipped_corrupt, "steps", t->steps);
+}
+
+static json_t *result_build(int argc, char **argv, const struct workers_run *runs, int n, int rec,
+			    json_t *settings, json_t *gpu)
+{
+	json_t *res = result_new("workers", argc, argv), *arr = json_array();
+	if (!res || !arr || !settings)
+		goto fail;
+	for (int i = 0; i < n; i++)
+		if (json_array_append_new(arr, run_json(&runs[i])) < 0)
+			goto fail;
+	json_t *m = json_object_get(res, "measurements");
+	if (json_object_set_new(m, "runs", arr) < 0)
+		goto fail_arr_taken;
+	if (json_object_set_new(m, "recommended_workers", json_integer(runs[rec].workers)) < 0 ||
+	    json_object_set_new(res, "settings", settings) < 0)
+		goto fail_settings_taken;
+	if (gpu && result_set_gpu(res, gpu) < 0)
+		goto fail_gpu_taken;
+	return res;
+fail:
+	json_decref(arr);
+fail_arr_taken:
+	json_decref(settings);
+fail_settings_taken:
+	json_decref(gpu);
+fail_gpu_taken:
+	json_decref(res);
+	gp_error(GP_ENOMEM, "out of memory building the workers result");
+	return NULL;
+}
+
+static int table_fill(struct table *t, const struct workers_run *runs, int n)
+{
+	static const char *cols[] = { "workers", "GPU util %", "std %", "idle %", "samples",
+		"total s", "img/s", "data wait ms", "wait % of step" };
+	for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
+		GP_TRY(table_add_col(t, cols[c], TABLE_RIGHT));
+	for (int i = 0; i < n; i++) {
+		const struct workers_run *r = &runs[i];
+		char mean[32] = "n/a", sd[32] = "n/a", idle[32] = "n/a", ns[48] = "n/a";
+		if (r->util) {
+			snprintf(mean, sizeof(mean), "%.1f", r->mean_util);
+			snprintf(sd, sizeof(sd), "%.1f", r->std_util);
+			snprintf(idle, sizeof(idle), "%.1f", 100 * r->idle_share);
+			snprintf(ns, sizeof(ns), "%d %s", r->util->n, r->util_source);
+		}
+		GP_TRY(table_add_row(t, "%d\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f", r->workers, mean,
+				     sd, idle, ns, r->res.total_s, r->res.img_s, r->res.data_wait_ms,
+				     r->res.data_wait_pct));
+	}
+	return 0;
+}
+
+/* Two to four sentences drawn from the numbers: the data wait at the fewest
+ * workers against the fastest run, the utilization if measured, the throughput. */
+static void reading_print(const struct workers_run *runs, int n, int best_i)
+{
+	int lo = 0, hi = best_i;
+	for (int i = 1; i < n; i++)
+		if (runs[i].workers < runs[lo].workers)
+			lo = i;
+	const struct workers_run *a = &runs[lo], *b = &runs[hi];
+	printf("\nreading: ");
+	if (lo == hi) {
+		printf("with %d workers the training loop waited for data %.0f%% of each step "
+		       "(%.2f ms) at %.0f img/s, the best of the counts tried",
+		       a->workers, a->res.data_wait_pct, a->res.data_wait_ms, a->res.img_s);
+		if (a->util)
+			printf(", and the GPU was %.0f%% busy on average (idle %.0f%% of the time)",
+			       a->mean_util, 100 * a->idle_share);
+		printf(". More workers did not help: decoding keeps up with training here.\n");
+		return;
+	}
+	printf("with %d workers the training loop waited for data %.0f%% of each step (%.2f ms); "
+	       "with %d workers, the fastest run, %.0f%% (%.2f ms). ", a->workers, a->res.data_wait_pct,
+	       a->res.data_wait_ms, b->workers, b->res.data_wait_pct, b->res.data_wait_ms);
+	if (a->util && b->util)
+		printf("GPU utilization went from %.0f%% to %.0f%% and the idle share from %.0f%% "
+		       "to %.0f%%. ", a->mean_util, b->mean_util, 100 * a->idle_share,
+		       100 * b->idle_share);
+	printf("Throughput went from %.0f to %.0f img/s (%.2fx).\n", a->res.img_s, b->res.img_s,
+	       a->res.img_s > 0 ? b->res.img_s / a->res.img_s : 0);
+}
+
+/* Parse and check the options that do not need the dataset. */
+static int check_workers(const struct int_list *w)
+{
+	if (w->n == 0)
+		return gp_error(GP_EINVAL, "--workers: give at least one worker count (e.g. 0,2,4,8)");
+	for (int i = 0; i < w->n; i++)
+		for (int j = 0; j < i; j++)
+			if (w->v[i] == w->v[j])
+				return gp_error(GP_EINVAL, "--workers lists %d twice", w->v[i]);
+	return 0;
+}
+
+static int csv_write(const struct table *t, const char *dir)
+{
+	char path[4096];
+	if (snprintf(path, sizeof(path), "%s/workers.csv", dir) >= (int)sizeof(path))
+		return gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", dir);
+	GP_TRY(table_write_csv(t, path));
+	printf("wrote %s\n", path);
+	return 0;
+}
+
+int cmd_workers(int argc, char **argv)
+{
+	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
+	const char *data = NULL, *out_dir = "results";
+	int batch = 64, steps = 100, size = 0, classes = 0, prefetch = 2, csv = 0, help = 0;
+	double interval_s = 0.5;
+	long long seed = 0;
+	struct int_list workers = { 4, { 0, 2, 4, 8 } };
+	struct opt opts[] = {
+		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
+		{ "data", OPT_STR, &data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)", 0 },
+		{ "batch", OPT_INT, &batch, "batch size (64)", 1 },
+		{ "workers", OPT_INT_LIST, &workers, "worker counts to try (0,2,4,8)", 0 },
+		{ "steps", OPT_INT, &steps, "training steps per worker count (100)", 1 },
+		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0 },
+		{ "prefetch", OPT_INT, &prefetch, "batches in flight per worker (2)", 1 },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
+		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's)", 1 },
+		{ "seed", OPT_I64, &seed, "seed for initialization and data order (0)", 0 },
+		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
+		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
+		{ "out", OPT_STR, &out_dir, "directory for workers.json and the chart (results)", 0 },
+		{ "csv", OPT_FLAG, &csv, "also write the table as workers.csv", 0 },
+		{ "help", OPT_FLAG, &help, "show this help", 0 },
+		{ 0 },
+	};
+	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (help) {
+		args_print_help("gpuperf workers --data DIR [--model mobilenet_v2] [--batch 64] "
+				"[--workers 0,2,4,8] [--steps 100] [--interval 0.5] [--device cuda|cpu] "
+				"[--out DIR] [--csv]", opts);
+		return 0;
+	}
+	if (!data || !strcmp(data, "synthetic"))
+		return gp_error(GP_EINVAL, "--data DIR (an ImageFolder) or cifar10:DIR is required");
+	if (!(interval_s >= 0.01 && interval_s <= 60))
+		return gp_error(GP_EINVAL, "--interval must be between 0.01 and 60 seconds (got %g)",
+				interval_s);
+	GP_TRY(check_workers(&workers));
+	enum backend_kind backend;
+	enum precision prec;
+	GP_TRY(train_pick_device(device, &backend, 0));
+	GP_TRY(train_parse_precision(precision, &prec));
+
+	struct workers_run runs[ARGS_LIST_MAX];
+	struct table t;
+	char path[4096];
+	json_t *res = NULL;
+	int nvml_ok = 0, gpu_dev = 0, rc = 0;
+	memset(runs, 0, sizeof(runs));
+	table_init(&t);
+	/* Without NVML (no driver, or the CPU backend) utilization is null; the rest is
+	 * measured all the same. The note comes with the chart's, after the table. */
+	char why_no_util[256] = "the CPU backend";
+	if (backend == BACKEND_CUDA) {
+		nvml_ok = nvml_open() == 0;
+		if (!nvml_ok) {
+			snprintf(why_no_util, sizeof(why_no_util), "%s", gp_errmsg());
+			gp_error_clear();
+		} else {
+			snprintf(why_no_util, sizeof(why_no_util), "NVML returned none");
+		}
+	}
+	for (int i = 0; i < workers.n; i++) {
+		struct workers_run *r = &runs[i];
+		struct train_opts o = train_opts_default();
+		o.model = model;
+		o.batch = batch;
+		o.steps = steps;
+		o.size = size;
+		o.classes = classes;
+		o.seed = (uint64_t)seed;
+		o.backend = backend;
+		o.precision = prec;
+		o.data = data;
+		o.workers = workers.v[i];
+		o.prefetch = prefetch;
+		r->workers = workers.v[i];
+		struct workers_watch w = { .run = r, .nvml = nvml_ok, .batch = batch,
+					   .interval_s = interval_s };
+		struct train_observer obs = { watch_after_setup, watch_after_step, &w };
+		rc = train_run_observed(&o, &obs, &r->res, NULL);
+		int stop_rc = watch_stop_sampler(&w);
+		if (rc < 0) {
+			gp_error_wrap(rc, "run with %d workers", r->workers);
+			goto cleanup;
+		}
+		if ((rc = stop_rc) < 0)
+			goto cleanup;
+		gpu_dev = w.dev;
+		run_summarize(r);
+	}
+	int best_i, rec = recommend(runs, workers.n, &best_i);
+
+	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:i, s:I, s:s, s:s}",
+		"model", model, "data", data, "batch", batch, "steps", steps,
+		"size", size ? size : model_defaults(model).size, "classes", runs[0].res.classes,
+		"interval_s", interval_s, "prefetch", prefetch, "seed", (json_int_t)seed,
+		"device", backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"precision", train_precision_name(prec));
+	json_t *list = json_array();
+	for (int i = 0; settings && list && i < workers.n; i++)
+		json_array_append_new(list, json_integer(workers.v[i]));
+	if (settings && list)
+		json_object_set(settings, "workers", list);
+	json_decref(list);
+	res = result_build(argc, argv, runs, workers.n, rec, settings,
+			   train_gpu_json(backend, gpu_dev));
+	if (!res) {
+		rc = GP_ENOMEM;
+		goto cleanup;
+	}
+	if ((rc = result_write(res, out_dir, "workers", path, sizeof(path))) < 0 ||
+	    (rc = table_fill(&t, runs, workers.n)) < 0)
+		goto cleanup;
+	printf("\n");
+	table_print(&t, stdout);
+	reading_print(runs, workers.n, best_i);
+	if (rec == best_i)
+		printf("recommended: %d workers, the fastest (%.0f img/s), and no fewer workers "
+		       "come within 5%% of it\n", runs[rec].workers, runs[rec].res.img_s);
+	else
+		printf("recommended: %d workers, the fewest within 5%% of the best throughput "
+		       "(%.0f img/s against %.0f img/s with %d workers)\n", runs[rec].workers,
+		       runs[rec].res.img_s, runs[best_i].res.img_s, runs[best_i].workers);
+	printf("\nwrote %s\n", path);
+	if (csv && (rc = csv_write(&t, out_dir)) < 0)
+		goto cleanup;
+	int charted = 1;
+	for (int i = 0; i < workers.n; i++)
+		charted &= runs[i].util != NULL;
+	if (charted) {
+		if ((rc = plots_draw(res, out_dir)) < 0)
+			goto cleanup;
+		printf("wrote %s/%s\n", out_dir, plots_chart_name("workers"));
+	} else {
+		printf("note: GPU utilization n/a (%s), so no %s\n", why_no_util,
+		       plots_chart_name("workers"));
+	}
+	rc = 0;
+cleanup:
+	json_decref(res);
+	for (int i = 0; i < workers.n; i++) {
+		series_free(&runs[i].sampler);
+		series_free(&runs[i].driver);
+	}
+	table_free(&t);
+	if (nvml_ok)
+		nvml_close();
+	return rc;
+}
