@@ -20,7 +20,6 @@
 #include "nn/models.h"
 #ifdef GP_HAVE_CUDA
 #include "data/pinned.h"
-#include "ops/cuda/backend_cuda_data.h"
 #include "ops/cuda/device.h"
 #endif
 #include "report/result.h"
