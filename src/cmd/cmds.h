@@ -7,5 +7,6 @@ int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 
 #endif

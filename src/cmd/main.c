@@ -17,6 +17,7 @@ static const struct command commands[] = {
 	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
+	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
 	{ NULL, NULL, NULL },
 };
 

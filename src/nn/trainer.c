@@ -93,6 +93,37 @@ static const char *precision_name(enum precision p)
 	return names[p];
 }
 
+static int observe_stage(const struct train_observer *ob, enum train_stage st, int begin)
+{
+	return ob ? ob->stage(ob->user, st, begin) : 0;
+}
+
+/* One training step. Without an observer it is exactly forward, loss, backward and
+ * the optimizer; with one, each stage is announced and the batch is uploaded again
+ * inside the data stage, the place where a data loader's batch (and the time the
+ * step waited for it) comes in once --data/--workers feed the trainer. */
+static int train_step(struct net *net, const struct sgd_args *sgd, const struct train_observer *ob,
+		      const float *x, const int32_t *labels, double *loss, int *correct)
+{
+	int64_t data_wait_ns = 0; /* a loader's wait for its next batch goes here */
+	if (ob) {
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 1));
+		GP_TRY(net_set_batch_data(net, x, labels));
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 0));
+	}
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 1));
+	GP_TRY(net_forward(net, 1));
+	GP_TRY(net_loss(net, loss, correct));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 0));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 1));
+	GP_TRY(net_backward(net));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 0));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_OPTIMIZER, 1));
+	GP_TRY(net_sgd_step(net, sgd));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_OPTIMIZER, 0));
+	return ob ? ob->step_end(ob->user, net, data_wait_ns) : 0;
+}
+
 int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 {
 	memset(res, 0, sizeof(*res));
@@ -120,24 +151,31 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 	rc = net_set_batch_data(net, x, labels);
 	if (rc < 0)
 		goto out;
-	int warmup = o->warmup >= 0 ? o->warmup : (o->steps / 10 < 10 ? o->steps / 10 : 10);
-	if (warmup >= o->steps)
-		warmup = o->steps - 1;
-	int every = o->log_every ? o->log_every : (o->steps + 19) / 20;
+	int epoch_steps = o->epoch_steps > 0 ? o->epoch_steps : o->steps;
+	int epochs = o->epochs > 0 ? o->epochs : 1;
+	int total = epoch_steps * epochs;
+	int warmup = o->warmup >= 0 ? o->warmup : (total / 10 < 10 ? total / 10 : 10);
+	if (warmup >= total)
+		warmup = total - 1;
+	int every = o->log_every ? o->log_every : (total + 19) / 20;
 	if (log)
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, SGD lr %g momentum %g\n",
 			o->model, o->backend == BACKEND_CUDA ? "cuda" : "cpu", precision_name(o->precision),
-			o->batch, mo.size, mo.size, o->steps, o->sgd.lr, o->sgd.momentum);
+			o->batch, mo.size, mo.size, total, o->sgd.lr, o->sgd.momentum);
+	const struct train_observer *ob = o->observer;
 	double t0 = now_s(), t_timed = t0;
-	for (int step = 0; step < o->steps; step++) {
+	for (int step = 0; step < total; step++) {
 		if (step == warmup)
 			t_timed = now_s();
-		int want_loss = step == 0 || step == o->steps - 1 || (step + 1) % every == 0;
+		int want_loss = step == 0 || step == total - 1 || (step + 1) % every == 0;
 		double loss = 0;
 		int correct = 0;
-		if ((rc = net_forward(net, 1)) < 0 ||
-		    (rc = net_loss(net, want_loss ? &loss : NULL, want_loss ? &correct : NULL)) < 0 ||
-		    (rc = net_backward(net)) < 0 || (rc = net_sgd_step(net, &o->sgd)) < 0)
+		if (ob && (rc = ob->step_begin(ob->user, net, step / epoch_steps, step % epoch_steps,
+					       step)) < 0)
+			goto out;
+		rc = train_step(net, &o->sgd, ob, x, labels, want_loss ? &loss : NULL,
+				want_loss ? &correct : NULL);
+		if (rc < 0)
 			goto out;
 		if (step == 0)
 			res->first_loss = loss;
@@ -146,16 +184,16 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 			double el = now_s() - t0;
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
-					step + 1, o->steps, loss, 100.0 * correct / o->batch,
+					step + 1, total, loss, 100.0 * correct / o->batch,
 					(step + 1) * (double)o->batch / el, 1e3 * el / (step + 1),
-					el / (step + 1) * (o->steps - step - 1));
+					el / (step + 1) * (total - step - 1));
 				fflush(log);
 			}
 		}
 	}
 	double t_end = now_s();
-	int timed = o->steps - warmup;
-	res->steps = o->steps;
+	int timed = total - warmup;
+	res->steps = total;
 	res->timed_steps = timed;
 	res->total_s = t_end - t0;
 	res->ms_per_step = 1e3 * (t_end - t_timed) / timed;

@@ -8,6 +8,21 @@
 
 #include "nn/net.h"
 
+/* The stages of a step, in the order of analysis.h's enum analysis_stage. */
+enum train_stage { TRAIN_STAGE_DATA = 0, TRAIN_STAGE_FORWARD, TRAIN_STAGE_BACKWARD,
+		   TRAIN_STAGE_OPTIMIZER };
+
+/* An observer of the training loop (the profiler). With one set, every step also
+ * re-uploads its batch inside the data stage, where a loader's batch would arrive.
+ * A negative return stops training with that error. */
+struct train_observer {
+	int (*step_begin)(void *user, struct net *net, int epoch, int step_in_epoch, int step);
+	int (*stage)(void *user, enum train_stage stage, int begin);
+	/* data_wait_ns: how long the step waited for its batch (0 for synthetic data). */
+	int (*step_end)(void *user, struct net *net, int64_t data_wait_ns);
+	void *user;
+};
+
 struct train_opts {
 	const char *model;
 	int batch, size, classes, steps;
@@ -19,6 +34,10 @@ struct train_opts {
 	enum precision precision;
 	struct sgd_args sgd;
 	const char *load, *save;
+	/* An epoch of synthetic data is epoch_steps steps (0: steps); training runs
+	 * epochs (0: 1) of them. */
+	int epochs, epoch_steps;
+	const struct train_observer *observer; /* NULL: the plain loop */
 };
 
 struct train_result {
