@@ -9,6 +9,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "nn/models.h"
 #include "nn/trainer.h"
 #include "report/profiler.h"
 
@@ -19,6 +20,17 @@ static void stamp_now(char *buf, size_t cap)
 	struct tm tm;
 	localtime_r(&now, &tm);
 	strftime(buf, cap, "%Y%m%d_%H%M%S", &tm);
+}
+
+/* An unknown model fails here, before the plan is printed. */
+static int model_check_name(const char *name)
+{
+	const char *names = model_names();
+	size_t n = strlen(name);
+	for (const char *p = names; (p = strstr(p, name)); p += n)
+		if ((p == names || p[-1] == ' ' || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+			return 0;
+	return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, names);
 }
 
 int cmd_profile(int argc, char **argv)
@@ -56,6 +68,7 @@ int cmd_profile(int argc, char **argv)
 		return gp_error(GP_EINVAL, "--data '%s': only synthetic data is supported yet", data);
 	if (baseline < 0)
 		baseline = o.steps;
+	GP_TRY(model_check_name(o.model));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	o.seed = (uint64_t)seed;

@@ -56,6 +56,12 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 	if (rc == 0)
 		rc = trace_reserve(t, steps * ranges_per_step(net), 0,
 				   steps * (2 * (size_t)net->n_nodes + 1) + MEM_NCAT);
+	/* trace_reserve has no count for steps: grow that array by adding and
+	 * forgetting max_steps empty ones. */
+	struct trace_step blank = { 0 };
+	for (int s = 0; s < max_steps && rc == 0; s++)
+		rc = trace_add_step(t, &blank);
+	t->n_steps = 0;
 	if (rc == 0) {
 		char step_name[32];
 		/* ProfilerStep names too, so trace_step_begin never allocates. */
