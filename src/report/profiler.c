@@ -216,7 +216,7 @@ int profiler_stop(struct profiler *p)
 	if (rc == 0 && p->keep_from_ns)
 		drop_before(&p->trace, p->keep_from_ns);
 	if (rc == 0 && p->err)
-		rc = gp_error(p->err, "profiler: a hook failed to record: %s", gp_errmsg());
+		rc = gp_error_wrap(p->err, "profiler: a hook failed to record");
 	return rc;
 }
 
