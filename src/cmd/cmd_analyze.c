@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
+#include "report/profile_charts.h"
 
 static int file_exists(const char *path)
 {
@@ -51,7 +52,8 @@ int cmd_analyze(int argc, char **argv)
 	static const struct opt opts[] = { { 0 } };
 	const char *usage = "gpuperf analyze DIR\n\nReads DIR/profiler_trace.json (or "
 			    "DIR/profiler_logs/*.pt.trace.json), prints the step breakdown, top "
-			    "ops and advice, and writes DIR/profile_report.md and DIR/analysis.json.";
+			    "ops and advice, and writes DIR/profile_report.md, DIR/analysis.json, "
+			    "DIR/stage_breakdown.png and DIR/memory_trend.png.";
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		args_print_help(usage, opts);
 		return 0;
@@ -80,6 +82,9 @@ int cmd_analyze(int argc, char **argv)
 	rc = analysis_write_markdown(&a, path);
 	if (rc < 0)
 		goto free_analysis;
+	rc = profile_charts_draw(&a, dir, stdout);
+	if (rc < 0)
+		goto free_analysis;
 	json_t *j = analysis_to_json(&a);
 	if (!j) {
 		rc = gp_error(GP_ENOMEM, "cannot build the analysis summary");
@@ -90,7 +95,8 @@ int cmd_analyze(int argc, char **argv)
 		rc = gp_error(GP_EIO, "cannot write '%s'", path);
 	json_decref(j);
 	if (rc == 0)
-		printf("\nwrote %s/profile_report.md and %s/analysis.json\n", dir, dir);
+		printf("\nwrote %s/profile_report.md, %s/analysis.json, %s/stage_breakdown.png and "
+		       "%s/memory_trend.png (when the trace has memory events)\n", dir, dir, dir, dir);
 free_analysis:
 	analysis_free(&a);
 free_trace:

@@ -286,7 +286,7 @@ int cmd_compare(int argc, char **argv)
 		r->batch = batch;
 		struct compare_watch w = { .row = r, .batch = batch, .sample_gpu = nvml_ok,
 					   .tty = isatty(STDOUT_FILENO) };
-		struct train_observer obs = { watch_after_setup, watch_after_step, &w };
+		struct train_observer obs = { .after_setup = watch_after_setup, .after_step = watch_after_step, .user = &w };
 		if ((rc = train_run_observed(&o, &obs, &r->res, NULL)) < 0) {
 			gp_error_wrap(rc, "%s", r->model);
 			goto cleanup;

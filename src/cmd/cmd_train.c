@@ -5,11 +5,58 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "nn/trainer.h"
+#include "report/profiler.h"
+
+/* Train with a profile window at the start of each listed epoch; every other step
+ * is timed (with the device idle at its end, as the profiled ones) for the overhead
+ * ratio, which compares each window with the unprofiled steps before it. */
+static int train_run_profiled(struct train_opts *o, const struct int_list *epochs, int steps,
+			      const char *out, const char *precision, int argc, char **argv,
+			      struct train_result *res)
+{
+	int epoch_steps = o->epoch_steps > 0 ? o->epoch_steps : o->steps;
+	int active = steps > 0 && steps < epoch_steps ? steps : epoch_steps;
+	char stamp[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%d_%H%M%S", &tm);
+	struct profile_session s;
+	profile_session_init(&s);
+	for (int i = 0; i < epochs->n; i++) {
+		struct profile_window *w = &s.w[s.n_windows++];
+		*w = (struct profile_window){ .first = epochs->v[i] * epoch_steps, .active = active,
+					      .epoch = epochs->v[i] };
+		snprintf(w->dir, sizeof(w->dir), "%s/profile_epoch_%d_%s", out, epochs->v[i], stamp);
+	}
+	s.baseline_steps = -1;
+	s.backend = o->backend;
+	s.command = "train";
+	s.argc = argc;
+	s.argv = argv;
+	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i}", "model", o->model, "device",
+			       o->backend == BACKEND_CUDA ? "cuda" : "cpu", "precision", precision,
+			       "batch", o->batch, "size", o->size, "epochs", o->epochs > 0 ? o->epochs : 1,
+			       "epoch_steps", epoch_steps);
+	if (!s.settings)
+		return gp_error(GP_ENOMEM, "cannot build the settings");
+	struct train_observer ob = profile_session_observer(&s);
+	o->observer = &ob;
+	int rc = train_run(o, res, stdout);
+	o->observer = NULL;
+	profile_session_free(&s);
+	json_decref(s.settings);
+	if (rc == 0 && s.windows_written != epochs->n)
+		rc = gp_error(GP_EINVAL, "train: %d of %d profile windows completed",
+			      s.windows_written, epochs->n);
+	return rc;
+}
 
 int cmd_train(int argc, char **argv)
 {
@@ -19,6 +66,9 @@ int cmd_train(int argc, char **argv)
 	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
 	o.classes = 0;
 	long long seed = 0;
+	int epochs = 0, epoch_steps = 0, profile_steps = 0;
+	struct int_list profile_epochs = { 0 };
+	const char *out = "results";
 	struct opt opts[] = {
 		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
@@ -28,6 +78,11 @@ int cmd_train(int argc, char **argv)
 		{ "classes", OPT_INT, &o.classes, "output classes (default: the dataset's; 1000 for synthetic)", 1 },
 		{ "steps", OPT_INT, &o.steps, "training steps (20)", 1 },
 		{ "warmup", OPT_INT, &warmup, "steps left out of the img/s figure (default: 10% of steps, at most 10)", 0 },
+		{ "epochs", OPT_INT, &epochs, "train this many epochs instead of --steps", 1 },
+		{ "epoch-steps", OPT_INT, &epoch_steps, "steps per epoch (default: one pass over the data; --steps for synthetic data)", 1 },
+		{ "profile-epochs", OPT_INT_LIST, &profile_epochs, "profile the first steps of these epochs (from 0)", 0 },
+		{ "profile-steps", OPT_INT, &profile_steps, "steps profiled per listed epoch (default: the whole epoch)", 1 },
+		{ "out", OPT_STR, &out, "where profile_epoch_<e>_<timestamp>/ directories go (results)", 0 },
 		{ "lr", OPT_DOUBLE, &o.sgd.lr, "learning rate (0.01)", 0 },
 		{ "momentum", OPT_DOUBLE, &o.sgd.momentum, "SGD momentum (0.9)", 0 },
 		{ "weight-decay", OPT_DOUBLE, &o.sgd.weight_decay, "SGD weight decay (0)", 0 },
@@ -37,7 +92,6 @@ int cmd_train(int argc, char **argv)
 		{ "data", OPT_STR, &data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR", 0 },
 		{ "workers", OPT_INT, &o.workers, "data-loader threads (0: decode in the training thread)", 0 },
 		{ "prefetch", OPT_INT, &o.prefetch, "batches in flight per loader worker (2)", 1 },
-		{ "epochs", OPT_INT, &o.epochs, "with a dataset: train this many epochs instead of --steps", 1 },
 		{ "load", OPT_STR, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_STR, &save, "save weights after training", 0 },
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1 },
@@ -54,8 +108,8 @@ int cmd_train(int argc, char **argv)
 		return 0;
 	}
 	int synthetic = !strcmp(data, "synthetic");
-	if (synthetic && (o.workers || o.prefetch || o.epochs))
-		return gp_error(GP_EINVAL, "--workers, --prefetch and --epochs need --data DIR or cifar10:DIR");
+	if (synthetic && (o.workers || o.prefetch))
+		return gp_error(GP_EINVAL, "--workers and --prefetch need --data DIR or cifar10:DIR");
 	o.data = data;
 	if (!(o.sgd.lr > 0) || o.sgd.momentum < 0 || o.sgd.weight_decay < 0)
 		return gp_error(GP_EINVAL, "--lr must be positive, --momentum and --weight-decay not negative");
@@ -67,10 +121,28 @@ int cmd_train(int argc, char **argv)
 	o.log_every = log_every;
 	o.load = load;
 	o.save = save;
+	o.epochs = epochs;
+	o.epoch_steps = epoch_steps;
+	if (profile_steps && !profile_epochs.n)
+		return gp_error(GP_EINVAL, "--profile-steps needs --profile-epochs");
+	for (int i = 0; i < profile_epochs.n; i++) {
+		if (profile_epochs.v[i] >= (epochs > 0 ? epochs : 1))
+			return gp_error(GP_EINVAL, "--profile-epochs %d is beyond --epochs %d (epochs count from 0)",
+					profile_epochs.v[i], epochs);
+		for (int k = 0; k < i; k++)
+			if (profile_epochs.v[k] == profile_epochs.v[i])
+				return gp_error(GP_EINVAL, "--profile-epochs lists epoch %d twice",
+						profile_epochs.v[i]);
+	}
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	struct train_result res;
-	GP_TRY(train_run(&o, &res, stdout));
+	if (!profile_epochs.n) {
+		GP_TRY(train_run(&o, &res, stdout));
+	} else {
+		GP_TRY(train_run_profiled(&o, &profile_epochs, profile_steps, out, precision, argc,
+					  argv, &res));
+	}
 	if (json) {
 		json_t *j = train_result_json(&o, &res);
 		char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;

@@ -418,7 +418,7 @@ int cmd_workers(int argc, char **argv)
 		r->workers = workers.v[i];
 		struct workers_watch w = { .run = r, .nvml = nvml_ok, .batch = batch,
 					   .interval_s = interval_s };
-		struct train_observer obs = { watch_after_setup, watch_after_step, &w };
+		struct train_observer obs = { .after_setup = watch_after_setup, .after_step = watch_after_step, .user = &w };
 		rc = train_run_observed(&o, &obs, &r->res, NULL);
 		int stop_rc = watch_stop_sampler(&w);
 		if (rc < 0) {

@@ -13,5 +13,6 @@ int cmd_loader(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_maxbatch(int argc, char **argv);
 int cmd_workers(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 
 #endif

@@ -23,6 +23,7 @@ static const struct command commands[] = {
 	{ "compare", cmd_compare, "train several models in turn: size, memory (engine and nvidia-smi), img/s" },
 	{ "maxbatch", cmd_maxbatch, "find the largest batch that trains: doubling, then bisection" },
 	{ "workers", cmd_workers, "train once per data-loader worker count: GPU utilization, data wait, img/s" },
+	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
 	{ NULL, NULL, NULL },
 };
 

@@ -104,6 +104,11 @@ const char *train_precision_name(enum precision p)
 	return names[p];
 }
 
+static int observe_stage(const struct train_observer *ob, enum train_stage st, int begin)
+{
+	return ob && ob->stage ? ob->stage(ob->user, st, begin) : 0;
+}
+
 int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 {
 	return train_run_observed(o, NULL, res, log);
@@ -123,13 +128,15 @@ static int train_uses_dataset(const struct train_opts *o)
 
 /* Take the next batch, copy it into the net and hand the buffer back, adding how
  * long the loop waited for the batch and how long the copy took. */
-static int train_data_next(struct train_data *d, struct net *net)
+static int train_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
 {
 	struct batch *b = NULL;
 	int rc = loader_next(d->ld, &b);
 	if (rc < 0)
 		return rc;
 	d->wait_ms_total += b->wait_ms;
+	if (wait_ns)
+		*wait_ns = (int64_t)(b->wait_ms * 1e6);
 	/* wait for the previous step first, so the copy's time is the copy alone */
 	rc = net_wait(net);
 	if (rc == 0) {
@@ -180,9 +187,38 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 	return 0;
 }
 
+/* One training step with an observer: each stage is announced (op by op, no graph
+ * replay) and the data stage takes the loader's next batch, or uploads the fixed
+ * synthetic batch again, so that it has a cost to show. */
+static int train_step_observed(struct net *net, const struct sgd_args *sgd,
+			       const struct train_observer *ob, struct train_data *data, const float *x,
+			       const int32_t *labels, double *loss, int *correct)
+{
+	int64_t data_wait_ns = 0;
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 1));
+	if (data)
+		GP_TRY(train_data_next(data, net, &data_wait_ns));
+	else
+		GP_TRY(net_set_batch_data(net, x, labels));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 0));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 1));
+	GP_TRY(net_forward(net, 1));
+	GP_TRY(net_loss(net, loss, correct));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 0));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 1));
+	GP_TRY(net_backward(net));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 0));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_OPTIMIZER, 1));
+	GP_TRY(net_sgd_step(net, sgd));
+	GP_TRY(observe_stage(ob, TRAIN_STAGE_OPTIMIZER, 0));
+	return ob->step_end ? ob->step_end(ob->user, net, data_wait_ns) : 0;
+}
+
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log)
 {
+	if (!obs)
+		obs = o->observer;
 	memset(res, 0, sizeof(*res));
 	struct model_opts mo = model_defaults(o->model);
 	struct train_data data = { 0 };
@@ -222,6 +258,16 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	}
 	if (obs && obs->after_setup && (rc = obs->after_setup(obs->user, net)) < 0)
 		goto out;
+	int epoch_steps = o->epoch_steps > 0 ? o->epoch_steps :
+			  data.ds ? res->batches_per_epoch : o->steps;
+	if (!data.ds && o->epochs > 0) {
+		long long n = (long long)o->epochs * epoch_steps;
+		if (n > 1000000000LL) {
+			rc = gp_error(GP_EINVAL, "--epochs %d x %d steps is too many", o->epochs, epoch_steps);
+			goto out;
+		}
+		steps = (int)n;
+	}
 	int warmup = o->warmup >= 0 ? o->warmup : (steps / 10 < 10 ? steps / 10 : 10);
 	if (warmup >= steps)
 		warmup = steps - 1;
@@ -235,6 +281,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				o->data, dataset_count(data.ds), dataset_classes(data.ds),
 				res->batches_per_epoch, o->workers);
 	}
+	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
 	double t0 = now_s(), t_timed = t0;
 	for (int step = 0; step < steps; step++) {
 		if (step == warmup) {
@@ -245,9 +292,15 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
 		double loss = 0;
 		int correct = 0;
-		if (data.ld && (rc = train_data_next(&data, net)) < 0)
+		if (ob && ob->step_begin &&
+		    (rc = ob->step_begin(ob->user, net, step / epoch_steps, step % epoch_steps, step)) < 0)
 			goto out;
-		if ((rc = net_train_step(net, &o->sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL)) < 0)
+		if (ob)
+			rc = train_step_observed(net, &o->sgd, ob, data.ld ? &data : NULL, x, labels,
+						 want_loss ? &loss : NULL, want_loss ? &correct : NULL);
+		else if (!data.ld || (rc = train_data_next(&data, net, NULL)) == 0)
+			rc = net_train_step(net, &o->sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL);
+		if (rc < 0)
 			goto out;
 		if (step == 0)
 			res->first_loss = loss;

@@ -8,6 +8,25 @@
 
 #include "nn/net.h"
 
+/* The stages of a step, in the order of analysis.h's enum analysis_stage. */
+enum train_stage { TRAIN_STAGE_DATA = 0, TRAIN_STAGE_FORWARD, TRAIN_STAGE_BACKWARD,
+		   TRAIN_STAGE_OPTIMIZER };
+
+/* An observer of the training loop (the profiler). With one set, every step also
+ * re-uploads its batch inside the data stage, where a loader's batch would arrive.
+ * A negative return stops training with that error. */
+/* Optional callbacks around the training loop (each may be NULL): compare samples
+ * memory after set-up and per step; the profiler marks steps and stages. */
+struct train_observer {
+	int (*after_setup)(void *user, struct net *net);
+	int (*after_step)(void *user, struct net *net, int step, int steps, double elapsed_s);
+	int (*step_begin)(void *user, struct net *net, int epoch, int step_in_epoch, int step);
+	int (*stage)(void *user, enum train_stage stage, int begin);
+	/* data_wait_ns: how long the step waited for its batch (0 for synthetic data). */
+	int (*step_end)(void *user, struct net *net, int64_t data_wait_ns);
+	void *user;
+};
+
 struct train_opts {
 	const char *model;
 	int batch, size, classes, steps;
@@ -27,7 +46,10 @@ struct train_opts {
 	const char *data;
 	int workers;  /* loader threads (0: decode in the training thread) */
 	int prefetch; /* batches in flight per worker (0: 2) */
-	int epochs;   /* with a dataset and > 0: train this many epochs instead of steps */
+	/* An epoch is epoch_steps steps (0: one pass over the dataset, or steps for
+	 * synthetic data); epochs > 0 trains that many epochs instead of steps. */
+	int epochs, epoch_steps;
+	const struct train_observer *observer; /* NULL: the plain loop */
 };
 
 struct train_result {
@@ -50,15 +72,10 @@ struct train_result {
 /* Watchers of a training run, called on the host after set-up and after each step
  * (step counts from 1; elapsed_s since the first step began; work may still be
  * queued on a GPU). Either may be NULL; a negative return stops the run with it. */
-struct train_observer {
-	int (*after_setup)(void *user, struct net *net);
-	int (*after_step)(void *user, struct net *net, int step, int steps, double elapsed_s);
-	void *user;
-};
 
 struct train_opts train_opts_default(void);
 int train_run(const struct train_opts *o, struct train_result *res, FILE *log);
-/* train_run with an observer (obs may be NULL). */
+/* train_run with an observer (obs may be NULL: then o->observer, if any). */
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log);
 const char *train_precision_name(enum precision p);

@@ -1,0 +1,118 @@
+/* gpuperf profile: time some unprofiled steps, then record a few steps with the
+ * profiler (torch.profiler's wait/warmup/active schedule) and write the trace,
+ * TensorBoard scalars, the analysis, two charts and a result JSON. Synthetic data
+ * for now; the trainer's data stage is where a loader's wait will be recorded. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cmd/args.h"
+#include "cmd/cmds.h"
+#include "core/error.h"
+#include "nn/models.h"
+#include "nn/trainer.h"
+#include "report/profiler.h"
+
+/* "20250301_140509" (local time), for default output directories. */
+static void stamp_now(char *buf, size_t cap)
+{
+	time_t now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	strftime(buf, cap, "%Y%m%d_%H%M%S", &tm);
+}
+
+/* An unknown model fails here, before the plan is printed. */
+static int model_check_name(const char *name)
+{
+	const char *names = model_names();
+	size_t n = strlen(name);
+	for (const char *p = names; (p = strstr(p, name)); p += n)
+		if ((p == names || p[-1] == ' ' || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+			return 0;
+	return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, names);
+}
+
+int cmd_profile(int argc, char **argv)
+{
+	struct train_opts o = train_opts_default();
+	const char *device = "auto", *precision = "fp32", *out = NULL, *data = "synthetic";
+	int help = 0, size = 0, wait = 1, warmup = 1, baseline = -1;
+	long long seed = 0;
+	o.model = "mobilenet_v2";
+	o.batch = 64;
+	struct opt opts[] = {
+		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
+		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
+		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
+		{ "batch", OPT_INT, &o.batch, "batch size (64)", 1 },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
+		{ "classes", OPT_INT, &o.classes, "output classes (1000)", 1 },
+		{ "steps", OPT_INT, &o.steps, "recorded (active) steps (20)", 1 },
+		{ "wait", OPT_INT, &wait, "steps run first, neither timed nor recorded (1)", 0 },
+		{ "warmup", OPT_INT, &warmup, "steps recorded and dropped before the active ones (1)", 0 },
+		{ "baseline-steps", OPT_INT, &baseline, "unprofiled steps timed for the overhead ratio (default: --steps)", 1 },
+		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
+		{ "data", OPT_STR, &data, "synthetic (the only source for now)", 0 },
+		{ "out", OPT_STR, &out, "output directory (results/profile_<model>_<timestamp>)", 0 },
+		{ "help", OPT_FLAG, &help, "show this help", 0 },
+		{ 0 },
+	};
+	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (help) {
+		args_print_help("gpuperf profile [--model NAME] [--batch B] [--steps N] [--wait W] "
+				"[--warmup W] [--device cpu|cuda] [--out DIR]", opts);
+		return 0;
+	}
+	if (strcmp(data, "synthetic"))
+		return gp_error(GP_EINVAL, "--data '%s': only synthetic data is supported yet", data);
+	if (baseline < 0)
+		baseline = o.steps;
+	GP_TRY(model_check_name(o.model));
+	GP_TRY(train_pick_device(device, &o.backend, 0));
+	GP_TRY(train_parse_precision(precision, &o.precision));
+	o.seed = (uint64_t)seed;
+	o.size = size;
+
+	struct profile_session s;
+	profile_session_init(&s);
+	char stamp[32];
+	stamp_now(stamp, sizeof(stamp));
+	struct profile_window *w = &s.w[0];
+	*w = (struct profile_window){ .first = wait + baseline, .warmup = warmup, .active = o.steps,
+				      .epoch = -1 };
+	if (out)
+		snprintf(w->dir, sizeof(w->dir), "%s", out);
+	else
+		snprintf(w->dir, sizeof(w->dir), "results/profile_%s_%s", o.model, stamp);
+	s.n_windows = 1;
+	s.baseline_first = wait;
+	s.baseline_steps = baseline;
+	s.backend = o.backend;
+	s.command = "profile";
+	s.argc = argc;
+	s.argv = argv;
+	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "model", o.model,
+			       "device", o.backend == BACKEND_CUDA ? "cuda" : "cpu", "precision",
+			       precision, "batch", o.batch, "size", size, "wait", wait, "warmup_steps",
+			       warmup, "steps", o.steps, "baseline_steps", baseline, "data", data);
+	if (!s.settings)
+		return gp_error(GP_ENOMEM, "cannot build the settings");
+	struct train_observer ob = profile_session_observer(&s);
+	int total = wait + baseline + warmup + o.steps;
+	o.steps = total;
+	o.warmup = 0;
+	o.log_every = total + 1; /* the loss only on the first and last step: no extra waits */
+	o.observer = &ob;
+	printf("profiling %s on %s (%s), batch %d: %d wait, %d unprofiled (timed), %d warm-up, "
+	       "%d recorded steps\n",
+	       o.model, o.backend == BACKEND_CUDA ? "cuda" : "cpu", precision, o.batch, wait,
+	       baseline, warmup, w->active);
+	struct train_result res;
+	int rc = train_run(&o, &res, NULL);
+	profile_session_free(&s);
+	json_decref(s.settings);
+	if (rc == 0 && s.windows_written != 1)
+		rc = gp_error(GP_EINVAL, "profile: the recorded window did not complete");
+	return rc;
+}

@@ -1,0 +1,23 @@
+/* The two charts of a profile, drawn from its analysis (so `gpuperf profile` and
+ * `gpuperf analyze DIR` draw the same): stage_breakdown.png, stacked bars of the
+ * data/forward/backward/optimizer time of each step, and memory_trend.png, the
+ * allocated total over the recorded time. */
+#ifndef GP_PROFILE_CHARTS_H
+#define GP_PROFILE_CHARTS_H
+
+#include <stdio.h>
+
+#include "report/analysis.h"
+
+#define PROFILE_CHART_W 900
+#define PROFILE_CHART_H 520
+
+int profile_chart_stages(const struct analysis *a, const char *path);
+/* GP_ENOTFOUND when the trace has no memory events (a torch trace without
+ * profile_memory): there is nothing to draw. */
+int profile_chart_memory(const struct analysis *a, const char *path);
+/* Both charts into dir; a trace without memory events gets a note on log instead of
+ * memory_trend.png. */
+int profile_charts_draw(const struct analysis *a, const char *dir, FILE *log);
+
+#endif
