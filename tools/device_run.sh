@@ -46,6 +46,14 @@ for s in "$@"; do
 		stage dataset 120 $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1
 		stage loader 200 $BIN loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100
 		stage torch_loader 300 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100 ;;
+	profile)
+		stage profile 300 $BIN profile --model mobilenet_v2 --batch 64 --steps 20 --device cuda --out /tmp/gp_prof
+		cp /tmp/gp_prof/profile_report.md /tmp/gp_prof/stage_breakdown.png "$OUT/" 2>/dev/null
+		ls -la /tmp/gp_prof /tmp/gp_prof/profiler_logs >> "$OUT/profile.log" ;;
+	workers)
+		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
+		stage workers 400 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --workers 0,2,4,8 --steps 100 --device cuda --out /tmp/gp_work
+		cp /tmp/gp_work/gpu_utilization_comparison.png /tmp/gp_work/workers.json "$OUT/" 2>/dev/null ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done

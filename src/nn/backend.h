@@ -34,6 +34,10 @@ struct backend_ops {
 extern const struct backend_ops backend_cpu_ops;
 #ifdef GP_HAVE_CUDA
 extern const struct backend_ops backend_cuda_ops;
+/* cuDNN algorithm policy for nets set up from now on: FP32 convolutions by direct
+ * summation only (no FFT/Winograd), and/or only deterministic algorithms. The default
+ * (0, 0) lets the fastest compete, as PyTorch's cudnn.benchmark does. */
+void backend_cuda_set_conv_policy(int fp32_direct_only, int deterministic);
 #endif
 
 /* Does the backward of this op read its input activation (conv, bn, linear)? */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "nn/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "ops/cuda/device.h"
@@ -49,7 +50,10 @@ static void check_against_cpu(const char *name, int size, int batch)
 	struct net *f = build(name, size, batch, 10);
 	if (!g || !c || !f)
 		goto out;
+	/* faithful FP32: direct summation, as the CPU does */
+	backend_cuda_set_conv_policy(1, 1);
 	CHECK_MSG(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0, "%s", gp_errmsg());
+	backend_cuda_set_conv_policy(0, 0);
 	CHECK(net_setup(c, BACKEND_CPU, GP_F64, PREC_FP32) == 0);
 	CHECK(net_setup(f, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
 	float *x;
@@ -188,8 +192,10 @@ TEST(cuda_graph_step_matches_eager)
 		goto out;
 	a->use_graphs = 1;
 	b->use_graphs = 0;
+	backend_cuda_set_conv_policy(0, 1); /* same sums on every run */
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+	backend_cuda_set_conv_policy(0, 0);
 	float *x;
 	int32_t *y;
 	CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 2, &x, &y) == 0);

@@ -33,6 +33,7 @@ struct backend_state {
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 
 static struct cuda_ctx *shared_ctx;
+static int policy_direct_only, policy_deterministic;
 
 /* The process-wide context, created on first use. */
 static int cuda_shared_ctx(struct cuda_ctx **out)
@@ -41,6 +42,22 @@ static int cuda_shared_ctx(struct cuda_ctx **out)
 		GP_TRY(cuda_ctx_create(&shared_ctx, 0, NULL));
 	*out = shared_ctx;
 	return 0;
+}
+
+void backend_cuda_set_conv_policy(int fp32_direct_only, int deterministic)
+{
+	policy_direct_only = fp32_direct_only;
+	policy_deterministic = deterministic;
+}
+
+/* Apply the algorithm policy; plans measured under another policy are dropped. */
+static void apply_conv_policy(struct cuda_ctx *ctx)
+{
+	if (ctx->fp32_direct_only == policy_direct_only && ctx->deterministic == policy_deterministic)
+		return;
+	conv2d_plans_clear(ctx);
+	ctx->fp32_direct_only = policy_direct_only;
+	ctx->deterministic = policy_deterministic;
 }
 
 struct cuda_ctx *backend_cuda_ctx(void)
@@ -147,6 +164,8 @@ static int cuda_setup(struct net *net)
 		return gp_error(GP_ENOMEM, "cannot allocate the CUDA backend");
 	net->bk = b;
 	b->ctx = ctx;
+	apply_conv_policy(ctx);
+	size_t ws_before = ctx->workspace_bytes;
 	ctx->mem = &net->mem;
 	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes);
 	int rc = cuda_ctx_set_math(ctx, net->precision == PREC_TF32 ? CUDA_MATH_TF32 : CUDA_MATH_FP32);
@@ -186,6 +205,17 @@ static int cuda_setup(struct net *net)
 	return 0;
 fail:
 	cuda_teardown(net);
+	/* A set-up that did not fit (maxbatch tries many) must not leave a larger
+	 * workspace behind: give it back, with the plans that may need it. */
+	if (ctx->workspace_bytes > ws_before) {
+		cudaStreamSynchronize(ctx->stream);
+		cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
+		ctx->workspace = NULL;
+		ctx->workspace_bytes = 0;
+		conv2d_plans_clear(ctx);
+		if (ws_before && cuda_alloc(ctx, &ctx->workspace, ws_before, MEM_WORKSPACE) == 0)
+			ctx->workspace_bytes = ws_before;
+	}
 	return rc;
 }
 
