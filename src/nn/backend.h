@@ -26,6 +26,8 @@ struct backend_ops {
 	int (*read_loss)(struct net *net, double *loss, int *correct);
 	/* Copy parameter gradients / the last node's output to host floats. */
 	int (*grads_to_host)(struct net *net, float *dst);
+	/* Copy node's output (grad 0) or output gradient (grad 1) to host floats. */
+	int (*tensor_to_host)(struct net *net, int node, int grad, float *dst);
 	int (*logits_to_host)(struct net *net, float *dst);
 	/* Scratch bytes the backend needs beside the plan (conv workspace). */
 	size_t (*workspace_bytes)(struct net *net);

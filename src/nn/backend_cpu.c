@@ -206,6 +206,17 @@ static int cpu_logits_to_host(struct net *net, float *dst)
 	return 0;
 }
 
+static int cpu_tensor_to_host(struct net *net, int node, int grad, float *dst)
+{
+	size_t n = shape_numel(net->nodes[node].out);
+	void *src = grad ? grad_ptr(net, node) : act_ptr(net, node);
+	if (is_f64(net))
+		cpu_copy_out_f64(dst, src, n);
+	else
+		memcpy(dst, src, n * sizeof(float));
+	return 0;
+}
+
 static int cpu_forward_node(struct net *net, int i, int training)
 {
 	return is_f64(net) ? cpu_forward_f64(net, i, training) : cpu_forward_f32(net, i, training);
@@ -238,6 +249,7 @@ const struct backend_ops backend_cpu_ops = {
 	.sync_to_host = cpu_sync_to_host,
 	.sync_from_host = cpu_sync_from_host,
 	.grads_to_host = cpu_grads_to_host,
+	.tensor_to_host = cpu_tensor_to_host,
 	.logits_to_host = cpu_logits_to_host,
 	.workspace_bytes = cpu_workspace_bytes,
 };

@@ -750,6 +750,15 @@ int net_grads_to_host(struct net *net, float *dst)
 	return net_backend(net)->grads_to_host(net, dst);
 }
 
+int net_tensor_to_host(struct net *net, int node, int grad, float *dst)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	if (node < 0 || node >= net->n_nodes || (grad ? net->nodes[node].t_dy : net->nodes[node].t_y) < 0)
+		return gp_error(GP_ENOTFOUND, "node %d has no %s", node, grad ? "gradient" : "output");
+	return net_backend(net)->tensor_to_host(net, node, grad, dst);
+}
+
 int net_logits_to_host(struct net *net, float *dst)
 {
 	if (!net->bk)

@@ -195,6 +195,9 @@ int net_sync_from_host(struct net *net);
  * (batch x classes floats) to host memory, from any backend. */
 int net_grads_to_host(struct net *net, float *dst);
 int net_logits_to_host(struct net *net, float *dst);
+/* A node's output (grad 0) or its gradient (grad 1), shape_numel(out) floats, as the
+ * memory holds it now (for checks between backends; GP_ENOTFOUND if none). */
+int net_tensor_to_host(struct net *net, int node, int grad, float *dst);
 /* Name of a node for messages and traces: its module path, else op and index. */
 const char *net_node_label(const struct net *net, int node, char *buf, size_t cap);
 

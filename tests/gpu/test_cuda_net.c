@@ -77,13 +77,25 @@ static void check_against_cpu(const char *name, int size, int batch)
 	CHECK_MSG(e_logits <= tol_logits, "%s logits error %.3g > %.3g", name, e_logits, tol_logits);
 	CHECK(net_backward(g) == 0 && net_backward(c) == 0 && net_backward(f) == 0);
 	CHECK(net_grads_to_host(g, gv) == 0 && net_grads_to_host(c, cv) == 0 && net_grads_to_host(f, fv) == 0);
-	double e_grad = dist(gv, cv, n), tol_grad = fmax(1e-5, 3 * dist(fv, cv, n));
+	/* gradients: a ReLU input within rounding of 0 can flip between implementations
+	 * and move the gradient by ~1/sqrt(elements) (see cuda_net_node_by_node) */
+	double e_grad = dist(gv, cv, n), tol_grad = fmax(1e-2, 3 * dist(fv, cv, n));
 	CHECK_MSG(e_grad <= tol_grad, "%s gradient error %.3g > %.3g (float CPU %.3g)", name, e_grad, tol_grad,
 		  dist(fv, cv, n));
+	if (e_grad > tol_grad)
+		for (int k = 0; k < g->n_state; k++) {
+			struct state_entry *e = &g->state[k];
+			if (e->kind != STATE_PARAM)
+				continue;
+			double ek = dist(gv + e->offset, cv + e->offset, e->numel);
+			if (ek > tol_grad)
+				printf("      %s: %.3g (float CPU %.3g)\n", e->name, ek,
+				       dist(fv + e->offset, cv + e->offset, e->numel));
+		}
 	CHECK(net_sgd_step(g, &sgd) == 0 && net_sgd_step(c, &sgd) == 0 && net_sgd_step(f, &sgd) == 0);
 	CHECK(net_sync_to_host(g) == 0 && net_sync_to_host(c) == 0 && net_sync_to_host(f) == 0);
 	double e_p = dist(g->host_params, c->host_params, n);
-	double tol_p = fmax(1e-6, 3 * dist(f->host_params, c->host_params, n));
+	double tol_p = fmax(1e-4, 3 * dist(f->host_params, c->host_params, n));
 	CHECK_MSG(e_p <= tol_p, "%s parameters after a step: error %.3g > %.3g", name, e_p, tol_p);
 	double e_r = dist(g->host_running, c->host_running, g->running_count);
 	double tol_r = fmax(1e-5, 3 * dist(f->host_running, c->host_running, g->running_count));
@@ -132,7 +144,7 @@ TEST(cuda_net_out_of_memory_is_recoverable)
 	struct net *small = build("resnet50", 64, 2, 10);
 	CHECK(net_setup(small, BACKEND_CUDA, GP_F32, PREC_FP32) == 0); /* context and handles exist now */
 	net_teardown(small);
-	size_t free0, total, free1;
+	size_t free0, total, free1, free_mid;
 	CHECK(cuda_mem_info(&free0, &total) == 0);
 	for (int i = 0; i < 10; i++) {
 		struct net *big = build("resnet50", 224, 1536, 1000); /* about 130 GB */
@@ -143,6 +155,9 @@ TEST(cuda_net_out_of_memory_is_recoverable)
 		CHECK_MSG(strstr(gp_errmsg(), "free") != NULL, "message: %s", gp_errmsg());
 		CHECK_EQ_INT(big->mem.total_bytes, 0);
 		net_free(big);
+		if (i == 0 && cuda_mem_info(&free_mid, &total) == 0)
+			printf("      free after the first failed set-up: %+.2f MiB\n",
+			       ((double)free_mid - (double)free0) / 1048576.0);
 	}
 	CHECK(net_setup(small, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	float *x;
@@ -216,4 +231,149 @@ TEST(cuda_graph_step_matches_eager)
 out:
 	net_free(a);
 	net_free(b);
+}
+
+/* Node by node: every output after its forward and every output gradient after the
+ * backward that completes it, GPU against the float CPU path, so that a mismatch is
+ * pinned to the first op where it appears; outputs that a backward reads must still
+ * hold their forward values. */
+struct node_log {
+	float **vals[2];
+	float **fwd_own;   /* this backend's forward outputs, to catch later overwrites */
+	int clobbered;
+	int first_flip;    /* first relu (backward order) whose GPU mask differs from the CPU's */
+	int n;
+	struct net *cpu;
+	double worst[2];
+	int worst_node[2];
+};
+
+static void log_node(void *user, const struct net *cnet, int node, enum net_phase phase)
+{
+	struct node_log *L = user;
+	struct net *net = (struct net *)cnet;
+	if (node < 0)
+		return;
+	int grad = phase == PHASE_BACKWARD;
+	/* an op whose backward reads its own output must find it unchanged */
+	if (op_bwd_needs_output(net->nodes[node].op) && net->nodes[node].t_y >= 0) {
+		size_t cnt = shape_numel(net->nodes[node].out);
+		float *now = malloc(cnt * sizeof(float));
+		if (net_tensor_to_host(net, node, 0, now) == 0) {
+			if (!grad) {
+				free(L->fwd_own[node]);
+				L->fwd_own[node] = now;
+				now = NULL;
+			} else if (net->backend == BACKEND_CUDA && L->vals[0][node] && L->worst_node[1] < 0) {
+				/* where do the CPU's and the GPU's masks disagree, and by how much */
+				const float *yc = L->vals[0][node];
+				long flips = 0;
+				double maxabs = 0;
+				for (size_t j = 0; j < cnt; j++) {
+					if ((yc[j] > 0) != (now[j] > 0))
+						flips++;
+					double d = fabs(yc[j] - now[j]);
+					if (d > maxabs)
+						maxabs = d;
+				}
+				if (flips && L->first_flip < 0) {
+					printf("      node %d: %ld of %zu mask elements differ, max |y diff| %.3g\n",
+					       node, flips, cnt, maxabs);
+					L->first_flip = node;
+				}
+			}
+			if (grad && L->fwd_own[node] && memcmp(now, L->fwd_own[node], cnt * sizeof(float))) {
+				char b[80];
+				printf("      %s backend: output of %s changed between its forward and backward\n",
+				       net->backend == BACKEND_CPU ? "cpu" : "cuda", net_node_label(net, node, b, 80));
+				L->clobbered++;
+			}
+		}
+		free(now);
+	}
+	/* after node's backward its own dy is final only where nothing aliases it: read
+	 * the gradients of its inputs instead, which this backward has just completed
+	 * when it is their first consumer in backward order */
+	int target = grad ? (net->nodes[node].n_in ? net->nodes[node].in[0] : -1) : node;
+	if (target < 0 || (grad ? net->nodes[target].t_dy : net->nodes[target].t_y) < 0)
+		return;
+	if (grad && net->nodes[target].last_consumer == node && net->nodes[target].consumers > 1)
+		return; /* more gradient still to come */
+	size_t cnt = shape_numel(net->nodes[target].out);
+	float *buf = malloc(cnt * sizeof(float));
+	if (net_tensor_to_host(net, target, grad, buf) != 0) {
+		free(buf);
+		return;
+	}
+	if (net->backend == BACKEND_CPU) {
+		free(L->vals[grad][node]);
+		L->vals[grad][node] = buf;
+		return;
+	}
+	float *ref = L->vals[grad][node];
+	if (ref) {
+		double e = rel_err_norm_f32(buf, ref, cnt);
+		if (e > L->worst[grad] && L->worst_node[grad] < 0 && e > 1e-4) {
+			L->worst[grad] = e;
+			L->worst_node[grad] = node;
+		}
+	}
+	free(buf);
+}
+
+TEST(cuda_net_node_by_node_matches_cpu)
+{
+	NEED_GPU();
+	const char *models[] = { "resnet18", "mobilenet_v2" };
+	for (int m = 0; m < 2; m++) {
+		struct net *g = build(models[m], 64, 8, 10), *c = build(models[m], 64, 8, 10);
+		if (!g || !c)
+			break;
+		struct node_log L = { .n = g->n_nodes, .worst_node = { -1, -1 }, .first_flip = -1 };
+		L.vals[0] = calloc(g->n_nodes, sizeof(float *));
+		L.vals[1] = calloc(g->n_nodes, sizeof(float *));
+		L.fwd_own = calloc(g->n_nodes, sizeof(float *));
+		backend_cuda_set_conv_policy(1, 1);
+		CHECK(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+		backend_cuda_set_conv_policy(0, 0);
+		CHECK(net_setup(c, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
+		float *x;
+		int32_t *y;
+		CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 5, &x, &y) == 0);
+		CHECK(net_set_batch_data(g, x, y) == 0 && net_set_batch_data(c, x, y) == 0);
+		free(x);
+		free(y);
+		struct net *order[2] = { c, g };
+		for (int k = 0; k < 2; k++) {
+			struct net *n = order[k];
+			n->hooks = (struct net_hooks){ .node_end = log_node, .user = &L };
+			double loss;
+			CHECK(net_forward(n, 1) == 0 && net_loss(n, &loss, NULL) == 0 && net_backward(n) == 0);
+		}
+		char b0[80], b1[80];
+		if (L.worst_node[0] >= 0 || L.worst_node[1] >= 0)
+			printf("      %s: first forward mismatch %s (%.3g), first backward mismatch after %s (%.3g)\n",
+			       models[m], L.worst_node[0] >= 0 ? net_node_label(g, L.worst_node[0], b0, 80) : "-",
+			       L.worst[0], L.worst_node[1] >= 0 ? net_node_label(g, L.worst_node[1], b1, 80) : "-",
+			       L.worst[1]);
+		CHECK_EQ_INT(L.clobbered, 0);
+		CHECK_MSG(L.worst_node[0] < 0, "%s: a forward output differs by more than 1e-4", models[m]);
+		/* A ReLU whose input lies within rounding of 0 may take the other branch on the
+		 * GPU; one flipped element of N moves the gradient by about 1/sqrt(N) (2.6e-3
+		 * for 131072). So gradients must agree to 1e-4 up to the first flip, and a
+		 * first mismatch must sit exactly at a flipped ReLU. */
+		CHECK_MSG(L.worst_node[1] < 0 || L.worst_node[1] == L.first_flip,
+			  "%s: a gradient differs by more than 1e-4 at node %d with no ReLU flip there",
+			  models[m], L.worst_node[1]);
+		for (int i = 0; i < g->n_nodes; i++) {
+			free(L.vals[0][i]);
+			free(L.vals[1][i]);
+			free(L.fwd_own[i]);
+		}
+		free(L.fwd_own);
+		free(L.vals[0]);
+		free(L.vals[1]);
+		net_free(g);
+		net_free(c);
+	}
 }

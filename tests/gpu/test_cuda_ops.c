@@ -16,6 +16,7 @@
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops.h"
+#include "nn/models.h"
 
 #define MAX_BUFS 512
 #define MIB ((size_t)1 << 20)
@@ -782,4 +783,53 @@ TEST(cuda_linear_matches_cpu)
 			check_linear(&g, &cfg[t], math == CUDA_MATH_TF32 ? 5e-3 : 1e-5);
 	}
 	gpu_close(&g);
+}
+
+/* Every distinct convolution of the models at a small batch and size, under both
+ * FP32 algorithm policies: all algorithms competing (the default, as PyTorch's
+ * cudnn.benchmark) and direct summation only. */
+static void check_model_convs(const char *model, int size, int batch, int direct_only)
+{
+	struct model_opts o = model_defaults(model);
+	o.size = size;
+	o.batch = batch;
+	o.classes = 10;
+	struct net *net = NULL;
+	CHECK(model_build(model, &o, &net) == 0);
+	if (!net)
+		return;
+	for (int i = 0; i < net->n_nodes; i++) {
+		if (net->nodes[i].op != OP_CONV2D)
+			continue;
+		int seen = 0;
+		for (int j = 0; j < i && !seen; j++)
+			seen = net->nodes[j].op == OP_CONV2D &&
+			       !memcmp(&net->nodes[j].a.conv, &net->nodes[i].a.conv, sizeof(struct conv2d_args));
+		if (seen)
+			continue;
+		struct gpu g;
+		if (gpu_open(&g, 100 + i) != 0) {
+			test_fail(__FILE__, __LINE__, "gpu_open: %s", gp_errmsg());
+			break;
+		}
+		g.ctx->fp32_direct_only = direct_only;
+		int failed_before = test_failed();
+		check_conv(&g, &net->nodes[i].a.conv, 1e-5);
+		if (test_failed() && !failed_before)
+			printf("      %s %s (%s)\n", model, net->nodes[i].name,
+			       direct_only ? "direct algorithms only" : "all algorithms");
+		gpu_close(&g);
+	}
+	net_free(net);
+}
+
+TEST(cuda_conv_model_layers_match_cpu)
+{
+	char why[256];
+	if (!cuda_available(why, sizeof(why)))
+		SKIP("no CUDA device");
+	for (int direct = 1; direct >= 0; direct--) {
+		check_model_convs("resnet18", 64, 8, direct);
+		check_model_convs("mobilenet_v2", 64, 8, direct);
+	}
 }

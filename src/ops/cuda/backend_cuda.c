@@ -426,6 +426,12 @@ static int cuda_grads_to_host(struct net *net, float *dst)
 	return cuda_copy_d2h(net->bk->ctx, dst, net->bk->grads, net->bk->params_bytes);
 }
 
+static int cuda_tensor_to_host(struct net *net, int node, int grad, float *dst)
+{
+	void *src = grad ? (void *)grad_ptr(net, node) : act_ptr(net, node);
+	return cuda_copy_d2h(net->bk->ctx, dst, src, shape_numel(net->nodes[node].out) * sizeof(float));
+}
+
 static int cuda_logits_to_host(struct net *net, float *dst)
 {
 	int last = net->n_nodes - 1;
@@ -445,6 +451,7 @@ const struct backend_ops backend_cuda_ops = {
 	.sync_to_host = cuda_sync_to_host,
 	.sync_from_host = cuda_sync_from_host,
 	.grads_to_host = cuda_grads_to_host,
+	.tensor_to_host = cuda_tensor_to_host,
 	.train_step = cuda_train_step,
 	.read_loss = cuda_read_loss,
 	.wait = cuda_wait,
