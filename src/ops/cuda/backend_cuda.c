@@ -23,6 +23,11 @@ struct backend_state {
 	int *d_correct;
 	unsigned long long *d_step;   /* optimizer steps, on the device: dropout masks in graphs */
 	void *blas_ws;                /* cuBLAS workspace: set, so cuBLAS allocates nothing in a graph */
+	/* labels, loss scratch, loss, correct count and step counter share one block:
+	 * the driver hands out small allocations from shared 2 MiB pages, and one block
+	 * keeps free device memory exactly where it was after a teardown */
+	char *misc;
+	size_t misc_bytes;
 	size_t arena_bytes, params_bytes, running_bytes, input_bytes, labels_bytes, scratch_bytes;
 	/* The training step captured as a CUDA graph, replayed while sgd stays the same. */
 	cudaGraphExec_t step_exec;
@@ -31,6 +36,7 @@ struct backend_state {
 };
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
+#define ALIGN256(x) (((x) + 255) & ~(size_t)255)
 
 static struct cuda_ctx *shared_ctx;
 static int policy_direct_only, policy_deterministic;
@@ -118,17 +124,13 @@ static void cuda_teardown(struct net *net)
 	if (b->blas_ws)
 		cublasSetWorkspace(ctx->cublas, NULL, 0);
 	cuda_free(ctx, b->blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
-	cuda_free(ctx, b->d_step, sizeof(*b->d_step), MEM_OTHER);
 	cuda_free(ctx, b->arena, b->arena_bytes, MEM_ACTIV);
 	cuda_free(ctx, b->params, b->params_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->running, b->running_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->grads, b->params_bytes, MEM_GRADS);
 	cuda_free(ctx, b->momentum, b->params_bytes, MEM_OPTIM);
 	cuda_free(ctx, b->input, b->input_bytes, MEM_OTHER);
-	cuda_free(ctx, b->labels, b->labels_bytes, MEM_OTHER);
-	cuda_free(ctx, b->row_scratch, b->scratch_bytes, MEM_OTHER);
-	cuda_free(ctx, b->d_loss, sizeof(double), MEM_OTHER);
-	cuda_free(ctx, b->d_correct, sizeof(int), MEM_OTHER);
+	cuda_free(ctx, b->misc, b->misc_bytes, MEM_OTHER);
 	/* the shared workspace stays with the context for the next net */
 	if (ctx->mem == &net->mem) {
 		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes);
@@ -177,19 +179,25 @@ static int cuda_setup(struct net *net)
 	b->input_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * sizeof(float);
 	b->labels_bytes = (size_t)net->batch * sizeof(int32_t);
 	b->scratch_bytes = 2 * (size_t)net->batch * sizeof(float);
+	size_t at_labels = 0, at_scratch = ALIGN256(b->labels_bytes);
+	size_t at_loss = at_scratch + ALIGN256(b->scratch_bytes), at_correct = at_loss + 256;
+	size_t at_step = at_correct + 256;
+	b->misc_bytes = at_step + 256;
 	if ((rc = cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->labels, b->labels_bytes, MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->row_scratch, b->scratch_bytes, MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->d_loss, sizeof(double), MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->d_correct, sizeof(int), MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->d_step, sizeof(*b->d_step), MEM_OTHER)) < 0 ||
+	    (rc = cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER)) < 0 ||
 	    (rc = cuda_alloc(ctx, &b->blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE)) < 0 ||
-	    (rc = CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, b->blas_ws, CUBLAS_WORKSPACE_BYTES))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream))) < 0)
+	    (rc = CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, b->blas_ws, CUBLAS_WORKSPACE_BYTES))) < 0)
+		goto fail;
+	b->labels = (int32_t *)(b->misc + at_labels);
+	b->row_scratch = (float *)(b->misc + at_scratch);
+	b->d_loss = (double *)(b->misc + at_loss);
+	b->d_correct = (int *)(b->misc + at_correct);
+	b->d_step = (unsigned long long *)(b->misc + at_step);
+	if ((rc = CUDA_CHECK(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream))) < 0)
 		goto fail;
 	/* Measure the convolution algorithms before the activations take their memory:
 	 * the measuring scratch is transient, and then it does not add to the peak. */
