@@ -22,7 +22,6 @@ struct backend_state {
 	double *d_loss;
 	int *d_correct;
 	unsigned long long *d_step;   /* optimizer steps, on the device: dropout masks in graphs */
-	void *blas_ws;                /* cuBLAS workspace: set, so cuBLAS allocates nothing in a graph */
 	/* labels, loss scratch, loss, correct count and step counter share one block:
 	 * the driver hands out small allocations from shared 2 MiB pages, and one block
 	 * keeps free device memory exactly where it was after a teardown */
@@ -39,13 +38,26 @@ struct backend_state {
 #define ALIGN256(x) (((x) + 255) & ~(size_t)255)
 
 static struct cuda_ctx *shared_ctx;
+static void *shared_blas_ws; /* cuBLAS workspace, set once so cuBLAS allocates nothing in a graph */
 static int policy_direct_only, policy_deterministic;
 
-/* The process-wide context, created on first use. */
+/* The process-wide context, created on first use, with its cuBLAS workspace (kept
+ * for the process: handing cuBLAS its own back would allocate again). */
 static int cuda_shared_ctx(struct cuda_ctx **out)
 {
-	if (!shared_ctx)
-		GP_TRY(cuda_ctx_create(&shared_ctx, 0, NULL));
+	if (!shared_ctx) {
+		struct cuda_ctx *ctx;
+		GP_TRY(cuda_ctx_create(&ctx, 0, NULL));
+		int rc = cuda_alloc(ctx, &shared_blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
+		if (rc == 0)
+			rc = CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, shared_blas_ws, CUBLAS_WORKSPACE_BYTES));
+		if (rc < 0) {
+			cuda_free(ctx, shared_blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
+			cuda_ctx_destroy(ctx);
+			return rc;
+		}
+		shared_ctx = ctx;
+	}
 	*out = shared_ctx;
 	return 0;
 }
@@ -121,9 +133,6 @@ static void cuda_teardown(struct net *net)
 	cudaStreamSynchronize(ctx->stream);
 	if (b->step_exec)
 		cudaGraphExecDestroy(b->step_exec);
-	if (b->blas_ws)
-		cublasSetWorkspace(ctx->cublas, NULL, 0);
-	cuda_free(ctx, b->blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
 	cuda_free(ctx, b->arena, b->arena_bytes, MEM_ACTIV);
 	cuda_free(ctx, b->params, b->params_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->running, b->running_bytes, MEM_WEIGHTS);
@@ -133,7 +142,7 @@ static void cuda_teardown(struct net *net)
 	cuda_free(ctx, b->misc, b->misc_bytes, MEM_OTHER);
 	/* the shared workspace stays with the context for the next net */
 	if (ctx->mem == &net->mem) {
-		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes);
+		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
 		ctx->mem = NULL;
 	}
 	free(b);
@@ -169,7 +178,7 @@ static int cuda_setup(struct net *net)
 	apply_conv_policy(ctx);
 	size_t ws_before = ctx->workspace_bytes;
 	ctx->mem = &net->mem;
-	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes);
+	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
 	int rc = cuda_ctx_set_math(ctx, net->precision == PREC_TF32 ? CUDA_MATH_TF32 : CUDA_MATH_FP32);
 	if (rc < 0)
 		goto fail;
@@ -188,9 +197,7 @@ static int cuda_setup(struct net *net)
 	    (rc = cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, &b->blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE)) < 0 ||
-	    (rc = CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, b->blas_ws, CUBLAS_WORKSPACE_BYTES))) < 0)
+	    (rc = cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER)) < 0)
 		goto fail;
 	b->labels = (int32_t *)(b->misc + at_labels);
 	b->row_scratch = (float *)(b->misc + at_scratch);
