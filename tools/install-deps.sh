@@ -9,7 +9,11 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
 	build-essential pkg-config libjansson-dev libopenblas-dev libcairo2-dev \
 	libturbojpeg0-dev fonts-dejavu-core python3 python3-pip >/dev/null
-# Python packages for the interoperability tests (they skip without them).
+# Python packages for the interoperability tests (they skip without them): safetensors
+# reads our checkpoints, tensorboard our event files, Holistic Trace Analysis our
+# traces (it needs psutil without declaring it, and fails on pandas 3 for some traces).
 PIP="python3 -m pip install -q --disable-pip-version-check"
-$PIP safetensors numpy 2>/dev/null || $PIP --break-system-packages safetensors numpy || \
-	echo "note: could not install safetensors/numpy; their tests will skip"
+PKGS="safetensors numpy tensorboard HolisticTraceAnalysis psutil pandas<3"
+# shellcheck disable=SC2086
+$PIP $PKGS 2>/dev/null || $PIP --break-system-packages $PKGS || \
+	echo "note: could not install the Python test packages; their tests will skip"

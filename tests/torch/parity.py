@@ -71,6 +71,9 @@ def run_one(args, name, size, batch, classes, work):
     ours_logits = torch.from_numpy(np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32)).view(batch, classes)
     ours_grads = load_file(os.path.join(out, "grads.safetensors"))
     ours_after = load_file(os.path.join(out, "after.safetensors"))
+    # what gpuperf saved loads into torchvision strictly (the reverse, gpuperf loading
+    # torchvision's file strictly, happened in the parity command itself)
+    build(name, classes, size).load_state_dict(ours_after, strict=True)
     ours_losses = json.load(open(os.path.join(out, "losses.json")))
     res = {"logits": rel(ours_logits, t_logits),
            "loss": abs(ours_losses[0] - losses[0]) / abs(losses[0]),
