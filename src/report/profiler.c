@@ -78,9 +78,33 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 	return 0;
 }
 
+/* Arena bytes a node takes when it runs: in forward its output (unless it works in
+ * place) and its saved tensor; in backward the input gradients it writes first. The
+ * arena is allocated up front, so this, not an allocator delta, is the memory an op
+ * "allocates" here. */
+static int64_t node_planned_bytes(const struct net *net, int node, enum net_phase phase)
+{
+	const struct node *nd = &net->nodes[node];
+	int64_t bytes = 0;
+	if (phase == PHASE_FORWARD) {
+		if (nd->t_y >= 0 && net->tensors[nd->t_y].alias_of < 0)
+			bytes += (int64_t)net->tensors[nd->t_y].bytes;
+		if (nd->t_saved >= 0)
+			bytes += (int64_t)net->tensors[nd->t_saved].bytes;
+		return bytes;
+	}
+	for (int k = 0; k < nd->n_in; k++) {
+		const struct node *src = &net->nodes[nd->in[k]];
+		if (src->t_dy >= 0 && src->last_consumer == node && net->tensors[src->t_dy].alias_of < 0)
+			bytes += (int64_t)net->tensors[src->t_dy].bytes;
+	}
+	return bytes;
+}
+
 /* A memory event with the totals now, charged to the category that changed most
- * (activations when none did: the arena is planned up front). */
-static void mem_sample(struct profiler *p, const char *layer, enum mem_cat fallback)
+ * (activations when none did: the arena is planned up front, and then the event
+ * carries the node's planned bytes). */
+static void mem_sample(struct profiler *p, const char *layer, enum mem_cat fallback, int64_t planned)
 {
 	const struct mem_stats *m = &p->net->mem;
 	int64_t delta = 0;
@@ -97,6 +121,8 @@ static void mem_sample(struct profiler *p, const char *layer, enum mem_cat fallb
 		total_delta += (int64_t)m->cur_bytes[c] - (int64_t)p->last_mem[c];
 		p->last_mem[c] = m->cur_bytes[c];
 	}
+	if (total_delta == 0)
+		total_delta = planned;
 	int rc = trace_add_mem(&p->trace, trace_now_ns(), (int64_t)m->total_bytes, total_delta,
 			       p->cat_name[cat], layer);
 	if (rc < 0 && !p->err)
@@ -120,10 +146,10 @@ static void hook_end(void *user, const struct net *net, int node, enum net_phase
 	if (rc < 0 && !p->err)
 		p->err = rc;
 	if (phase == PHASE_OPTIMIZER)
-		mem_sample(p, p->opt_name, MEM_OPTIM);
+		mem_sample(p, p->opt_name, MEM_OPTIM, 0);
 	else
 		mem_sample(p, phase == PHASE_FORWARD ? p->fwd_name[node] : p->bwd_name[node],
-			   MEM_ACTIV);
+			   MEM_ACTIV, node_planned_bytes(net, node, phase));
 }
 
 /* One event per category with what was allocated when recording began, so the
