@@ -11,6 +11,11 @@ struct backend_ops {
 	int (*setup)(struct net *net);
 	void (*teardown)(struct net *net);
 	int (*set_batch_data)(struct net *net, const float *x, const int32_t *labels);
+	/* Optional: start copying the next batch (from pinned host memory) on a copy
+	 * stream, to be taken in by take_staged at the start of the next step; returns at
+	 * once. x and labels must stay valid until the next stage_batch or net_wait. */
+	int (*stage_batch)(struct net *net, const float *x, const int32_t *labels);
+	int (*take_staged)(struct net *net);
 	int (*forward_node)(struct net *net, int i, int training);
 	int (*loss)(struct net *net, double *loss, int *correct);
 	int (*backward_node)(struct net *net, int i);

@@ -644,11 +644,33 @@ int net_set_batch_data(struct net *net, const float *x, const int32_t *labels)
 	return net_backend(net)->set_batch_data(net, x, labels);
 }
 
+int net_stage_batch(struct net *net, const float *x, const int32_t *labels)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	const struct backend_ops *ops = net_backend(net);
+	if (!ops->stage_batch)
+		return ops->set_batch_data(net, x, labels);
+	GP_TRY(ops->stage_batch(net, x, labels));
+	net->staged = 1;
+	return 0;
+}
+
+/* Take in a staged batch before the step that uses it. */
+static int take_staged(struct net *net)
+{
+	if (!net->staged)
+		return 0;
+	net->staged = 0;
+	return net_backend(net)->take_staged(net);
+}
+
 int net_forward(struct net *net, int training)
 {
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
+	GP_TRY(take_staged(net));
 	const struct net_hooks *h = &net->hooks;
 	for (int i = 1; i < net->n_nodes; i++) {
 		if (h->node_begin)
@@ -707,6 +729,7 @@ int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, in
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
+	GP_TRY(take_staged(net));
 	if (net->use_graphs && ops->train_step && !net->hooks.node_begin && !net->hooks.node_end) {
 		struct sgd_args a = *sgd;
 		a.first_step = net->sgd_steps == 0;

@@ -133,6 +133,7 @@ struct net {
 	uint64_t seed;          /* initialization and dropout masks */
 	struct net_hooks hooks;
 	int use_graphs;         /* replay the training step as a CUDA graph when possible */
+	int staged;             /* a batch was staged and is taken in by the next step */
 };
 
 /* --- building (used by models.c) ---------------------------------------------------
@@ -174,6 +175,10 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype,
 void net_teardown(struct net *net);
 /* Copy a host batch (floats, N x C x H x W) and int32 labels in. */
 int net_set_batch_data(struct net *net, const float *x, const int32_t *labels);
+/* The same for the next step, overlapped where the backend can (CUDA: a copy stream
+ * while the previous step computes; x should be pinned). x and labels must stay valid
+ * until the next net_stage_batch returns or net_wait does. */
+int net_stage_batch(struct net *net, const float *x, const int32_t *labels);
 int net_forward(struct net *net, int training);
 /* Loss of the last forward against the labels; also seeds the logits gradient.
  * loss may be NULL: a GPU backend then does not wait for the value.

@@ -118,6 +118,7 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 struct train_data {
 	struct dataset *ds;
 	struct loader *ld;
+	struct batch *held; /* staged batch whose host memory the copy may still read */
 	double wait_ms_total, copy_ms_total;
 };
 
@@ -126,8 +127,10 @@ static int train_uses_dataset(const struct train_opts *o)
 	return o->data && strcmp(o->data, "synthetic");
 }
 
-/* Take the next batch, copy it into the net and hand the buffer back, adding how
- * long the loop waited for the batch and how long the copy took. */
+/* Take the next batch and stage it into the net: on the GPU its copy runs on a copy
+ * stream while the previous step still computes, so the loop only waits for the
+ * loader. The previous batch's buffer goes back once its own copy is done (staging
+ * waits for that). Adds how long the loop waited and how long staging took. */
 static int train_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
 {
 	struct batch *b = NULL;
@@ -137,14 +140,12 @@ static int train_data_next(struct train_data *d, struct net *net, int64_t *wait_
 	d->wait_ms_total += b->wait_ms;
 	if (wait_ns)
 		*wait_ns = (int64_t)(b->wait_ms * 1e6);
-	/* wait for the previous step first, so the copy's time is the copy alone */
-	rc = net_wait(net);
-	if (rc == 0) {
-		double t0 = now_s();
-		rc = net_set_batch_data(net, b->x, b->labels);
-		d->copy_ms_total += 1e3 * (now_s() - t0);
-	}
-	loader_release(d->ld, b);
+	double t0 = now_s();
+	rc = net_stage_batch(net, b->x, b->labels);
+	d->copy_ms_total += 1e3 * (now_s() - t0);
+	if (d->held)
+		loader_release(d->ld, d->held);
+	d->held = b;
 	return rc;
 }
 
@@ -173,7 +174,9 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 		GP_TRY(data_use_pinned_memory());
 #endif
 	struct loader_config lc = {
-		.batch = o->batch, .workers = o->workers, .prefetch = o->prefetch > 0 ? o->prefetch : 2,
+		/* one batch stays held while its copy runs: the ring needs two at least */
+		.batch = o->batch, .workers = o->workers,
+		.prefetch = o->prefetch > 1 || (o->prefetch == 1 && o->workers > 1) ? o->prefetch : 2,
 		.size = size, .train = 1, .drop_last = 1, .seed = o->seed,
 	};
 	GP_TRY(loader_create(d->ds, &lc, &d->ld));
@@ -353,6 +356,12 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "saved %s\n", o->save);
 	}
 out:
+	if (data.held) {
+		/* the last staged copy may still read the batch: wait before handing it back */
+		if (net)
+			net_wait(net);
+		loader_release(data.ld, data.held);
+	}
 	loader_destroy(data.ld);
 	dataset_close(data.ds);
 	free(x);

@@ -28,6 +28,12 @@ struct backend_state {
 	char *misc;
 	size_t misc_bytes;
 	size_t arena_bytes, params_bytes, running_bytes, input_bytes, labels_bytes, scratch_bytes;
+	/* Staged input: copied on copy_stream while the previous step computes, then
+	 * moved into input/labels on the compute stream at the start of the step. */
+	cudaStream_t copy_stream;
+	cudaEvent_t copied, stage_free;
+	float *stage_x;
+	int32_t *stage_labels;
 	/* The training step captured as a CUDA graph, replayed while sgd stays the same. */
 	cudaGraphExec_t step_exec;
 	struct sgd_args step_sgd;
@@ -133,6 +139,16 @@ static void cuda_teardown(struct net *net)
 	cudaStreamSynchronize(ctx->stream);
 	if (b->step_exec)
 		cudaGraphExecDestroy(b->step_exec);
+	if (b->copy_stream) {
+		cudaStreamSynchronize(b->copy_stream);
+		cudaStreamDestroy(b->copy_stream);
+	}
+	if (b->copied)
+		cudaEventDestroy(b->copied);
+	if (b->stage_free)
+		cudaEventDestroy(b->stage_free);
+	cuda_free(ctx, b->stage_x, b->input_bytes, MEM_OTHER);
+	cuda_free(ctx, b->stage_labels, b->labels_bytes, MEM_OTHER);
 	cuda_free(ctx, b->arena, b->arena_bytes, MEM_ACTIV);
 	cuda_free(ctx, b->params, b->params_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->running, b->running_bytes, MEM_WEIGHTS);
@@ -244,6 +260,47 @@ static int cuda_set_batch_data(struct net *net, const float *x, const int32_t *l
 	GP_TRY(cuda_copy_h2d(b->ctx, b->input, x, b->input_bytes));
 	GP_TRY(cuda_copy_h2d(b->ctx, b->labels, labels, b->labels_bytes));
 	return cuda_ctx_sync(b->ctx);
+}
+
+/* Start the next batch's copy on the copy stream. The staging buffers are reused once
+ * the previous step has taken its batch in (stage_free); waiting for the previous copy
+ * first means the caller may hand back the previous batch's host memory now. */
+static int cuda_stage_batch(struct net *net, const float *x, const int32_t *labels)
+{
+	struct backend_state *b = net->bk;
+	for (int i = 0; i < net->batch; i++)
+		if (labels[i] < 0 || labels[i] >= net->classes)
+			return gp_error(GP_EINVAL, "label %d of sample %d is not a class of %d",
+					labels[i], i, net->classes);
+	if (!b->copy_stream) {
+		int rc;
+		if ((rc = CUDA_CHECK(cudaStreamCreateWithFlags(&b->copy_stream, cudaStreamNonBlocking))) < 0 ||
+		    (rc = CUDA_CHECK(cudaEventCreateWithFlags(&b->copied, cudaEventDisableTiming))) < 0 ||
+		    (rc = CUDA_CHECK(cudaEventCreateWithFlags(&b->stage_free, cudaEventDisableTiming))) < 0 ||
+		    (rc = cuda_alloc(b->ctx, (void **)&b->stage_x, b->input_bytes, MEM_OTHER)) < 0 ||
+		    (rc = cuda_alloc(b->ctx, (void **)&b->stage_labels, b->labels_bytes, MEM_OTHER)) < 0)
+			return rc;
+		CUDA_TRY(cudaEventRecord(b->stage_free, b->ctx->stream));
+	}
+	CUDA_TRY(cudaEventSynchronize(b->copied));
+	CUDA_TRY(cudaStreamWaitEvent(b->copy_stream, b->stage_free, 0));
+	CUDA_TRY(cudaMemcpyAsync(b->stage_x, x, b->input_bytes, cudaMemcpyHostToDevice, b->copy_stream));
+	CUDA_TRY(cudaMemcpyAsync(b->stage_labels, labels, b->labels_bytes, cudaMemcpyHostToDevice,
+				 b->copy_stream));
+	CUDA_TRY(cudaEventRecord(b->copied, b->copy_stream));
+	return 0;
+}
+
+/* On the compute stream: wait for the staged copy, move it into the step's input. */
+static int cuda_take_staged(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	cudaStream_t s = b->ctx->stream;
+	CUDA_TRY(cudaStreamWaitEvent(s, b->copied, 0));
+	CUDA_TRY(cudaMemcpyAsync(b->input, b->stage_x, b->input_bytes, cudaMemcpyDeviceToDevice, s));
+	CUDA_TRY(cudaMemcpyAsync(b->labels, b->stage_labels, b->labels_bytes, cudaMemcpyDeviceToDevice, s));
+	CUDA_TRY(cudaEventRecord(b->stage_free, s));
+	return 0;
 }
 
 static int cuda_forward_node(struct net *net, int i, int training)
@@ -433,6 +490,8 @@ static int cuda_train_step(struct net *net, const struct sgd_args *sgd)
 
 static int cuda_wait(struct net *net)
 {
+	if (net->bk->copy_stream)
+		CUDA_TRY(cudaStreamSynchronize(net->bk->copy_stream));
 	return cuda_ctx_sync(net->bk->ctx);
 }
 
@@ -459,6 +518,8 @@ const struct backend_ops backend_cuda_ops = {
 	.setup = cuda_setup,
 	.teardown = cuda_teardown,
 	.set_batch_data = cuda_set_batch_data,
+	.stage_batch = cuda_stage_batch,
+	.take_staged = cuda_take_staged,
 	.forward_node = cuda_forward_node,
 	.loss = cuda_loss,
 	.backward_node = cuda_backward_node,
