@@ -379,3 +379,29 @@ free_net:
 	free(labels);
 	net_free(net);
 }
+
+/* With an ImageFolder and loader threads, the data stage holds the loader's batches:
+ * the run succeeds and its result names the data and the worker count. */
+TEST(profile_with_a_dataset)
+{
+	char cmd[2048], out[16384], dir[512], res[600];
+	const char *tmp = test_tmpdir();
+	snprintf(dir, sizeof(dir), "%s/ds", tmp);
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out %s --classes 3 --images 24 --size 48x40",
+		 test_bin(), dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	snprintf(cmd, sizeof(cmd), "%s profile --model simple_cnn --device cpu --batch 4 --steps 2 "
+		 "--baseline-steps 2 --data %s --workers 2 --out %s/prof", test_bin(), dir, tmp);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	snprintf(res, sizeof(res), "%s/prof/result.json", tmp);
+	json_error_t e;
+	json_t *j = json_load_file(res, 0, &e);
+	CHECK_MSG(j != NULL, "%s: %s", res, e.text);
+	if (!j)
+		return;
+	json_t *settings = json_object_get(j, "settings");
+	CHECK(json_is_string(json_object_get(settings, "data")) &&
+	      !strcmp(json_string_value(json_object_get(settings, "data")), dir));
+	CHECK_EQ_INT(json_integer_value(json_object_get(settings, "workers")), 2);
+	json_decref(j);
+}

@@ -1,7 +1,7 @@
 /* gpuperf profile: time some unprofiled steps, then record a few steps with the
  * profiler (torch.profiler's wait/warmup/active schedule) and write the trace,
- * TensorBoard scalars, the analysis, two charts and a result JSON. Synthetic data
- * for now; the trainer's data stage is where a loader's wait will be recorded. */
+ * TensorBoard scalars, the analysis, two charts and a result JSON. With --data DIR the
+ * loader's wait for each batch is recorded in the data stage. */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -37,7 +37,7 @@ int cmd_profile(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *out = NULL, *data = "synthetic";
-	int help = 0, size = 0, wait = 1, warmup = 1, baseline = -1;
+	int help = 0, size = 0, wait = 1, warmup = 1, baseline = -1, workers = 4, classes = 0;
 	long long seed = 0;
 	o.model = "mobilenet_v2";
 	o.batch = 64;
@@ -47,25 +47,29 @@ int cmd_profile(int argc, char **argv)
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
 		{ "batch", OPT_INT, &o.batch, "batch size (64)", 1 },
 		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &o.classes, "output classes (1000)", 1 },
+		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's; 1000 for synthetic)", 1 },
 		{ "steps", OPT_INT, &o.steps, "recorded (active) steps (20)", 1 },
 		{ "wait", OPT_INT, &wait, "steps run first, neither timed nor recorded (1)", 0 },
 		{ "warmup", OPT_INT, &warmup, "steps recorded and dropped before the active ones (1)", 0 },
 		{ "baseline-steps", OPT_INT, &baseline, "unprofiled steps timed for the overhead ratio (default: --steps)", 1 },
 		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
-		{ "data", OPT_STR, &data, "synthetic (the only source for now)", 0 },
+		{ "data", OPT_STR, &data, "synthetic | DIR (ImageFolder) | cifar10:DIR", 0 },
+		{ "workers", OPT_INT, &workers, "data-loader threads with --data (4)", 0 },
 		{ "out", OPT_STR, &out, "output directory (results/profile_<model>_<timestamp>)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
-		args_print_help("gpuperf profile [--model NAME] [--batch B] [--steps N] [--wait W] "
-				"[--warmup W] [--device cpu|cuda] [--out DIR]", opts);
+		args_print_help("gpuperf profile [--model NAME] [--batch B] [--workers N] [--steps N] [--wait W] "
+				"[--warmup W] [--data DIR] [--device cpu|cuda] [--out DIR]", opts);
 		return 0;
 	}
-	if (strcmp(data, "synthetic"))
-		return gp_error(GP_EINVAL, "--data '%s': only synthetic data is supported yet", data);
+	if (strcmp(data, "synthetic")) {
+		o.data = data;
+		o.workers = workers;
+	}
+	o.classes = classes;
 	if (baseline < 0)
 		baseline = o.steps;
 	GP_TRY(model_check_name(o.model));
@@ -96,6 +100,8 @@ int cmd_profile(int argc, char **argv)
 			       "device", o.backend == BACKEND_CUDA ? "cuda" : "cpu", "precision",
 			       precision, "batch", o.batch, "size", size, "wait", wait, "warmup_steps",
 			       warmup, "steps", o.steps, "baseline_steps", baseline, "data", data);
+	if (s.settings && o.data)
+		json_object_set_new(s.settings, "workers", json_integer(workers));
 	if (!s.settings)
 		return gp_error(GP_ENOMEM, "cannot build the settings");
 	struct train_observer ob = profile_session_observer(&s);

@@ -14,7 +14,7 @@ struct command {
 
 static const struct command commands[] = {
 	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
-	{ "train", cmd_train, "train a model on synthetic data and report img/s" },
+	{ "train", cmd_train, "train a model (synthetic data, an ImageFolder or CIFAR-10) and report img/s" },
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
 	{ "parity", cmd_parity, "(for tests) train a few steps from given weights and batch, dump results" },
