@@ -14,6 +14,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/timeutil.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -53,13 +54,6 @@ struct search {
 	struct trial trials[MAXBATCH_TRIALS];
 	int n_trials;
 };
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static size_t image_floats(const struct net *net)
 {
@@ -143,13 +137,13 @@ static int trial_run(struct search *s, int batch, struct trial *t)
 	int rc = net_setup(net, s->backend, GP_F32, s->prec);
 	if (rc == 0)
 		rc = net_set_batch_data(net, s->x, s->labels);
-	double t0 = now_s();
+	double t0 = gp_now_s();
 	/* Reading the logits back after the SGD step waits for the whole step. */
 	if (rc == 0 && (rc = net_forward(net, 1)) == 0 && (rc = net_loss(net, &loss, NULL)) == 0 &&
 	    (rc = net_backward(net)) == 0 && (rc = net_sgd_step(net, &sgd)) == 0)
 		rc = net_logits_to_host(net, s->logits);
 	if (rc == 0) {
-		t->step_ms = 1e3 * (now_s() - t0);
+		t->step_ms = 1e3 * (gp_now_s() - t0);
 		t->peak_alloc_mib = net->mem.total_peak_bytes / MIB;
 		t->process_mib = process_mib(s);
 		if (s->backend == BACKEND_CUDA && net->mem.cur_bytes[MEM_WORKSPACE] > s->workspace_bytes)
@@ -410,10 +404,10 @@ int cmd_maxbatch(int argc, char **argv)
 	       s.backend == BACKEND_CUDA ? ", cuDNN workspace measured at set-up, not counted" : "");
 
 	size_t free_before = device_free_bytes(s.backend);
-	double t0 = now_s();
+	double t0 = gp_now_s();
 	if ((rc = search_run(&s, start, &max_batch)) < 0)
 		goto cleanup;
-	double search_s = now_s() - t0;
+	double search_s = gp_now_s() - t0;
 	if (s.backend == BACKEND_CUDA)
 		printf("device memory free: %.0f MiB before the search, %.0f MiB after (the context keeps "
 		       "its library handles and a %.0f MiB cuDNN workspace)\n", free_before / MIB,

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timeutil.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "gpu/devinfo.h"
@@ -23,13 +24,6 @@
 #include "ops/cuda/device.h"
 #endif
 #include "report/result.h"
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int train_pick_device(const char *device, enum backend_kind *out, int quiet)
 {
@@ -140,9 +134,9 @@ static int train_data_next(struct train_data *d, struct net *net, int64_t *wait_
 	/* wait for the previous step first, so the copy's time is the copy alone */
 	rc = net_wait(net);
 	if (rc == 0) {
-		double t0 = now_s();
+		double t0 = gp_now_s();
 		rc = net_set_batch_data(net, b->x, b->labels);
-		d->copy_ms_total += 1e3 * (now_s() - t0);
+		d->copy_ms_total += 1e3 * (gp_now_s() - t0);
 	}
 	loader_release(d->ld, b);
 	return rc;
@@ -282,12 +276,12 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				res->batches_per_epoch, o->workers);
 	}
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
-	double t0 = now_s(), t_timed = t0;
+	double t0 = gp_now_s(), t_timed = t0;
 	for (int step = 0; step < steps; step++) {
 		if (step == warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
-			t_timed = now_s();
+			t_timed = gp_now_s();
 		}
 		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
 		double loss = 0;
@@ -306,7 +300,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			res->first_loss = loss;
 		if (want_loss) {
 			res->last_loss = loss;
-			double el = now_s() - t0;
+			double el = gp_now_s() - t0;
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
 					step + 1, steps, loss, 100.0 * correct / o->batch,
@@ -316,10 +310,10 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			}
 		}
 		if (obs && obs->after_step &&
-		    (rc = obs->after_step(obs->user, net, step + 1, steps, now_s() - t0)) < 0)
+		    (rc = obs->after_step(obs->user, net, step + 1, steps, gp_now_s() - t0)) < 0)
 			goto out;
 	}
-	double t_end = now_s();
+	double t_end = gp_now_s();
 	int timed = steps - warmup;
 	res->steps = steps;
 	res->timed_steps = timed;
