@@ -48,11 +48,13 @@ int train_pick_device(const char *device, enum backend_kind *out, int quiet)
 	return gp_error(GP_EINVAL, "--device must be cpu, cuda or auto (got '%s')", device);
 }
 
+/* Indexed by enum precision; the names that --precision takes and results record. */
+static const char *const precision_names[] = { "fp32", "tf32", "fp16", "bf16" };
+
 int train_parse_precision(const char *s, enum precision *out)
 {
-	static const char *names[] = { "fp32", "tf32", "fp16", "bf16" };
-	for (int i = 0; i < 4; i++)
-		if (!strcmp(s, names[i])) {
+	for (int i = 0; i < (int)(sizeof(precision_names) / sizeof(precision_names[0])); i++)
+		if (!strcmp(s, precision_names[i])) {
 			*out = (enum precision)i;
 			return 0;
 		}
@@ -94,8 +96,7 @@ struct train_opts train_opts_default(void)
 
 const char *train_precision_name(enum precision p)
 {
-	static const char *names[] = { "fp32", "tf32", "fp16", "bf16" };
-	return names[p];
+	return precision_names[p];
 }
 
 static int observe_stage(const struct train_observer *ob, enum train_stage st, int begin)

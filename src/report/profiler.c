@@ -13,6 +13,7 @@
 #endif
 
 #include "core/error.h"
+#include "nn/trainer.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
 #include "report/profile_charts.h"
@@ -31,8 +32,8 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 	struct trace *t = &p->trace;
 	snprintf(t->meta.model, sizeof(t->meta.model), "%s", net->model);
 	t->meta.batch = net->batch;
-	static const char *prec[] = { "fp32", "tf32", "fp16", "bf16" };
-	snprintf(t->meta.precision, sizeof(t->meta.precision), "%s", prec[net->precision]);
+	snprintf(t->meta.precision, sizeof(t->meta.precision), "%s",
+		 train_precision_name(net->precision));
 	int rc = 0;
 	char label[GP_NAME_MAX + 16], name[GP_NAME_MAX + 32];
 	for (int i = 1; i < net->n_nodes && rc == 0; i++) {
