@@ -166,7 +166,7 @@ static int cpu_setup(struct net *net)
 		size_t want = net->plan.total_bytes;
 		cpu_teardown(net);
 		return gp_error(GP_ENOMEM, "cannot allocate %.1f MiB of host memory for batch %d",
-				want / 1048576.0, net->batch);
+				want / GP_MIB, net->batch);
 	}
 	return cpu_sync_from_host(net);
 }

@@ -440,7 +440,7 @@ json_t *train_gpu_json(enum backend_kind backend, int dev)
 		devinfo_query(&d);
 		if (d.gpu_count > 0)
 			gpu = json_pack("{s:s, s:f}", "name", d.gpu_name, "memory_mib",
-					d.mem_total_bytes / 1048576.0);
+					d.mem_total_bytes / GP_MIB);
 	}
 	if (gpu)
 		gpu_json_add_versions(gpu);

@@ -275,7 +275,7 @@ static int tb_write_steps(const struct trace *t, const char *logdir, char *path,
 		    (rc = tb_add_scalar(w, "profile/img_per_s",
 					ms > 0 ? t->meta.batch * 1e3 / ms : 0, s->step)) < 0)
 			break;
-		rc = tb_add_scalar(w, "profile/memory_mib", mem / 1048576.0, s->step);
+		rc = tb_add_scalar(w, "profile/memory_mib", mem / GP_MIB, s->step);
 	}
 	int rc2 = tb_writer_close(w);
 	return rc < 0 ? rc : rc2;
