@@ -263,18 +263,3 @@ void *net_cpu_grads(struct net *net)
 {
 	return net->bk && net->backend == BACKEND_CPU ? net->bk->grads : NULL;
 }
-
-void *net_cpu_output(struct net *net, int node)
-{
-	return net->bk && net->backend == BACKEND_CPU ? act_ptr(net, node) : NULL;
-}
-
-void *net_cpu_input(struct net *net)
-{
-	return net->bk && net->backend == BACKEND_CPU ? net->bk->input : NULL;
-}
-
-void *net_cpu_output_grad(struct net *net, int node)
-{
-	return net->bk && net->backend == BACKEND_CPU ? grad_ptr(net, node) : NULL;
-}
