@@ -183,9 +183,7 @@ static int tables_fill(struct table *main_t, struct table *cat_t, const struct c
 static int csv_write(const struct table *t, const char *dir, const char *name)
 {
 	char path[4096];
-	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-		return gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", dir);
-	GP_TRY(table_write_csv(t, path));
+	GP_TRY(table_write_csv_in(t, dir, name, path, sizeof(path)));
 	printf("wrote %s\n", path);
 	return 0;
 }

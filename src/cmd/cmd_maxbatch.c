@@ -436,11 +436,7 @@ int cmd_maxbatch(int argc, char **argv)
 		goto cleanup;
 	printf("wrote %s\n", path);
 	if (csv) {
-		if (snprintf(path, sizeof(path), "%s/maxbatch.csv", out_dir) >= (int)sizeof(path)) {
-			rc = gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", out_dir);
-			goto cleanup;
-		}
-		if ((rc = table_write_csv(&table, path)) < 0)
+		if ((rc = table_write_csv_in(&table, out_dir, "maxbatch.csv", path, sizeof(path))) < 0)
 			goto cleanup;
 		printf("wrote %s\n", path);
 	}

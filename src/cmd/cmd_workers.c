@@ -325,9 +325,7 @@ static int check_workers(const struct int_list *w)
 static int csv_write(const struct table *t, const char *dir)
 {
 	char path[4096];
-	if (snprintf(path, sizeof(path), "%s/workers.csv", dir) >= (int)sizeof(path))
-		return gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", dir);
-	GP_TRY(table_write_csv(t, path));
+	GP_TRY(table_write_csv_in(t, dir, "workers.csv", path, sizeof(path)));
 	printf("wrote %s\n", path);
 	return 0;
 }
