@@ -84,6 +84,25 @@ int test_run(const char *cmd, char *out, size_t cap)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+int test_count_lines(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+void test_check_bad(const char *args, const char *needle)
+{
+	char cmd[2048], out[4096];
+	snprintf(cmd, sizeof(cmd), "%.500s %.1500s", test_bin(), args);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc != 0, "'%s' exited 0", args);
+	CHECK_MSG(test_count_lines(out) == 1, "'%s' printed %d lines: %s", args,
+		  test_count_lines(out), out);
+	CHECK_MSG(strstr(out, needle) != NULL, "'%s' said '%s', expected '%s'", args, out, needle);
+}
+
 const char *test_tmpdir(void)
 {
 	if (!tmp_root[0]) {

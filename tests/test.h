@@ -20,6 +20,11 @@ const char *test_bin(void);
 int test_run(const char *cmd, char *out, size_t cap);
 /* A fresh temporary directory for this test (removed at exit). */
 const char *test_tmpdir(void);
+/* Lines in s: its '\n' characters. */
+int test_count_lines(const char *s);
+/* Run gpuperf with args and check what bad input must give: a non-zero exit and one
+ * line of output that contains needle. */
+void test_check_bad(const char *args, const char *needle);
 
 #define TEST(name)                                                           \
 	static void test_fn_##name(void);                                    \

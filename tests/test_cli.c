@@ -12,21 +12,13 @@ static int run(const char *args, char *out, size_t cap)
 	return test_run(cmd, out, cap);
 }
 
-static int count_lines(const char *s)
-{
-	int n = 0;
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
-}
-
 /* One line, non-zero exit, and the line names the problem. */
 static void check_bad(const char *args, const char *needle)
 {
 	char out[4096];
 	int rc = run(args, out, sizeof(out));
 	CHECK_MSG(rc != 0, "'%s' exited 0", args);
-	CHECK_MSG(count_lines(out) == 1, "'%s' printed %d lines: %s", args, count_lines(out), out);
+	CHECK_MSG(test_count_lines(out) == 1, "'%s' printed %d lines: %s", args, test_count_lines(out), out);
 	CHECK_MSG(strstr(out, needle) != NULL, "'%s' said '%s', expected '%s'", args, out, needle);
 	CHECK_MSG(strstr(out, "error") != NULL, "'%s' said '%s'", args, out);
 }

@@ -9,24 +9,6 @@
 #include "report/result.h"
 #include "test.h"
 
-static int count_lines(const char *s)
-{
-	int n = 0;
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
-}
-
-static void check_bad(const char *args, const char *needle)
-{
-	char cmd[2048], out[4096];
-	snprintf(cmd, sizeof(cmd), "%.500s %.1500s", test_bin(), args);
-	int rc = test_run(cmd, out, sizeof(out));
-	CHECK_MSG(rc != 0, "'%s' exited 0", args);
-	CHECK_MSG(count_lines(out) == 1, "'%s' printed %d lines: %s", args, count_lines(out), out);
-	CHECK_MSG(strstr(out, needle) != NULL, "'%s' said '%s', expected '%s'", args, out, needle);
-}
-
 static double num(json_t *o, const char *key)
 {
 	json_t *v = json_object_get(o, key);
@@ -107,7 +89,7 @@ TEST(compare_cpu_result_and_csv)
 	csv[n] = 0;
 	fclose(f);
 	CHECK(!strncmp(csv, "model,size,params (M),param MiB,", 32));
-	CHECK_EQ_INT(count_lines(csv), 3);
+	CHECK_EQ_INT(test_count_lines(csv), 3);
 	CHECK(strstr(csv, "\r\nsimple_cnn,32,") != NULL);
 	CHECK(strstr(csv, "\r\nresnet18,32,11.18,") != NULL);
 	snprintf(path, sizeof(path), "%s/compare_memory.csv", dir);
@@ -118,14 +100,14 @@ TEST(compare_cpu_result_and_csv)
 		csv[n] = 0;
 		fclose(f);
 		CHECK(!strncmp(csv, "model,weights,gradients,optimizer,activations,workspace,other,total", 67));
-		CHECK_EQ_INT(count_lines(csv), 3);
+		CHECK_EQ_INT(test_count_lines(csv), 3);
 	}
 }
 
 TEST(compare_bad_input_one_clear_line)
 {
-	check_bad("compare --models simple_cnn,vgg16 --device cpu", "unknown model 'vgg16'");
-	check_bad("compare --models simple_cnn,,resnet18 --device cpu", "--models");
-	check_bad("compare --steps 0 --device cpu", "--steps must be at least 1");
-	check_bad("compare --device cpu --precision fp8", "--precision must be");
+	test_check_bad("compare --models simple_cnn,vgg16 --device cpu", "unknown model 'vgg16'");
+	test_check_bad("compare --models simple_cnn,,resnet18 --device cpu", "--models");
+	test_check_bad("compare --steps 0 --device cpu", "--steps must be at least 1");
+	test_check_bad("compare --device cpu --precision fp8", "--precision must be");
 }

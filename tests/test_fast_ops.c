@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/rng.h"
+#include "core/timeutil.h"
 #include "ops/ops.h"
 #include "test.h"
 
@@ -33,13 +34,6 @@ static float *nan_f32(size_t n)
 	for (size_t i = 0; i < n; i++)
 		v[i] = NAN;
 	return v;
-}
-
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
 static struct conv2d_args conv_make(int n, int c_in, int h, int w, int c_out, int k,
@@ -169,7 +163,7 @@ TEST(fast_linear)
 static double conv_step_ms(const struct conv2d_args *a, int fast, const float *x,
 			   const float *w, float *y, float *dx, float *dw, float *ws)
 {
-	double t0 = now_ms();
+	double t0 = gp_now_ms();
 	if (fast) {
 		conv2d_fwd_fast_f32(a, x, w, NULL, y, ws);
 		conv2d_bwd_data_fast_f32(a, y, w, dx, 0, ws);
@@ -179,7 +173,7 @@ static double conv_step_ms(const struct conv2d_args *a, int fast, const float *x
 		conv2d_bwd_data_cpu_f32(a, y, w, dx, 0);
 		conv2d_bwd_filter_cpu_f32(a, x, y, dw, NULL);
 	}
-	return now_ms() - t0;
+	return gp_now_ms() - t0;
 }
 
 /* The better of two runs: a neighbour on the two cores can stall either one. */

@@ -14,24 +14,6 @@
 #define LIMIT_MIB 40
 #define LIMIT_BYTES ((size_t)LIMIT_MIB << 20)
 
-static int count_lines(const char *s)
-{
-	int n = 0;
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
-}
-
-static void check_bad(const char *args, const char *needle)
-{
-	char cmd[2048], out[4096];
-	snprintf(cmd, sizeof(cmd), "%.500s %.1500s", test_bin(), args);
-	int rc = test_run(cmd, out, sizeof(out));
-	CHECK_MSG(rc != 0, "'%s' exited 0", args);
-	CHECK_MSG(count_lines(out) == 1, "'%s' printed %d lines: %s", args, count_lines(out), out);
-	CHECK_MSG(strstr(out, needle) != NULL, "'%s' said '%s', expected '%s'", args, out, needle);
-}
-
 static struct net *simple_cnn32(void)
 {
 	struct model_opts mo = model_defaults("simple_cnn");
@@ -183,7 +165,7 @@ TEST(maxbatch_cpu_finds_the_plan_answer)
 		csv[n] = 0;
 		fclose(f);
 		CHECK(!strncmp(csv, "batch,result,predicted MiB,peak alloc MiB,process MiB,step ms\r\n", 63));
-		CHECK_EQ_INT(count_lines(csv), n_seq + 1);
+		CHECK_EQ_INT(test_count_lines(csv), n_seq + 1);
 	}
 }
 
@@ -215,9 +197,9 @@ TEST(maxbatch_start_too_large_bisects_down)
 
 TEST(maxbatch_bad_input_one_clear_line)
 {
-	check_bad("maxbatch --model vgg16 --device cpu --mem-limit-mib 40", "unknown model 'vgg16'");
-	check_bad("maxbatch --model simple_cnn --device cpu --start 0", "--start must be at least 1");
-	check_bad("maxbatch --model simple_cnn --device cpu --mem-limit-mib 0",
+	test_check_bad("maxbatch --model vgg16 --device cpu --mem-limit-mib 40", "unknown model 'vgg16'");
+	test_check_bad("maxbatch --model simple_cnn --device cpu --start 0", "--start must be at least 1");
+	test_check_bad("maxbatch --model simple_cnn --device cpu --mem-limit-mib 0",
 		  "--mem-limit-mib must be at least 1");
 }
 

@@ -11,14 +11,6 @@
 #include "report/result.h"
 #include "test.h"
 
-static int count_lines(const char *s)
-{
-	int n = 0;
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
-}
-
 /* 24 small JPEGs in 3 classes under dir/ds; returns 0 on success. */
 static int make_dataset(char *ds, size_t cap)
 {
@@ -46,16 +38,6 @@ static json_t *train_json(const char *out)
 	json_t *j = p ? json_loads(p + 1, JSON_DISABLE_EOF_CHECK, &err) : NULL;
 	CHECK_MSG(j != NULL, "no JSON summary in: %s", out);
 	return j;
-}
-
-static void check_bad(const char *args, const char *needle)
-{
-	char cmd[2048], out[4096];
-	snprintf(cmd, sizeof(cmd), "%.500s %.1500s", test_bin(), args);
-	int rc = test_run(cmd, out, sizeof(out));
-	CHECK_MSG(rc != 0, "'%s' exited 0", args);
-	CHECK_MSG(count_lines(out) == 1, "'%s' printed %d lines: %s", args, count_lines(out), out);
-	CHECK_MSG(strstr(out, needle) != NULL, "'%s' said '%s', expected '%s'", args, out, needle);
 }
 
 TEST(train_on_imagefolder_reports_data_wait)
@@ -200,7 +182,7 @@ TEST(workers_cpu_result_and_csv)
 	csv[n] = 0;
 	fclose(f);
 	CHECK(!strncmp(csv, "workers,GPU util %,std %,idle %,samples,total s,img/s,data wait ms,", 66));
-	CHECK_EQ_INT(count_lines(csv), 3);
+	CHECK_EQ_INT(test_count_lines(csv), 3);
 	CHECK(strstr(csv, "\r\n0,n/a,n/a,n/a,n/a,") != NULL);
 	CHECK(strstr(csv, "\r\n2,n/a,n/a,n/a,n/a,") != NULL);
 }
@@ -210,22 +192,22 @@ TEST(workers_and_train_data_bad_input_one_clear_line)
 	char ds[600], args[1024];
 	if (make_dataset(ds, sizeof(ds)))
 		return;
-	check_bad("workers --device cpu --workers 0 --steps 1 --data /nonexistent/gp-ds",
+	test_check_bad("workers --device cpu --workers 0 --steps 1 --data /nonexistent/gp-ds",
 		  "dataset folder '/nonexistent/gp-ds' does not exist");
-	check_bad("workers --device cpu --workers 0", "--data DIR");
+	test_check_bad("workers --device cpu --workers 0", "--data DIR");
 	snprintf(args, sizeof(args), "workers --device cpu --workers -1 --data %s", ds);
-	check_bad(args, "--workers: -1 is out of range");
+	test_check_bad(args, "--workers: -1 is out of range");
 	snprintf(args, sizeof(args), "workers --device cpu --workers , --data %s", ds);
-	check_bad(args, "--workers: give at least one worker count");
+	test_check_bad(args, "--workers: give at least one worker count");
 	snprintf(args, sizeof(args), "workers --device cpu --workers 2,0,2 --data %s", ds);
-	check_bad(args, "--workers lists 2 twice");
+	test_check_bad(args, "--workers lists 2 twice");
 	snprintf(args, sizeof(args), "workers --device cpu --interval 0 --data %s", ds);
-	check_bad(args, "--interval must be");
-	check_bad("train --device cpu --model simple_cnn --data /nonexistent/gp-ds",
+	test_check_bad(args, "--interval must be");
+	test_check_bad("train --device cpu --model simple_cnn --data /nonexistent/gp-ds",
 		  "dataset folder '/nonexistent/gp-ds' does not exist");
 	snprintf(args, sizeof(args), "train --device cpu --model simple_cnn --data %s --workers -1", ds);
-	check_bad(args, "--workers must be at least 0");
-	check_bad("train --device cpu --model simple_cnn --workers 2", "need --data DIR");
+	test_check_bad(args, "--workers must be at least 0");
+	test_check_bad("train --device cpu --model simple_cnn --workers 2", "need --data DIR");
 	snprintf(args, sizeof(args), "train --device cpu --model simple_cnn --data %s --classes 2", ds);
-	check_bad(args, "--classes 2 is fewer than the 3 classes");
+	test_check_bad(args, "--classes 2 is fewer than the 3 classes");
 }

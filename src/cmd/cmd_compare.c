@@ -18,7 +18,6 @@
 #include "report/table.h"
 
 #define COMPARE_MAX_MODELS 8
-#define MIB 1048576.0
 
 struct compare_row {
 	char model[32];
@@ -112,7 +111,7 @@ static int parse_models(const char *list, char names[][32], int *n)
 
 static json_t *mib_or_null(int ok, size_t bytes)
 {
-	return ok ? json_real(bytes / MIB) : json_null();
+	return ok ? json_real(bytes / GP_MIB) : json_null();
 }
 
 static json_t *row_json(const struct compare_row *r)
@@ -126,15 +125,15 @@ static json_t *row_json(const struct compare_row *r)
 			 " s:f, s:f, s:f, s:f, s:f, s:o}",
 		"model", r->model, "size", r->size, "batch", r->batch, "steps", t->steps,
 		"params", (json_int_t)t->params, "params_m", t->params / 1e6,
-		"param_mib", t->params * sizeof(float) / MIB,
+		"param_mib", t->params * sizeof(float) / GP_MIB,
 		"process_setup_mib", mib_or_null(r->process_setup_ok, r->process_setup_bytes),
 		"process_peak_mib", mib_or_null(r->process_peak_ok, r->process_peak_bytes),
 		"alloc_bytes", (json_int_t)t->mem_after_setup.total_bytes,
 		"alloc_peak_bytes", (json_int_t)t->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)t->plan.total_bytes,
-		"alloc_mib", t->mem_after_setup.total_bytes / MIB,
-		"alloc_peak_mib", t->mem.total_peak_bytes / MIB,
-		"predicted_peak_mib", t->plan.total_bytes / MIB,
+		"alloc_mib", t->mem_after_setup.total_bytes / GP_MIB,
+		"alloc_peak_mib", t->mem.total_peak_bytes / GP_MIB,
+		"predicted_peak_mib", t->plan.total_bytes / GP_MIB,
 		"train_s", t->total_s, "ms_per_step", t->ms_per_step, "img_s", t->img_s,
 		"first_loss", t->first_loss, "last_loss", t->last_loss,
 		"category_bytes", cat);
@@ -143,7 +142,7 @@ static json_t *row_json(const struct compare_row *r)
 static void mib_cell(char *buf, size_t cap, int ok, size_t bytes)
 {
 	if (ok)
-		snprintf(buf, cap, "%.1f", bytes / MIB);
+		snprintf(buf, cap, "%.1f", bytes / GP_MIB);
 	else
 		snprintf(buf, cap, "n/a");
 }
@@ -167,16 +166,16 @@ static int tables_fill(struct table *main_t, struct table *cat_t, const struct c
 		mib_cell(ps, sizeof(ps), r->process_setup_ok, r->process_setup_bytes);
 		mib_cell(pp, sizeof(pp), r->process_peak_ok, r->process_peak_bytes);
 		GP_TRY(table_add_row(main_t, "%s\t%d\t%.2f\t%.1f\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f",
-				     r->model, r->size, t->params / 1e6, t->params * sizeof(float) / MIB,
-				     ps, pp, t->mem_after_setup.total_bytes / MIB,
-				     t->mem.total_peak_bytes / MIB, t->plan.total_bytes / MIB,
+				     r->model, r->size, t->params / 1e6, t->params * sizeof(float) / GP_MIB,
+				     ps, pp, t->mem_after_setup.total_bytes / GP_MIB,
+				     t->mem.total_peak_bytes / GP_MIB, t->plan.total_bytes / GP_MIB,
 				     t->total_s, t->img_s));
 		for (int c = 0; c < MEM_NCAT; c++)
-			snprintf(cats[c], sizeof(cats[c]), "%.1f", t->mem_after_setup.cur_bytes[c] / MIB);
+			snprintf(cats[c], sizeof(cats[c]), "%.1f", t->mem_after_setup.cur_bytes[c] / GP_MIB);
 		_Static_assert(MEM_NCAT == 6, "the breakdown row lists six categories");
 		GP_TRY(table_add_row(cat_t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f", r->model, cats[0],
 				     cats[1], cats[2], cats[3], cats[4], cats[5],
-				     t->mem_after_setup.total_bytes / MIB));
+				     t->mem_after_setup.total_bytes / GP_MIB));
 	}
 	return 0;
 }
@@ -184,9 +183,7 @@ static int tables_fill(struct table *main_t, struct table *cat_t, const struct c
 static int csv_write(const struct table *t, const char *dir, const char *name)
 {
 	char path[4096];
-	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
-		return gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", dir);
-	GP_TRY(table_write_csv(t, path));
+	GP_TRY(table_write_csv_in(t, dir, name, path, sizeof(path)));
 	printf("wrote %s\n", path);
 	return 0;
 }

@@ -17,6 +17,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timeutil.h"
 #include "data/image.h"
 
 struct make_job {
@@ -145,13 +146,6 @@ static void *make_worker(void *arg)
 	return NULL;
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static int dataset_make(struct make_job *j)
 {
 	char path[4096];
@@ -161,7 +155,7 @@ static int dataset_make(struct make_job *j)
 	}
 	pthread_t tids[64];
 	int started = 0;
-	double t0 = now_s();
+	double t0 = gp_now_s();
 	pthread_mutex_init(&j->err_mu, NULL);
 	for (; started < j->threads; started++)
 		if (pthread_create(&tids[started], NULL, make_worker, j) != 0)
@@ -174,9 +168,9 @@ static int dataset_make(struct make_job *j)
 	 * the short naps keep a small job from waiting on the display. */
 	double shown = 0;
 	while (atomic_load(&j->done) < j->images && !atomic_load(&j->err)) {
-		if (now_s() - shown >= 0.25) {
+		if (gp_now_s() - shown >= 0.25) {
 			fprintf(stderr, "\rmaking images: %d/%d", atomic_load(&j->done), j->images);
-			shown = now_s();
+			shown = gp_now_s();
 		}
 		usleep(10000);
 	}
@@ -189,7 +183,7 @@ static int dataset_make(struct make_job *j)
 	double bytes = (double)atomic_load(&j->bytes);
 	printf("wrote %d images in %d classes to %s: %.1f MB (%.1f KB per image) in %.2f s\n",
 	       j->images, j->classes, j->out_dir, bytes / 1e6, bytes / 1e3 / j->images,
-	       now_s() - t0);
+	       gp_now_s() - t0);
 	return 0;
 }
 

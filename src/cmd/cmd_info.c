@@ -8,13 +8,14 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/memstat.h"
 #include "core/version.h"
 #include "gpu/devinfo.h"
 #include "nn/models.h"
 
 static double mib(size_t b)
 {
-	return b / 1048576.0;
+	return b / GP_MIB;
 }
 
 static void shape_str(const struct shape *s, char *buf, size_t cap)

@@ -9,15 +9,9 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/timeutil.h"
 #include "data/dataset.h"
 #include "data/loader.h"
-
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
 
 struct loader_run {
 	double img_s, wait_ms_mean, total_ms;
@@ -28,7 +22,7 @@ static int loader_measure(struct dataset *ds, const struct loader_config *cfg,
 			  int batches, struct loader_run *out)
 {
 	struct loader *l;
-	double t0 = now_ms(), wait_ms = 0;
+	double t0 = gp_now_ms(), wait_ms = 0;
 	long images = 0;
 	GP_TRY(loader_create(ds, cfg, &l));
 	int rc = 0;
@@ -41,7 +35,7 @@ static int loader_measure(struct dataset *ds, const struct loader_config *cfg,
 		images += b->n;
 		loader_release(l, b);
 	}
-	out->total_ms = now_ms() - t0;
+	out->total_ms = gp_now_ms() - t0;
 	out->img_s = images / (out->total_ms / 1e3);
 	out->wait_ms_mean = wait_ms / batches;
 	loader_get_stats(l, &out->st);

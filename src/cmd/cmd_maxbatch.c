@@ -14,6 +14,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/timeutil.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -24,7 +25,6 @@
 #include "report/result.h"
 #include "report/table.h"
 
-#define MIB 1048576.0
 /* Doubling gives up here: a step this large that still fits means no cap works. */
 #define MAXBATCH_LARGEST (1 << 22)
 /* Doubling and bisection up to MAXBATCH_LARGEST take at most 2 * 23 trials. */
@@ -53,13 +53,6 @@ struct search {
 	struct trial trials[MAXBATCH_TRIALS];
 	int n_trials;
 };
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static size_t image_floats(const struct net *net)
 {
@@ -110,15 +103,15 @@ static double process_mib(const struct search *s)
 				pages_rss = 0;
 			fclose(f);
 		}
-		return (double)pages_rss * sysconf(_SC_PAGESIZE) / MIB;
+		return (double)pages_rss * sysconf(_SC_PAGESIZE) / GP_MIB;
 	}
 	if (s->nvml_ok && train_process_gpu_mem(&bytes, NULL) == 0)
-		return bytes / MIB;
+		return bytes / GP_MIB;
 	gp_error_clear();
 #ifdef GP_HAVE_CUDA
 	size_t free_b = 0, total_b = 0;
 	if (cuda_mem_info(&free_b, &total_b) == 0)
-		return (total_b - free_b) / MIB;
+		return (total_b - free_b) / GP_MIB;
 	gp_error_clear();
 #endif
 	return 0;
@@ -136,21 +129,21 @@ static int trial_run(struct search *s, int batch, struct trial *t)
 	t->batch = batch;
 	GP_TRY(net_set_batch(net, batch));
 	GP_TRY(train_plan_total(net, s->backend, s->workspace_bytes, &predicted));
-	t->predicted_mib = predicted / MIB;
+	t->predicted_mib = predicted / GP_MIB;
 	GP_TRY(host_batch_grow(s, batch));
 
 	mem_stats_reset_peak(&net->mem);
 	int rc = net_setup(net, s->backend, GP_F32, s->prec);
 	if (rc == 0)
 		rc = net_set_batch_data(net, s->x, s->labels);
-	double t0 = now_s();
+	double t0 = gp_now_s();
 	/* Reading the logits back after the SGD step waits for the whole step. */
 	if (rc == 0 && (rc = net_forward(net, 1)) == 0 && (rc = net_loss(net, &loss, NULL)) == 0 &&
 	    (rc = net_backward(net)) == 0 && (rc = net_sgd_step(net, &sgd)) == 0)
 		rc = net_logits_to_host(net, s->logits);
 	if (rc == 0) {
-		t->step_ms = 1e3 * (now_s() - t0);
-		t->peak_alloc_mib = net->mem.total_peak_bytes / MIB;
+		t->step_ms = 1e3 * (gp_now_s() - t0);
+		t->peak_alloc_mib = net->mem.total_peak_bytes / GP_MIB;
 		t->process_mib = process_mib(s);
 		if (s->backend == BACKEND_CUDA && net->mem.cur_bytes[MEM_WORKSPACE] > s->workspace_bytes)
 			s->workspace_bytes = net->mem.cur_bytes[MEM_WORKSPACE];
@@ -284,7 +277,7 @@ static json_t *search_result(const struct search *s, int argc, char **argv, cons
 	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s}", "model", model,
 		"precision", prec, "image_size", size, "start", start,
 		"device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
-		"mem_limit_mib", limit_bytes ? json_real(limit_bytes / MIB) : json_null(),
+		"mem_limit_mib", limit_bytes ? json_real(limit_bytes / GP_MIB) : json_null(),
 		"search", "double from start, then bisect to the exact batch");
 	json_t *m = json_pack("{s:s, s:s, s:f, s:O, s:i, s:i, s:f}", "model", model,
 		"precision", prec, "capacity_mib", capacity_mib, "trials", trials,
@@ -343,7 +336,7 @@ static int budget_get(enum backend_kind backend, size_t limit, size_t *budget, s
 	if (!limit) {
 		limit = (size_t)sysconf(_SC_AVPHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
 		printf("note: no --mem-limit-mib on the CPU: capped at the available host memory, %.0f MiB\n",
-		       limit / MIB);
+		       limit / GP_MIB);
 	}
 	*budget = *capacity = limit;
 	return 0;
@@ -406,18 +399,18 @@ int cmd_maxbatch(int argc, char **argv)
 		goto cleanup;
 	printf("%s, %dx%d, %s on %s: the memory plan predicts a largest batch of %d "
 	       "(%.0f MiB available%s)\n", model, mo.size, mo.size, train_precision_name(s.prec),
-	       s.backend == BACKEND_CUDA ? "cuda" : "cpu", predicted, budget / MIB,
+	       s.backend == BACKEND_CUDA ? "cuda" : "cpu", predicted, budget / GP_MIB,
 	       s.backend == BACKEND_CUDA ? ", cuDNN workspace measured at set-up, not counted" : "");
 
 	size_t free_before = device_free_bytes(s.backend);
-	double t0 = now_s();
+	double t0 = gp_now_s();
 	if ((rc = search_run(&s, start, &max_batch)) < 0)
 		goto cleanup;
-	double search_s = now_s() - t0;
+	double search_s = gp_now_s() - t0;
 	if (s.backend == BACKEND_CUDA)
 		printf("device memory free: %.0f MiB before the search, %.0f MiB after (the context keeps "
-		       "its library handles and a %.0f MiB cuDNN workspace)\n", free_before / MIB,
-		       device_free_bytes(s.backend) / MIB, s.workspace_bytes / MIB);
+		       "its library handles and a %.0f MiB cuDNN workspace)\n", free_before / GP_MIB,
+		       device_free_bytes(s.backend) / GP_MIB, s.workspace_bytes / GP_MIB);
 	if (s.nvml_ok && train_process_gpu_mem(&free_before, &gpu_dev) < 0)
 		gp_error_clear(); /* the GPU we ran on is not known: NVML's first */
 
@@ -430,7 +423,7 @@ int cmd_maxbatch(int argc, char **argv)
 		printf("prediction %d vs found %d: off by %+d batches (%+.1f%%)\n", predicted,
 		       max_batch, predicted - max_batch, 100.0 * (predicted - max_batch) / max_batch);
 
-	res = search_result(&s, argc, argv, model, mo.size, start, capacity / MIB, limit,
+	res = search_result(&s, argc, argv, model, mo.size, start, capacity / GP_MIB, limit,
 			    max_batch, predicted, search_s);
 	if (!res) {
 		rc = gp_error(GP_ENOMEM, "out of memory building the maxbatch result");
@@ -443,17 +436,13 @@ int cmd_maxbatch(int argc, char **argv)
 		goto cleanup;
 	printf("wrote %s\n", path);
 	if (csv) {
-		if (snprintf(path, sizeof(path), "%s/maxbatch.csv", out_dir) >= (int)sizeof(path)) {
-			rc = gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", out_dir);
-			goto cleanup;
-		}
-		if ((rc = table_write_csv(&table, path)) < 0)
+		if ((rc = table_write_csv_in(&table, out_dir, "maxbatch.csv", path, sizeof(path))) < 0)
 			goto cleanup;
 		printf("wrote %s\n", path);
 	}
 	if (max_batch == 0) {
 		rc = gp_error(GP_EDEVOOM, "%s does not train even at batch 1 in %.0f MiB", model,
-			      capacity / MIB);
+			      capacity / GP_MIB);
 		goto cleanup;
 	}
 	if ((rc = plots_draw(res, out_dir)) < 0)

@@ -13,6 +13,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/timeutil.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -52,13 +53,6 @@ struct workers_watch {
 	int driver_ok;   /* the driver's buffered samples are still worth asking for */
 };
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static int series_push(struct util_series *s, double t_s, double pct)
 {
 	if (s->n == s->cap) {
@@ -93,7 +87,7 @@ static int watch_poll_driver(struct workers_watch *w)
 	enum { CAP = 512 };
 	double pct[CAP], t[CAP];
 	int n = CAP;
-	w->t_polled = now_s();
+	w->t_polled = gp_now_s();
 	while (w->driver_ok && n == CAP) {
 		if (nvml_util_samples(w->dev, &w->driver_ts_us, pct, t, CAP, &n) < 0) {
 			gp_error_clear();
@@ -119,7 +113,7 @@ static int watch_after_setup(void *user, struct net *net)
 		gp_error_clear(); /* not found by pid (containers): NVML's first GPU */
 		w->dev = 0;
 	}
-	w->t_start = now_s();
+	w->t_start = gp_now_s();
 	w->driver_ok = 1;
 	GP_TRY(watch_poll_driver(w)); /* only advances the time stamp past older samples */
 	/* Without the thread the driver's series may still do; training goes on. */
@@ -136,8 +130,8 @@ static int watch_after_step(void *user, struct net *net, int step, int steps, do
 {
 	struct workers_watch *w = user;
 	if (step == steps)
-		w->t_end = now_s();
-	if (w->nvml && (step == steps || now_s() - w->t_polled >= DRIVER_POLL_S))
+		w->t_end = gp_now_s();
+	if (w->nvml && (step == steps || gp_now_s() - w->t_polled >= DRIVER_POLL_S))
 		GP_TRY(watch_poll_driver(w));
 	int quarter = steps / 4 > 0 ? steps / 4 : 1;
 	if (step == steps || step % quarter == 0) {
@@ -331,9 +325,7 @@ static int check_workers(const struct int_list *w)
 static int csv_write(const struct table *t, const char *dir)
 {
 	char path[4096];
-	if (snprintf(path, sizeof(path), "%s/workers.csv", dir) >= (int)sizeof(path))
-		return gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", dir);
-	GP_TRY(table_write_csv(t, path));
+	GP_TRY(table_write_csv_in(t, dir, "workers.csv", path, sizeof(path)));
 	printf("wrote %s\n", path);
 	return 0;
 }

@@ -38,20 +38,3 @@ void gp_error_clear(void)
 {
 	err_msg[0] = 0;
 }
-
-const char *gp_errname(int code)
-{
-	switch (code) {
-	case GP_OK: return "ok";
-	case GP_EINVAL: return "invalid argument";
-	case GP_ENOMEM: return "out of host memory";
-	case GP_EIO: return "i/o error";
-	case GP_EFORMAT: return "bad format";
-	case GP_ENODEV: return "no device";
-	case GP_EDEVOOM: return "out of device memory";
-	case GP_EDEVICE: return "device error";
-	case GP_EUNSUPPORTED: return "unsupported";
-	case GP_ENOTFOUND: return "not found";
-	}
-	return "error";
-}

@@ -28,7 +28,6 @@ int gp_error(int code, const char *fmt, ...) GP_PRINTF(2, 3);
 /* Prefix the current message with more context ("loading 'x': ..."); returns code. */
 int gp_error_wrap(int code, const char *fmt, ...) GP_PRINTF(2, 3);
 const char *gp_errmsg(void);
-const char *gp_errname(int code);
 void gp_error_clear(void);
 
 /* Propagate a negative return value. */

@@ -5,6 +5,9 @@
 
 #include <stddef.h>
 
+/* Bytes in a MiB, for every figure a report or message gives in MiB. */
+#define GP_MIB 1048576.0
+
 enum mem_cat {
 	MEM_WEIGHTS = 0, /* parameters and batch-norm running statistics */
 	MEM_GRADS,       /* parameter gradients */

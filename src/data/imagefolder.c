@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timeutil.h"
 
 #define WALK_DEPTH_MAX 32
 
@@ -222,19 +223,12 @@ out_list:
 	return rc;
 }
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
 /* Read, decode at the smallest scale the crop allows, then crop, resize, flip and
  * normalize in one resampling pass. */
 int imagefolder_load(const struct dataset *ds, struct image_ctx *ctx, int index,
 		     uint64_t seed, float *out, struct sample_cost *cost)
 {
-	double t0 = now_ms();
+	double t0 = gp_now_ms();
 	size_t len;
 	enum image_kind kind;
 	int w, h, flip = 0;
@@ -264,7 +258,7 @@ int imagefolder_load(const struct dataset *ds, struct image_ctx *ctx, int index,
 		image_pick_scale(w, h, need_w, need_h, &sw, &sh);
 	struct image img;
 	GP_TRY(image_decode(ctx, ctx->file, len, kind, sw, sh, &img));
-	cost->decode_ms = now_ms() - t0;
+	cost->decode_ms = gp_now_ms() - t0;
 	cost->decoded_pixels = (double)img.w * img.h;
 	cost->full_pixels = (double)w * h;
 	if (img.w != w || img.h != h) {

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timeutil.h"
 #include "data/transform.h"
 
 #define LOADER_WORKERS_MAX 256
@@ -68,13 +69,6 @@ void loader_set_host_allocator(void *(*alloc)(size_t), void (*free_fn)(void *))
 {
 	host_alloc_fn = alloc;
 	host_free_fn = free_fn;
-}
-
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
 /* The sample order of an epoch: identity for eval, Fisher-Yates for train. */
@@ -279,7 +273,7 @@ int loader_next(struct loader *l, struct batch **out)
 {
 	long seq = l->next_deliver;
 	struct slot *s = &l->slots[seq % l->n_slots];
-	double t0 = now_ms();
+	double t0 = gp_now_ms();
 	int rc = 0;
 	pthread_mutex_lock(&l->mu);
 	for (;;) {
@@ -313,7 +307,7 @@ int loader_next(struct loader *l, struct batch **out)
 	l->stats.decode_ms_total += s->st.decode_ms_total;
 	l->stats.decoded_pixels += s->st.decoded_pixels;
 	l->stats.full_pixels += s->st.full_pixels;
-	s->b.wait_ms = now_ms() - t0;
+	s->b.wait_ms = gp_now_ms() - t0;
 	*out = &s->b;
 out_unlock:
 	pthread_mutex_unlock(&l->mu);

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/timeutil.h"
 
 #define NVML_SUCCESS 0
 #define NVML_ERROR_NO_PERMISSION 4
@@ -250,13 +251,6 @@ int nvml_device_count(int *n)
 	return 0;
 }
 
-static double mono_now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int nvml_static_info(int dev, struct nvml_static_info *out)
 {
 	nvml_device h;
@@ -290,7 +284,7 @@ int nvml_sample(int dev, struct nvml_sample *out)
 	struct nvml_utilization util = { 0, 0 };
 	memset(out, 0, sizeof(*out));
 	GP_TRY(nvml_handle(dev, &h));
-	out->t_s = mono_now_s();
+	out->t_s = gp_now_s();
 	GP_TRY(NVML_CALL(nvml.nvmlDeviceGetMemoryInfo(h, &mem)));
 	out->mem_used_bytes = (size_t)mem.used;
 	out->mem_total_bytes = (size_t)mem.total;
@@ -419,7 +413,7 @@ int nvml_util_samples(int dev, unsigned long long *last_ts_us, double *pct, doub
 	 * monotonic clock that nvml_sample uses, through one pair of readings. */
 	struct timeval wall;
 	gettimeofday(&wall, NULL);
-	double mono = mono_now_s();
+	double mono = gp_now_s();
 	double wall_s = wall.tv_sec + wall.tv_usec * 1e-6;
 	unsigned first = count > (unsigned)cap ? count - (unsigned)cap : 0;
 	for (unsigned i = first; i < count; i++) {

@@ -166,7 +166,7 @@ static int cpu_setup(struct net *net)
 		size_t want = net->plan.total_bytes;
 		cpu_teardown(net);
 		return gp_error(GP_ENOMEM, "cannot allocate %.1f MiB of host memory for batch %d",
-				want / 1048576.0, net->batch);
+				want / GP_MIB, net->batch);
 	}
 	return cpu_sync_from_host(net);
 }
@@ -262,19 +262,4 @@ void *net_cpu_params(struct net *net)
 void *net_cpu_grads(struct net *net)
 {
 	return net->bk && net->backend == BACKEND_CPU ? net->bk->grads : NULL;
-}
-
-void *net_cpu_output(struct net *net, int node)
-{
-	return net->bk && net->backend == BACKEND_CPU ? act_ptr(net, node) : NULL;
-}
-
-void *net_cpu_input(struct net *net)
-{
-	return net->bk && net->backend == BACKEND_CPU ? net->bk->input : NULL;
-}
-
-void *net_cpu_output_grad(struct net *net, int node)
-{
-	return net->bk && net->backend == BACKEND_CPU ? grad_ptr(net, node) : NULL;
 }

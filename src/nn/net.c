@@ -601,7 +601,7 @@ static int mem_limit_error(const struct net *net, size_t bytes)
 {
 	return gp_error(net->backend == BACKEND_CUDA ? GP_EDEVOOM : GP_ENOMEM,
 			"batch %d needs %.1f MiB, over the memory limit of %.1f MiB", net->batch,
-			bytes / 1048576.0, net->mem_limit_bytes / 1048576.0);
+			bytes / GP_MIB, net->mem_limit_bytes / GP_MIB);
 }
 
 int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec)

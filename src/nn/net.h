@@ -210,8 +210,5 @@ const char *net_node_label(const struct net *net, int node, char *buf, size_t ca
  * in the backend dtype: for tests and gradient checks. */
 void *net_cpu_params(struct net *net);
 void *net_cpu_grads(struct net *net);
-void *net_cpu_output(struct net *net, int node);
-void *net_cpu_output_grad(struct net *net, int node);
-void *net_cpu_input(struct net *net);
 
 #endif

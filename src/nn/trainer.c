@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timeutil.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "gpu/devinfo.h"
@@ -23,13 +24,6 @@
 #include "ops/cuda/device.h"
 #endif
 #include "report/result.h"
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int train_pick_device(const char *device, enum backend_kind *out, int quiet)
 {
@@ -54,11 +48,13 @@ int train_pick_device(const char *device, enum backend_kind *out, int quiet)
 	return gp_error(GP_EINVAL, "--device must be cpu, cuda or auto (got '%s')", device);
 }
 
+/* Indexed by enum precision; the names that --precision takes and results record. */
+static const char *const precision_names[] = { "fp32", "tf32", "fp16", "bf16" };
+
 int train_parse_precision(const char *s, enum precision *out)
 {
-	static const char *names[] = { "fp32", "tf32", "fp16", "bf16" };
-	for (int i = 0; i < 4; i++)
-		if (!strcmp(s, names[i])) {
+	for (int i = 0; i < (int)(sizeof(precision_names) / sizeof(precision_names[0])); i++)
+		if (!strcmp(s, precision_names[i])) {
 			*out = (enum precision)i;
 			return 0;
 		}
@@ -100,8 +96,7 @@ struct train_opts train_opts_default(void)
 
 const char *train_precision_name(enum precision p)
 {
-	static const char *names[] = { "fp32", "tf32", "fp16", "bf16" };
-	return names[p];
+	return precision_names[p];
 }
 
 static int observe_stage(const struct train_observer *ob, enum train_stage st, int begin)
@@ -140,9 +135,9 @@ static int train_data_next(struct train_data *d, struct net *net, int64_t *wait_
 	d->wait_ms_total += b->wait_ms;
 	if (wait_ns)
 		*wait_ns = (int64_t)(b->wait_ms * 1e6);
-	double t0 = now_s();
+	double t0 = gp_now_s();
 	rc = net_stage_batch(net, b->x, b->labels);
-	d->copy_ms_total += 1e3 * (now_s() - t0);
+	d->copy_ms_total += 1e3 * (gp_now_s() - t0);
 	if (d->held)
 		loader_release(d->ld, d->held);
 	d->held = b;
@@ -285,12 +280,12 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				res->batches_per_epoch, o->workers);
 	}
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
-	double t0 = now_s(), t_timed = t0;
+	double t0 = gp_now_s(), t_timed = t0;
 	for (int step = 0; step < steps; step++) {
 		if (step == warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
-			t_timed = now_s();
+			t_timed = gp_now_s();
 		}
 		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
 		double loss = 0;
@@ -309,7 +304,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			res->first_loss = loss;
 		if (want_loss) {
 			res->last_loss = loss;
-			double el = now_s() - t0;
+			double el = gp_now_s() - t0;
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
 					step + 1, steps, loss, 100.0 * correct / o->batch,
@@ -319,10 +314,10 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			}
 		}
 		if (obs && obs->after_step &&
-		    (rc = obs->after_step(obs->user, net, step + 1, steps, now_s() - t0)) < 0)
+		    (rc = obs->after_step(obs->user, net, step + 1, steps, gp_now_s() - t0)) < 0)
 			goto out;
 	}
-	double t_end = now_s();
+	double t_end = gp_now_s();
 	int timed = steps - warmup;
 	res->steps = steps;
 	res->timed_steps = timed;
@@ -454,7 +449,7 @@ json_t *train_gpu_json(enum backend_kind backend, int dev)
 		devinfo_query(&d);
 		if (d.gpu_count > 0)
 			gpu = json_pack("{s:s, s:f}", "name", d.gpu_name, "memory_mib",
-					d.mem_total_bytes / 1048576.0);
+					d.mem_total_bytes / GP_MIB);
 	}
 	if (gpu)
 		gpu_json_add_versions(gpu);

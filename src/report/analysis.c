@@ -12,11 +12,6 @@ static const char *const part_names[PART_COUNT] = {
 };
 static const char *const stage_names[STAGE_COUNT] = { "data", "forward", "backward", "optimizer" };
 
-const char *analysis_part_name(int part)
-{
-	return part >= 0 && part < PART_COUNT ? part_names[part] : "?";
-}
-
 const char *analysis_stage_name(int stage)
 {
 	return stage >= 0 && stage < STAGE_COUNT ? stage_names[stage] : "?";

@@ -25,7 +25,6 @@ enum analysis_part {
 /* Annotation ranges the training loop opens inside each step. */
 enum analysis_stage { STAGE_DATA = 0, STAGE_FORWARD, STAGE_BACKWARD, STAGE_OPTIMIZER, STAGE_COUNT };
 
-const char *analysis_part_name(int part);
 const char *analysis_stage_name(int stage);
 
 struct analysis_step {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/memstat.h"
 #include "report/chart.h"
 
 int profile_chart_stages(const struct analysis *a, const char *path)
@@ -58,7 +59,7 @@ int profile_chart_memory(const struct analysis *a, const char *path)
 		return gp_error(GP_ENOMEM, "memory chart: out of memory");
 	double peak = 0;
 	for (int i = 0; i < a->n_mem; i++) {
-		mib[i] = a->mem_total_bytes[i] / 1048576.0;
+		mib[i] = a->mem_total_bytes[i] / GP_MIB;
 		if (mib[i] > peak)
 			peak = mib[i];
 	}

@@ -13,6 +13,7 @@
 #endif
 
 #include "core/error.h"
+#include "nn/trainer.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
 #include "report/profile_charts.h"
@@ -31,8 +32,8 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 	struct trace *t = &p->trace;
 	snprintf(t->meta.model, sizeof(t->meta.model), "%s", net->model);
 	t->meta.batch = net->batch;
-	static const char *prec[] = { "fp32", "tf32", "fp16", "bf16" };
-	snprintf(t->meta.precision, sizeof(t->meta.precision), "%s", prec[net->precision]);
+	snprintf(t->meta.precision, sizeof(t->meta.precision), "%s",
+		 train_precision_name(net->precision));
 	int rc = 0;
 	char label[GP_NAME_MAX + 16], name[GP_NAME_MAX + 32];
 	for (int i = 1; i < net->n_nodes && rc == 0; i++) {
@@ -300,7 +301,7 @@ static int tb_write_steps(const struct trace *t, const char *logdir, char *path,
 		    (rc = tb_add_scalar(w, "profile/img_per_s",
 					ms > 0 ? t->meta.batch * 1e3 / ms : 0, s->step)) < 0)
 			break;
-		rc = tb_add_scalar(w, "profile/memory_mib", mem / 1048576.0, s->step);
+		rc = tb_add_scalar(w, "profile/memory_mib", mem / GP_MIB, s->step);
 	}
 	int rc2 = tb_writer_close(w);
 	return rc < 0 ? rc : rc2;

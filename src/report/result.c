@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/memstat.h"
 #include "core/version.h"
 
 void result_utc_str(time_t t, char *buf, size_t cap)
@@ -66,7 +67,7 @@ json_t *result_gpu_from_nvml(const struct nvml_static_info *info)
 			 "uuid", info->uuid,
 			 "driver_version", info->driver_version,
 			 "cuda_driver_version", cuda,
-			 "memory_mib", info->mem_total_bytes / 1048576.0,
+			 "memory_mib", info->mem_total_bytes / GP_MIB,
 			 "power_limit_w", info->power_limit_mw / 1000.0,
 			 "max_sm_clock_mhz", (json_int_t)info->max_sm_clock_mhz,
 			 "max_mem_clock_mhz", (json_int_t)info->max_mem_clock_mhz);

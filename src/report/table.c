@@ -163,3 +163,11 @@ int table_write_csv(const struct table *t, const char *path)
 	}
 	return atomic_file_commit(&af);
 }
+
+int table_write_csv_in(const struct table *t, const char *dir, const char *name, char *path,
+		       size_t cap)
+{
+	if (snprintf(path, cap, "%s/%s", dir, name) >= (int)cap)
+		return gp_error(GP_EINVAL, "CSV path too long in '%.64s...'", dir);
+	return table_write_csv(t, path);
+}

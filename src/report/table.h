@@ -30,5 +30,8 @@ int table_add_row(struct table *t, const char *fmt, ...) GP_PRINTF(2, 3);
 int table_print(const struct table *t, FILE *f);
 /* RFC 4180 CSV (CRLF line ends, fields with , " CR or LF quoted), written atomically. */
 int table_write_csv(const struct table *t, const char *path);
+/* table_write_csv to dir/name, leaving the path it wrote in path (cap bytes). */
+int table_write_csv_in(const struct table *t, const char *dir, const char *name, char *path,
+		       size_t cap);
 
 #endif

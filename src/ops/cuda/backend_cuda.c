@@ -84,11 +84,6 @@ static void apply_conv_policy(struct cuda_ctx *ctx)
 	ctx->deterministic = policy_deterministic;
 }
 
-struct cuda_ctx *backend_cuda_ctx(void)
-{
-	return shared_ctx;
-}
-
 static void *act_ptr(struct net *net, int node)
 {
 	const struct node *nd = &net->nodes[node];

@@ -7,8 +7,6 @@
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
-#define MIB (1024.0 * 1024.0)
-
 int cuda_status_check(cudaError_t e, const char *call, const char *file, int line)
 {
 	if (e == cudaSuccess)
@@ -147,12 +145,12 @@ int cuda_alloc(struct cuda_ctx *ctx, void **p, size_t bytes, enum mem_cat cat)
 		cudaMemGetInfo(&free_b, &total_b);
 		cudaGetLastError();
 		return gp_error(GP_EDEVOOM, "cudaMalloc of %.1f MiB for %s failed: %.1f MiB free of %.1f MiB",
-				bytes / MIB, mem_cat_name(cat), free_b / MIB, total_b / MIB);
+				bytes / GP_MIB, mem_cat_name(cat), free_b / GP_MIB, total_b / GP_MIB);
 	}
 	if (e != cudaSuccess) {
 		*p = NULL;
 		return gp_error_wrap(cuda_status_check(e, "cudaMalloc", __FILE__, __LINE__),
-				     "%.1f MiB for %s", bytes / MIB, mem_cat_name(cat));
+				     "%.1f MiB for %s", bytes / GP_MIB, mem_cat_name(cat));
 	}
 	if (ctx->mem)
 		mem_stats_add(ctx->mem, cat, bytes);
