@@ -73,13 +73,16 @@ all: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
 
 $(BUILD)/libgpuperf.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	@echo "  AR      $@"
+	@rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/gpuperf: $(BUILD)/src/cmd/main.o $(BUILD)/libgpuperf.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/gpuperf_tests: $(TEST_OBJ) $(BUILD)/libgpuperf.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

@@ -33,6 +33,21 @@ static void conv_valid_cols(const struct conv2d_args *a, int kx, int *lo, int *h
 		*hi = a->w_out;
 }
 
+/* db[c] = sum of dy over the batch and the plane, accumulated in double. */
+static void conv_bias_grad(const struct conv2d_args *a, const float *dy, float *db)
+{
+	size_t hw_out = (size_t)a->h_out * a->w_out;
+	for (int c = 0; c < a->c_out; c++) {
+		double sum = 0.0;
+		for (int n = 0; n < a->n; n++) {
+			const float *plane = dy + ((size_t)n * a->c_out + c) * hw_out;
+			for (size_t i = 0; i < hw_out; i++)
+				sum += plane[i];
+		}
+		db[c] = (float)sum;
+	}
+}
+
 /* Depthwise convolution as direct loops over each plane: for every kernel cell, a
  * contiguous run of output columns reads a strided run of one input row, with the
  * padding handled once per row instead of per element. */
@@ -126,17 +141,8 @@ static void depthwise_bwd_filter(const struct conv2d_args *a, const float *x, co
 		}
 		dw[((size_t)c * a->kh + ky) * a->kw + kx] = (float)sum;
 	}
-	if (!db || !a->has_bias)
-		return;
-	for (int c = 0; c < a->c_out; c++) {
-		double sum = 0.0;
-		for (int n = 0; n < a->n; n++) {
-			const float *plane = dy + ((size_t)n * a->c_out + c) * hw_out;
-			for (size_t i = 0; i < hw_out; i++)
-				sum += plane[i];
-		}
-		db[c] = (float)sum;
-	}
+	if (db && a->has_bias)
+		conv_bias_grad(a, dy, db);
 }
 
 size_t conv2d_fast_workspace_floats(const struct conv2d_args *a)
@@ -285,17 +291,8 @@ void conv2d_bwd_filter_fast_f32(const struct conv2d_args *a, const float *x, con
 				    1.0f, dyg, (int)hw_out, col, (int)hw_out, n ? 1.0f : 0.0f,
 				    dw + (size_t)g * cog * k, k);
 		}
-	if (!db || !a->has_bias)
-		return;
-	for (int oc = 0; oc < a->c_out; oc++) {
-		double sum = 0.0;
-		for (int n = 0; n < a->n; n++) {
-			const float *plane = dy + ((size_t)n * a->c_out + oc) * hw_out;
-			for (size_t i = 0; i < hw_out; i++)
-				sum += plane[i];
-		}
-		db[oc] = (float)sum;
-	}
+	if (db && a->has_bias)
+		conv_bias_grad(a, dy, db);
 }
 
 /* y[N][out] = x[N][in] * W^T, bias added after. */
