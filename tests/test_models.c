@@ -263,3 +263,59 @@ TEST(checkpoint_round_trip_through_a_model)
 	net_free(a);
 	net_free(b);
 }
+
+/* Recomputing BN+ReLU outputs in backward instead of keeping them gives the same
+ * loss and the same gradients bit for bit (the forward normalizes through the same
+ * function), and needs less activation memory. */
+TEST(recompute_gives_the_same_gradients_with_less_memory)
+{
+	const char *names[] = { "resnet18", "mobilenet_v2" };
+	for (int m = 0; m < 2; m++) {
+		for (int dt = 0; dt < 2; dt++) {
+			enum gp_dtype dtype = dt ? GP_F64 : GP_F32;
+			struct net *a = build(names[m], 64, 2, 10), *b = build(names[m], 64, 2, 10);
+			if (!a || !b)
+				return;
+			b->recompute = 1;
+			CHECK(net_setup(a, BACKEND_CPU, dtype, PREC_FP32) == 0);
+			CHECK(net_setup(b, BACKEND_CPU, dtype, PREC_FP32) == 0);
+			random_batch(a, 8);
+			random_batch(b, 8);
+			int recomputed = 0;
+			for (int i = 0; i < b->n_nodes; i++)
+				recomputed += b->nodes[i].t_re >= 0;
+			CHECK(recomputed > 0);
+			double la = loss_at(a), lb = loss_at(b);
+			CHECK(la == lb);
+			CHECK(net_backward(a) == 0 && net_backward(b) == 0);
+			size_t bytes = a->params_count * dtype_size(dtype);
+			CHECK_MSG(memcmp(net_cpu_grads(a), net_cpu_grads(b), bytes) == 0,
+				  "%s %s: gradients differ with recompute", names[m], dtype_name(dtype));
+			if (dt == 0)
+				CHECK_MSG(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes,
+					  "%s: arena %zu with recompute, %zu without", names[m],
+					  b->plan.arena_bytes, a->plan.arena_bytes);
+			net_free(a);
+			net_free(b);
+		}
+	}
+}
+
+TEST(memory_plan_with_recompute_never_overlaps_live_tensors)
+{
+	struct net *net = build("mobilenet_v2", 64, 4, 10);
+	net->recompute = 1;
+	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+	int bad = 0;
+	for (int i = 0; i < net->n_tensors; i++) {
+		struct plan_tensor *x = &net->tensors[i];
+		for (int j = i + 1; j < net->n_tensors && x->alias_of < 0; j++) {
+			struct plan_tensor *y = &net->tensors[j];
+			if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
+				continue;
+			bad += x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+		}
+	}
+	CHECK_EQ_INT(bad, 0);
+	net_free(net);
+}

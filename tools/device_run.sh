@@ -41,6 +41,7 @@ for s in "$@"; do
 		stage torch_speed32 300 python3 $TB train --models resnet18,mobilenet_v2 --modes fp32 --batch 32 --iters 50 ;;
 	compare) stage compare 300 $BIN compare --device cuda --out "$OUT/results" ;;
 	maxbatch) stage maxbatch 400 $BIN maxbatch --model mobilenet_v2 --device cuda --out "$OUT/results" ;;
+	maxbatchre) stage maxbatchre 400 $BIN maxbatch --model mobilenet_v2 --device cuda --recompute --out "$OUT/results_re" ;;
 	torchmaxbatch) stage torchmaxbatch 500 python3 $TB maxbatch --models mobilenet_v2 --modes fp32 ;;
 	loader)
 		stage dataset 120 $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1

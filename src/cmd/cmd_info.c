@@ -76,13 +76,14 @@ static int info_system(int json)
 int cmd_info(int argc, char **argv)
 {
 	const char *model = NULL;
-	int batch = 32, size = 0, classes = 1000, json = 0, help = 0;
+	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
 		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1 },
 		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
 		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
 		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
+		{ "recompute", OPT_FLAG, &recompute, "plan with BN+ReLU outputs recomputed in backward", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -100,6 +101,7 @@ int cmd_info(int argc, char **argv)
 		mo.size = size;
 	struct net *net;
 	GP_TRY(model_build(model, &mo, &net));
+	net->recompute = recompute;
 	int rc = net_plan_memory(net, 1, sizeof(float), 0);
 	if (rc < 0)
 		goto out;

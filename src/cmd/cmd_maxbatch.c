@@ -346,7 +346,7 @@ int cmd_maxbatch(int argc, char **argv)
 {
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
 	const char *out_dir = "results";
-	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0;
+	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0, recompute = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
 		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1 },
@@ -357,6 +357,7 @@ int cmd_maxbatch(int argc, char **argv)
 		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1 },
 		{ "out", OPT_STR, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
+		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -380,6 +381,7 @@ int cmd_maxbatch(int argc, char **argv)
 	if (size)
 		mo.size = size;
 	GP_TRY(model_build(model, &mo, &s.net));
+	s.net->recompute = recompute;
 	table_init(&table);
 	if (s.backend == BACKEND_CUDA) {
 		s.nvml_ok = nvml_open() == 0;

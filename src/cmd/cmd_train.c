@@ -96,6 +96,7 @@ int cmd_train(int argc, char **argv)
 		{ "save", OPT_STR, &save, "save weights after training", 0 },
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1 },
 		{ "no-graphs", OPT_FLAG, &o.no_graphs, "run each step op by op (no CUDA graph replay)", 0 },
+		{ "recompute", OPT_FLAG, &o.recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
 		{ "json", OPT_FLAG, &json, "print a JSON summary at the end", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },

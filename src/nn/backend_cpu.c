@@ -25,6 +25,13 @@ static void *act_ptr(struct net *net, int node)
 	return net->bk->arena + net->tensors[nd->t_y].offset;
 }
 
+/* What backward reads as a node's output: the recomputed copy where there is one. */
+static void *act_ptr_bwd(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_re >= 0 ? net->bk->arena + net->tensors[nd->t_re].offset : act_ptr(net, node);
+}
+
 static void *grad_ptr(struct net *net, int node)
 {
 	const struct node *nd = &net->nodes[node];

@@ -52,7 +52,7 @@ static struct node *node_new(struct net *net, enum op_type op, const char *name,
 	nd->in[0] = in;
 	nd->in[1] = in2;
 	nd->n_in = n_in;
-	nd->t_y = nd->t_dy = nd->t_saved = -1;
+	nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = -1;
 	nd->last_consumer = -1;
 	nd->param_first = net->n_state;
 	return nd;
@@ -429,6 +429,19 @@ static int relu_in_place(const struct net *net, const struct node *nd)
 	       src->op != OP_INPUT && !op_bwd_needs_output(src->op) && src->t_y >= 0;
 }
 
+/* Recompute this ReLU's output in backward: it works in place over a batch norm
+ * whose input (a convolution's output) and statistics are kept anyway, so the
+ * output is two cheap element-wise passes away, and its memory is free between
+ * the forward and the backward. */
+static int relu_recomputed(const struct net *net, const struct node *nd, int training)
+{
+	if (!net->recompute || !training || !relu_in_place(net, nd))
+		return 0;
+	const struct node *bn = &net->nodes[nd->in[0]];
+	return bn->op == OP_BATCHNORM2D && nd->last_consumer >= 0 &&
+	       net->nodes[nd->last_consumer].needs_dx;
+}
+
 static int cmp_size_desc(const void *a, const void *b, void *ctx)
 {
 	const struct plan_tensor *t = ctx;
@@ -492,7 +505,7 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 	/* Outputs, in execution order so that aliases find their source placed. */
 	for (int i = 0; i < n; i++) {
 		struct node *nd = &net->nodes[i];
-		nd->t_y = nd->t_dy = nd->t_saved = -1;
+		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = -1;
 		if (nd->op == OP_INPUT)
 			continue; /* the input batch is a buffer of its own (category other) */
 		size_t bytes = shape_numel(nd->out) * elem_bytes;
@@ -514,15 +527,19 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 		int last = i;
 		if (i == n - 1)
 			last = loss_step;
-		if (training && op_bwd_needs_output(nd->op))
+		int re = relu_recomputed(net, nd, training);
+		if (training && op_bwd_needs_output(nd->op) && !re)
 			last = 2 * n - i;
 		tensor_extend(net, nd->t_y, i, last);
+		if (re) /* backward reads the recomputed copy, from the last consumer's backward on */
+			nd->t_re = tensor_new(net, shape_numel(nd->out) * elem_bytes,
+					      2 * n - nd->last_consumer, 2 * n - i);
 		for (int k = 0; k < nd->n_in; k++) {
 			struct node *src = &net->nodes[nd->in[k]];
 			if (src->t_y < 0)
 				continue;
 			int until = i;
-			if (training && op_bwd_needs_input(nd->op))
+			if (training && op_bwd_needs_input(nd->op) && src->t_re < 0)
 				until = 2 * n - i;
 			tensor_extend(net, src->t_y, i, until);
 		}

@@ -40,8 +40,10 @@ struct node {
 	int64_t bn_batches_tracked;
 	double macs;                  /* forward multiply-accumulates at the current batch */
 
-	/* Memory plan: indices into net->tensors (-1 when the node has none). */
-	int t_y, t_dy, t_saved;
+	/* Memory plan: indices into net->tensors (-1 when the node has none). t_re: a
+	 * ReLU after batch norm whose output is not kept for backward but recomputed
+	 * there from the batch norm's input and statistics (net->recompute). */
+	int t_y, t_dy, t_saved, t_re;
 	int consumers;          /* how many nodes read this output */
 	int last_consumer;      /* highest consumer index: its backward writes dx first */
 	int needs_dx;           /* does any gradient have to flow into this node's output */
@@ -134,6 +136,7 @@ struct net {
 	struct net_hooks hooks;
 	int use_graphs;         /* replay the training step as a CUDA graph when possible */
 	int staged;             /* a batch was staged and is taken in by the next step */
+	int recompute;          /* recompute BN+ReLU outputs in backward instead of keeping them */
 };
 
 /* --- building (used by models.c) ---------------------------------------------------

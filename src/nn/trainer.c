@@ -242,6 +242,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	if (o->load && (rc = checkpoint_load(net, o->load)) < 0)
 		goto out;
 	net->use_graphs = !o->no_graphs;
+	net->recompute = o->recompute;
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)
 		goto out;

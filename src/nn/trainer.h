@@ -39,6 +39,7 @@ struct train_opts {
 	struct sgd_args sgd;
 	const char *load, *save;
 	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
+	int recompute;   /* recompute BN+ReLU outputs in backward (less memory) */
 	/* Where batches come from: NULL or "synthetic" trains on one fixed synthetic
 	 * batch; anything else is a dataset spec (data/dataset.h) read by a loader in
 	 * train mode at the model's input size, a new batch every step. classes 0

@@ -93,6 +93,8 @@ double linear_macs(const struct linear_args *a);
 	void bn_fwd_train_cpu_##S(const struct bn_args *a, const T *x, const T *gamma,    \
 				  const T *beta, T *y, T *save_mean, T *save_invstd,      \
 				  T *running_mean, T *running_var);                       \
+	void bn_apply_cpu_##S(const struct bn_args *a, const T *x, const T *gamma,        \
+			      const T *beta, const T *mean, const T *invstd, T *y);       \
 	void bn_fwd_eval_cpu_##S(const struct bn_args *a, const T *x, const T *gamma,     \
 				 const T *beta, const T *running_mean,                    \
 				 const T *running_var, T *y);                             \

@@ -413,3 +413,39 @@ out:
 	net_free(a);
 	net_free(b);
 }
+
+/* Recomputing BN+ReLU outputs in backward on the GPU: the same loss (forward is
+ * untouched), gradients equal up to ReLU inputs that round across 0 (the recompute
+ * kernel and cuDNN's batch norm round differently), and a smaller arena. */
+TEST(cuda_recompute_matches_keeping_outputs)
+{
+	NEED_GPU();
+	struct net *a = build("mobilenet_v2", 64, 8, 10), *b = build("mobilenet_v2", 64, 8, 10);
+	if (!a || !b)
+		goto out;
+	b->recompute = 1;
+	backend_cuda_set_conv_policy(0, 1);
+	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+	backend_cuda_set_conv_policy(0, 0);
+	CHECK(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes);
+	float *x;
+	int32_t *y;
+	CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 6, &x, &y) == 0);
+	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
+	free(x);
+	free(y);
+	double la = 0, lb = 0;
+	CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
+	CHECK(net_forward(b, 1) == 0 && net_loss(b, &lb, NULL) == 0 && net_backward(b) == 0);
+	CHECK_NEAR(la, lb, 1e-6 * fabs(lb));
+	size_t n = a->params_count;
+	float *ga = malloc(n * sizeof(float)), *gb = malloc(n * sizeof(float));
+	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
+	CHECK_LE(rel_err_norm_f32(gb, ga, n), 1e-2);
+	free(ga);
+	free(gb);
+out:
+	net_free(a);
+	net_free(b);
+}

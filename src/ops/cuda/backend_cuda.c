@@ -92,6 +92,13 @@ static void *act_ptr(struct net *net, int node)
 	return nd->t_y < 0 ? NULL : net->bk->arena + net->tensors[nd->t_y].offset;
 }
 
+/* What backward reads as a node's output: the recomputed copy where there is one. */
+static void *act_ptr_bwd(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_re >= 0 ? net->bk->arena + net->tensors[nd->t_re].offset : act_ptr(net, node);
+}
+
 static float *grad_ptr(struct net *net, int node)
 {
 	const struct node *nd = &net->nodes[node];
@@ -350,12 +357,29 @@ static int cuda_forward_node(struct net *net, int i, int training)
 	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no forward for op %s", op_name(nd->op));
 }
 
+/* Recompute a ReLU's output from its batch norm's input and saved statistics. */
+static int cuda_recompute(struct net *net, int r)
+{
+	const struct node *rn = &net->nodes[r], *bn = &net->nodes[rn->in[0]];
+	cudaStream_t s = net->bk->ctx->stream;
+	float *stats = saved_ptr(net, rn->in[0]), *y = act_ptr_bwd(net, r);
+	const struct bn_args *a = &bn->a.bn;
+	GP_TRY(bn_apply_cuda(s, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]), param_ptr(net, bn, 0),
+			     param_ptr(net, bn, 1), stats, stats + a->c, y));
+	size_t count = shape_numel(rn->out);
+	return rn->op == OP_RELU6 ? relu6_fwd_cuda(s, count, y, y) : relu_fwd_cuda(s, count, y, y);
+}
+
 static int cuda_backward_node(struct net *net, int i)
 {
 	struct node *nd = &net->nodes[i];
 	struct cuda_ctx *ctx = net->bk->ctx;
 	cudaStream_t s = ctx->stream;
-	float *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr(net, nd->in[0]) : NULL;
+	/* the first backward to read a recomputed output makes it */
+	for (int k = 0; k < nd->n_in; k++)
+		if (net->nodes[nd->in[k]].t_re >= 0 && net->nodes[nd->in[k]].last_consumer == i)
+			GP_TRY(cuda_recompute(net, nd->in[k]));
+	float *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
 	float *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
 	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
 	void *saved = saved_ptr(net, i);
@@ -375,9 +399,9 @@ static int cuda_backward_node(struct net *net, int i)
 				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
 	}
 	case OP_RELU:
-		return dx ? relu_bwd_cuda(s, count, act_ptr(net, i), dy, dx, acc) : 0;
+		return dx ? relu_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
-		return dx ? relu6_bwd_cuda(s, count, act_ptr(net, i), dy, dx, acc) : 0;
+		return dx ? relu6_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_MAXPOOL2D:
 		return dx ? maxpool_bwd_cuda(s, &nd->a.pool, dy, saved, dx, acc) : 0;
 	case OP_AVGPOOL_GLOBAL: {

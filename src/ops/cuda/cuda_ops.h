@@ -46,6 +46,9 @@ int dropout_bwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t
  * uniform on [0, 1) in steps of 2^-24; it does not reproduce dropout_mask_cpu. */
 int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_t seed, uint64_t offset,
 		      uint8_t *mask);
+/* y = (x - mean) * invstd * gamma + beta per channel, from saved statistics. */
+int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *gamma,
+		  const float *beta, const float *mean, const float *invstd, float *y);
 /* As dropout_mask_cuda, with the step counter read on the device (CUDA graphs). */
 int dropout_mask_step_cuda(cudaStream_t s, size_t count, double p, uint64_t seed,
 			   const unsigned long long *step, uint8_t *mask);

@@ -450,6 +450,28 @@ extern "C" int counter_inc_cuda(cudaStream_t s, unsigned long long *c)
 	return 0;
 }
 
+/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] from saved batch statistics:
+ * recomputing a batch norm's output in backward. */
+__global__ static void bn_apply_kernel(size_t count, int c, int hw, const float *x, const float *gamma,
+				       const float *beta, const float *mean, const float *invstd, float *y)
+{
+	FOR_EACH(i, count) {
+		int ch = (int)((i / (size_t)hw) % (size_t)c);
+		y[i] = (x[i] - mean[ch]) * invstd[ch] * gamma[ch] + beta[ch];
+	}
+}
+
+extern "C" int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *gamma,
+			     const float *beta, const float *mean, const float *invstd, float *y)
+{
+	size_t count = (size_t)n * c * hw;
+	if (!count)
+		return 0;
+	bn_apply_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, c, hw, x, gamma, beta, mean, invstd, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 /* --- softmax cross-entropy: one block per row, then one block for the mean --------------- */
 __global__ static void softmax_xent_row_kernel(int n, int k, const float *logits,
 					       const int32_t *labels, float *dlogits,
