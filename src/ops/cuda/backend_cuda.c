@@ -225,13 +225,27 @@ static int cuda_setup(struct net *net)
 	if ((rc = CUDA_CHECK(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream))) < 0)
 		goto fail;
 	/* Measure the convolution algorithms before the activations take their memory:
-	 * the measuring scratch is transient, and then it does not add to the peak. */
-	for (int i = 0; i < net->n_nodes; i++)
-		if (net->nodes[i].op == OP_CONV2D &&
-		    (rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv)) < 0)
-			goto fail;
+	 * the measuring scratch is transient, and then it does not add to the peak. Where
+	 * the scratch does not fit (the largest batches), measure after allocating, on
+	 * the net's own memory (parameters are uploaded afterwards). */
+	int measured = 0;
+	for (int i = 0; i < net->n_nodes && rc == 0; i++)
+		if (net->nodes[i].op == OP_CONV2D)
+			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
+	if (rc < 0 && rc != GP_EDEVOOM)
+		goto fail;
+	measured = rc == 0;
 	if ((rc = cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV)) < 0)
 		goto fail;
+	for (int i = 0; i < net->n_nodes && !measured; i++) {
+		struct node *nd = &net->nodes[i];
+		if (nd->op != OP_CONV2D)
+			continue;
+		struct conv_bufs bufs = { .x = act_ptr(net, nd->in[0]), .w = param_ptr(net, nd, 0),
+					  .y = act_ptr(net, i) };
+		if ((rc = conv2d_plan_cuda_in(ctx, &nd->a.conv, &bufs)) < 0)
+			goto fail;
+	}
 	if ((rc = cuda_sync_from_host(net)) < 0)
 		goto fail;
 	net->plan.workspace_bytes = ctx->workspace_bytes;

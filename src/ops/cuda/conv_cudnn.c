@@ -182,7 +182,11 @@ static int find_workspace_alloc(struct cuda_ctx *ctx, void **ws, size_t *ws_byte
 	}
 }
 
-static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p)
+/* Measure the three directions' algorithms. With bufs (the net's own activation,
+ * parameter and gradient memory, free to overwrite before training starts) nothing
+ * but the measuring workspace is allocated: at the largest batches, scratch copies
+ * of the largest tensors would not fit beside them. */
+static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct conv_bufs *bufs)
 {
 	const struct conv2d_args *a = &p->a;
 	size_t x_bytes = (size_t)a->n * a->c_in * a->h_in * a->w_in * sizeof(float);
@@ -195,10 +199,16 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p)
 	cudnnConvolutionBwdDataAlgoPerf_t bwd_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
 	cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
 
-	if ((rc = cuda_alloc(ctx, &x, x_bytes, MEM_WORKSPACE)) < 0 ||
-	    (rc = cuda_alloc(ctx, &y, y_bytes, MEM_WORKSPACE)) < 0 ||
-	    (rc = cuda_alloc(ctx, &w, w_bytes, MEM_WORKSPACE)) < 0 ||
-	    (rc = find_workspace_alloc(ctx, &ws, &ws_bytes)) < 0)
+	if (bufs) {
+		x = bufs->x;
+		y = bufs->y;
+		w = bufs->w;
+	} else if ((rc = cuda_alloc(ctx, &x, x_bytes, MEM_WORKSPACE)) < 0 ||
+		   (rc = cuda_alloc(ctx, &y, y_bytes, MEM_WORKSPACE)) < 0 ||
+		   (rc = cuda_alloc(ctx, &w, w_bytes, MEM_WORKSPACE)) < 0) {
+		goto free_scratch;
+	}
+	if ((rc = find_workspace_alloc(ctx, &ws, &ws_bytes)) < 0)
 		goto free_scratch;
 	/* Zeros, so that no NaN or denormal pattern skews the timings. */
 	if ((rc = CUDA_CHECK(cudaMemsetAsync(x, 0, x_bytes, ctx->stream))) < 0 ||
@@ -263,9 +273,11 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p)
 
 free_scratch:
 	cuda_free(ctx, ws, ws_bytes, MEM_WORKSPACE);
-	cuda_free(ctx, w, w_bytes, MEM_WORKSPACE);
-	cuda_free(ctx, y, y_bytes, MEM_WORKSPACE);
-	cuda_free(ctx, x, x_bytes, MEM_WORKSPACE);
+	if (!bufs) {
+		cuda_free(ctx, w, w_bytes, MEM_WORKSPACE);
+		cuda_free(ctx, y, y_bytes, MEM_WORKSPACE);
+		cuda_free(ctx, x, x_bytes, MEM_WORKSPACE);
+	}
 	return rc;
 }
 
@@ -283,7 +295,8 @@ static int workspace_reserve(struct cuda_ctx *ctx, size_t bytes)
 	return 0;
 }
 
-static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, struct conv_plan **out)
+static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs,
+		    struct conv_plan **out)
 {
 	struct conv2d_args key = plan_key(a);
 	unsigned b = plan_hash(&key, ctx->math);
@@ -304,7 +317,7 @@ static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, struct co
 		return gp_error(GP_ENOMEM, "out of memory for a conv plan");
 	p->a = key;
 	p->math = ctx->math;
-	if ((rc = plan_describe(p, &key, ctx->math)) < 0 || (rc = plan_measure(ctx, p)) < 0)
+	if ((rc = plan_describe(p, &key, ctx->math)) < 0 || (rc = plan_measure(ctx, p, bufs)) < 0)
 		goto free_plan;
 	need = p->fwd_ws_bytes;
 	if (p->bwd_data_ws_bytes > need)
@@ -327,14 +340,20 @@ free_plan:
 int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
 	struct conv_plan *p;
-	return plan_get(ctx, a, &p);
+	return plan_get(ctx, a, NULL, &p);
+}
+
+int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs)
+{
+	struct conv_plan *p;
+	return plan_get(ctx, a, bufs, &p);
 }
 
 int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
 		    const float *w, const float *b, float *y)
 {
 	struct conv_plan *p;
-	GP_TRY(plan_get(ctx, a, &p));
+	GP_TRY(plan_get(ctx, a, NULL, &p));
 	CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, x, p->w_desc, w, p->fwd_desc,
 					  p->fwd_algo, ctx->workspace, p->fwd_ws_bytes, &zero,
 					  p->y_desc, y));
@@ -347,7 +366,7 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 			 const float *w, float *dx, int accumulate)
 {
 	struct conv_plan *p;
-	GP_TRY(plan_get(ctx, a, &p));
+	GP_TRY(plan_get(ctx, a, NULL, &p));
 	CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, dy,
 					       p->bwd_data_desc, p->bwd_data_algo, ctx->workspace,
 					       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
@@ -359,7 +378,7 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 			   const float *dy, float *dw, float *db)
 {
 	struct conv_plan *p;
-	GP_TRY(plan_get(ctx, a, &p));
+	GP_TRY(plan_get(ctx, a, NULL, &p));
 	CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, x, p->y_desc, dy,
 						 p->bwd_filter_desc, p->bwd_filter_algo,
 						 ctx->workspace, p->bwd_filter_ws_bytes, &zero,

@@ -73,6 +73,12 @@ int channel_sum_cuda(cudaStream_t s, int n, int c, int hw, const float *dy, floa
  * fastest algorithms measured by cuDNN within ctx->workspace_limit_bytes. Building a
  * plan allocates scratch and may grow ctx->workspace; it synchronizes the device. */
 int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a);
+/* The same, measuring on the caller's buffers (input, weights, output; each at least
+ * the convolution's size, contents overwritten) instead of allocating scratch. */
+struct conv_bufs {
+	void *x, *w, *y;
+};
+int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs);
 int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
 		    const float *w, const float *b, float *y);
 int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *dy,
