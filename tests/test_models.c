@@ -269,9 +269,9 @@ TEST(checkpoint_round_trip_through_a_model)
  * function), and needs less activation memory. */
 TEST(recompute_gives_the_same_gradients_with_less_memory)
 {
-	const char *names[] = { "resnet18", "mobilenet_v2" };
-	for (int m = 0; m < 2; m++) {
-		for (int dt = 0; dt < 2; dt++) {
+	const char *names[] = { "resnet18", "mobilenet_v2", "resnet50" };
+	for (int m = 0; m < 3; m++) {
+		for (int dt = 0; dt < (m < 2 ? 2 : 1); dt++) {
 			enum gp_dtype dtype = dt ? GP_F64 : GP_F32;
 			struct net *a = build(names[m], 64, 2, 10), *b = build(names[m], 64, 2, 10);
 			if (!a || !b)
@@ -291,8 +291,9 @@ TEST(recompute_gives_the_same_gradients_with_less_memory)
 			size_t bytes = a->params_count * dtype_size(dtype);
 			CHECK_MSG(memcmp(net_cpu_grads(a), net_cpu_grads(b), bytes) == 0,
 				  "%s %s: gradients differ with recompute", names[m], dtype_name(dtype));
+			/* MobileNet keeps two wide tensors per expanded layer, ResNets mostly one */
 			if (dt == 0)
-				CHECK_MSG(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes,
+				CHECK_MSG(b->plan.arena_bytes < (m == 1 ? 0.7 : 0.9) * a->plan.arena_bytes,
 					  "%s: arena %zu with recompute, %zu without", names[m],
 					  b->plan.arena_bytes, a->plan.arena_bytes);
 			net_free(a);
