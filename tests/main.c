@@ -167,6 +167,8 @@ int main(int argc, char **argv)
 {
 	int passed = 0, failed = 0, skipped = 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* results the commands under test write without --out land in the scratch dir */
+	setenv("GPUPERF_RESULTS", test_tmpdir(), 1);
 	qsort(cases, n_cases, sizeof(cases[0]), by_file_then_name);
 	for (int i = 0; i < n_cases; i++) {
 		if (!selected(cases[i].name, argc, argv))

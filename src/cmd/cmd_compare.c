@@ -224,7 +224,7 @@ free_json:
 int cmd_compare(int argc, char **argv)
 {
 	const char *models = "simple_cnn,resnet18,mobilenet_v2", *device = "auto";
-	const char *precision = "fp32", *out_dir = "results";
+	const char *precision = "fp32", *out_dir = NULL;
 	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0;
 	struct opt opts[] = {
 		{ "models", OPT_STR, &models, "comma-separated models (simple_cnn,resnet18,mobilenet_v2)", 0 },
@@ -240,6 +240,8 @@ int cmd_compare(int argc, char **argv)
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (!out_dir)
+		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf compare [--models a,b,c] [--batch B] [--steps N] [--size S] "
 				"[--device cpu|cuda] [--out DIR] [--csv]", opts);

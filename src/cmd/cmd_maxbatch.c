@@ -345,7 +345,7 @@ static int budget_get(enum backend_kind backend, size_t limit, size_t *budget, s
 int cmd_maxbatch(int argc, char **argv)
 {
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
-	const char *out_dir = "results";
+	const char *out_dir = NULL;
 	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0, recompute = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
@@ -362,6 +362,8 @@ int cmd_maxbatch(int argc, char **argv)
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (!out_dir)
+		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device cpu|cuda] "
 				"[--mem-limit-mib N] [--out DIR] [--csv]", opts);

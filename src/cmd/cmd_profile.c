@@ -88,7 +88,7 @@ int cmd_profile(int argc, char **argv)
 	if (out)
 		snprintf(w->dir, sizeof(w->dir), "%s", out);
 	else
-		snprintf(w->dir, sizeof(w->dir), "results/profile_%s_%s", o.model, stamp);
+		snprintf(w->dir, sizeof(w->dir), "%s/profile_%s_%s", result_default_dir(), o.model, stamp);
 	s.n_windows = 1;
 	s.baseline_first = wait;
 	s.baseline_steps = baseline;

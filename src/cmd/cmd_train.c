@@ -11,6 +11,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "nn/trainer.h"
+#include "report/result.h"
 #include "report/profiler.h"
 
 /* Train with a profile window at the start of each listed epoch; every other step
@@ -58,6 +59,42 @@ static int train_run_profiled(struct train_opts *o, const struct int_list *epoch
 	return rc;
 }
 
+/* Every measuring command leaves a result: <out>/train.json (atomically), and with
+ * --json the measurements on stdout too. */
+static int train_write_result(const struct train_opts *o, const struct train_result *r, const char *out,
+			      int print, int argc, char **argv)
+{
+	json_t *m = train_result_json(o, r), *res = result_new("train", argc, argv);
+	char path[4096];
+	int rc = 0;
+	if (!m || !res) {
+		rc = gp_error(GP_ENOMEM, "out of memory writing the result");
+		goto out;
+	}
+	json_t *gpu = train_gpu_json(o->backend, 0);
+	if (gpu)
+		result_set_gpu(res, gpu);
+	json_object_set(res, "measurements", m);
+	json_object_set_new(res, "settings", json_pack("{s:s, s:i, s:i, s:s}", "model", o->model,
+			    "batch", o->batch, "steps", r->steps, "data", o->data ? o->data : "synthetic"));
+	if ((rc = result_write(res, out, "train", path, sizeof(path))) < 0)
+		goto out;
+	if (print) {
+		char *s = json_dumps(m, JSON_INDENT(2));
+		if (!s) {
+			rc = gp_error(GP_ENOMEM, "out of memory writing the JSON summary");
+			goto out;
+		}
+		printf("%s\n", s);
+		free(s);
+	}
+	printf("wrote %s\n", path);
+out:
+	json_decref(m);
+	json_decref(res);
+	return rc;
+}
+
 int cmd_train(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
@@ -68,7 +105,7 @@ int cmd_train(int argc, char **argv)
 	long long seed = 0;
 	int epochs = 0, epoch_steps = 0, profile_steps = 0;
 	struct int_list profile_epochs = { 0 };
-	const char *out = "results";
+	const char *out = NULL;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
@@ -82,7 +119,7 @@ int cmd_train(int argc, char **argv)
 		{ "epoch-steps", OPT_INT, &epoch_steps, "steps per epoch (default: one pass over the data; --steps for synthetic data)", 1 },
 		{ "profile-epochs", OPT_INT_LIST, &profile_epochs, "profile the first steps of these epochs (from 0)", 0 },
 		{ "profile-steps", OPT_INT, &profile_steps, "steps profiled per listed epoch (default: the whole epoch)", 1 },
-		{ "out", OPT_STR, &out, "where profile_epoch_<e>_<timestamp>/ directories go (results)", 0 },
+		{ "out", OPT_STR, &out, "directory for train.json and profile_epoch_<e>_<timestamp>/ (results)", 0 },
 		{ "lr", OPT_DOUBLE, &o.sgd.lr, "learning rate (0.01)", 0 },
 		{ "momentum", OPT_DOUBLE, &o.sgd.momentum, "SGD momentum (0.9)", 0 },
 		{ "weight-decay", OPT_DOUBLE, &o.sgd.weight_decay, "SGD weight decay (0)", 0 },
@@ -102,6 +139,8 @@ int cmd_train(int argc, char **argv)
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (!out)
+		out = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf train --model NAME [--device cpu|cuda] [--batch B] [--size S] "
 				"[--steps N] [--data synthetic|DIR|cifar10:DIR] [--workers N] [--prefetch K] "
@@ -144,17 +183,6 @@ int cmd_train(int argc, char **argv)
 		GP_TRY(train_run_profiled(&o, &profile_epochs, profile_steps, out, precision, argc,
 					  argv, &res));
 	}
-	if (json) {
-		json_t *j = train_result_json(&o, &res);
-		char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-		if (!s) {
-			json_decref(j);
-			return gp_error(GP_ENOMEM, "out of memory writing the JSON summary");
-		}
-		printf("%s\n", s);
-		free(s);
-		json_decref(j);
-	}
-	return 0;
+	return train_write_result(&o, &res, out, json, argc, argv);
 }
 

@@ -333,7 +333,7 @@ static int csv_write(const struct table *t, const char *dir)
 int cmd_workers(int argc, char **argv)
 {
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
-	const char *data = NULL, *out_dir = "results";
+	const char *data = NULL, *out_dir = NULL;
 	int batch = 64, steps = 100, size = 0, classes = 0, prefetch = 2, csv = 0, help = 0;
 	double interval_s = 0.5;
 	long long seed = 0;
@@ -357,6 +357,8 @@ int cmd_workers(int argc, char **argv)
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (!out_dir)
+		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf workers --data DIR [--model mobilenet_v2] [--batch 64] "
 				"[--workers 0,2,4,8] [--steps 100] [--interval 0.5] [--device cuda|cpu] "

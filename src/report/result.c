@@ -154,6 +154,12 @@ void atomic_file_abort(struct atomic_file *af)
 	unlink(af->tmp_path);
 }
 
+const char *result_default_dir(void)
+{
+	const char *d = getenv("GPUPERF_RESULTS");
+	return d && *d ? d : "results";
+}
+
 int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
 		 size_t cap)
 {

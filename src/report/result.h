@@ -19,6 +19,8 @@
 /* A new result for command run as argv[0..argc) (the subcommand's argv), with empty
  * "settings" and "measurements" objects to fill; NULL when out of memory. */
 json_t *result_new(const char *command, int argc, char **argv);
+/* Where results go when --out is not given: $GPUPERF_RESULTS, else "results". */
+const char *result_default_dir(void);
 /* Set "gpu" to an object (name, driver and library versions); takes the reference. */
 int result_set_gpu(json_t *res, json_t *gpu);
 /* {"name", "uuid", "driver_version", "cuda_driver_version": "12.4", "memory_mib",
