@@ -9,6 +9,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "report/result.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "report/profiler.h"
