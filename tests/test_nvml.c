@@ -1,5 +1,6 @@
 /* NVML through a fake libnvidia-ml.so built from tests/fake_nvml/fake_nvml.c: every
  * field must come through from the library's canned values. */
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -223,4 +224,37 @@ TEST(nvml_throttle_reason_names)
 	char small[8];
 	nvml_throttle_reason_str(0x24, small, sizeof(small));
 	CHECK_EQ_INT(strlen(small), 7);
+}
+
+/* gpuperf monitor against the fake driver: a header, one line per sample with the
+ * canned values, a result with every sample; without a driver one error line. */
+TEST(monitor_command_prints_and_records_samples)
+{
+	const char *why;
+	const char *lib = fake_nvml_build(&why);
+	if (!lib)
+		SKIP(why);
+	char cmd[2048], out[8192], res[700];
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --count 3 --interval 0.02 --out %s",
+		 lib, test_bin(), dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "NVIDIA H100 80GB HBM3") != NULL);
+	CHECK_EQ_INT(test_count_lines(out), 2 + 3 + 1); /* device, header, samples, "wrote" */
+	CHECK(strstr(out, "1177/81559") != NULL);
+	snprintf(res, sizeof(res), "%s/monitor.json", dir);
+	json_error_t e;
+	json_t *j = json_load_file(res, 0, &e);
+	CHECK_MSG(j != NULL, "%s: %s", res, e.text);
+	if (!j)
+		return;
+	json_t *samples = json_object_get(json_object_get(j, "measurements"), "samples");
+	CHECK_EQ_INT(json_array_size(samples), 3);
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(samples, 0), "util_gpu_pct")), 87);
+	json_decref(j);
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB=/nonexistent/libnvidia-ml.so.1 %s monitor --count 1",
+		 test_bin());
+	CHECK(test_run(cmd, out, sizeof(out)) != 0);
+	CHECK_EQ_INT(test_count_lines(out), 1);
+	CHECK(strstr(out, "NVML not available") != NULL);
 }
