@@ -708,20 +708,62 @@ int net_loss(struct net *net, double *loss, int *correct)
 	return net_backend(net)->loss(net, loss, correct);
 }
 
+int net_set_grad_buckets(struct net *net, size_t bucket_bytes,
+			 void (*ready)(void *user, const struct net *net, int bucket, size_t first,
+				       size_t count),
+			 void *user)
+{
+	struct grad_buckets *b = &net->buckets;
+	memset(b, 0, sizeof(*b));
+	if (!ready)
+		return 0;
+	size_t elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
+	size_t end = net->params_count;
+	int low_node = net->n_nodes;
+	/* walk the parameters backwards: the order in which backward produces them */
+	for (int i = net->n_state - 1; i >= 0; i--) {
+		const struct state_entry *e = &net->state[i];
+		if (e->kind != STATE_PARAM)
+			continue;
+		if (e->node < low_node)
+			low_node = e->node;
+		if (end - e->offset >= elems || e->offset == 0) {
+			if (b->n >= GP_MAX_BUCKETS)
+				return gp_error(GP_EINVAL, "more than %d gradient buckets of %zu bytes",
+						GP_MAX_BUCKETS, bucket_bytes);
+			b->first[b->n] = e->offset;
+			b->count[b->n] = end - e->offset;
+			b->last_node[b->n] = low_node;
+			b->n++;
+			end = e->offset;
+			low_node = net->n_nodes;
+		}
+	}
+	b->ready = ready;
+	b->user = user;
+	return 0;
+}
+
 int net_backward(struct net *net)
 {
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
 	const struct net_hooks *h = &net->hooks;
+	const struct grad_buckets *b = &net->buckets;
+	int next_bucket = 0;
 	for (int i = net->n_nodes - 1; i >= 1; i--) {
-		if (net->nodes[i].t_dy < 0)
-			continue;
-		if (h->node_begin)
-			h->node_begin(h->user, net, i, PHASE_BACKWARD);
-		GP_TRY(ops->backward_node(net, i));
-		if (h->node_end)
-			h->node_end(h->user, net, i, PHASE_BACKWARD);
+		if (net->nodes[i].t_dy >= 0) {
+			if (h->node_begin)
+				h->node_begin(h->user, net, i, PHASE_BACKWARD);
+			GP_TRY(ops->backward_node(net, i));
+			if (h->node_end)
+				h->node_end(h->user, net, i, PHASE_BACKWARD);
+		}
+		while (next_bucket < b->n && b->last_node[next_bucket] >= i) {
+			b->ready(b->user, net, next_bucket, b->first[next_bucket], b->count[next_bucket]);
+			next_bucket++;
+		}
 	}
 	return 0;
 }
@@ -747,7 +789,9 @@ int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, in
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
 	GP_TRY(take_staged(net));
-	if (net->use_graphs && ops->train_step && !net->hooks.node_begin && !net->hooks.node_end) {
+	/* a graph replay has no host points between layers: hooks and buckets run eagerly */
+	if (net->use_graphs && ops->train_step && !net->hooks.node_begin && !net->hooks.node_end &&
+	    !net->buckets.n) {
 		struct sgd_args a = *sgd;
 		a.first_step = net->sgd_steps == 0;
 		int rc = ops->train_step(net, &a);

@@ -96,6 +96,19 @@ struct net_hooks {
 	void *user;
 };
 
+/* Gradient buckets for data parallelism: contiguous ranges of the flat gradient
+ * array (in elements), filled from the end as backward runs. ready() is called on the
+ * host as soon as every gradient in a bucket has been enqueued, in order, so an
+ * all-reduce of that bucket can start while backward goes on. */
+#define GP_MAX_BUCKETS 256
+struct grad_buckets {
+	int n;
+	size_t first[GP_MAX_BUCKETS], count[GP_MAX_BUCKETS];
+	int last_node[GP_MAX_BUCKETS]; /* the bucket is complete after this node's backward */
+	void (*ready)(void *user, const struct net *net, int bucket, size_t first, size_t count);
+	void *user;
+};
+
 struct net {
 	char model[32];
 	int classes, in_c, in_h, in_w;
@@ -135,6 +148,7 @@ struct net {
 	uint64_t seed;          /* initialization and dropout masks */
 	struct net_hooks hooks;
 	int use_graphs;         /* replay the training step as a CUDA graph when possible */
+	struct grad_buckets buckets; /* n == 0: none */
 	int staged;             /* a batch was staged and is taken in by the next step */
 	int recompute;          /* recompute BN+ReLU outputs in backward instead of keeping them */
 };
@@ -193,6 +207,12 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd);
  * backend does not wait). With net->use_graphs and no hooks, a backend may replay the
  * step as a captured graph. */
 int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, int *correct);
+/* Split the gradients into buckets of about bucket_bytes (at parameter boundaries,
+ * last layers first) and call ready() for each during every backward. */
+int net_set_grad_buckets(struct net *net, size_t bucket_bytes,
+			 void (*ready)(void *user, const struct net *net, int bucket, size_t first,
+				       size_t count),
+			 void *user);
 /* Wait until the backend has finished everything enqueued (for timing). */
 int net_wait(struct net *net);
 /* Copy backend parameters and running statistics to (or from) the host master. */
