@@ -83,3 +83,20 @@ TEST(cli_info_and_train_main_job)
 	CHECK(strstr(out, "step     3/3") != NULL);
 	CHECK(strstr(out, "\"img_s\"") != NULL);
 }
+
+/* The menu: a choice runs its command with the settings typed (defaults where the
+ * answer is empty), an unknown choice is named, q or the end of input leaves. */
+TEST(cli_menu_runs_the_chosen_command)
+{
+	char cmd[1024], out[65536];
+	snprintf(cmd, sizeof(cmd), "printf '1\\nresnet18\\n\\n9\\nq\\n' | %s menu", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "$ gpuperf info --model resnet18 --batch 32") != NULL);
+	CHECK(strstr(out, "parameters            11689512") != NULL);
+	CHECK(strstr(out, "no choice '9'") != NULL);
+	/* plain gpuperf without a terminal prints the usage, not the menu */
+	snprintf(cmd, sizeof(cmd), "%s < /dev/null", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "usage: gpuperf COMMAND") != NULL);
+	CHECK(strstr(out, "choice>") == NULL);
+}

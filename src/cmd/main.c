@@ -1,6 +1,7 @@
 /* gpuperf: the command table. Only this file exits. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd/cmds.h"
 #include "core/error.h"
@@ -24,6 +25,7 @@ static const struct command commands[] = {
 	{ "maxbatch", cmd_maxbatch, "find the largest batch that trains: doubling, then bisection" },
 	{ "workers", cmd_workers, "train once per data-loader worker count: GPU utilization, data wait, img/s" },
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
+	{ "menu", cmd_menu, "choose a question from a menu (what plain gpuperf does on a terminal)" },
 	{ "monitor", cmd_monitor, "live NVML view: utilization, memory, power, temperature, clocks" },
 	{ NULL, NULL, NULL },
 };
@@ -40,6 +42,11 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
+		/* a person at a terminal gets the menu; scripts and pipes the usage */
+		if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) {
+			char *menu_argv[] = { "menu", NULL };
+			return cmd_menu(1, menu_argv) < 0 ? 1 : 0;
+		}
 		usage(stdout);
 		return 0;
 	}
