@@ -211,3 +211,40 @@ TEST(workers_and_train_data_bad_input_one_clear_line)
 	snprintf(args, sizeof(args), "train --device cpu --model simple_cnn --data %s --classes 2", ds);
 	test_check_bad(args, "--classes 2 is fewer than the 3 classes");
 }
+
+/* advise: a baseline, at least the larger-batch candidate, each trial's verdict
+ * consistent with its measured speed-up, and a result naming the best. */
+TEST(advise_measures_each_candidate)
+{
+	char cmd[2048], out[16384], dir[512], res[700];
+	const char *tmp = test_tmpdir();
+	snprintf(dir, sizeof(dir), "%s/ds", tmp);
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out %s --classes 3 --images 48 --size 64x48", test_bin(), dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	snprintf(cmd, sizeof(cmd), "%s advise --model simple_cnn --device cpu --data %s --batch 8 --steps 6 "
+		 "--size 32 --out %s/adv", test_bin(), dir, tmp);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	CHECK(strstr(out, "advice:") != NULL);
+	snprintf(res, sizeof(res), "%s/adv/advise.json", tmp);
+	json_error_t e;
+	json_t *j = json_load_file(res, 0, &e);
+	CHECK_MSG(j != NULL, "%s: %s", res, e.text);
+	if (!j)
+		return;
+	json_t *trials = json_object_get(json_object_get(j, "measurements"), "trials");
+	CHECK(json_array_size(trials) >= 2);
+	CHECK(!strcmp(json_string_value(json_object_get(json_array_get(trials, 0), "change")), "baseline"));
+	size_t i;
+	json_t *t;
+	int saw_batch = 0;
+	json_array_foreach(trials, i, t) {
+		double speedup = json_real_value(json_object_get(t, "speedup"));
+		int kept = json_is_true(json_object_get(t, "kept"));
+		CHECK(json_real_value(json_object_get(t, "img_s")) > 0);
+		if (kept)
+			CHECK_MSG(speedup >= 1.05, "trial %zu kept at %.3fx", i, speedup);
+		saw_batch |= json_integer_value(json_object_get(t, "batch")) == 16;
+	}
+	CHECK(saw_batch);
+	json_decref(j);
+}

@@ -10,6 +10,7 @@ int cmd_analyze(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
 int cmd_monitor(int argc, char **argv);
 int cmd_menu(int argc, char **argv);
+int cmd_advise(int argc, char **argv);
 int cmd_dataset(int argc, char **argv);
 int cmd_loader(int argc, char **argv);
 int cmd_compare(int argc, char **argv);

@@ -25,6 +25,7 @@ static const struct command commands[] = {
 	{ "maxbatch", cmd_maxbatch, "find the largest batch that trains: doubling, then bisection" },
 	{ "workers", cmd_workers, "train once per data-loader worker count: GPU utilization, data wait, img/s" },
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
+	{ "advise", cmd_advise, "find what holds training back and prove each fix by measuring it" },
 	{ "menu", cmd_menu, "choose a question from a menu (what plain gpuperf does on a terminal)" },
 	{ "monitor", cmd_monitor, "live NVML view: utilization, memory, power, temperature, clocks" },
 	{ NULL, NULL, NULL },

@@ -1,0 +1,208 @@
+/* gpuperf advise: measure a training set-up, find what holds it back, and prove each
+ * candidate fix by measuring it: more loader workers when the step waits for data,
+ * TF32 when FP32 runs on a GPU with tensor cores, a larger batch when there is memory
+ * for it. The fixes that pay are then measured together. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd/args.h"
+#include "cmd/cmds.h"
+#include "core/error.h"
+#include "nn/trainer.h"
+#include "report/result.h"
+#include "report/table.h"
+
+#define ADVISE_GAIN 1.05 /* a fix must bring at least 5% more img/s to be kept */
+#define ADVISE_MAX 8
+
+struct trial {
+	char change[96], reason[160];
+	struct train_opts o;
+	struct train_result r;
+	int kept;
+};
+
+static int advise_measure(struct trial *t, int i, int n_planned)
+{
+	fprintf(stderr, "advise: [%d/%d] %s ...\n", i + 1, n_planned, t->change);
+	int rc = train_run(&t->o, &t->r, NULL);
+	if (rc == GP_EDEVOOM || rc == GP_ENOMEM) {
+		/* a fix that does not fit is an answer, not a failure */
+		snprintf(t->reason + strlen(t->reason), sizeof(t->reason) - strlen(t->reason),
+			 "; out of memory: %s", gp_errmsg());
+		t->r.img_s = 0;
+		return 0;
+	}
+	return rc;
+}
+
+static json_t *trial_json(const struct trial *t, double base_img_s)
+{
+	return json_pack("{s:s, s:s, s:i, s:i, s:s, s:f, s:f, s:f, s:b}", "change", t->change,
+			 "reason", t->reason, "batch", t->o.batch, "workers", t->o.workers,
+			 "precision", train_precision_name(t->o.precision), "img_s", t->r.img_s,
+			 "speedup", base_img_s > 0 ? t->r.img_s / base_img_s : 0.0, "data_wait_pct",
+			 t->r.data_wait_pct, "kept", t->kept);
+}
+
+int cmd_advise(int argc, char **argv)
+{
+	struct train_opts base = train_opts_default();
+	const char *device = "auto", *precision = "fp32", *data = "synthetic", *out = NULL;
+	int help = 0, size = 0;
+	base.model = "mobilenet_v2";
+	base.batch = 64;
+	base.steps = 30;
+	struct opt opts[] = {
+		{ "model", OPT_STR, &base.model, "model (mobilenet_v2)", 0 },
+		{ "batch", OPT_INT, &base.batch, "batch size (64)", 1 },
+		{ "size", OPT_INT, &size, "input size (224; 32 for simple_cnn)", 8 },
+		{ "data", OPT_STR, &data, "synthetic | DIR | cifar10:DIR", 0 },
+		{ "workers", OPT_INT, &base.workers, "data-loader threads (0)", 0 },
+		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2 },
+		{ "device", OPT_STR, &device, "cuda | cpu | auto", 0 },
+		{ "precision", OPT_STR, &precision, "fp32 | tf32", 0 },
+		{ "out", OPT_STR, &out, "directory for advise.json (results)", 0 },
+		{ "help", OPT_FLAG, &help, "show this help", 0 },
+		{ 0 },
+	};
+	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (help) {
+		args_print_help("gpuperf advise [--model M] [--batch B] [--data DIR] [--workers N] [--steps N]", opts);
+		return 0;
+	}
+	if (!out)
+		out = result_default_dir();
+	base.size = size;
+	base.classes = 0;
+	base.log_every = base.steps + 1;
+	base.warmup = base.steps / 5;
+	int has_data = strcmp(data, "synthetic") != 0;
+	if (has_data)
+		base.data = data;
+	else if (base.workers)
+		return gp_error(GP_EINVAL, "--workers needs --data DIR or cifar10:DIR");
+	GP_TRY(train_pick_device(device, &base.backend, 0));
+	GP_TRY(train_parse_precision(precision, &base.precision));
+
+	struct trial t[ADVISE_MAX];
+	int n = 0, rc;
+	memset(t, 0, sizeof(t));
+	t[n].o = base;
+	snprintf(t[n].change, sizeof(t[n].change), "baseline");
+	snprintf(t[n].reason, sizeof(t[n].reason), "as given");
+	if ((rc = advise_measure(&t[n], 0, 1)) < 0)
+		return rc;
+	if (t[0].r.img_s <= 0)
+		return gp_error(GP_EDEVOOM, "the set-up as given does not fit: %s", t[0].reason);
+	n++;
+	const struct train_result *b = &t[0].r;
+	/* diagnose: each rule carries the number that triggered it */
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	if (has_data && b->data_wait_pct >= 10) {
+		int w = base.workers ? 2 * base.workers : 2;
+		for (int k = 0; k < 2 && w <= 2 * cores && n < ADVISE_MAX; k++, w *= 2) {
+			t[n].o = base;
+			t[n].o.workers = w;
+			snprintf(t[n].change, sizeof(t[n].change), "--workers %d", w);
+			snprintf(t[n].reason, sizeof(t[n].reason),
+				 "the step waited for data %.0f%% of its time", b->data_wait_pct);
+			n++;
+		}
+	}
+	if (base.backend == BACKEND_CUDA && base.precision == PREC_FP32 && n < ADVISE_MAX) {
+		t[n].o = base;
+		t[n].o.precision = PREC_TF32;
+		snprintf(t[n].change, sizeof(t[n].change), "--precision tf32");
+		snprintf(t[n].reason, sizeof(t[n].reason), "FP32 math on a GPU whose tensor cores take TF32");
+		n++;
+	}
+	if (n < ADVISE_MAX) {
+		t[n].o = base;
+		t[n].o.batch = 2 * base.batch;
+		snprintf(t[n].change, sizeof(t[n].change), "--batch %d", 2 * base.batch);
+		snprintf(t[n].reason, sizeof(t[n].reason), "%.2f ms per step: more work per launch and per copy",
+			 b->ms_per_step);
+		n++;
+	}
+	for (int i = 1; i < n; i++)
+		if ((rc = advise_measure(&t[i], i, n)) < 0)
+			return rc;
+	/* keep what paid; the best of the worker counts only */
+	struct train_opts combo = base;
+	int kept = 0, best_workers = -1;
+	double best_w_img_s = 0;
+	for (int i = 1; i < n; i++) {
+		if (t[i].r.img_s < ADVISE_GAIN * b->img_s)
+			continue;
+		if (t[i].o.workers != base.workers) {
+			if (t[i].r.img_s > best_w_img_s) {
+				best_w_img_s = t[i].r.img_s;
+				best_workers = i;
+			}
+			continue;
+		}
+		t[i].kept = 1;
+		kept++;
+		combo.precision = t[i].o.precision;
+		combo.batch = t[i].o.batch;
+	}
+	if (best_workers > 0) {
+		t[best_workers].kept = 1;
+		kept++;
+		combo.workers = t[best_workers].o.workers;
+	}
+	int combined = 0;
+	if (kept > 1 && n < ADVISE_MAX) {
+		t[n].o = combo;
+		snprintf(t[n].change, sizeof(t[n].change), "all kept changes together");
+		snprintf(t[n].reason, sizeof(t[n].reason), "%d fixes paid on their own", kept);
+		if ((rc = advise_measure(&t[n], n, n + 1)) < 0)
+			return rc;
+		combined = n++;
+	}
+
+	struct table tab;
+	table_init(&tab);
+	table_add_col(&tab, "change", TABLE_LEFT);
+	table_add_col(&tab, "img/s", TABLE_RIGHT);
+	table_add_col(&tab, "speed-up", TABLE_RIGHT);
+	table_add_col(&tab, "data wait %", TABLE_RIGHT);
+	table_add_col(&tab, "verdict", TABLE_LEFT);
+	table_add_col(&tab, "why it was tried", TABLE_LEFT);
+	for (int i = 0; i < n; i++)
+		table_add_row(&tab, "%s\t%.1f\t%.2fx\t%.1f\t%s\t%s", t[i].change, t[i].r.img_s,
+			      t[i].r.img_s / b->img_s, t[i].r.data_wait_pct,
+			      i == 0 ? "-" : t[i].kept ? "keep" : i == combined ? "combined"
+			      : t[i].r.img_s >= ADVISE_GAIN * b->img_s ? "faster, not best" : "no gain",
+			      t[i].reason);
+	printf("\n");
+	table_print(&tab, stdout);
+	table_free(&tab);
+	const struct trial *best = &t[0];
+	for (int i = 1; i < n; i++)
+		if (t[i].r.img_s > best->r.img_s)
+			best = &t[i];
+	if (best == &t[0])
+		printf("\nadvice: keep the set-up as it is; no change brought %.0f%% more img/s\n",
+		       100 * (ADVISE_GAIN - 1));
+	else
+		printf("\nadvice: %s: %.1f img/s, %.2fx the baseline's %.1f\n", best->change, best->r.img_s,
+		       best->r.img_s / b->img_s, b->img_s);
+
+	json_t *res = result_new("advise", argc, argv), *trials = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(trials, trial_json(&t[i], b->img_s));
+	json_object_set_new(res, "settings", json_pack("{s:s, s:i, s:s, s:i, s:i}", "model", base.model,
+			    "batch", base.batch, "data", data, "workers", base.workers, "steps", base.steps));
+	json_object_set_new(res, "measurements", json_pack("{s:o, s:s, s:f}", "trials", trials, "best",
+			    best->change, "best_img_s", best->r.img_s));
+	char path[4096];
+	rc = result_write(res, out, "advise", path, sizeof(path));
+	if (rc == 0)
+		printf("wrote %s\n", path);
+	json_decref(res);
+	return rc;
+}
