@@ -41,7 +41,10 @@ static const struct menu_item items[] = {
 	{ "6", "train and measure img/s", "train", cmd_train,
 	  { { "model", "model", "resnet50" }, { "batch", "batch size", "64" },
 	    { "steps", "steps", "30" }, { "precision", "precision (fp32, tf32)", "fp32" } } },
-	{ "7", "live GPU monitor", "monitor", cmd_monitor,
+	{ "7", "what holds training back, with each fix measured", "advise", cmd_advise,
+	  { { "model", "model", "mobilenet_v2" }, { "batch", "batch size", "64" },
+	    { "data", "ImageFolder directory (empty: synthetic)", "" }, { "workers", "loader workers", "" } } },
+	{ "8", "live GPU monitor", "monitor", cmd_monitor,
 	  { { "count", "samples", "10" }, { "interval", "seconds between samples", "1" } } },
 };
 
