@@ -360,3 +360,45 @@ TEST(grad_buckets_cover_everything_in_backward_order)
 	free(L.snap);
 	net_free(net);
 }
+
+/* Loss scaling as torch.amp.GradScaler: a power-of-two scale changes nothing (the
+ * scaling is exact); an overflowing scale skips the step, leaves the parameters as
+ * they were and backs off; clean steps grow the scale after the interval. */
+TEST(loss_scaling_skips_overflow_and_adapts_the_scale)
+{
+	struct net *a = build("resnet18", 32, 2, 10), *b = build("resnet18", 32, 2, 10);
+	CHECK(net_setup(a, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
+	CHECK(net_setup(b, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
+	random_batch(a, 3);
+	random_batch(b, 3);
+	net_enable_loss_scaling(b);
+	b->scaler.growth_interval = 2;
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int s = 0; s < 3; s++) {
+		CHECK(net_train_step(a, &sgd, NULL, NULL) == 0);
+		CHECK(net_train_step(b, &sgd, NULL, NULL) == 0);
+	}
+	size_t bytes = a->params_count * sizeof(float);
+	CHECK(memcmp(net_cpu_params(a), net_cpu_params(b), bytes) == 0);
+	CHECK_NEAR(b->scaler.scale, 131072.0, 0); /* grew once after 2 clean steps */
+	CHECK_EQ_INT(b->scaler.skipped_steps, 0);
+	/* inject an overflow: the gradients become inf, the step is skipped */
+	float *before = malloc(bytes);
+	memcpy(before, net_cpu_params(b), bytes);
+	b->scaler.scale = 3e38;
+	int steps_before = b->sgd_steps;
+	CHECK(net_train_step(b, &sgd, NULL, NULL) == 0);
+	CHECK_EQ_INT(b->scaler.skipped_steps, 1);
+	CHECK_EQ_INT(b->sgd_steps, steps_before);
+	CHECK(memcmp(before, net_cpu_params(b), bytes) == 0);
+	CHECK_NEAR(b->scaler.scale, 1.5e38, 1e30);
+	CHECK_EQ_INT(b->scaler.growth_tracker, 0);
+	/* back off until the gradients are finite again, then steps resume */
+	for (int s = 0; s < 200 && b->sgd_steps == steps_before; s++)
+		CHECK(net_train_step(b, &sgd, NULL, NULL) == 0);
+	CHECK(b->sgd_steps == steps_before + 1);
+	CHECK(memcmp(before, net_cpu_params(b), bytes) != 0);
+	free(before);
+	net_free(a);
+	net_free(b);
+}

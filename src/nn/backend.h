@@ -34,6 +34,10 @@ struct backend_ops {
 	/* Copy node's output (grad 0) or output gradient (grad 1) to host floats. */
 	int (*tensor_to_host)(struct net *net, int node, int grad, float *dst);
 	int (*logits_to_host)(struct net *net, float *dst);
+	/* Multiply node's output gradient by factor (loss scaling). */
+	int (*scale_output_grad)(struct net *net, int node, double factor);
+	/* Multiply every parameter gradient by factor; *nonfinite = 1 if any is inf/NaN. */
+	int (*unscale_grads)(struct net *net, double factor, int *nonfinite);
 	/* Scratch bytes the backend needs beside the plan (conv workspace). */
 	size_t (*workspace_bytes)(struct net *net);
 };

@@ -1,5 +1,6 @@
 /* The CPU backend: plain host memory laid out by the net's memory plan, float or
  * double. It is the reference every other backend is checked against. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,6 +240,18 @@ static int cpu_loss(struct net *net, double *loss, int *correct)
 	return is_f64(net) ? cpu_loss_f64(net, loss, correct) : cpu_loss_f32(net, loss, correct);
 }
 
+static int cpu_scale_output_grad(struct net *net, int node, double factor)
+{
+	return is_f64(net) ? cpu_scale_output_grad_f64(net, node, factor)
+			   : cpu_scale_output_grad_f32(net, node, factor);
+}
+
+static int cpu_unscale_grads(struct net *net, double factor, int *nonfinite)
+{
+	return is_f64(net) ? cpu_unscale_grads_f64(net, factor, nonfinite)
+			   : cpu_unscale_grads_f32(net, factor, nonfinite);
+}
+
 static int cpu_sgd(struct net *net, const struct sgd_args *sgd)
 {
 	return is_f64(net) ? cpu_sgd_f64(net, sgd) : cpu_sgd_f32(net, sgd);
@@ -258,6 +271,8 @@ const struct backend_ops backend_cpu_ops = {
 	.grads_to_host = cpu_grads_to_host,
 	.tensor_to_host = cpu_tensor_to_host,
 	.logits_to_host = cpu_logits_to_host,
+	.scale_output_grad = cpu_scale_output_grad,
+	.unscale_grads = cpu_unscale_grads,
 	.workspace_bytes = cpu_workspace_bytes,
 };
 

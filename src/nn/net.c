@@ -705,7 +705,36 @@ int net_loss(struct net *net, double *loss, int *correct)
 {
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
-	return net_backend(net)->loss(net, loss, correct);
+	GP_TRY(net_backend(net)->loss(net, loss, correct));
+	if (net->scaler.enabled)
+		GP_TRY(net_backend(net)->scale_output_grad(net, net->n_nodes - 1, net->scaler.scale));
+	return 0;
+}
+
+void net_enable_loss_scaling(struct net *net)
+{
+	net->scaler = (struct grad_scaler){ .enabled = 1, .scale = 65536.0, .growth_factor = 2.0,
+					    .backoff_factor = 0.5, .growth_interval = 2000 };
+}
+
+/* Unscale and check the gradients; returns 1 when the step must be skipped, and
+ * updates the scale as GradScaler.update does. */
+static int scaler_unscale(struct net *net)
+{
+	struct grad_scaler *g = &net->scaler;
+	int nonfinite = 0;
+	GP_TRY(net_backend(net)->unscale_grads(net, 1.0 / g->scale, &nonfinite));
+	if (nonfinite) {
+		g->scale *= g->backoff_factor;
+		g->growth_tracker = 0;
+		g->skipped_steps++;
+		return 1;
+	}
+	if (++g->growth_tracker == g->growth_interval) {
+		g->scale *= g->growth_factor;
+		g->growth_tracker = 0;
+	}
+	return 0;
 }
 
 int net_set_grad_buckets(struct net *net, size_t bucket_bytes,
@@ -772,6 +801,13 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd)
 {
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
+	if (net->scaler.enabled) {
+		int skip = scaler_unscale(net);
+		if (skip < 0)
+			return skip;
+		if (skip)
+			return 0; /* inf or NaN in a gradient: no step, as GradScaler.step */
+	}
 	struct sgd_args a = *sgd;
 	a.first_step = net->sgd_steps == 0;
 	if (net->hooks.node_begin)
@@ -789,9 +825,10 @@ int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, in
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
 	GP_TRY(take_staged(net));
-	/* a graph replay has no host points between layers: hooks and buckets run eagerly */
+	/* a graph replay has no host points between layers: hooks, buckets and loss
+	 * scaling (which decides on the host whether to step) run eagerly */
 	if (net->use_graphs && ops->train_step && !net->hooks.node_begin && !net->hooks.node_end &&
-	    !net->buckets.n) {
+	    !net->buckets.n && !net->scaler.enabled) {
 		struct sgd_args a = *sgd;
 		a.first_step = net->sgd_steps == 0;
 		int rc = ops->train_step(net, &a);

@@ -100,6 +100,20 @@ struct net_hooks {
  * array (in elements), filled from the end as backward runs. ready() is called on the
  * host as soon as every gradient in a bucket has been enqueued, in order, so an
  * all-reduce of that bucket can start while backward goes on. */
+/* Dynamic loss scaling as torch.amp.GradScaler: the loss gradient is multiplied by
+ * scale; before the optimizer step the gradients are divided by it and checked; a
+ * step with an inf or NaN gradient is skipped and the scale backed off, and after
+ * growth_interval clean steps in a row it grows. For FP16 training. */
+struct grad_scaler {
+	int enabled;
+	double scale;            /* 65536 */
+	double growth_factor;    /* 2 */
+	double backoff_factor;   /* 0.5 */
+	int growth_interval;     /* 2000 */
+	int growth_tracker;      /* clean steps since the last change */
+	long long skipped_steps;
+};
+
 #define GP_MAX_BUCKETS 256
 struct grad_buckets {
 	int n;
@@ -149,6 +163,7 @@ struct net {
 	struct net_hooks hooks;
 	int use_graphs;         /* replay the training step as a CUDA graph when possible */
 	struct grad_buckets buckets; /* n == 0: none */
+	struct grad_scaler scaler;
 	int staged;             /* a batch was staged and is taken in by the next step */
 	int recompute;          /* recompute BN+ReLU outputs in backward instead of keeping them */
 };
@@ -207,6 +222,10 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd);
  * backend does not wait). With net->use_graphs and no hooks, a backend may replay the
  * step as a captured graph. */
 int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, int *correct);
+/* Turn dynamic loss scaling on with torch's defaults (scale 2^16, growth 2 every
+ * 2000 clean steps, back-off 0.5). */
+void net_enable_loss_scaling(struct net *net);
+
 /* Split the gradients into buckets of about bucket_bytes (at parameter boundaries,
  * last layers first) and call ready() for each during every backward. */
 int net_set_grad_buckets(struct net *net, size_t bucket_bytes,

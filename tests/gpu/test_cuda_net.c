@@ -449,3 +449,39 @@ out:
 	net_free(a);
 	net_free(b);
 }
+
+/* Loss scaling on the GPU: an overflowing scale skips the step and backs off; a
+ * power-of-two scale trains as without it. */
+TEST(cuda_loss_scaling_skips_overflow)
+{
+	NEED_GPU();
+	struct net *a = build("resnet18", 64, 4, 10), *b = build("resnet18", 64, 4, 10);
+	if (!a || !b)
+		goto out;
+	backend_cuda_set_conv_policy(0, 1);
+	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+	backend_cuda_set_conv_policy(0, 0);
+	float *x;
+	int32_t *y;
+	CHECK(train_synthetic_batch(4, 3, 64, 64, 10, 9, &x, &y) == 0);
+	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
+	free(x);
+	free(y);
+	net_enable_loss_scaling(b);
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int s = 0; s < 2; s++) {
+		CHECK(net_train_step(a, &sgd, NULL, NULL) == 0);
+		CHECK(net_train_step(b, &sgd, NULL, NULL) == 0);
+	}
+	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+	CHECK_LE(rel_err_norm_f32(b->host_params, a->host_params, a->params_count), 1e-6);
+	b->scaler.scale = 3e38;
+	int steps = b->sgd_steps;
+	CHECK(net_train_step(b, &sgd, NULL, NULL) == 0);
+	CHECK_EQ_INT(b->sgd_steps, steps);
+	CHECK_EQ_INT(b->scaler.skipped_steps, 1);
+out:
+	net_free(a);
+	net_free(b);
+}

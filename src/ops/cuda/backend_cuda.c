@@ -21,6 +21,7 @@ struct backend_state {
 	int32_t *labels;
 	double *d_loss;
 	int *d_correct;
+	int *d_nonfinite;             /* raised by the loss-scaling check */
 	unsigned long long *d_step;   /* optimizer steps, on the device: dropout masks in graphs */
 	/* labels, loss scratch, loss, correct count and step counter share one block:
 	 * the driver hands out small allocations from shared 2 MiB pages, and one block
@@ -208,8 +209,8 @@ static int cuda_setup(struct net *net)
 	b->scratch_bytes = 2 * (size_t)net->batch * sizeof(float);
 	size_t at_labels = 0, at_scratch = ALIGN256(b->labels_bytes);
 	size_t at_loss = at_scratch + ALIGN256(b->scratch_bytes), at_correct = at_loss + 256;
-	size_t at_step = at_correct + 256;
-	b->misc_bytes = at_step + 256;
+	size_t at_step = at_correct + 256, at_flag = at_step + 256;
+	b->misc_bytes = at_flag + 256;
 	if ((rc = cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS)) < 0 ||
@@ -222,6 +223,7 @@ static int cuda_setup(struct net *net)
 	b->d_loss = (double *)(b->misc + at_loss);
 	b->d_correct = (int *)(b->misc + at_correct);
 	b->d_step = (unsigned long long *)(b->misc + at_step);
+	b->d_nonfinite = (int *)(b->misc + at_flag);
 	if ((rc = CUDA_CHECK(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream))) < 0)
 		goto fail;
 	/* Measure the convolution algorithms before the activations take their memory:
@@ -521,6 +523,21 @@ static int cuda_train_step(struct net *net, const struct sgd_args *sgd)
 	return CUDA_CHECK(cudaGraphLaunch(b->step_exec, s));
 }
 
+static int cuda_scale_output_grad(struct net *net, int node, double factor)
+{
+	return scale_cuda(net->bk->ctx->stream, grad_ptr(net, node), shape_numel(net->nodes[node].out),
+			  factor, NULL);
+}
+
+/* The one host wait of loss scaling: whether to step depends on the check. */
+static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
+{
+	struct backend_state *b = net->bk;
+	CUDA_TRY(cudaMemsetAsync(b->d_nonfinite, 0, sizeof(int), b->ctx->stream));
+	GP_TRY(scale_cuda(b->ctx->stream, b->grads, net->params_count, factor, b->d_nonfinite));
+	return cuda_copy_d2h(b->ctx, nonfinite, b->d_nonfinite, sizeof(int));
+}
+
 static int cuda_wait(struct net *net)
 {
 	if (net->bk->copy_stream)
@@ -565,5 +582,7 @@ const struct backend_ops backend_cuda_ops = {
 	.read_loss = cuda_read_loss,
 	.wait = cuda_wait,
 	.logits_to_host = cuda_logits_to_host,
+	.scale_output_grad = cuda_scale_output_grad,
+	.unscale_grads = cuda_unscale_grads,
 	.workspace_bytes = cuda_workspace_bytes,
 };

@@ -46,6 +46,9 @@ int dropout_bwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t
  * uniform on [0, 1) in steps of 2^-24; it does not reproduce dropout_mask_cpu. */
 int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_t seed, uint64_t offset,
 		      uint8_t *mask);
+/* p *= factor; if nonfinite_flag (device int) is given, it is set to 1 where a result
+ * is inf or NaN (it is not cleared first). */
+int scale_cuda(cudaStream_t s, float *p, size_t count, double factor, int *nonfinite_flag);
 /* y = (x - mean) * invstd * gamma + beta per channel, from saved statistics. */
 int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *gamma,
 		  const float *beta, const float *mean, const float *invstd, float *y);

@@ -472,6 +472,26 @@ extern "C" int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *
 	return 0;
 }
 
+/* p *= factor; with flag, also raise *flag where a result is inf or NaN (loss scaling). */
+__global__ static void scale_kernel(float *p, size_t count, float factor, int *flag)
+{
+	FOR_EACH(i, count) {
+		float v = p[i] * factor;
+		p[i] = v;
+		if (flag && !isfinite(v))
+			*flag = 1;
+	}
+}
+
+extern "C" int scale_cuda(cudaStream_t s, float *p, size_t count, double factor, int *nonfinite_flag)
+{
+	if (!count)
+		return 0;
+	scale_kernel<<<grid_for(count), BLOCK, 0, s>>>(p, count, (float)factor, nonfinite_flag);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 /* --- softmax cross-entropy: one block per row, then one block for the mean --------------- */
 __global__ static void softmax_xent_row_kernel(int n, int k, const float *logits,
 					       const int32_t *labels, float *dlogits,
