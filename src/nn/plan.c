@@ -1,0 +1,245 @@
+/* The memory plan: every activation, gradient and saved tensor of a training step
+ * gets a lifetime (in steps: forward of node i is i, the loss n, backward of node i
+ * 2n - i) and an offset in one arena; tensors whose lifetimes do not meet share
+ * bytes. Planned before anything is allocated, so it also predicts peak memory. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "nn/backend.h"
+#include "nn/net.h"
+
+#define PLAN_ALIGN_BYTES 256
+
+int op_bwd_needs_input(enum op_type op)
+{
+	return op == OP_CONV2D || op == OP_BATCHNORM2D || op == OP_LINEAR;
+}
+
+int op_bwd_needs_output(enum op_type op)
+{
+	return op == OP_RELU || op == OP_RELU6;
+}
+
+size_t node_saved_bytes(const struct node *nd, size_t elem_bytes)
+{
+	switch (nd->op) {
+	case OP_BATCHNORM2D:
+		return 2 * (size_t)nd->a.bn.c * elem_bytes;
+	case OP_MAXPOOL2D:
+		return shape_numel(nd->out) * sizeof(int32_t);
+	case OP_DROPOUT:
+		return nd->a.drop.count;
+	default:
+		return 0;
+	}
+}
+
+static int tensor_new(struct net *net, size_t bytes, int first, int last)
+{
+	struct plan_tensor *t = &net->tensors[net->n_tensors];
+	t->bytes = (bytes + PLAN_ALIGN_BYTES - 1) / PLAN_ALIGN_BYTES * PLAN_ALIGN_BYTES;
+	t->first_step = first;
+	t->last_step = last;
+	t->offset = 0;
+	t->alias_of = -1;
+	return net->n_tensors++;
+}
+
+static int tensor_root(const struct net *net, int t)
+{
+	while (net->tensors[t].alias_of >= 0)
+		t = net->tensors[t].alias_of;
+	return t;
+}
+
+static void tensor_extend(struct net *net, int t, int first, int last)
+{
+	struct plan_tensor *r = &net->tensors[tensor_root(net, t)];
+	if (first < r->first_step)
+		r->first_step = first;
+	if (last > r->last_step)
+		r->last_step = last;
+}
+
+/* A relu may overwrite its input when nothing else reads that input and the
+ * producer's backward does not need its own output. */
+static int relu_in_place(const struct net *net, const struct node *nd)
+{
+	const struct node *src = &net->nodes[nd->in[0]];
+	return (nd->op == OP_RELU || nd->op == OP_RELU6) && src->consumers == 1 &&
+	       src->op != OP_INPUT && !op_bwd_needs_output(src->op) && src->t_y >= 0;
+}
+
+/* Recompute this ReLU's output in backward: it works in place over a batch norm
+ * whose input (a convolution's output) and statistics are kept anyway, so the
+ * output is two cheap element-wise passes away, and its memory is free between
+ * the forward and the backward. */
+static int relu_recomputed(const struct net *net, const struct node *nd, int training)
+{
+	if (!net->recompute || !training || !relu_in_place(net, nd))
+		return 0;
+	const struct node *bn = &net->nodes[nd->in[0]];
+	return bn->op == OP_BATCHNORM2D && nd->last_consumer >= 0 &&
+	       net->nodes[nd->last_consumer].needs_dx;
+}
+
+static int cmp_size_desc(const void *a, const void *b, void *ctx)
+{
+	const struct plan_tensor *t = ctx;
+	int x = *(const int *)a, y = *(const int *)b;
+	if (t[x].bytes != t[y].bytes)
+		return t[x].bytes < t[y].bytes ? 1 : -1;
+	return x - y;
+}
+
+/* Greedy placement, largest first: each tensor takes the lowest offset where it
+ * overlaps no already-placed tensor whose lifetime intersects its own. */
+static size_t place_tensors(struct net *net)
+{
+	int n = 0, *order = malloc(sizeof(int) * (net->n_tensors + 1));
+	int *placed = malloc(sizeof(int) * (net->n_tensors + 1));
+	size_t arena = 0;
+	if (!order || !placed)
+		goto out;
+	for (int i = 0; i < net->n_tensors; i++)
+		if (net->tensors[i].alias_of < 0)
+			order[n++] = i;
+	qsort_r(order, n, sizeof(int), cmp_size_desc, net->tensors);
+	int n_placed = 0;
+	for (int k = 0; k < n; k++) {
+		struct plan_tensor *t = &net->tensors[order[k]];
+		size_t offset = 0;
+		for (int moved = 1; moved;) {
+			moved = 0;
+			for (int j = 0; j < n_placed; j++) {
+				struct plan_tensor *o = &net->tensors[placed[j]];
+				if (o->last_step < t->first_step || t->last_step < o->first_step)
+					continue;
+				if (offset < o->offset + o->bytes && o->offset < offset + t->bytes) {
+					offset = o->offset + o->bytes;
+					moved = 1;
+				}
+			}
+		}
+		t->offset = offset;
+		placed[n_placed++] = order[k];
+		if (offset + t->bytes > arena)
+			arena = offset + t->bytes;
+	}
+	for (int i = 0; i < net->n_tensors; i++)
+		if (net->tensors[i].alias_of >= 0)
+			net->tensors[i].offset = net->tensors[tensor_root(net, i)].offset;
+out:
+	free(order);
+	free(placed);
+	return arena;
+}
+
+int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes)
+{
+	int n = net->n_nodes, loss_step = n;
+	free(net->tensors);
+	net->n_tensors = 0;
+	net->tensors = calloc((size_t)3 * n + 1, sizeof(struct plan_tensor));
+	if (!net->tensors)
+		return gp_error(GP_ENOMEM, "cannot allocate the memory plan");
+	/* Outputs, in execution order so that aliases find their source placed. */
+	for (int i = 0; i < n; i++) {
+		struct node *nd = &net->nodes[i];
+		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = -1;
+		if (nd->op == OP_INPUT)
+			continue; /* the input batch is a buffer of its own (category other) */
+		size_t bytes = shape_numel(nd->out) * elem_bytes;
+		if (nd->op == OP_FLATTEN || relu_in_place(net, nd) ||
+		    (nd->op == OP_DROPOUT && !training)) {
+			nd->t_y = tensor_new(net, bytes, i, i);
+			net->tensors[nd->t_y].alias_of = net->nodes[nd->in[0]].t_y;
+			if (net->nodes[nd->in[0]].t_y < 0) /* flatten of the input image */
+				net->tensors[nd->t_y].alias_of = -1;
+		} else {
+			nd->t_y = tensor_new(net, bytes, i, i);
+		}
+	}
+	/* Lifetimes of outputs: until the last forward or backward that reads them. */
+	for (int i = 0; i < n; i++) {
+		struct node *nd = &net->nodes[i];
+		if (nd->t_y < 0)
+			continue;
+		int last = i;
+		if (i == n - 1)
+			last = loss_step;
+		int re = relu_recomputed(net, nd, training);
+		if (training && op_bwd_needs_output(nd->op) && !re)
+			last = 2 * n - i;
+		tensor_extend(net, nd->t_y, i, last);
+		if (re) /* backward reads the recomputed copy, from the last consumer's backward on */
+			nd->t_re = tensor_new(net, shape_numel(nd->out) * elem_bytes,
+					      2 * n - nd->last_consumer, 2 * n - i);
+		for (int k = 0; k < nd->n_in; k++) {
+			struct node *src = &net->nodes[nd->in[k]];
+			if (src->t_y < 0)
+				continue;
+			int until = i;
+			if (training && op_bwd_needs_input(nd->op) && src->t_re < 0)
+				until = 2 * n - i;
+			tensor_extend(net, src->t_y, i, until);
+		}
+	}
+	if (training) {
+		/* Gradients of outputs: from the backward of the last consumer (or the
+		 * loss) to the node's own backward. In-place relus and flatten share. */
+		for (int i = n - 1; i >= 0; i--) {
+			struct node *nd = &net->nodes[i];
+			if (!nd->needs_dx)
+				continue;
+			int first = i == n - 1 ? loss_step : 2 * n - nd->last_consumer;
+			if (nd->last_consumer < 0 && i != n - 1)
+				continue;
+			nd->t_dy = tensor_new(net, shape_numel(nd->out) * elem_bytes, first, 2 * n - i);
+		}
+		for (int i = n - 1; i >= 0; i--) {
+			struct node *nd = &net->nodes[i];
+			struct node *src = nd->n_in ? &net->nodes[nd->in[0]] : NULL;
+			if (nd->t_dy < 0 || !src || src->t_dy < 0)
+				continue;
+			if ((nd->op == OP_FLATTEN && src->consumers == 1) || relu_in_place(net, nd)) {
+				/* dx is written over dy in place: one buffer for both */
+				struct plan_tensor *mine = &net->tensors[nd->t_dy];
+				tensor_extend(net, src->t_dy, mine->first_step, mine->last_step);
+				mine->alias_of = src->t_dy;
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			struct node *nd = &net->nodes[i];
+			size_t saved = node_saved_bytes(nd, elem_bytes);
+			if (saved)
+				nd->t_saved = tensor_new(net, saved, i, 2 * n - i);
+		}
+	} else {
+		for (int i = 0; i < n; i++) {
+			struct node *nd = &net->nodes[i];
+			if (nd->op == OP_MAXPOOL2D)
+				nd->t_saved = tensor_new(net, node_saved_bytes(nd, elem_bytes), i, i);
+			if (nd->op == OP_BATCHNORM2D)
+				nd->t_saved = tensor_new(net, node_saved_bytes(nd, elem_bytes), i, i);
+		}
+	}
+	struct mem_plan *p = &net->plan;
+	memset(p, 0, sizeof(*p));
+	for (int i = 0; i < net->n_tensors; i++)
+		if (net->tensors[i].alias_of < 0)
+			p->no_reuse_bytes += net->tensors[i].bytes;
+	p->arena_bytes = place_tensors(net);
+	p->weights_bytes = (net->params_count + net->running_count) * elem_bytes;
+	p->grads_bytes = training ? net->params_count * elem_bytes : 0;
+	p->optim_bytes = training ? net->params_count * elem_bytes : 0;
+	p->workspace_bytes = workspace_bytes;
+	p->other_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * elem_bytes +
+			 (size_t)net->batch * sizeof(int32_t) + 64;
+	p->total_bytes = p->arena_bytes + p->weights_bytes + p->grads_bytes + p->optim_bytes +
+			 p->workspace_bytes + p->other_bytes;
+	net->training = training;
+	return 0;
+}
+
