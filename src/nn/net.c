@@ -1,5 +1,5 @@
-/* Building a network, inferring shapes, laying out the state dict and planning
- * activation memory. Running it is delegated to a backend (backend.h). */
+/* Building a network, inferring shapes and laying out the state dict; running it
+ * through a backend (backend.h). The memory plan is in plan.c. */
 #include "nn/net.h"
 
 #include <math.h>
@@ -10,7 +10,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "nn/backend.h"
-
 
 int net_init(struct net *net, const char *model, int classes, int in_c, int in_h, int in_w)
 {
