@@ -285,6 +285,9 @@ free_scratch:
  * the device, so no queued call still uses the old buffer. */
 static int workspace_reserve(struct cuda_ctx *ctx, size_t bytes)
 {
+	/* whole 2 MiB pages: a smaller block shares a page with other allocations, and
+	 * freeing and taking it again would move free memory by a page */
+	bytes = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
 	if (bytes <= ctx->workspace_bytes)
 		return 0;
 	cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
