@@ -1,7 +1,8 @@
 #!/bin/bash
 # Run on the GPU machine from the repository root, with build/bundle carried:
 #   bash tools/device_run.sh STAGE...   (logs under $OUT, or /tmp/gpuperf_out)
-# Stages: info, tests, parity, speed, speed32, compare, maxbatch, profile.
+# Stages: info, tests, gputests, parity, paritycpu, speed, speed32, compare, maxbatch,
+# maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers.
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
 . build/bundle/env.sh
