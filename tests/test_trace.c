@@ -62,7 +62,7 @@ static void build_known(struct trace *t)
 	add_gpu(t, "conv_fwd", TRACE_KERNEL, 2.5, 4.5, 1);
 	add_range(t, "fc", "cpu_op", 3, 4, 0, 11);
 	add_range(t, "cudaLaunchKernel", "cuda_runtime", 3.1, 3.2, 2, 11);
-	add_gpu(t, "gemm", TRACE_KERNEL, 4.0, 5.0, 2);
+	add_gpu(t, "_Z11gemm_kernelPKfPf", TRACE_KERNEL, 4.0, 5.0, 2);
 	add_range(t, "backward", "user_annotation", 5, 8, 0, 4);
 	add_range(t, "conv1", "cpu_op", 5, 6, 0, 12);
 	add_range(t, "cudaLaunchKernel", "cuda_runtime", 5.1, 5.2, 3, 12);
@@ -119,6 +119,13 @@ static void check_known_analysis(const struct analysis *a)
 	CHECK_NEAR(a->top_gpu[0].total, 2.5, 1e-9);
 	CHECK(!strcmp(a->top_gpu[1].name, "fc"));
 	CHECK_NEAR(a->top_gpu[1].total, 1.0, 1e-9);
+	/* kernels by name, a mangled one demangled to its function */
+	CHECK_EQ_INT(a->n_top_kernels, 3);
+	CHECK(!strcmp(a->top_kernels[0].name, "conv_fwd"));
+	CHECK_NEAR(a->top_kernels[0].total, 2.0, 1e-9);
+	CHECK(!strcmp(a->top_kernels[1].name, "gemm_kernel"));
+	CHECK_NEAR(a->top_kernels[1].total, 1.0, 1e-9);
+	CHECK(!strcmp(a->top_kernels[2].name, "conv_bwd"));
 	CHECK_EQ_INT(a->n_top_mem, 2);
 	CHECK(!strcmp(a->top_mem[0].name, "conv1"));
 	CHECK_NEAR(a->top_mem[0].total, 140 << 20, 0.5);

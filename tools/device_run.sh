@@ -2,7 +2,8 @@
 # Run on the GPU machine from the repository root, with build/bundle carried:
 #   bash tools/device_run.sh STAGE...   (logs under $OUT, or /tmp/gpuperf_out)
 # Stages: info, tests, gputests, parity, paritycpu, speed, speed32, compare, maxbatch,
-# maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers.
+# maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers, kprof (kernel
+# time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN).
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
 . build/bundle/env.sh
@@ -56,6 +57,20 @@ for s in "$@"; do
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
 		stage workers 400 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --workers 0,2,4,8 --steps 100 --device cuda --out /tmp/gp_work
 		cp /tmp/gp_work/gpu_utilization_comparison.png /tmp/gp_work/workers.json "$OUT/" 2>/dev/null ;;
+	kprof)
+		# kernel time by kernel, ours (profile, eager) beside PyTorch's (torch.profiler)
+		for mb in resnet50:256 mobilenet_v2:256 resnet18:256 mobilenet_v2:32; do
+			m=${mb%:*} b=${mb#*:}
+			TAIL=0 stage "kprof_${m}_$b" 200 $BIN profile --model $m --batch $b --steps 5 --baseline-steps 5 --device cuda --out /tmp/gp_kprof_${m}_$b
+			TAIL=0 stage "torch_kprof_${m}_$b" 200 python3 tools/torch_profile.py --model $m --batch $b --mode fp32
+		done ;;
+	cudnn19)
+		# the same training with PyTorch's own cuDNN (its wheel's libraries) instead of the system's
+		d=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0] + '/lib')" 2>/dev/null)
+		echo "torch cuDNN libraries: ${d:-not found}"; ls "$d" 2>/dev/null | head -3
+		for m in resnet50 mobilenet_v2; do
+			LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH stage "cudnn19_$m" 180 $BIN train --model $m --device cuda --precision fp32 --batch 256 --steps 40
+		done ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done

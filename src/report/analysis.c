@@ -221,6 +221,58 @@ free_maps:
 	return rc;
 }
 
+/* A readable kernel name: the function of an Itanium-mangled name ("_Z13add_kernelmPKfS0_Pf"
+ * -> "add_kernel", "_ZN7cutlass6KernelI...E" -> "cutlass::Kernel"), else the name as it
+ * is (cuDNN's and cuBLAS's kernels are mostly plain names). */
+static const char *kernel_label(const char *name, char *buf, size_t cap)
+{
+	if (strncmp(name, "_Z", 2))
+		return name;
+	const char *p = name + 2;
+	int nested = *p == 'N';
+	size_t len = 0;
+	p += nested;
+	buf[0] = 0;
+	while (*p >= '1' && *p <= '9') {
+		char *end;
+		long n = strtol(p, &end, 10);
+		if (n <= 0 || (long)strlen(end) < n)
+			break;
+		int w = snprintf(buf + len, cap - len, "%s%.*s", len ? "::" : "", (int)n, end);
+		if (w < 0 || (size_t)w >= cap - len)
+			break;
+		len += (size_t)w;
+		p = end + n;
+		if (!nested)
+			break;
+	}
+	return len ? buf : name;
+}
+
+/* Kernel time by kernel: which kernels the step's GPU time goes to, to set beside
+ * another engine's profile (torch.profiler's kernel table). */
+static int top_kernels(const struct trace *t, struct analysis *a, struct keyed *k)
+{
+	size_t n = 0;
+	char (*labels)[96] = malloc((t->n_gpu ? t->n_gpu : 1) * sizeof(*labels));
+	if (!labels)
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	for (size_t i = 0; i < t->n_gpu; i++) {
+		const struct trace_gpu *g = &t->gpu[i];
+		if (g->cat != TRACE_KERNEL)
+			continue;
+		const char *l = kernel_label(g->name ? g->name : "?", labels[n], sizeof(labels[n]));
+		if (l != labels[n])
+			snprintf(labels[n], sizeof(labels[n]), "%s", l);
+		k[n].name = labels[n];
+		k[n].value = (g->end_ns - g->start_ns) / 1e6;
+		n++;
+	}
+	int rc = top_by_name(k, n, a->top_kernels, &a->n_top_kernels);
+	free(labels);
+	return rc;
+}
+
 static int dbl_cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -378,6 +430,9 @@ int analysis_run(const struct trace *t, struct analysis *a)
 	rc = top_gpu_ops(t, a, k);
 	if (rc < 0)
 		goto fail;
+	rc = top_kernels(t, a, k);
+	if (rc < 0)
+		goto fail;
 	rc = memory_trend(t, a, k);
 	if (rc < 0)
 		goto fail;
@@ -444,6 +499,7 @@ void analysis_print(const struct analysis *a, FILE *f)
 		a->kernel_median_us, a->kernel_total_ms);
 	print_ops(f, "top ops by CPU time", a->top_cpu, a->n_top_cpu, 0);
 	print_ops(f, "top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
+	print_ops(f, "top kernels by GPU time", a->top_kernels, a->n_top_kernels, 0);
 	print_ops(f, "top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
 	fprintf(f, "\nadvice\n");
 	if (!a->n_advice)
@@ -493,7 +549,7 @@ json_t *analysis_to_json(const struct analysis *a)
 							a->advice[i].threshold, "text",
 							a->advice[i].text));
 	return json_pack("{s:{s:s, s:i, s:s, s:s}, s:o, s:o, s:f, s:f, s:f, s:I, s:f, s:f, "
-			 "s:o, s:o, s:o, s:f, s:o}",
+			 "s:o, s:o, s:o, s:o, s:f, s:o}",
 			 "meta", "model", a->meta.model, "batch", a->meta.batch, "precision",
 			 a->meta.precision, "gpu", a->meta.gpu_name,
 			 "steps", steps, "mean_step", step_json(&a->mean),
@@ -503,6 +559,7 @@ json_t *analysis_to_json(const struct analysis *a)
 			 "kernel_median_us", a->kernel_median_us,
 			 "top_cpu_ops", ops_json(a->top_cpu, a->n_top_cpu, "ms"),
 			 "top_gpu_layers", ops_json(a->top_gpu, a->n_top_gpu, "ms"),
+			 "top_kernels", ops_json(a->top_kernels, a->n_top_kernels, "ms"),
 			 "top_memory_layers", ops_json(a->top_mem, a->n_top_mem, "bytes"),
 			 "memory_peak_bytes", a->mem_peak_bytes, "advice", advice);
 }
@@ -554,6 +611,7 @@ int analysis_write_markdown(const struct analysis *a, const char *path)
 	}
 	md_ops(f, "Top ops by CPU time", a->top_cpu, a->n_top_cpu, 0);
 	md_ops(f, "Top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
+	md_ops(f, "Top kernels by GPU time", a->top_kernels, a->n_top_kernels, 0);
 	md_ops(f, "Top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
 	fprintf(f, "\n## Advice\n\n");
 	if (!a->n_advice)

@@ -69,7 +69,8 @@ struct analysis {
 	struct analysis_op top_cpu[ANALYSIS_TOP]; /* cpu_op ranges by name, ms */
 	struct analysis_op top_gpu[ANALYSIS_TOP]; /* kernels by launching layer, ms */
 	struct analysis_op top_mem[ANALYSIS_TOP]; /* allocations by layer, bytes */
-	int n_top_cpu, n_top_gpu, n_top_mem;
+	struct analysis_op top_kernels[ANALYSIS_TOP]; /* kernels by (demangled) name, ms */
+	int n_top_cpu, n_top_gpu, n_top_mem, n_top_kernels;
 
 	/* Memory trend for the memory chart: ms since the first step, bytes allocated. */
 	double *mem_t_ms, *mem_total_bytes;
