@@ -59,7 +59,7 @@ for s in "$@"; do
 		cp /tmp/gp_work/gpu_utilization_comparison.png /tmp/gp_work/workers.json "$OUT/" 2>/dev/null ;;
 	kprof)
 		# kernel time by kernel, ours (profile, eager) beside PyTorch's (torch.profiler)
-		for mb in resnet50:256 mobilenet_v2:256 resnet18:256 mobilenet_v2:32; do
+		for mb in ${KPROF:-resnet50:256 mobilenet_v2:256 mobilenet_v2:32}; do
 			m=${mb%:*} b=${mb#*:}
 			TAIL=0 stage "kprof_${m}_$b" 200 $BIN profile --model $m --batch $b --steps 5 --baseline-steps 5 --device cuda --out /tmp/gp_kprof_${m}_$b
 			TAIL=0 stage "torch_kprof_${m}_$b" 200 python3 tools/torch_profile.py --model $m --batch $b --mode fp32
