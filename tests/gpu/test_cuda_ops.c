@@ -643,6 +643,23 @@ TEST(cuda_conv_tf32_matches_cpu)
 	gpu_close(&g);
 }
 
+/* Batches beyond cuDNN's int sizes run as slices: with the limit lowered to 3 images'
+ * worth, 8 images run as 3 + 3 + 2, the weight gradient summed over the slices. */
+TEST(cuda_conv_batch_slices_match_cpu)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 16);
+	struct conv2d_args a = conv_args(8, 6, 10, 8, 3, 1, 1, 1, 1);
+	conv_cuda_set_max_elems((size_t)3 * 8 * 10 * 12); /* the output: 8 x 10 x 12 per image */
+	check_conv(&g, &a, 1e-5);
+	struct conv2d_args dw = conv_args(7, 8, 9, 8, 3, 2, 1, 8, 0); /* depthwise, stride 2, 2+2+2+1 */
+	conv_cuda_set_max_elems((size_t)2 * 8 * 9 * 11); /* the input: 8 x 9 x 11 per image */
+	check_conv(&g, &dw, 1e-5);
+	conv_cuda_set_max_elems(0);
+	conv2d_plans_clear(g.ctx);
+	gpu_close(&g);
+}
+
 TEST(cuda_conv_plan_cache)
 {
 	struct gpu g;
@@ -684,11 +701,14 @@ TEST(cuda_conv_plan_cache)
 
 /* --- batch norm --------------------------------------------------------------------------- */
 
-TEST(cuda_batchnorm_matches_cpu)
+/* own: through the own kernels (those of tensors beyond cuDNN's int sizes) */
+static void check_batchnorm(const struct bn_args *args, int own)
 {
 	struct gpu g;
-	struct bn_args a = { .n = 8, .c = 16, .h = 12, .w = 11, .eps = 1e-5, .momentum = 0.1 };
+	struct bn_args a = *args;
 	GPU_OPEN(&g, 15);
+	bn_cuda_force_own(own);
+	CHECK_OK(bn_plan_cuda(g.ctx, &a));
 	size_t nx = (size_t)a.n * a.c * a.h * a.w, c = a.c;
 	float *x = host_rand(&g, nx, 2, 1), *y = host_f(&g, nx), *dy = host_rand(&g, nx, 1, 0);
 	float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 1, 0);
@@ -733,7 +753,24 @@ TEST(cuda_batchnorm_matches_cpu)
 	put(&g, d_rv, rv, c * sizeof(float));
 	CHECK_OK(bn_fwd_eval_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_rm, d_rv, d_y));
 	CHECK_LE(rel_err_norm_f32(down(&g, d_y, nx), y, nx), 1e-5);
+	bn_cuda_force_own(0);
 	gpu_close(&g);
+}
+
+TEST(cuda_batchnorm_matches_cpu)
+{
+	struct bn_args a = { .n = 8, .c = 16, .h = 12, .w = 11, .eps = 1e-5, .momentum = 0.1 };
+	check_batchnorm(&a, 0);
+}
+
+/* More images than the own kernels' 64 slices, so that slices hold 2 images and the
+ * last ones none. */
+TEST(cuda_batchnorm_own_kernels_match_cpu)
+{
+	struct bn_args a = { .n = 70, .c = 24, .h = 7, .w = 9, .eps = 1e-5, .momentum = 0.1 };
+	check_batchnorm(&a, 1);
+	struct bn_args b = { .n = 3, .c = 5, .h = 12, .w = 11, .eps = 1e-5, .momentum = 0.1 };
+	check_batchnorm(&b, 1);
 }
 
 /* --- linear ----------------------------------------------------------------------------- */

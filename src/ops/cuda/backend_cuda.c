@@ -234,6 +234,8 @@ static int cuda_setup(struct net *net)
 	for (int i = 0; i < net->n_nodes && rc == 0; i++)
 		if (net->nodes[i].op == OP_CONV2D)
 			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
+		else if (net->nodes[i].op == OP_BATCHNORM2D)
+			rc = bn_plan_cuda(ctx, &net->nodes[i].a.bn);
 	if (rc < 0 && rc != GP_EDEVOOM)
 		goto fail;
 	measured = rc == 0;
@@ -241,6 +243,8 @@ static int cuda_setup(struct net *net)
 		goto fail;
 	for (int i = 0; i < net->n_nodes && !measured; i++) {
 		struct node *nd = &net->nodes[i];
+		if (nd->op == OP_BATCHNORM2D && (rc = bn_plan_cuda(ctx, &nd->a.bn)) < 0)
+			goto fail;
 		if (nd->op != OP_CONV2D)
 			continue;
 		struct conv_bufs bufs = { .x = act_ptr(net, nd->in[0]), .w = param_ptr(net, nd, 0),

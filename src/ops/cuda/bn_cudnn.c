@@ -2,12 +2,42 @@
  * It matches PyTorch: the running variance is updated with the unbiased batch
  * variance (m / (m - 1) correction), the saved statistics are the batch mean and
  * 1 / sqrt(biased variance + eps), and exponentialAverageFactor is PyTorch's momentum.
- * (PyTorch's own cuDNN path makes the same call without any correction.) */
+ * (PyTorch's own cuDNN path makes the same call without any correction.)
+ * Tensors of more than 2^31 - 1 elements, which cuDNN cannot describe, go to own
+ * kernels (kernels.cu) with the same semantics. */
+#include <stdint.h>
+
 #include "core/error.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
 static const float one = 1.0f, zero = 0.0f;
+static int force_own;
+
+void bn_cuda_force_own(int on)
+{
+	force_own = on;
+}
+
+/* cuDNN describes tensors with int sizes; larger ones take the own kernels. */
+static int bn_own(const struct bn_args *a)
+{
+	return force_own || (size_t)a->n * a->c * a->h * a->w > (size_t)INT32_MAX;
+}
+
+int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a)
+{
+	return bn_own(a) ? cuda_workspace_reserve(ctx, bn_own_scratch_bytes(a->c)) : 0;
+}
+
+/* The own kernels' scratch is the shared workspace, reserved by bn_plan_cuda. */
+static int bn_scratch(struct cuda_ctx *ctx, const struct bn_args *a, void **scratch)
+{
+	if (ctx->workspace_bytes < bn_own_scratch_bytes(a->c))
+		return gp_error(GP_EINVAL, "batch norm of %d channels: workspace not reserved (bn_plan_cuda)", a->c);
+	*scratch = ctx->workspace;
+	return 0;
+}
 
 static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a)
 {
@@ -25,6 +55,12 @@ int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float
 		      const float *gamma, const float *beta, float *y, float *save_mean,
 		      float *save_invstd, float *running_mean, float *running_var)
 {
+	if (bn_own(a)) {
+		void *scratch = NULL;
+		GP_TRY(bn_scratch(ctx, a, &scratch));
+		return bn_fwd_train_own_cuda(ctx->stream, a, x, gamma, beta, y, save_mean, save_invstd,
+					     running_mean, running_var, scratch);
+	}
 	GP_TRY(bn_describe(ctx, a));
 	CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc,
@@ -37,6 +73,8 @@ int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float 
 		     const float *gamma, const float *beta, const float *running_mean,
 		     const float *running_var, float *y)
 {
+	if (bn_own(a))
+		return bn_fwd_eval_own_cuda(ctx->stream, a, x, gamma, beta, running_mean, running_var, y);
 	GP_TRY(bn_describe(ctx, a));
 	CUDNN_TRY(cudnnBatchNormalizationForwardInference(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc,
@@ -49,6 +87,12 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x, c
 		const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
 		int accumulate, float *dgamma, float *dbeta)
 {
+	if (bn_own(a)) {
+		void *scratch = NULL;
+		GP_TRY(bn_scratch(ctx, a, &scratch));
+		return bn_bwd_own_cuda(ctx->stream, a, x, dy, gamma, save_mean, save_invstd, dx, accumulate,
+				       dgamma, dbeta, scratch);
+	}
 	GP_TRY(bn_describe(ctx, a));
 	CUDNN_TRY(cudnnBatchNormalizationBackward(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, accumulate ? &one : &zero, &one, &zero,

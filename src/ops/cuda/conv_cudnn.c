@@ -283,11 +283,11 @@ free_scratch:
 
 /* Grow (never shrink) the shared workspace to what a plan needs. cudaFree waits for
  * the device, so no queued call still uses the old buffer. */
-static int workspace_reserve(struct cuda_ctx *ctx, size_t bytes)
+int cuda_workspace_reserve(struct cuda_ctx *ctx, size_t bytes)
 {
 	/* whole 2 MiB pages: a smaller block shares a page with other allocations, and
 	 * freeing and taking it again would move free memory by a page */
-	bytes = (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+	bytes = (bytes + CUDA_PAGE_BYTES - 1) & ~(CUDA_PAGE_BYTES - 1);
 	if (bytes <= ctx->workspace_bytes)
 		return 0;
 	cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
@@ -327,7 +327,7 @@ static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		need = p->bwd_data_ws_bytes;
 	if (p->bwd_filter_ws_bytes > need)
 		need = p->bwd_filter_ws_bytes;
-	if ((rc = workspace_reserve(ctx, need)) < 0)
+	if ((rc = cuda_workspace_reserve(ctx, need)) < 0)
 		goto free_plan;
 	p->next = ctx->plans[b];
 	ctx->plans[b] = p;
@@ -340,26 +340,80 @@ free_plan:
 	return rc;
 }
 
+/* cuDNN describes tensors with int sizes: one of more than 2^31 - 1 elements is not
+ * supported. Larger batches (maxbatch reaches 2,500 MobileNet images, whose widest
+ * activation is 1.2 M floats each) run as slices of the batch: convolution treats
+ * images independently, and the weight gradient sums the slices (beta = 1). */
+static size_t max_elems = (size_t)INT32_MAX;
+
+void conv_cuda_set_max_elems(size_t n)
+{
+	max_elems = n ? n : (size_t)INT32_MAX;
+}
+
+/* Slices: how many, and the images in each but the last (which takes the rest). */
+static int conv_slices(const struct conv2d_args *a, int *per)
+{
+	size_t img = (size_t)a->c_in * a->h_in * a->w_in;
+	size_t out = (size_t)a->c_out * a->h_out * a->w_out;
+	if (out > img)
+		img = out;
+	size_t fit = img ? max_elems / img : (size_t)a->n;
+	if (fit >= (size_t)a->n || fit == 0) {
+		*per = a->n;
+		return 1;
+	}
+	int k = (int)((a->n + fit - 1) / fit);
+	*per = (a->n + k - 1) / k;
+	return (a->n + *per - 1) / *per;
+}
+
+/* Arguments of slice i, and its offsets into x and y in elements. */
+static struct conv2d_args conv_slice(const struct conv2d_args *a, int per, int i, size_t *x_off,
+				     size_t *y_off)
+{
+	struct conv2d_args s = *a;
+	int first = i * per;
+	s.n = a->n - first < per ? a->n - first : per;
+	*x_off = (size_t)first * a->c_in * a->h_in * a->w_in;
+	*y_off = (size_t)first * a->c_out * a->h_out * a->w_out;
+	return s;
+}
+
 int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
 	struct conv_plan *p;
-	return plan_get(ctx, a, NULL, &p);
+	int per, k = conv_slices(a, &per);
+	size_t xo, yo;
+	/* the slices come in at most two sizes: the first's and the last's */
+	struct conv2d_args first = conv_slice(a, per, 0, &xo, &yo), last = conv_slice(a, per, k - 1, &xo, &yo);
+	GP_TRY(plan_get(ctx, &first, NULL, &p));
+	return plan_get(ctx, &last, NULL, &p);
 }
 
 int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs)
 {
 	struct conv_plan *p;
-	return plan_get(ctx, a, bufs, &p);
+	int per, k = conv_slices(a, &per);
+	size_t xo, yo;
+	struct conv2d_args first = conv_slice(a, per, 0, &xo, &yo), last = conv_slice(a, per, k - 1, &xo, &yo);
+	GP_TRY(plan_get(ctx, &first, bufs, &p));
+	return plan_get(ctx, &last, bufs, &p);
 }
 
 int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
 		    const float *w, const float *b, float *y)
 {
 	struct conv_plan *p;
-	GP_TRY(plan_get(ctx, a, NULL, &p));
-	CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, x, p->w_desc, w, p->fwd_desc,
-					  p->fwd_algo, ctx->workspace, p->fwd_ws_bytes, &zero,
-					  p->y_desc, y));
+	int per, k = conv_slices(a, &per);
+	for (int i = 0; i < k; i++) {
+		size_t xo, yo;
+		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
+		GP_TRY(plan_get(ctx, &sa, NULL, &p));
+		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, x + xo, p->w_desc, w,
+						  p->fwd_desc, p->fwd_algo, ctx->workspace,
+						  p->fwd_ws_bytes, &zero, p->y_desc, y + yo));
+	}
 	if (a->has_bias && b)
 		GP_TRY(bias_add_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, b, y));
 	return 0;
@@ -369,11 +423,16 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 			 const float *w, float *dx, int accumulate)
 {
 	struct conv_plan *p;
-	GP_TRY(plan_get(ctx, a, NULL, &p));
-	CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, dy,
-					       p->bwd_data_desc, p->bwd_data_algo, ctx->workspace,
-					       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
-					       p->x_desc, dx));
+	int per, k = conv_slices(a, &per);
+	for (int i = 0; i < k; i++) {
+		size_t xo, yo;
+		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
+		GP_TRY(plan_get(ctx, &sa, NULL, &p));
+		CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, dy + yo,
+						       p->bwd_data_desc, p->bwd_data_algo, ctx->workspace,
+						       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
+						       p->x_desc, dx + xo));
+	}
 	return 0;
 }
 
@@ -381,11 +440,16 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 			   const float *dy, float *dw, float *db)
 {
 	struct conv_plan *p;
-	GP_TRY(plan_get(ctx, a, NULL, &p));
-	CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, x, p->y_desc, dy,
-						 p->bwd_filter_desc, p->bwd_filter_algo,
-						 ctx->workspace, p->bwd_filter_ws_bytes, &zero,
-						 p->w_desc, dw));
+	int per, k = conv_slices(a, &per);
+	for (int i = 0; i < k; i++) {
+		size_t xo, yo;
+		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
+		GP_TRY(plan_get(ctx, &sa, NULL, &p));
+		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, x + xo, p->y_desc,
+							 dy + yo, p->bwd_filter_desc, p->bwd_filter_algo,
+							 ctx->workspace, p->bwd_filter_ws_bytes,
+							 i ? &one : &zero, p->w_desc, dw));
+	}
 	if (a->has_bias && db)
 		GP_TRY(channel_sum_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, dy, db));
 	return 0;

@@ -88,10 +88,33 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 			 const float *w, float *dx, int accumulate);
 int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
 			   const float *dy, float *dw, float *db);
+/* Tensors of more elements than this (default and 0: 2^31 - 1, cuDNN's limit) run as
+ * slices of the batch; tests lower it to check the slicing on small tensors. */
+void conv_cuda_set_max_elems(size_t n);
 /* Drop every cached plan (the workspace stays). */
 void conv2d_plans_clear(struct cuda_ctx *ctx);
 
-/* --- batch norm (bn_cudnn.c), cuDNN spatial mode ----------------------------------------- */
+/* --- batch norm with own kernels (kernels.cu), for tensors cuDNN cannot describe -------- */
+size_t bn_own_scratch_bytes(int c);
+int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x,
+			  const float *gamma, const float *beta, float *y, float *save_mean,
+			  float *save_invstd, float *running_mean, float *running_var, void *scratch);
+int bn_fwd_eval_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x,
+			 const float *gamma, const float *beta, const float *running_mean,
+			 const float *running_var, float *y);
+int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x, const float *dy,
+		    const float *gamma, const float *save_mean, const float *save_invstd,
+		    float *dx, int accumulate, float *dgamma, float *dbeta, void *scratch);
+
+/* Grow (never shrink) the shared workspace to at least bytes (whole 2 MiB pages);
+ * synchronizes the device when it grows. */
+int cuda_workspace_reserve(struct cuda_ctx *ctx, size_t bytes);
+
+/* --- batch norm (bn_cudnn.c), cuDNN spatial mode; more than 2^31 - 1 elements: own kernels */
+/* Reserve what a batch norm of these arguments needs (the own kernels' scratch). */
+int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a);
+/* Tests: route every batch norm through the own kernels (1) or by size (0). */
+void bn_cuda_force_own(int on);
 int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
 		      const float *gamma, const float *beta, float *y, float *save_mean,
 		      float *save_invstd, float *running_mean, float *running_var);

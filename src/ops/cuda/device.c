@@ -69,6 +69,9 @@ int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
 	ctx->device = device;
 	ctx->mem = mem;
 	ctx->workspace_limit_bytes = CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES;
+	const char *ws_env = getenv("GPUPERF_CONV_WORKSPACE_MIB");
+	if (ws_env && atol(ws_env) > 0)
+		ctx->workspace_limit_bytes = (size_t)atol(ws_env) << 20;
 
 	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
 	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) < 0 ||
@@ -137,7 +140,11 @@ int cuda_alloc(struct cuda_ctx *ctx, void **p, size_t bytes, enum mem_cat cat)
 	*p = NULL;
 	if (bytes == 0)
 		return 0;
-	cudaError_t e = cudaMalloc(p, bytes);
+	/* Whole 2 MiB pages: the driver hands out smaller blocks from shared pages, and a
+	 * page stays taken while any block in it lives, so freed memory would come back
+	 * only partly (free memory after a failed set-up would drift by a page). The
+	 * counts keep the bytes asked for, which is what the memory plan predicts. */
+	cudaError_t e = cudaMalloc(p, (bytes + CUDA_PAGE_BYTES - 1) & ~(CUDA_PAGE_BYTES - 1));
 	if (e == cudaErrorMemoryAllocation) {
 		size_t free_b = 0, total_b = 0;
 		*p = NULL;

@@ -45,8 +45,10 @@ struct cuda_ctx {
 	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
 };
 
-/* Workspace budget for algorithm selection unless changed. */
+/* Workspace budget for algorithm selection unless changed (GPUPERF_CONV_WORKSPACE_MIB). */
 #define CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES ((size_t)512 << 20)
+/* The driver's allocation granule: cuda_alloc takes whole pages. */
+#define CUDA_PAGE_BYTES ((size_t)2 << 20)
 
 /* 1 if a CUDA device can be used; else 0 and a one-line reason in why. */
 int cuda_available(char *why, size_t cap);

@@ -665,3 +665,188 @@ extern "C" int channel_sum_cuda(cudaStream_t s, int n, int c, int hw, const floa
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
+
+/* --- batch norm with own kernels --------------------------------------------------------
+ * For tensors cuDNN cannot describe (more than 2^31 - 1 elements). Block (slice, channel)
+ * sums one slice of the batch in double; a second pass combines the slices of a channel
+ * in order, so results are reproducible. Scratch: partial sums, then per-channel sums. */
+#define BN_SLICES 64
+
+static int bn_slices(int n)
+{
+	return n < BN_SLICES ? n : BN_SLICES;
+}
+
+extern "C" size_t bn_own_scratch_bytes(int c)
+{
+	return ((size_t)BN_SLICES + 1) * 2 * (size_t)c * sizeof(double);
+}
+
+/* Images [first, last) of the block's slice. */
+__device__ static void bn_slice_range(int n, int slices, int *first, int *last)
+{
+	int per = (n + slices - 1) / slices;
+	*first = blockIdx.x * per;
+	*last = min(n, *first + per);
+}
+
+/* partial[(c * slices + s) * 2] = { sum x, sum x^2 } over the slice. */
+__global__ static void bn_stats_partial_kernel(int n, int c, int hw, int slices, const float *x,
+					       double *partial)
+{
+	int ch = blockIdx.y, first, last;
+	bn_slice_range(n, slices, &first, &last);
+	double s1 = 0.0, s2 = 0.0;
+	for (int img = first; img < last; img++) {
+		const float *p = x + ((size_t)img * c + ch) * hw;
+		for (int j = threadIdx.x; j < hw; j += blockDim.x) {
+			double v = p[j];
+			s1 += v;
+			s2 += v * v;
+		}
+	}
+	s1 = block_sum_d(s1);
+	s2 = block_sum_d(s2);
+	if (threadIdx.x == 0) {
+		partial[((size_t)ch * slices + blockIdx.x) * 2] = s1;
+		partial[((size_t)ch * slices + blockIdx.x) * 2 + 1] = s2;
+	}
+}
+
+__global__ static void bn_stats_final_kernel(int c, int slices, double m, double eps, double momentum,
+					     const double *partial, float *save_mean, float *save_invstd,
+					     float *running_mean, float *running_var)
+{
+	FOR_EACH(ch, (size_t)c) {
+		double s1 = 0.0, s2 = 0.0;
+		for (int s = 0; s < slices; s++) {
+			s1 += partial[(ch * slices + s) * 2];
+			s2 += partial[(ch * slices + s) * 2 + 1];
+		}
+		double mean = s1 / m, var = s2 / m - mean * mean;
+		if (var < 0.0)
+			var = 0.0;
+		save_mean[ch] = (float)mean;
+		save_invstd[ch] = (float)(1.0 / sqrt(var + eps));
+		running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
+		running_var[ch] = (float)((1.0 - momentum) * running_var[ch] +
+					  momentum * var * (m > 1.0 ? m / (m - 1.0) : 1.0));
+	}
+}
+
+extern "C" int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x,
+				     const float *gamma, const float *beta, float *y, float *save_mean,
+				     float *save_invstd, float *running_mean, float *running_var,
+				     void *scratch)
+{
+	int hw = a->h * a->w, slices = bn_slices(a->n);
+	if (!a->n || !a->c || !hw)
+		return 0;
+	double *partial = (double *)scratch;
+	bn_stats_partial_kernel<<<dim3(slices, a->c), BLOCK, 0, s>>>(a->n, a->c, hw, slices, x, partial);
+	CUDA_CHECK_LAUNCH();
+	bn_stats_final_kernel<<<grid_for(a->c), BLOCK, 0, s>>>(a->c, slices, (double)a->n * hw, a->eps,
+								 a->momentum, partial, save_mean, save_invstd,
+								 running_mean, running_var);
+	CUDA_CHECK_LAUNCH();
+	return bn_apply_cuda(s, a->n, a->c, hw, x, gamma, beta, save_mean, save_invstd, y);
+}
+
+__global__ static void bn_eval_kernel(size_t count, int c, int hw, double eps, const float *x,
+				      const float *gamma, const float *beta, const float *rm,
+				      const float *rv, float *y)
+{
+	FOR_EACH(i, count) {
+		int ch = (int)((i / (size_t)hw) % (size_t)c);
+		float invstd = (float)(1.0 / sqrt((double)rv[ch] + eps));
+		y[i] = (x[i] - rm[ch]) * invstd * gamma[ch] + beta[ch];
+	}
+}
+
+extern "C" int bn_fwd_eval_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x,
+				    const float *gamma, const float *beta, const float *running_mean,
+				    const float *running_var, float *y)
+{
+	size_t count = (size_t)a->n * a->c * a->h * a->w;
+	if (!count)
+		return 0;
+	bn_eval_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, a->c, a->h * a->w, a->eps, x, gamma, beta,
+							 running_mean, running_var, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* partial = { sum dy, sum dy * xhat } over the slice. */
+__global__ static void bn_bwd_partial_kernel(int n, int c, int hw, int slices, const float *x,
+					     const float *dy, const float *mean, const float *invstd,
+					     double *partial)
+{
+	int ch = blockIdx.y, first, last;
+	bn_slice_range(n, slices, &first, &last);
+	float mu = mean[ch], is = invstd[ch];
+	double s1 = 0.0, s2 = 0.0;
+	for (int img = first; img < last; img++) {
+		size_t base = ((size_t)img * c + ch) * hw;
+		for (int j = threadIdx.x; j < hw; j += blockDim.x) {
+			double g = dy[base + j];
+			s1 += g;
+			s2 += g * (double)((x[base + j] - mu) * is);
+		}
+	}
+	s1 = block_sum_d(s1);
+	s2 = block_sum_d(s2);
+	if (threadIdx.x == 0) {
+		partial[((size_t)ch * slices + blockIdx.x) * 2] = s1;
+		partial[((size_t)ch * slices + blockIdx.x) * 2 + 1] = s2;
+	}
+}
+
+__global__ static void bn_bwd_final_kernel(int c, int slices, const double *partial, double *sums,
+					   float *dgamma, float *dbeta)
+{
+	FOR_EACH(ch, (size_t)c) {
+		double s1 = 0.0, s2 = 0.0;
+		for (int s = 0; s < slices; s++) {
+			s1 += partial[(ch * slices + s) * 2];
+			s2 += partial[(ch * slices + s) * 2 + 1];
+		}
+		sums[ch * 2] = s1;
+		sums[ch * 2 + 1] = s2;
+		dbeta[ch] = (float)s1;
+		dgamma[ch] = (float)s2;
+	}
+}
+
+/* dx = gamma * invstd * (dy - mean(dy) - xhat * mean(dy * xhat)). */
+__global__ static void bn_bwd_dx_kernel(size_t count, int c, int hw, double m, const float *x,
+					const float *dy, const float *gamma, const float *mean,
+					const float *invstd, const double *sums, float *dx, int accumulate)
+{
+	FOR_EACH(i, count) {
+		int ch = (int)((i / (size_t)hw) % (size_t)c);
+		float xhat = (x[i] - mean[ch]) * invstd[ch];
+		float g = gamma[ch] * invstd[ch] *
+			  (dy[i] - (float)(sums[ch * 2] / m) - xhat * (float)(sums[ch * 2 + 1] / m));
+		dx[i] = accumulate ? dx[i] + g : g;
+	}
+}
+
+extern "C" int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x, const float *dy,
+			       const float *gamma, const float *save_mean, const float *save_invstd,
+			       float *dx, int accumulate, float *dgamma, float *dbeta, void *scratch)
+{
+	int hw = a->h * a->w, slices = bn_slices(a->n);
+	size_t count = (size_t)a->n * a->c * hw;
+	if (!count)
+		return 0;
+	double *partial = (double *)scratch, *sums = partial + (size_t)BN_SLICES * 2 * a->c;
+	bn_bwd_partial_kernel<<<dim3(slices, a->c), BLOCK, 0, s>>>(a->n, a->c, hw, slices, x, dy, save_mean,
+								     save_invstd, partial);
+	CUDA_CHECK_LAUNCH();
+	bn_bwd_final_kernel<<<grid_for(a->c), BLOCK, 0, s>>>(a->c, slices, partial, sums, dgamma, dbeta);
+	CUDA_CHECK_LAUNCH();
+	bn_bwd_dx_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, a->c, hw, (double)a->n * hw, x, dy, gamma,
+							   save_mean, save_invstd, sums, dx, accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
