@@ -228,6 +228,34 @@ TEST(memory_plan_never_overlaps_live_tensors)
 	}
 }
 
+/* Residual adds hand their gradient on without copies: a block's last batch norm and
+ * (where the add writes it first) the block's input read the add's own gradient
+ * buffer. The gradients themselves are checked against finite differences above. */
+TEST(memory_plan_shares_add_gradients)
+{
+	const char *names[] = { "resnet18", "resnet50", "mobilenet_v2" };
+	for (int m = 0; m < 3; m++) {
+		struct net *net = build(names[m], 64, 2, 10);
+		CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+		int adds = 0, shared = 0, both = 0;
+		for (int i = 0; i < net->n_nodes; i++) {
+			const struct node *nd = &net->nodes[i];
+			if (nd->op != OP_ADD)
+				continue;
+			adds++;
+			size_t off = net->tensors[nd->t_dy].offset;
+			int s0 = net->tensors[net->nodes[nd->in[0]].t_dy].offset == off;
+			int s1 = net->tensors[net->nodes[nd->in[1]].t_dy].offset == off;
+			shared += s0 || s1;
+			both += s0 && s1;
+		}
+		CHECK(adds > 0);
+		CHECK_MSG(shared == adds && both == adds, "%s: %d adds, %d share a gradient, %d both",
+			  names[m], adds, shared, both);
+		net_free(net);
+	}
+}
+
 TEST(simple_cnn_loss_halves_in_50_steps)
 {
 	struct train_opts o = train_opts_default();

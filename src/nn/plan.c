@@ -84,6 +84,67 @@ static int relu_recomputed(const struct net *net, const struct node *nd, int tra
 	       net->nodes[nd->last_consumer].needs_dx;
 }
 
+/* No other tensor shares t's memory: its node's backward only reads its gradient. */
+static int tensor_plain(const struct net *net, int t)
+{
+	if (net->tensors[t].alias_of >= 0)
+		return 0;
+	for (int k = 0; k < net->n_tensors; k++)
+		if (net->tensors[k].alias_of == t)
+			return 0;
+	return 1;
+}
+
+/* Make tensor t (with everything that shares it) share root r's memory. */
+static void tensor_join(struct net *net, int t, int r)
+{
+	int root = tensor_root(net, t);
+	if (root == r)
+		return;
+	tensor_extend(net, r, net->tensors[root].first_step, net->tensors[root].last_step);
+	net->tensors[root].alias_of = r;
+}
+
+/* An add hands its gradient unchanged to both inputs, so where it writes an input's
+ * gradient first (it is that input's last consumer) the input's gradient can be the
+ * add's own buffer instead of a copy of it: a residual stream's gradient then stays
+ * in one buffer through a stage. Two kinds of input:
+ * - read-only: the add is its only consumer and its backward only reads its gradient
+ *   (a batch norm ending a branch); any number may share;
+ * - the writer: one other input, whose other consumers later add their gradients into
+ *   the shared buffer. Then each read-only input must read it first: it comes after
+ *   the writer and all the writer's consumers in forward order (backward runs in
+ *   reverse), which holds for ResNet and MobileNetV2 blocks. */
+static void share_add_grads(struct net *net)
+{
+	int n = net->n_nodes;
+	for (int i = n - 1; i >= 0; i--) {
+		const struct node *nd = &net->nodes[i];
+		if (nd->op != OP_ADD || nd->t_dy < 0 || nd->in[0] == nd->in[1])
+			continue;
+		int r = tensor_root(net, nd->t_dy), writer = -1, ro[2], n_ro = 0;
+		for (int k = 0; k < 2; k++) {
+			const struct node *src = &net->nodes[nd->in[k]];
+			if (src->t_dy < 0 || src->last_consumer != i)
+				continue;
+			if (src->consumers == 1 && tensor_plain(net, src->t_dy))
+				ro[n_ro++] = nd->in[k];
+			else if (writer < 0 && net->tensors[tensor_root(net, src->t_dy)].first_step >= 2 * n - i)
+				writer = nd->in[k];
+		}
+		int after = writer; /* read-only inputs must come after this node */
+		for (int j = 0; writer >= 0 && j < i; j++)
+			if (net->nodes[j].n_in && (net->nodes[j].in[0] == writer ||
+						   (net->nodes[j].n_in > 1 && net->nodes[j].in[1] == writer)))
+				after = j > after ? j : after;
+		for (int k = 0; k < n_ro; k++)
+			if (writer < 0 || ro[k] > after)
+				tensor_join(net, net->nodes[ro[k]].t_dy, r);
+		if (writer >= 0)
+			tensor_join(net, net->nodes[writer].t_dy, r);
+	}
+}
+
 static int cmp_size_desc(const void *a, const void *b, void *ctx)
 {
 	const struct plan_tensor *t = ctx;
@@ -210,6 +271,7 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 				mine->alias_of = src->t_dy;
 			}
 		}
+		share_add_grads(net);
 		for (int i = 0; i < n; i++) {
 			struct node *nd = &net->nodes[i];
 			size_t saved = node_saved_bytes(nd, elem_bytes);

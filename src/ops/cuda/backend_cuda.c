@@ -437,7 +437,7 @@ static int cuda_backward_node(struct net *net, int i)
 	case OP_ADD:
 		for (int k = 0; k < 2; k++) {
 			float *dxk = grad_ptr(net, nd->in[k]);
-			if (dxk)
+			if (dxk && dxk != dy) /* the same buffer when the plan shares it */
 				GP_TRY(grad_pass_cuda(s, count, dy, dxk, net->nodes[nd->in[k]].last_consumer != i));
 		}
 		return 0;
