@@ -240,10 +240,10 @@ typedef int (*act_bwd_cuda_fn)(cudaStream_t, size_t, const float *, const float 
 typedef void (*act_fwd_cpu_fn)(size_t, const float *, float *);
 typedef void (*act_bwd_cpu_fn)(size_t, const float *, const float *, float *, int);
 
+/* n divisible by 4 takes the float4 kernels, otherwise the scalar ones */
 static void check_activation(struct gpu *g, act_fwd_cuda_fn fwd, act_bwd_cuda_fn bwd,
-			     act_fwd_cpu_fn fwd_cpu, act_bwd_cpu_fn bwd_cpu)
+			     act_fwd_cpu_fn fwd_cpu, act_bwd_cpu_fn bwd_cpu, size_t n)
 {
-	const size_t n = 10007;
 	float *x = host_rand(g, n, 4.0, 1.0), *y = host_f(g, n);
 	float *dy = host_rand(g, n, 1.0, 0.0), *dx0 = host_rand(g, n, 1.0, 0.0);
 	float *d_x = dev_from(g, x, n), *d_y = dev_f(g, n), *d_dy = dev_from(g, dy, n);
@@ -268,16 +268,18 @@ TEST(cuda_relu_relu6_match_cpu)
 {
 	struct gpu g;
 	GPU_OPEN(&g, 3);
-	check_activation(&g, relu_fwd_cuda, relu_bwd_cuda, relu_fwd_cpu_f32, relu_bwd_cpu_f32);
-	check_activation(&g, relu6_fwd_cuda, relu6_bwd_cuda, relu6_fwd_cpu_f32, relu6_bwd_cpu_f32);
+	for (size_t n = 10007; n <= 10008; n++) {
+		check_activation(&g, relu_fwd_cuda, relu_bwd_cuda, relu_fwd_cpu_f32, relu_bwd_cpu_f32, n);
+		check_activation(&g, relu6_fwd_cuda, relu6_bwd_cuda, relu6_fwd_cpu_f32, relu6_bwd_cpu_f32, n);
+	}
 	gpu_close(&g);
 }
 
 TEST(cuda_add_grad_pass_fill_copy)
 {
 	struct gpu g;
-	const size_t n = 4099;
 	GPU_OPEN(&g, 4);
+	for (size_t n = 4099; n <= 4100; n++) { /* scalar, then float4 kernels */
 	float *a = host_rand(&g, n, 1, 0), *b = host_rand(&g, n, 1, 0), *y = host_f(&g, n);
 	float *d_a = dev_from(&g, a, n), *d_b = dev_from(&g, b, n), *d_y = dev_f(&g, n);
 
@@ -300,6 +302,7 @@ TEST(cuda_add_grad_pass_fill_copy)
 		CHECK_MSG(h[i] == -3.25f, "fill: h[%zu] = %g", i, h[i]);
 	CHECK_OK(copy_cuda(g.ctx->stream, d_y, d_a, n));
 	CHECK_LE(max_abs_diff(down(&g, d_y, n), a, n), 0);
+	}
 	gpu_close(&g);
 }
 

@@ -131,42 +131,98 @@ __global__ static void relu_bwd_kernel(size_t count, const float *y, const float
 	}
 }
 
-extern "C" int relu_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y)
+/* The element-wise passes are memory-bound: with 16-byte aligned arrays and a count
+ * divisible by 4 they move float4s (the arena's 256-byte alignment gives that for
+ * every activation), which the profile showed to matter (ReLU backward was 12.5 ms of
+ * ResNet-50's 275 ms step against PyTorch's 9.6 ms). */
+static int vec4_ok(size_t count, const void *a, const void *b, const void *c)
+{
+	return count % 4 == 0 && !((uintptr_t)a % 16) && !((uintptr_t)b % 16) && !((uintptr_t)c % 16);
+}
+
+__device__ static float relu_cap(float v, float cap)
+{
+	v = v > 0.0f ? v : 0.0f;
+	return v > cap ? cap : v;
+}
+
+__global__ static void relu_fwd4_kernel(size_t n4, const float4 *x, float4 *y, float cap)
+{
+	FOR_EACH(i, n4) {
+		float4 v = x[i];
+		y[i] = make_float4(relu_cap(v.x, cap), relu_cap(v.y, cap), relu_cap(v.z, cap),
+				   relu_cap(v.w, cap));
+	}
+}
+
+__device__ static float relu_pass(float y, float g, float hi)
+{
+	return (y > 0.0f && y < hi) ? g : 0.0f;
+}
+
+__global__ static void relu_bwd4_kernel(size_t n4, const float4 *y, const float4 *dy, float4 *dx,
+					int accumulate, float hi)
+{
+	FOR_EACH(i, n4) {
+		float4 v = y[i], g = dy[i];
+		float4 r = make_float4(relu_pass(v.x, g.x, hi), relu_pass(v.y, g.y, hi),
+				       relu_pass(v.z, g.z, hi), relu_pass(v.w, g.w, hi));
+		if (accumulate) {
+			float4 o = dx[i];
+			r = make_float4(o.x + r.x, o.y + r.y, o.z + r.z, o.w + r.w);
+		}
+		dx[i] = r;
+	}
+}
+
+static int relu_fwd_launch(cudaStream_t s, size_t count, const float *x, float *y, float cap)
 {
 	if (!count)
 		return 0;
-	relu_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, x, y, INFINITY);
+	if (vec4_ok(count, x, y, y))
+		relu_fwd4_kernel<<<grid_for(count / 4), BLOCK, 0, s>>>(count / 4, (const float4 *)x,
+								       (float4 *)y, cap);
+	else
+		relu_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, x, y, cap);
 	CUDA_CHECK_LAUNCH();
 	return 0;
+}
+
+static int relu_bwd_launch(cudaStream_t s, size_t count, const float *y, const float *dy, float *dx,
+			   int accumulate, float hi)
+{
+	if (!count)
+		return 0;
+	if (vec4_ok(count, y, dy, dx))
+		relu_bwd4_kernel<<<grid_for(count / 4), BLOCK, 0, s>>>(count / 4, (const float4 *)y,
+								       (const float4 *)dy, (float4 *)dx,
+								       accumulate, hi);
+	else
+		relu_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, y, dy, dx, accumulate, hi);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int relu_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y)
+{
+	return relu_fwd_launch(s, count, x, y, INFINITY);
 }
 
 extern "C" int relu_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy,
 			     float *dx, int accumulate)
 {
-	if (!count)
-		return 0;
-	relu_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, y, dy, dx, accumulate, INFINITY);
-	CUDA_CHECK_LAUNCH();
-	return 0;
+	return relu_bwd_launch(s, count, y, dy, dx, accumulate, INFINITY);
 }
 
 extern "C" int relu6_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y)
 {
-	if (!count)
-		return 0;
-	relu_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, x, y, 6.0f);
-	CUDA_CHECK_LAUNCH();
-	return 0;
+	return relu_fwd_launch(s, count, x, y, 6.0f);
 }
 
 extern "C" int relu6_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy,
 			      float *dx, int accumulate)
 {
-	if (!count)
-		return 0;
-	relu_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, y, dy, dx, accumulate, 6.0f);
-	CUDA_CHECK_LAUNCH();
-	return 0;
+	return relu_bwd_launch(s, count, y, dy, dx, accumulate, 6.0f);
 }
 
 __global__ static void add_kernel(size_t count, const float *a, const float *b, float *y)
@@ -175,11 +231,23 @@ __global__ static void add_kernel(size_t count, const float *a, const float *b, 
 		y[i] = a[i] + b[i];
 }
 
+__global__ static void add4_kernel(size_t n4, const float4 *a, const float4 *b, float4 *y)
+{
+	FOR_EACH(i, n4) {
+		float4 u = a[i], v = b[i];
+		y[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+	}
+}
+
 extern "C" int add_fwd_cuda(cudaStream_t s, size_t count, const float *a, const float *b, float *y)
 {
 	if (!count)
 		return 0;
-	add_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, a, b, y);
+	if (vec4_ok(count, a, b, y))
+		add4_kernel<<<grid_for(count / 4), BLOCK, 0, s>>>(count / 4, (const float4 *)a,
+								  (const float4 *)b, (float4 *)y);
+	else
+		add_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, a, b, y);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
@@ -196,6 +264,12 @@ extern "C" int grad_pass_cuda(cudaStream_t s, size_t count, const float *dy, flo
 		return 0;
 	if (!accumulate)
 		return copy_cuda(s, dx, dy, count);
+	if (vec4_ok(count, dy, dx, dx)) {
+		add4_kernel<<<grid_for(count / 4), BLOCK, 0, s>>>(count / 4, (const float4 *)dx,
+								  (const float4 *)dy, (float4 *)dx);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
 	accumulate_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, dy, dx);
 	CUDA_CHECK_LAUNCH();
 	return 0;
