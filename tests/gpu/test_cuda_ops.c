@@ -280,20 +280,20 @@ TEST(cuda_add_grad_pass_fill_copy)
 	struct gpu g;
 	GPU_OPEN(&g, 4);
 	for (size_t n = 4099; n <= 4100; n++) { /* scalar, then float4 kernels */
-	float *a = host_rand(&g, n, 1, 0), *b = host_rand(&g, n, 1, 0), *y = host_f(&g, n);
-	float *d_a = dev_from(&g, a, n), *d_b = dev_from(&g, b, n), *d_y = dev_f(&g, n);
+		float *a = host_rand(&g, n, 1, 0), *b = host_rand(&g, n, 1, 0), *y = host_f(&g, n);
+		float *d_a = dev_from(&g, a, n), *d_b = dev_from(&g, b, n), *d_y = dev_f(&g, n);
 
-	add_fwd_cpu_f32(n, a, b, y);
-	CHECK_OK(add_fwd_cuda(g.ctx->stream, n, d_a, d_b, d_y));
-	CHECK_LE(max_abs_diff(down(&g, d_y, n), y, n), 0);
-	for (int acc = 0; acc <= 1; acc++) {
-		float *dx = copy_f(&g, b, n);
-		put(&g, d_y, b, n * sizeof(float));
-		if (!acc)
-			poison(&g, d_y, n * sizeof(float));
-		grad_pass_cpu_f32(n, a, dx, acc);
-		CHECK_OK(grad_pass_cuda(g.ctx->stream, n, d_a, d_y, acc));
-		CHECK_LE(max_abs_diff(down(&g, d_y, n), dx, n), 0);
+		add_fwd_cpu_f32(n, a, b, y);
+		CHECK_OK(add_fwd_cuda(g.ctx->stream, n, d_a, d_b, d_y));
+		CHECK_LE(max_abs_diff(down(&g, d_y, n), y, n), 0);
+		for (int acc = 0; acc <= 1; acc++) {
+			float *dx = copy_f(&g, b, n);
+			put(&g, d_y, b, n * sizeof(float));
+			if (!acc)
+				poison(&g, d_y, n * sizeof(float));
+			grad_pass_cpu_f32(n, a, dx, acc);
+			CHECK_OK(grad_pass_cuda(g.ctx->stream, n, d_a, d_y, acc));
+			CHECK_LE(max_abs_diff(down(&g, d_y, n), dx, n), 0);
 	}
 	float *h = host_f(&g, n);
 	CHECK_OK(fill_cuda(g.ctx->stream, d_y, n, -3.25f));
