@@ -99,6 +99,7 @@ int cmd_train(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic";
+	const char *layout = NULL;
 	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0;
 	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
 	o.classes = 0;
@@ -109,7 +110,8 @@ int cmd_train(int argc, char **argv)
 	struct opt opts[] = {
 		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
+		{ "precision", OPT_STR, &precision, "fp32 | tf32 | fp16 | bf16 (GPU; fp16/bf16: mixed precision)", 0 },
+		{ "layout", OPT_STR, &layout, "nchw | nhwc (GPU activations; default nhwc under fp16/bf16)", 0 },
 		{ "batch", OPT_INT, &o.batch, "batch size (32)", 1 },
 		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
 		{ "classes", OPT_INT, &o.classes, "output classes (default: the dataset's; 1000 for synthetic)", 1 },
@@ -176,6 +178,7 @@ int cmd_train(int argc, char **argv)
 	}
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
+	GP_TRY(train_parse_layout(layout, &o.layout));
 	struct train_result res;
 	if (!profile_epochs.n) {
 		GP_TRY(train_run(&o, &res, stdout));

@@ -395,11 +395,16 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 	if (backend == BACKEND_CPU && dtype != GP_F32 && dtype != GP_F64)
 		return gp_error(GP_EUNSUPPORTED, "the CPU backend computes in F32 or F64, not %s",
 				dtype_name(dtype));
+	if (backend == BACKEND_CPU && (precision_is_amp(prec) || net->layout == LAYOUT_NHWC))
+		return gp_error(GP_EUNSUPPORTED, "%s needs the CUDA backend",
+				precision_is_amp(prec) ? "mixed precision (fp16, bf16)" : "the NHWC layout");
+	if (net->layout == LAYOUT_NHWC && !precision_is_amp(prec))
+		return gp_error(GP_EUNSUPPORTED, "the NHWC layout needs --precision fp16 or bf16");
 	net->backend = backend;
 	net->dtype = dtype;
 	net->precision = prec;
 	const struct backend_ops *ops = net_backend(net);
-	size_t elem = backend == BACKEND_CPU ? dtype_size(dtype) : sizeof(float);
+	size_t elem = net_act_elem_bytes(backend, dtype, prec);
 	GP_TRY(net_plan_memory(net, 1, elem, ops->workspace_bytes(net)));
 	if (net->mem_limit_bytes && net->plan.total_bytes > net->mem_limit_bytes)
 		return mem_limit_error(net, net->plan.total_bytes);

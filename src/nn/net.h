@@ -19,8 +19,22 @@
 
 enum backend_kind { BACKEND_CPU = 0, BACKEND_CUDA };
 
-/* Math mode on the GPU; the CPU backend computes in the net's dtype. */
+/* Math mode on the GPU; the CPU backend computes in the net's dtype. FP16 and BF16
+ * are mixed precision (autocast semantics): 16-bit activations and tensor-core
+ * convolutions and products, float batch-norm statistics, loss and master weights. */
 enum precision { PREC_FP32 = 0, PREC_TF32, PREC_FP16, PREC_BF16 };
+enum layout { LAYOUT_AUTO = 0, LAYOUT_NCHW, LAYOUT_NHWC };
+
+static inline int precision_is_amp(enum precision p)
+{
+	return p == PREC_FP16 || p == PREC_BF16;
+}
+
+/* Bytes per activation element the plan uses for a backend, dtype and precision. */
+static inline size_t net_act_elem_bytes(enum backend_kind backend, enum gp_dtype dtype, enum precision p)
+{
+	return backend == BACKEND_CPU ? dtype_size(dtype) : precision_is_amp(p) ? 2 : sizeof(float);
+}
 
 struct node {
 	enum op_type op;
@@ -166,6 +180,7 @@ struct net {
 	struct grad_scaler scaler;
 	int staged;             /* a batch was staged and is taken in by the next step */
 	int recompute;          /* recompute BN+ReLU outputs in backward instead of keeping them */
+	enum layout layout;     /* activation layout on the GPU (LAYOUT_AUTO: NHWC under fp16/bf16) */
 };
 
 /* --- building (used by models.c) ---------------------------------------------------

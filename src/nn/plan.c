@@ -24,8 +24,8 @@ int op_bwd_needs_output(enum op_type op)
 size_t node_saved_bytes(const struct node *nd, size_t elem_bytes)
 {
 	switch (nd->op) {
-	case OP_BATCHNORM2D:
-		return 2 * (size_t)nd->a.bn.c * elem_bytes;
+	case OP_BATCHNORM2D: /* statistics stay float under 16-bit activations */
+		return 2 * (size_t)nd->a.bn.c * (elem_bytes < sizeof(float) ? sizeof(float) : elem_bytes);
 	case OP_MAXPOOL2D:
 		return shape_numel(nd->out) * sizeof(int32_t);
 	case OP_DROPOUT:
@@ -293,12 +293,17 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 		if (net->tensors[i].alias_of < 0)
 			p->no_reuse_bytes += net->tensors[i].bytes;
 	p->arena_bytes = place_tensors(net);
-	p->weights_bytes = (net->params_count + net->running_count) * elem_bytes;
-	p->grads_bytes = training ? net->params_count * elem_bytes : 0;
-	p->optim_bytes = training ? net->params_count * elem_bytes : 0;
+	/* 16-bit activations (mixed precision): float master weights, gradients and
+	 * momentum, plus 16-bit copies of the weights and of their gradients, and the
+	 * input batch in both types. */
+	size_t master = elem_bytes < sizeof(float) ? sizeof(float) : elem_bytes;
+	size_t half = elem_bytes < sizeof(float) ? elem_bytes : 0;
+	size_t image = (size_t)net->batch * net->in_c * net->in_h * net->in_w;
+	p->weights_bytes = (net->params_count + net->running_count) * master + net->params_count * half;
+	p->grads_bytes = training ? net->params_count * (master + half) : 0;
+	p->optim_bytes = training ? net->params_count * master : 0;
 	p->workspace_bytes = workspace_bytes;
-	p->other_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * elem_bytes +
-			 (size_t)net->batch * sizeof(int32_t) + 64;
+	p->other_bytes = image * (master + half) + (size_t)net->batch * sizeof(int32_t) + 64;
 	p->total_bytes = p->arena_bytes + p->weights_bytes + p->grads_bytes + p->optim_bytes +
 			 p->workspace_bytes + p->other_bytes;
 	net->training = training;

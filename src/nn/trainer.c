@@ -61,6 +61,19 @@ int train_parse_precision(const char *s, enum precision *out)
 	return gp_error(GP_EINVAL, "--precision must be fp32, tf32, fp16 or bf16 (got '%s')", s);
 }
 
+int train_parse_layout(const char *s, enum layout *out)
+{
+	if (!s || !strcmp(s, "auto"))
+		*out = LAYOUT_AUTO;
+	else if (!strcmp(s, "nchw"))
+		*out = LAYOUT_NCHW;
+	else if (!strcmp(s, "nhwc"))
+		*out = LAYOUT_NHWC;
+	else
+		return gp_error(GP_EINVAL, "--layout must be nchw or nhwc (got '%s')", s);
+	return 0;
+}
+
 /* A fixed synthetic batch: normal pixels, uniform labels, from the seed. */
 int train_synthetic_batch(int batch, int c, int h, int w, int classes, uint64_t seed, float **x,
 			  int32_t **labels)
@@ -243,9 +256,13 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		goto out;
 	net->use_graphs = !o->no_graphs;
 	net->recompute = o->recompute;
+	net->layout = o->layout;
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)
 		goto out;
+	/* fp16's range needs dynamic loss scaling, as torch.amp.GradScaler gives it */
+	if (o->precision == PREC_FP16)
+		net_enable_loss_scaling(net);
 	res->mem_after_setup = net->mem;
 	if (data.ds) {
 		if ((rc = train_data_start(o, mo.size, &data, &steps, res)) < 0)
@@ -378,6 +395,10 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 		"first_loss", r->first_loss, "last_loss", r->last_loss, "params", (json_int_t)r->params,
 		"peak_bytes_by_category", mem, "peak_bytes", (json_int_t)r->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
+	if (j && o->backend == BACKEND_CUDA)
+		json_object_set_new(j, "layout", json_string(o->layout == LAYOUT_NHWC ||
+							     (o->layout == LAYOUT_AUTO && precision_is_amp(o->precision))
+							     ? "nhwc" : "nchw"));
 	/* A run on a dataset also says where its data came from and what it cost. */
 	if (j && train_uses_dataset(o)) {
 		json_t *d = json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I}", "data", o->data,
@@ -461,7 +482,7 @@ int train_plan_total(struct net *net, enum backend_kind backend, size_t workspac
 		     size_t *bytes)
 {
 	size_t ws = backend == BACKEND_CPU ? backend_cpu_ops.workspace_bytes(net) : workspace_bytes;
-	GP_TRY(net_plan_memory(net, 1, sizeof(float), ws));
+	GP_TRY(net_plan_memory(net, 1, net_act_elem_bytes(backend, GP_F32, net->precision), ws));
 	*bytes = net->plan.total_bytes;
 	return 0;
 }

@@ -40,6 +40,7 @@ struct train_opts {
 	const char *load, *save;
 	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
 	int recompute;   /* recompute BN+ReLU outputs in backward (less memory) */
+	enum layout layout; /* LAYOUT_AUTO: NHWC under fp16/bf16, else NCHW */
 	/* Where batches come from: NULL or "synthetic" trains on one fixed synthetic
 	 * batch; anything else is a dataset spec (data/dataset.h) read by a loader in
 	 * train mode at the model's input size, a new batch every step. classes 0
@@ -101,6 +102,8 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 /* "cpu", "cuda" or "auto"/NULL (cuda when a GPU is present, else cpu with a note). */
 int train_pick_device(const char *device, enum backend_kind *out, int quiet);
 int train_parse_precision(const char *s, enum precision *out);
+/* "nchw" | "nhwc" | "auto" (NULL: auto). */
+int train_parse_layout(const char *s, enum layout *out);
 int train_synthetic_batch(int batch, int c, int h, int w, int classes, uint64_t seed, float **x,
 			  int32_t **labels);
 

@@ -494,3 +494,82 @@ out:
 	net_free(a);
 	net_free(b);
 }
+
+/* Mixed precision against FP32 on the same weights and batch: logits, loss, gradients
+ * and parameters after 3 steps within 16-bit tolerances (issue 7 asks 2e-2 of
+ * torchvision under autocast; FP32 is the nearer reference here), in both layouts,
+ * and fp16 with loss scaling. */
+static void check_amp(const char *model, enum precision prec, enum layout layout)
+{
+	const int size = strcmp(model, "simple_cnn") ? 64 : 32, batch = 8, classes = 10;
+	struct net *f = build(model, size, batch, classes), *h = build(model, size, batch, classes);
+	float *x = NULL, *gf = NULL, *gh = NULL, *lf = NULL, *lh = NULL;
+	int32_t *y = NULL;
+	if (!f || !h)
+		goto out;
+	h->layout = layout;
+	CHECK(net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+	CHECK_MSG(net_setup(h, BACKEND_CUDA, GP_F32, prec) == 0, "%s: %s", model, gp_errmsg());
+	if (test_failed())
+		goto out;
+	if (prec == PREC_FP16)
+		net_enable_loss_scaling(h);
+	CHECK(train_synthetic_batch(batch, 3, size, size, classes, 5, &x, &y) == 0);
+	CHECK(net_set_batch_data(f, x, y) == 0 && net_set_batch_data(h, x, y) == 0);
+	double loss_f = 0, loss_h = 0;
+	CHECK(net_forward(f, 1) == 0 && net_loss(f, &loss_f, NULL) == 0 && net_backward(f) == 0);
+	CHECK_MSG(net_forward(h, 1) == 0 && net_loss(h, &loss_h, NULL) == 0 && net_backward(h) == 0,
+		  "%s: %s", model, gp_errmsg());
+	size_t nl = (size_t)batch * classes, np = f->params_count;
+	lf = malloc(nl * sizeof(float));
+	lh = malloc(nl * sizeof(float));
+	gf = malloc(np * sizeof(float));
+	gh = malloc(np * sizeof(float));
+	CHECK(net_logits_to_host(f, lf) == 0 && net_logits_to_host(h, lh) == 0);
+	CHECK(net_grads_to_host(f, gf) == 0 && net_grads_to_host(h, gh) == 0);
+	if (prec == PREC_FP16) /* the gradients are still scaled until the optimizer step */
+		for (size_t i = 0; i < np; i++)
+			gh[i] /= (float)h->scaler.scale;
+	double e_logits = dist(lh, lf, nl), e_grads = dist(gh, gf, np);
+	double e_loss = fabs(loss_h - loss_f) / fabs(loss_f);
+	printf("      %s %s %s: logits %.2e loss %.2e grads %.2e", model, train_precision_name(prec),
+	       layout == LAYOUT_NCHW ? "nchw" : "nhwc", e_logits, e_loss, e_grads);
+	CHECK_MSG(e_logits <= 2e-2 && e_loss <= 2e-2, "%s: logits %.3g, loss %.3g", model, e_logits, e_loss);
+	CHECK_MSG(e_grads <= 1e-1, "%s: gradients %.3g", model, e_grads);
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	CHECK(net_sgd_step(f, &sgd) == 0 && net_sgd_step(h, &sgd) == 0);
+	for (int s = 0; s < 2; s++) {
+		CHECK(net_train_step(f, &sgd, NULL, NULL) == 0);
+		CHECK(net_train_step(h, &sgd, NULL, NULL) == 0);
+	}
+	CHECK(net_sync_to_host(f) == 0 && net_sync_to_host(h) == 0);
+	double e_params = dist(h->host_params, f->host_params, np);
+	printf(" params after 3 steps %.2e\n", e_params);
+	CHECK_MSG(e_params <= 2e-2, "%s: parameters after 3 steps %.3g", model, e_params);
+	CHECK_EQ_INT(h->scaler.skipped_steps, 0);
+out:
+	free(x);
+	free(y);
+	free(lf);
+	free(lh);
+	free(gf);
+	free(gh);
+	net_free(f);
+	net_free(h);
+}
+
+TEST(cuda_amp_bf16_matches_fp32)
+{
+	NEED_GPU();
+	const char *models[] = { "simple_cnn", "resnet18", "resnet50", "mobilenet_v2" };
+	for (int m = 0; m < 4; m++)
+		check_amp(models[m], PREC_BF16, LAYOUT_AUTO);
+	check_amp("resnet18", PREC_BF16, LAYOUT_NCHW);
+}
+
+TEST(cuda_amp_fp16_matches_fp32)
+{
+	NEED_GPU();
+	check_amp("resnet18", PREC_FP16, LAYOUT_AUTO);
+	check_amp("mobilenet_v2", PREC_FP16, LAYOUT_NCHW);
+}

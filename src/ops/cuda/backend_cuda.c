@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "nn/backend.h"
+#include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -39,6 +40,14 @@ struct backend_state {
 	cudaGraphExec_t step_exec;
 	struct sgd_args step_sgd;
 	int graph_failed;
+	/* Mixed precision (fp16/bf16): 16-bit activations in ht, NHWC when nhwc; 16-bit
+	 * copies of the weights (cast before each use, as autocast does; convolution
+	 * weights KRSC under NHWC) and of the convolution weight gradients (converted into
+	 * the float gradients), and the input batch converted once per batch. */
+	int amp, nhwc;
+	enum gp_dtype ht;
+	void *params_h, *grads_h, *input_h;
+	size_t params_h_bytes, input_h_bytes;
 };
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -89,7 +98,7 @@ static void *act_ptr(struct net *net, int node)
 {
 	const struct node *nd = &net->nodes[node];
 	if (nd->op == OP_INPUT)
-		return net->bk->input;
+		return net->bk->amp ? net->bk->input_h : (void *)net->bk->input;
 	return nd->t_y < 0 ? NULL : net->bk->arena + net->tensors[nd->t_y].offset;
 }
 
@@ -100,10 +109,10 @@ static void *act_ptr_bwd(struct net *net, int node)
 	return nd->t_re >= 0 ? net->bk->arena + net->tensors[nd->t_re].offset : act_ptr(net, node);
 }
 
-static float *grad_ptr(struct net *net, int node)
+static void *grad_ptr(struct net *net, int node)
 {
 	const struct node *nd = &net->nodes[node];
-	return nd->t_dy < 0 ? NULL : (float *)(net->bk->arena + net->tensors[nd->t_dy].offset);
+	return nd->t_dy < 0 ? NULL : net->bk->arena + net->tensors[nd->t_dy].offset;
 }
 
 static void *saved_ptr(struct net *net, int node)
@@ -120,6 +129,17 @@ static float *param_ptr(struct net *net, const struct node *nd, int k)
 static float *pgrad_ptr(struct net *net, const struct node *nd, int k)
 {
 	return net->bk->grads + net->state[nd->param_first + k].offset;
+}
+
+/* The 16-bit copies of a parameter and of its gradient (mixed precision). */
+static void *hparam_ptr(struct net *net, const struct node *nd, int k)
+{
+	return (char *)net->bk->params_h + net->state[nd->param_first + k].offset * 2;
+}
+
+static void *hgrad_ptr(struct net *net, const struct node *nd, int k)
+{
+	return (char *)net->bk->grads_h + net->state[nd->param_first + k].offset * 2;
 }
 
 /* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
@@ -159,6 +179,9 @@ static void cuda_teardown(struct net *net)
 	cuda_free(ctx, b->momentum, b->params_bytes, MEM_OPTIM);
 	cuda_free(ctx, b->input, b->input_bytes, MEM_OTHER);
 	cuda_free(ctx, b->misc, b->misc_bytes, MEM_OTHER);
+	cuda_free(ctx, b->params_h, b->params_h_bytes, MEM_WEIGHTS);
+	cuda_free(ctx, b->grads_h, b->params_h_bytes, MEM_GRADS);
+	cuda_free(ctx, b->input_h, b->input_h_bytes, MEM_OTHER);
 	/* the shared workspace stays with the context for the next net */
 	if (ctx->mem == &net->mem) {
 		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
@@ -198,7 +221,12 @@ static int cuda_setup(struct net *net)
 	size_t ws_before = ctx->workspace_bytes;
 	ctx->mem = &net->mem;
 	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
+	b->amp = precision_is_amp(net->precision);
+	b->ht = net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
+	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
 	int rc = cuda_ctx_set_math(ctx, net->precision == PREC_TF32 ? CUDA_MATH_TF32 : CUDA_MATH_FP32);
+	if (rc == 0)
+		rc = cuda_ctx_set_act(ctx, b->amp ? b->ht : GP_F32, b->nhwc);
 	if (rc < 0)
 		goto fail;
 	b->arena_bytes = net->plan.arena_bytes;
@@ -211,6 +239,14 @@ static int cuda_setup(struct net *net)
 	size_t at_loss = at_scratch + ALIGN256(b->scratch_bytes), at_correct = at_loss + 256;
 	size_t at_step = at_correct + 256, at_flag = at_step + 256;
 	b->misc_bytes = at_flag + 256;
+	if (b->amp) {
+		b->params_h_bytes = net->params_count * 2;
+		b->input_h_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * 2;
+		if ((rc = cuda_alloc(ctx, &b->params_h, b->params_h_bytes, MEM_WEIGHTS)) < 0 ||
+		    (rc = cuda_alloc(ctx, &b->grads_h, b->params_h_bytes, MEM_GRADS)) < 0 ||
+		    (rc = cuda_alloc(ctx, &b->input_h, b->input_h_bytes, MEM_OTHER)) < 0)
+			goto fail;
+	}
 	if ((rc = cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS)) < 0 ||
 	    (rc = cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS)) < 0 ||
@@ -247,7 +283,8 @@ static int cuda_setup(struct net *net)
 			goto fail;
 		if (nd->op != OP_CONV2D)
 			continue;
-		struct conv_bufs bufs = { .x = act_ptr(net, nd->in[0]), .w = param_ptr(net, nd, 0),
+		struct conv_bufs bufs = { .x = act_ptr(net, nd->in[0]),
+					  .w = b->amp ? hparam_ptr(net, nd, 0) : (void *)param_ptr(net, nd, 0),
 					  .y = act_ptr(net, i) };
 		if ((rc = conv2d_plan_cuda_in(ctx, &nd->a.conv, &bufs)) < 0)
 			goto fail;
@@ -272,6 +309,16 @@ fail:
 	return rc;
 }
 
+/* Mixed precision: the float NCHW batch into 16 bits in the net's layout, once per batch. */
+static int convert_input(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	if (!b->amp)
+		return 0;
+	return to_h_layout_cuda(b->ctx->stream, b->ht, net->batch, net->in_c, net->in_h, net->in_w, b->nhwc,
+				b->input, b->input_h);
+}
+
 static int cuda_set_batch_data(struct net *net, const float *x, const int32_t *labels)
 {
 	struct backend_state *b = net->bk;
@@ -281,6 +328,7 @@ static int cuda_set_batch_data(struct net *net, const float *x, const int32_t *l
 					labels[i], i, net->classes);
 	GP_TRY(cuda_copy_h2d(b->ctx, b->input, x, b->input_bytes));
 	GP_TRY(cuda_copy_h2d(b->ctx, b->labels, labels, b->labels_bytes));
+	GP_TRY(convert_input(net));
 	return cuda_ctx_sync(b->ctx);
 }
 
@@ -322,10 +370,10 @@ static int cuda_take_staged(struct net *net)
 	CUDA_TRY(cudaMemcpyAsync(b->input, b->stage_x, b->input_bytes, cudaMemcpyDeviceToDevice, s));
 	CUDA_TRY(cudaMemcpyAsync(b->labels, b->stage_labels, b->labels_bytes, cudaMemcpyDeviceToDevice, s));
 	CUDA_TRY(cudaEventRecord(b->stage_free, s));
-	return 0;
+	return convert_input(net);
 }
 
-static int cuda_forward_node(struct net *net, int i, int training)
+static int fp32_forward_node(struct net *net, int i, int training)
 {
 	struct node *nd = &net->nodes[i];
 	struct cuda_ctx *ctx = net->bk->ctx;
@@ -377,6 +425,185 @@ static int cuda_forward_node(struct net *net, int i, int training)
 	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no forward for op %s", op_name(nd->op));
 }
 
+
+/* --- mixed precision (fp16/bf16) ---------------------------------------------------------
+ * The same graph with 16-bit activations: convolutions and linear layers take 16-bit
+ * copies of their float weights, cast (and for NHWC transposed to KRSC) right before
+ * use, as autocast does; batch norm keeps float statistics and parameters; the loss
+ * is computed in float; weight gradients end in the float master gradients. */
+static int amp_forward_node(struct net *net, int i, int training)
+{
+	struct node *nd = &net->nodes[i];
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	cudaStream_t s = ctx->stream;
+	void *x = nd->n_in ? act_ptr(net, nd->in[0]) : NULL, *y = act_ptr(net, i);
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D: {
+		const struct conv2d_args *a = &nd->a.conv;
+		GP_TRY(to_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
+					param_ptr(net, nd, 0), hparam_ptr(net, nd, 0)));
+		return conv2d_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	}
+	case OP_BATCHNORM2D: {
+		float *run = b->running + nd->running_offset, *stats = saved;
+		if (training)
+			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
+						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
+		return bn_fwd_eval_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1), run,
+					run + nd->a.bn.c, y);
+	}
+	case OP_RELU:
+		return relu_fwd_h_cuda(s, b->ht, count, x, y);
+	case OP_RELU6:
+		return relu6_fwd_h_cuda(s, b->ht, count, x, y);
+	case OP_MAXPOOL2D:
+		return maxpool_fwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, x, y, saved);
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return avgpool_global_fwd_h_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, x, y);
+	}
+	case OP_FLATTEN:
+		if (x != y)
+			CUDA_TRY(cudaMemcpyAsync(y, x, count * 2, cudaMemcpyDeviceToDevice, s));
+		return 0;
+	case OP_LINEAR: {
+		const struct linear_args *a = &nd->a.lin;
+		GP_TRY(cast_f32_to_h_cuda(s, b->ht, (size_t)a->out * a->in, param_ptr(net, nd, 0),
+					  hparam_ptr(net, nd, 0)));
+		return linear_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	}
+	case OP_ADD:
+		return add_fwd_h_cuda(s, b->ht, count, x, act_ptr(net, nd->in[1]), y);
+	case OP_DROPOUT:
+		if (training && saved) {
+			GP_TRY(dropout_mask_step_cuda(s, count, nd->a.drop.p, dropout_seed(net, i), b->d_step, saved));
+			return dropout_fwd_h_cuda(s, b->ht, &nd->a.drop, saved, x, y);
+		}
+		if (x != y)
+			CUDA_TRY(cudaMemcpyAsync(y, x, count * 2, cudaMemcpyDeviceToDevice, s));
+		return 0;
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no mixed-precision forward for op %s", op_name(nd->op));
+}
+
+static int amp_recompute(struct net *net, int r)
+{
+	struct backend_state *b = net->bk;
+	const struct node *rn = &net->nodes[r], *bn = &net->nodes[rn->in[0]];
+	cudaStream_t s = b->ctx->stream;
+	float *stats = saved_ptr(net, rn->in[0]);
+	void *y = act_ptr_bwd(net, r);
+	const struct bn_args *a = &bn->a.bn;
+	GP_TRY(bn_apply_h_cuda(s, b->ht, b->nhwc, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
+			       param_ptr(net, bn, 0), param_ptr(net, bn, 1), stats, stats + a->c, y));
+	size_t count = shape_numel(rn->out);
+	return rn->op == OP_RELU6 ? relu6_fwd_h_cuda(s, b->ht, count, y, y) : relu_fwd_h_cuda(s, b->ht, count, y, y);
+}
+
+static int amp_backward_node(struct net *net, int i)
+{
+	struct node *nd = &net->nodes[i];
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	cudaStream_t s = ctx->stream;
+	for (int k = 0; k < nd->n_in; k++)
+		if (net->nodes[nd->in[k]].t_re >= 0 && net->nodes[nd->in[k]].last_consumer == i)
+			GP_TRY(amp_recompute(net, nd->in[k]));
+	void *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
+	void *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
+	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D: {
+		const struct conv2d_args *a = &nd->a.conv;
+		GP_TRY(conv2d_bwd_filter_cuda(ctx, a, x, dy, hgrad_ptr(net, nd, 0),
+					      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		GP_TRY(from_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
+					  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0));
+		return dx ? conv2d_bwd_data_cuda(ctx, a, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
+	}
+	case OP_BATCHNORM2D: {
+		float *stats = saved;
+		if (!dx)
+			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
+				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
+	}
+	case OP_RELU:
+		return dx ? relu_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+	case OP_RELU6:
+		return dx ? relu6_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+	case OP_MAXPOOL2D:
+		return dx ? maxpool_bwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, dy, saved, dx, acc) : 0;
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return dx ? avgpool_global_bwd_h_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
+	}
+	case OP_FLATTEN:
+		return dx && dx != dy ? grad_pass_h_cuda(s, b->ht, count, dy, dx, acc) : 0;
+	case OP_LINEAR: {
+		const struct linear_args *a = &nd->a.lin;
+		GP_TRY(linear_bwd_weight_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0),
+					      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		return dx ? linear_bwd_data_cuda(ctx, a, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
+	}
+	case OP_ADD:
+		for (int k = 0; k < 2; k++) {
+			void *dxk = grad_ptr(net, nd->in[k]);
+			if (dxk && dxk != dy)
+				GP_TRY(grad_pass_h_cuda(s, b->ht, count, dy, dxk,
+							net->nodes[nd->in[k]].last_consumer != i));
+		}
+		return 0;
+	case OP_DROPOUT:
+		return dx ? dropout_bwd_h_cuda(s, b->ht, &nd->a.drop, saved, dy, dx, acc) : 0;
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no mixed-precision backward for op %s", op_name(nd->op));
+}
+
+/* A node's 16-bit output or gradient as float NCHW on the host. */
+static int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst)
+{
+	struct backend_state *b = net->bk;
+	size_t bytes = shape_numel(sh) * sizeof(float);
+	float *tmp;
+	GP_TRY(cuda_alloc(b->ctx, (void **)&tmp, bytes, MEM_OTHER));
+	int rc = from_h_layout_cuda(b->ctx->stream, b->ht, sh.n, sh.c, sh.h, sh.w, b->nhwc, src, tmp, 0);
+	if (rc == 0)
+		rc = cuda_copy_d2h(b->ctx, dst, tmp, bytes);
+	cuda_free(b->ctx, tmp, bytes, MEM_OTHER);
+	return rc;
+}
+
+/* The shared context describes activations for cuDNN and cuBLAS calls; nets of
+ * different precisions may be set up side by side, so each node's work states its own. */
+static void bind_act(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
+	b->ctx->nhwc = b->nhwc;
+}
+
+static int cuda_forward_node(struct net *net, int i, int training)
+{
+	bind_act(net);
+	if (net->bk->amp)
+		return amp_forward_node(net, i, training);
+	return fp32_forward_node(net, i, training);
+}
+
 /* Recompute a ReLU's output from its batch norm's input and saved statistics. */
 static int cuda_recompute(struct net *net, int r)
 {
@@ -392,6 +619,9 @@ static int cuda_recompute(struct net *net, int r)
 
 static int cuda_backward_node(struct net *net, int i)
 {
+	bind_act(net);
+	if (net->bk->amp)
+		return amp_backward_node(net, i);
 	struct node *nd = &net->nodes[i];
 	struct cuda_ctx *ctx = net->bk->ctx;
 	cudaStream_t s = ctx->stream;
@@ -464,8 +694,13 @@ static int cuda_loss(struct net *net, double *loss, int *correct)
 	struct backend_state *b = net->bk;
 	int last = net->n_nodes - 1;
 	struct shape s = net->nodes[last].out;
-	GP_TRY(softmax_xent_cuda(b->ctx->stream, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
-				 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
+	if (b->amp)
+		GP_TRY(softmax_xent_h_cuda(b->ctx->stream, b->ht, s.n, s.c * s.h * s.w, act_ptr(net, last),
+					   b->labels, grad_ptr(net, last), b->row_scratch, b->d_loss,
+					   b->d_correct));
+	else
+		GP_TRY(softmax_xent_cuda(b->ctx->stream, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
+					 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
 	return cuda_read_loss(net, loss, correct);
 }
 
@@ -529,6 +764,9 @@ static int cuda_train_step(struct net *net, const struct sgd_args *sgd)
 
 static int cuda_scale_output_grad(struct net *net, int node, double factor)
 {
+	if (net->bk->amp)
+		return scale_h_cuda(net->bk->ctx->stream, net->bk->ht, grad_ptr(net, node),
+				    shape_numel(net->nodes[node].out), factor, NULL);
 	return scale_cuda(net->bk->ctx->stream, grad_ptr(net, node), shape_numel(net->nodes[node].out),
 			  factor, NULL);
 }
@@ -557,12 +795,16 @@ static int cuda_grads_to_host(struct net *net, float *dst)
 static int cuda_tensor_to_host(struct net *net, int node, int grad, float *dst)
 {
 	void *src = grad ? (void *)grad_ptr(net, node) : act_ptr(net, node);
+	if (net->bk->amp)
+		return amp_tensor_to_host(net, src, net->nodes[node].out, dst);
 	return cuda_copy_d2h(net->bk->ctx, dst, src, shape_numel(net->nodes[node].out) * sizeof(float));
 }
 
 static int cuda_logits_to_host(struct net *net, float *dst)
 {
 	int last = net->n_nodes - 1;
+	if (net->bk->amp)
+		return amp_tensor_to_host(net, act_ptr(net, last), net->nodes[last].out, dst);
 	return cuda_copy_d2h(net->bk->ctx, dst, act_ptr(net, last),
 			     shape_numel(net->nodes[last].out) * sizeof(float));
 }

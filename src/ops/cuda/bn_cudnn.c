@@ -27,6 +27,9 @@ static int bn_own(const struct bn_args *a)
 
 int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a)
 {
+	if (bn_own(a) && ctx->act_dtype != GP_F32)
+		return gp_error(GP_EUNSUPPORTED, "batch norm of %zu elements in 16 bits: more than cuDNN describes",
+				(size_t)a->n * a->c * a->h * a->w);
 	return bn_own(a) ? cuda_workspace_reserve(ctx, bn_own_scratch_bytes(a->c)) : 0;
 }
 
@@ -41,8 +44,11 @@ static int bn_scratch(struct cuda_ctx *ctx, const struct bn_args *a, void **scra
 
 static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a)
 {
-	CUDNN_TRY(cudnnSetTensor4dDescriptor(ctx->bn_x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-					     a->n, a->c, a->h, a->w));
+	/* 16-bit activations keep float statistics and parameters, as autocast does */
+	cudnnDataType_t dt = ctx->act_dtype == GP_F16 ? CUDNN_DATA_HALF
+			     : ctx->act_dtype == GP_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+	CUDNN_TRY(cudnnSetTensor4dDescriptor(ctx->bn_x_desc, ctx->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+					     dt, a->n, a->c, a->h, a->w));
 	CUDNN_TRY(cudnnSetTensor4dDescriptor(ctx->bn_param_desc, CUDNN_TENSOR_NCHW,
 					     CUDNN_DATA_FLOAT, 1, a->c, 1, 1));
 	if (a->eps < CUDNN_BN_MIN_EPSILON)
@@ -51,8 +57,8 @@ static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a)
 	return 0;
 }
 
-int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
-		      const float *gamma, const float *beta, float *y, float *save_mean,
+int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x,
+		      const float *gamma, const float *beta, void *y, float *save_mean,
 		      float *save_invstd, float *running_mean, float *running_var)
 {
 	if (bn_own(a)) {
@@ -69,9 +75,9 @@ int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float
 	return 0;
 }
 
-int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
+int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x,
 		     const float *gamma, const float *beta, const float *running_mean,
-		     const float *running_var, float *y)
+		     const float *running_var, void *y)
 {
 	if (bn_own(a))
 		return bn_fwd_eval_own_cuda(ctx->stream, a, x, gamma, beta, running_mean, running_var, y);
@@ -83,8 +89,8 @@ int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float 
 }
 
 /* betaDataDiff = accumulate adds into dx; the parameter gradients are overwritten. */
-int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x, const float *dy,
-		const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *dy,
+		const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
 		int accumulate, float *dgamma, float *dbeta)
 {
 	if (bn_own(a)) {

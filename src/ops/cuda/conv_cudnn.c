@@ -8,11 +8,12 @@
 
 #include "core/error.h"
 #include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_ops.h"
 
 struct conv_plan {
 	struct conv2d_args a; /* has_bias cleared: the bias does not change the plan */
-	int math;
+	int math, dtype, nhwc;
 	struct conv_plan *next;
 
 	cudnnTensorDescriptor_t x_desc, y_desc;
@@ -35,10 +36,10 @@ static struct conv2d_args plan_key(const struct conv2d_args *a)
 }
 
 /* FNV-1a over the key's bytes (a struct of ints, so no padding). */
-static unsigned plan_hash(const struct conv2d_args *k, int math)
+static unsigned plan_hash(const struct conv2d_args *k, int math, int dtype, int nhwc)
 {
 	const unsigned char *p = (const unsigned char *)k;
-	uint32_t h = 2166136261u ^ (uint32_t)math;
+	uint32_t h = 2166136261u ^ (uint32_t)math ^ ((uint32_t)dtype << 4) ^ ((uint32_t)nhwc << 8);
 	for (size_t i = 0; i < sizeof(*k); i++)
 		h = (h ^ p[i]) * 16777619u;
 	return h % CONV_PLAN_BUCKETS;
@@ -73,6 +74,18 @@ void conv2d_plans_clear(struct cuda_ctx *ctx)
 	ctx->n_plans = 0;
 }
 
+/* Element size and cuDNN type of the context's activations. */
+static size_t act_size(const struct cuda_ctx *ctx)
+{
+	return ctx->act_dtype == GP_F32 ? sizeof(float) : 2;
+}
+
+static cudnnDataType_t act_cudnn_type(int dtype)
+{
+	return dtype == GP_F16 ? CUDNN_DATA_HALF : dtype == GP_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+/* The compute (accumulation) type is float in every mode, as under PyTorch's autocast. */
 static int conv_desc_make(cudnnConvolutionDescriptor_t *d, const struct conv2d_args *a,
 			  cudnnMathType_t math)
 {
@@ -87,19 +100,21 @@ static int conv_desc_make(cudnnConvolutionDescriptor_t *d, const struct conv2d_a
 static int plan_describe(struct conv_plan *p, const struct conv2d_args *a, int math)
 {
 	/* TF32: DEFAULT_MATH lets cuDNN use tensor cores for float data (TF32) on
-	 * Ampere and later; FMA_MATH keeps to FMA kernels, i.e. strict FP32. */
-	cudnnMathType_t mt = math == CUDA_MATH_TF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+	 * Ampere and later; FMA_MATH keeps to FMA kernels, i.e. strict FP32. 16-bit data
+	 * takes tensor cores. */
+	cudnnMathType_t mt = p->dtype != GP_F32 ? CUDNN_TENSOR_OP_MATH
+			     : math == CUDA_MATH_TF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+	cudnnDataType_t dt = act_cudnn_type(p->dtype);
+	cudnnTensorFormat_t fmt = p->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
 	int n, c, h, w;
 
 	CUDNN_TRY(cudnnCreateTensorDescriptor(&p->x_desc));
-	CUDNN_TRY(cudnnSetTensor4dDescriptor(p->x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, a->n,
-					     a->c_in, a->h_in, a->w_in));
+	CUDNN_TRY(cudnnSetTensor4dDescriptor(p->x_desc, fmt, dt, a->n, a->c_in, a->h_in, a->w_in));
 	CUDNN_TRY(cudnnCreateTensorDescriptor(&p->y_desc));
-	CUDNN_TRY(cudnnSetTensor4dDescriptor(p->y_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, a->n,
-					     a->c_out, a->h_out, a->w_out));
+	CUDNN_TRY(cudnnSetTensor4dDescriptor(p->y_desc, fmt, dt, a->n, a->c_out, a->h_out, a->w_out));
 	CUDNN_TRY(cudnnCreateFilterDescriptor(&p->w_desc));
-	CUDNN_TRY(cudnnSetFilter4dDescriptor(p->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-					     a->c_out, a->c_in / a->groups, a->kh, a->kw));
+	CUDNN_TRY(cudnnSetFilter4dDescriptor(p->w_desc, dt, fmt, a->c_out, a->c_in / a->groups,
+					     a->kh, a->kw));
 	GP_TRY(conv_desc_make(&p->fwd_desc, a, mt));
 	GP_TRY(conv_desc_make(&p->bwd_data_desc, a, mt));
 	GP_TRY(conv_desc_make(&p->bwd_filter_desc, a, mt));
@@ -140,7 +155,8 @@ static int result_usable(const struct cuda_ctx *ctx, cudnnStatus_t status, size_
 			 size_t ws_bytes, cudnnDeterminism_t det, int strict_ok)
 {
 	return status == CUDNN_STATUS_SUCCESS && memory <= ws_bytes &&
-	       (ctx->math == CUDA_MATH_TF32 || !ctx->fp32_direct_only || strict_ok) &&
+	       (ctx->math == CUDA_MATH_TF32 || ctx->act_dtype != GP_F32 || !ctx->fp32_direct_only ||
+		strict_ok) &&
 	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
 }
 
@@ -149,7 +165,7 @@ static int result_usable(const struct cuda_ctx *ctx, cudnnStatus_t status, size_
 static int desc_take_math(const struct cuda_ctx *ctx, cudnnConvolutionDescriptor_t d,
 			  cudnnMathType_t measured)
 {
-	if (ctx->math == CUDA_MATH_TF32)
+	if (ctx->math == CUDA_MATH_TF32 || ctx->act_dtype != GP_F32)
 		CUDNN_TRY(cudnnSetConvolutionMathType(d, measured));
 	return 0;
 }
@@ -189,9 +205,10 @@ static int find_workspace_alloc(struct cuda_ctx *ctx, void **ws, size_t *ws_byte
 static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct conv_bufs *bufs)
 {
 	const struct conv2d_args *a = &p->a;
-	size_t x_bytes = (size_t)a->n * a->c_in * a->h_in * a->w_in * sizeof(float);
-	size_t y_bytes = (size_t)a->n * a->c_out * a->h_out * a->w_out * sizeof(float);
-	size_t w_bytes = (size_t)a->c_out * (a->c_in / a->groups) * a->kh * a->kw * sizeof(float);
+	size_t es = act_size(ctx);
+	size_t x_bytes = (size_t)a->n * a->c_in * a->h_in * a->w_in * es;
+	size_t y_bytes = (size_t)a->n * a->c_out * a->h_out * a->w_out * es;
+	size_t w_bytes = (size_t)a->c_out * (a->c_in / a->groups) * a->kh * a->kw * es;
 	void *x = NULL, *y = NULL, *w = NULL, *ws = NULL;
 	size_t ws_bytes = 0;
 	int returned = 0, rc, i;
@@ -302,12 +319,13 @@ static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		    struct conv_plan **out)
 {
 	struct conv2d_args key = plan_key(a);
-	unsigned b = plan_hash(&key, ctx->math);
+	unsigned b = plan_hash(&key, ctx->math, ctx->act_dtype, ctx->nhwc);
 	size_t need;
 	int rc;
 
 	for (struct conv_plan *p = ctx->plans[b]; p; p = p->next) {
-		if (p->math == ctx->math && !memcmp(&p->a, &key, sizeof(key))) {
+		if (p->math == ctx->math && p->dtype == ctx->act_dtype && p->nhwc == ctx->nhwc &&
+		    !memcmp(&p->a, &key, sizeof(key))) {
 			*out = p;
 			return 0;
 		}
@@ -320,6 +338,8 @@ static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		return gp_error(GP_ENOMEM, "out of memory for a conv plan");
 	p->a = key;
 	p->math = ctx->math;
+	p->dtype = ctx->act_dtype;
+	p->nhwc = ctx->nhwc;
 	if ((rc = plan_describe(p, &key, ctx->math)) < 0 || (rc = plan_measure(ctx, p, bufs)) < 0)
 		goto free_plan;
 	need = p->fwd_ws_bytes;
@@ -401,8 +421,12 @@ int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const
 	return plan_get(ctx, &last, bufs, &p);
 }
 
-int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
-		    const float *w, const float *b, float *y)
+/* Element offsets into activation arrays of the context's type. */
+#define AT(p, off) ((void *)((char *)(p) + (off) * act_size(ctx)))
+#define AT_C(p, off) ((const void *)((const char *)(p) + (off) * act_size(ctx)))
+
+int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
+		    const void *w, const float *b, void *y)
 {
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -410,17 +434,20 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const flo
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
-		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, x + xo, p->w_desc, w,
+		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->w_desc, w,
 						  p->fwd_desc, p->fwd_algo, ctx->workspace,
-						  p->fwd_ws_bytes, &zero, p->y_desc, y + yo));
+						  p->fwd_ws_bytes, &zero, p->y_desc, AT(y, yo)));
 	}
+	if (a->has_bias && b && ctx->act_dtype != GP_F32)
+		return bias_add_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
+				       a->h_out * a->w_out, b, y);
 	if (a->has_bias && b)
 		GP_TRY(bias_add_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, b, y));
 	return 0;
 }
 
-int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *dy,
-			 const float *w, float *dx, int accumulate)
+int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy,
+			 const void *w, void *dx, int accumulate)
 {
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -428,16 +455,16 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
-		CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, dy + yo,
+		CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, AT_C(dy, yo),
 						       p->bwd_data_desc, p->bwd_data_algo, ctx->workspace,
 						       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
-						       p->x_desc, dx + xo));
+						       p->x_desc, AT(dx, xo)));
 	}
 	return 0;
 }
 
-int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
-			   const float *dy, float *dw, float *db)
+int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
+			   const void *dy, void *dw, float *db)
 {
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -445,11 +472,14 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
-		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, x + xo, p->y_desc,
-							 dy + yo, p->bwd_filter_desc, p->bwd_filter_algo,
+		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->y_desc,
+							 AT_C(dy, yo), p->bwd_filter_desc, p->bwd_filter_algo,
 							 ctx->workspace, p->bwd_filter_ws_bytes,
 							 i ? &one : &zero, p->w_desc, dw));
 	}
+	if (a->has_bias && db && ctx->act_dtype != GP_F32)
+		return channel_sum_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n,
+					  a->c_out, a->h_out * a->w_out, dy, db);
 	if (a->has_bias && db)
 		GP_TRY(channel_sum_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, dy, db));
 	return 0;

@@ -82,12 +82,14 @@ struct conv_bufs {
 	void *x, *w, *y;
 };
 int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs);
-int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
-		    const float *w, const float *b, float *y);
-int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *dy,
-			 const float *w, float *dx, int accumulate);
-int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
-			   const float *dy, float *dw, float *db);
+/* x, w, y, dx, dy, dw are in the context's activation type and layout (ctx->act_dtype,
+ * ctx->nhwc; weights KRSC under NHWC); the bias and its gradient are float. */
+int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
+		    const void *w, const float *b, void *y);
+int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy,
+			 const void *w, void *dx, int accumulate);
+int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
+			   const void *dy, void *dw, float *db);
 /* Tensors of more elements than this (default and 0: 2^31 - 1, cuDNN's limit) run as
  * slices of the batch; tests lower it to check the slicing on small tensors. */
 void conv_cuda_set_max_elems(size_t n);
@@ -115,23 +117,26 @@ int cuda_workspace_reserve(struct cuda_ctx *ctx, size_t bytes);
 int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a);
 /* Tests: route every batch norm through the own kernels (1) or by size (0). */
 void bn_cuda_force_own(int on);
-int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
-		      const float *gamma, const float *beta, float *y, float *save_mean,
+/* x, y, dx, dy in the context's activation type and layout; the rest float. */
+int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x,
+		      const float *gamma, const float *beta, void *y, float *save_mean,
 		      float *save_invstd, float *running_mean, float *running_var);
-int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x,
+int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x,
 		     const float *gamma, const float *beta, const float *running_mean,
-		     const float *running_var, float *y);
-int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const float *x, const float *dy,
-		const float *gamma, const float *save_mean, const float *save_invstd, float *dx,
+		     const float *running_var, void *y);
+int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *dy,
+		const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
 		int accumulate, float *dgamma, float *dbeta);
 
 /* --- linear (gemm_cublas.c): y = x W^T + b, W is out x in (PyTorch layout) ------------- */
-int linear_fwd_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *x,
-		    const float *w, const float *b, float *y);
-int linear_bwd_data_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *dy,
-			 const float *w, float *dx, int accumulate);
-int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const float *x,
-			   const float *dy, float *dw, float *db);
+/* x, w, y, dx, dy in the context's activation type (w: the 16-bit copy under mixed
+ * precision); dw, b, db float. */
+int linear_fwd_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *x,
+		    const void *w, const float *b, void *y);
+int linear_bwd_data_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *dy,
+			 const void *w, void *dx, int accumulate);
+int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *x,
+			   const void *dy, float *dw, float *db);
 
 #ifdef __cplusplus
 }

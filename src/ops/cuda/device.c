@@ -129,6 +129,18 @@ int cuda_ctx_set_math(struct cuda_ctx *ctx, int math)
 	return 0;
 }
 
+int cuda_ctx_set_act(struct cuda_ctx *ctx, int dtype, int nhwc)
+{
+	if (dtype != GP_F32 && dtype != GP_F16 && dtype != GP_BF16)
+		return gp_error(GP_EINVAL, "activations in %s are not supported on CUDA",
+				dtype_name((enum gp_dtype)dtype));
+	if (nhwc && dtype == GP_F32)
+		return gp_error(GP_EUNSUPPORTED, "NHWC layout needs fp16 or bf16 activations");
+	ctx->act_dtype = dtype;
+	ctx->nhwc = nhwc;
+	return 0;
+}
+
 int cuda_ctx_sync(struct cuda_ctx *ctx)
 {
 	CUDA_TRY(cudaStreamSynchronize(ctx->stream));

@@ -36,6 +36,11 @@ struct cuda_ctx {
 	int math;                     /* enum cuda_math */
 	int deterministic;            /* 1: only deterministic cuDNN algorithms */
 	int fp32_direct_only;         /* 1: no FFT/Winograd convolutions in FP32 */
+	/* Activations of convolutions, batch norms and linear layers: GP_F32, or GP_F16 /
+	 * GP_BF16 for mixed precision (tensor cores, float accumulation); and their layout,
+	 * 1 for NHWC (channels last; convolution weights KRSC then). */
+	int act_dtype;
+	int nhwc;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
 
 	struct conv_plan *plans[CONV_PLAN_BUCKETS];
@@ -56,6 +61,8 @@ int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem);
 void cuda_ctx_destroy(struct cuda_ctx *ctx);
 /* Select strict FP32 (no tensor cores) or TF32 for convolutions and GEMMs. */
 int cuda_ctx_set_math(struct cuda_ctx *ctx, int math);
+/* Element type (enum gp_dtype: GP_F32, GP_F16, GP_BF16) and layout of activations. */
+int cuda_ctx_set_act(struct cuda_ctx *ctx, int dtype, int nhwc);
 int cuda_ctx_sync(struct cuda_ctx *ctx);
 
 /* Allocate bytes on the device, charged to cat in ctx->mem. On failure *p is NULL,

@@ -1,0 +1,877 @@
+/* The half-precision kernels (kernels_amp.cu) for fp16 and bf16 against the CPU f32
+ * reference. Random inputs are rounded to the 16-bit type on the host first, so both
+ * sides see the same values, and the reference runs on those (transposed to NCHW where
+ * the device works channels last). Outputs are poisoned with 0xff bytes (NaN in both
+ * 16-bit types) before each run so unwritten elements fail the comparison. Tolerances
+ * (relative error of the norm): 1e-2 for bf16, 2e-3 for fp16, a little above one
+ * rounding of the output (2^-9 and 2^-11 at worst); conversions, layout changes and
+ * argmax must match exactly. Without a device every test skips with the reason. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../test.h"
+#include "core/error.h"
+#include "core/memstat.h"
+#include "core/rng.h"
+#include "ops/cuda/cuda_amp.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/device.h"
+#include "ops/ops.h"
+
+#define MAX_BUFS 512
+
+static const enum gp_dtype HTS[] = { GP_F16, GP_BF16 };
+#define N_HTS ((int)(sizeof(HTS) / sizeof(HTS[0])))
+
+static double tol_for(enum gp_dtype ht)
+{
+	return ht == GP_BF16 ? 1e-2 : 2e-3;
+}
+
+/* --- the helpers of test_cuda_ops.c ------------------------------------------------------- */
+
+/* One test's device context plus every buffer it allocated, freed in gpu_close. */
+struct gpu {
+	struct cuda_ctx *ctx;
+	struct mem_stats mem;
+	struct rng rng;
+	void *dev[MAX_BUFS];
+	size_t dev_bytes[MAX_BUFS];
+	int n_dev;
+	void *host[MAX_BUFS];
+	int n_host;
+	char why[300];
+};
+
+/* 0: ready; 1: no device (why says so); -1: the context could not be made. */
+static int gpu_open(struct gpu *g, uint64_t seed)
+{
+	char reason[256];
+	memset(g, 0, sizeof(*g));
+	rng_seed(&g->rng, seed, 11);
+	if (!cuda_available(reason, sizeof(reason))) {
+		snprintf(g->why, sizeof(g->why), "no CUDA device: %s", reason);
+		return 1;
+	}
+	return cuda_ctx_create(&g->ctx, 0, &g->mem) < 0 ? -1 : 0;
+}
+
+#define GPU_OPEN(g, seed)                                                                  \
+	do {                                                                               \
+		int open_rc_ = gpu_open(g, seed);                                          \
+		if (open_rc_ > 0)                                                          \
+			SKIP((g)->why);                                                    \
+		if (open_rc_ < 0) {                                                        \
+			test_fail(__FILE__, __LINE__, "cuda_ctx_create: %s", gp_errmsg()); \
+			return;                                                            \
+		}                                                                          \
+	} while (0)
+
+#define CHECK_OK(expr)                                                                    \
+	do {                                                                              \
+		int ok_rc_ = (expr);                                                      \
+		CHECK_MSG(ok_rc_ == 0, "%s = %d: %s", #expr, ok_rc_, gp_errmsg());        \
+	} while (0)
+
+/* Frees everything and checks that the byte counts went back to zero. */
+static void gpu_close(struct gpu *g)
+{
+	for (int i = g->n_dev - 1; i >= 0; i--)
+		cuda_free(g->ctx, g->dev[i], g->dev_bytes[i], MEM_OTHER);
+	CHECK_EQ_INT(g->mem.cur_bytes[MEM_OTHER], 0);
+	for (int i = 0; i < g->n_host; i++)
+		free(g->host[i]);
+	cuda_ctx_destroy(g->ctx);
+	CHECK_EQ_INT(g->mem.total_bytes, 0);
+}
+
+static void poison(struct gpu *g, void *d, size_t bytes)
+{
+	CHECK_OK(CUDA_CHECK(cudaMemsetAsync(d, 0xff, bytes, g->ctx->stream)));
+}
+
+/* Device buffer of bytes, filled with 0xff (NaN as float and as both 16-bit types). */
+static void *dev_bytes(struct gpu *g, size_t bytes)
+{
+	void *p = NULL;
+	if (g->n_dev == MAX_BUFS) {
+		test_fail(__FILE__, __LINE__, "too many device buffers in one test");
+		return NULL;
+	}
+	CHECK_OK(cuda_alloc(g->ctx, &p, bytes, MEM_OTHER));
+	if (!p)
+		return NULL;
+	g->dev[g->n_dev] = p;
+	g->dev_bytes[g->n_dev++] = bytes;
+	poison(g, p, bytes);
+	return p;
+}
+
+static float *dev_f(struct gpu *g, size_t n)
+{
+	return dev_bytes(g, n * sizeof(float));
+}
+
+/* A test cannot go on without its host buffers, and they are small: abort if none. */
+static void *host_bytes(struct gpu *g, size_t bytes)
+{
+	void *p = calloc(1, bytes ? bytes : 1);
+	if (!p || g->n_host == MAX_BUFS) {
+		free(p);
+		test_fail(__FILE__, __LINE__, "host allocation of %zu bytes", bytes);
+		abort();
+	}
+	g->host[g->n_host++] = p;
+	return p;
+}
+
+static float *host_f(struct gpu *g, size_t n)
+{
+	return host_bytes(g, n * sizeof(float));
+}
+
+static float *host_rand(struct gpu *g, size_t n, double scale, double shift)
+{
+	float *p = host_f(g, n);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(rng_normal(&g->rng) * scale + shift);
+	return p;
+}
+
+static void put(struct gpu *g, void *d, const void *h, size_t bytes)
+{
+	if (d)
+		CHECK_OK(cuda_copy_h2d(g->ctx, d, h, bytes));
+}
+
+static void get(struct gpu *g, void *h, const void *d, size_t bytes)
+{
+	if (d)
+		CHECK_OK(cuda_copy_d2h(g->ctx, h, d, bytes));
+}
+
+static float *dev_from(struct gpu *g, const float *h, size_t n)
+{
+	float *d = dev_f(g, n);
+	put(g, d, h, n * sizeof(float));
+	return d;
+}
+
+static float *down(struct gpu *g, const float *d, size_t n)
+{
+	float *h = host_f(g, n);
+	get(g, h, d, n * sizeof(float));
+	return h;
+}
+
+static float *copy_f(struct gpu *g, const float *src, size_t n)
+{
+	float *p = host_f(g, n);
+	memcpy(p, src, n * sizeof(float));
+	return p;
+}
+
+/* Largest |a - b| (NaN counts as infinite), for the ops that must match exactly. */
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+	double m = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - (double)b[i]);
+		if (!(d <= m))
+			m = isnan(d) ? INFINITY : d;
+	}
+	return m;
+}
+
+/* --- 16-bit values on the host ----------------------------------------------------------------
+ * Bit-level conversions, round to nearest even as __float2half_rn / __float2bfloat16_rn
+ * (checked against GCC's _Float16 over every float when written), so the tests do not
+ * depend on the host compiler's half support. */
+static uint32_t f_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static float bits_f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+	uint32_t u = f_bits(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN (quiet) */
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+	return bits_f((uint32_t)h << 16);
+}
+
+static uint16_t f32_to_f16(float f)
+{
+	uint32_t u = f_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return (uint16_t)(sign | 0x7e00u);
+	if (a >= 0x477ff000u) /* 65520 and beyond round to inf */
+		return (uint16_t)(sign | 0x7c00u);
+	if (a < 0x38800000u) { /* below 2^-14: subnormal or zero, in units of 2^-24 */
+		float m = bits_f(a) * 16777216.0f; /* exact: a power-of-two scale */
+		return (uint16_t)(sign | (uint32_t)nearbyintf(m));
+	}
+	/* Normal: round the 23-bit mantissa to 10 bits (a carry moves the exponent up,
+	 * which is right), then rebias the exponent from 127 to 15. */
+	uint32_t r = a + 0xfffu + ((a >> 13) & 1);
+	return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+static float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+	float v;
+	if (e == 0)
+		v = (float)m * (1.0f / 16777216.0f);
+	else if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = bits_f(((e + 112) << 23) | (m << 13));
+	return bits_f(f_bits(v) | sign);
+}
+
+static uint16_t h_bits(enum gp_dtype ht, float f)
+{
+	return ht == GP_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+}
+
+static float h_val(enum gp_dtype ht, uint16_t b)
+{
+	return ht == GP_BF16 ? bf16_to_f32(b) : f16_to_f32(b);
+}
+
+static float h_round(enum gp_dtype ht, float f)
+{
+	return h_val(ht, h_bits(ht, f));
+}
+
+/* Random floats already rounded to the 16-bit type. */
+static float *host_rand_h(struct gpu *g, enum gp_dtype ht, size_t n, double scale, double shift)
+{
+	float *p = host_rand(g, n, scale, shift);
+	for (size_t i = 0; i < n; i++)
+		p[i] = h_round(ht, p[i]);
+	return p;
+}
+
+static void *dev_h(struct gpu *g, size_t n)
+{
+	return dev_bytes(g, n * 2);
+}
+
+/* Element off of a 16-bit device array: off = 1 breaks every 16-byte alignment. */
+static void *h_at(void *p, size_t off)
+{
+	return p ? (uint16_t *)p + off : NULL;
+}
+
+static void put_h(struct gpu *g, enum gp_dtype ht, void *d, const float *h, size_t n)
+{
+	uint16_t *b = host_bytes(g, n * 2);
+	for (size_t i = 0; i < n; i++)
+		b[i] = h_bits(ht, h[i]);
+	put(g, d, b, n * 2);
+}
+
+static void *dev_h_from(struct gpu *g, enum gp_dtype ht, const float *h, size_t n)
+{
+	void *d = dev_h(g, n);
+	put_h(g, ht, d, h, n);
+	return d;
+}
+
+/* A 16-bit device array as floats. */
+static float *down_h(struct gpu *g, enum gp_dtype ht, const void *d, size_t n)
+{
+	uint16_t *b = host_bytes(g, n * 2);
+	float *f = host_f(g, n);
+	get(g, b, d, n * 2);
+	for (size_t i = 0; i < n; i++)
+		f[i] = h_val(ht, b[i]);
+	return f;
+}
+
+/* N,C,HW <-> N,HW,C on the host, for elements of any size. */
+static void *to_nhwc(struct gpu *g, const void *src, size_t elem, int n, int c, int hw)
+{
+	char *dst = host_bytes(g, (size_t)n * c * hw * elem);
+	for (int ni = 0; ni < n; ni++)
+		for (int ch = 0; ch < c; ch++)
+			for (int j = 0; j < hw; j++)
+				memcpy(dst + (((size_t)ni * hw + j) * c + ch) * elem,
+				       (const char *)src + (((size_t)ni * c + ch) * hw + j) * elem, elem);
+	return dst;
+}
+
+static void *to_nchw(struct gpu *g, const void *src, size_t elem, int n, int c, int hw)
+{
+	char *dst = host_bytes(g, (size_t)n * c * hw * elem);
+	for (int ni = 0; ni < n; ni++)
+		for (int ch = 0; ch < c; ch++)
+			for (int j = 0; j < hw; j++)
+				memcpy(dst + (((size_t)ni * c + ch) * hw + j) * elem,
+				       (const char *)src + (((size_t)ni * hw + j) * c + ch) * elem, elem);
+	return dst;
+}
+
+/* The host array in the device's layout (a copy either way). */
+static float *in_layout(struct gpu *g, int nhwc, const float *x, int n, int c, int hw)
+{
+	return nhwc ? to_nhwc(g, x, 4, n, c, hw) : copy_f(g, x, (size_t)n * c * hw);
+}
+
+/* A device result in the layout nhwc names, as NCHW floats. */
+static float *down_nchw(struct gpu *g, enum gp_dtype ht, int nhwc, const void *d, int n, int c, int hw)
+{
+	float *f = down_h(g, ht, d, (size_t)n * c * hw);
+	return nhwc ? to_nchw(g, f, 4, n, c, hw) : f;
+}
+
+static void check_rel(enum gp_dtype ht, const char *what, const float *got, const float *want,
+		      size_t n, const char *file, int line)
+{
+	double e = rel_err_norm_f32(got, want, n), tol = tol_for(ht);
+	if (!(e <= tol))
+		test_fail(file, line, "%s %s: relative error %.3g > %.3g", dtype_name(ht), what, e, tol);
+}
+#define CHECK_REL(ht, what, got, want, n) check_rel(ht, what, got, want, n, __FILE__, __LINE__)
+
+/* --- conversions ---------------------------------------------------------------------------- */
+
+TEST(amp_cast_rounds_to_nearest_even)
+{
+	const size_t n = 10007; /* not a multiple of 8: the vector loop leaves a tail */
+	struct gpu g;
+	GPU_OPEN(&g, 1);
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		/* Offset 0 takes the 16-byte path, offset 1 the unaligned scalar one. */
+		for (int off = 0; off <= 1; off++) {
+			float *x = host_f(&g, n);
+			for (size_t i = 0; i < n; i++) /* magnitudes from 2^-30 to 2^30 */
+				x[i] = (float)(rng_normal(&g.rng) * ldexp(1.0, (int)rng_below(&g.rng, 61) - 30));
+			/* Ties, the fp16 overflow edge and subnormals. */
+			x[1] = 1.0f + 1.0f / 2048;   /* fp16 tie: to even (1) */
+			x[2] = 1.0f + 3.0f / 2048;   /* fp16 tie: to even (up) */
+			x[3] = 1.0f + 1.0f / 256;    /* bf16 tie */
+			x[4] = 65519.0f;             /* fp16: 65504 */
+			x[5] = 65520.0f;             /* fp16: inf */
+			x[6] = -3e-6f;               /* fp16 subnormal */
+			x[7] = 3.0e38f;
+			x[8] = -0.0f;
+			x[n - 1] = 2.9e-8f;          /* fp16: rounds to the smallest subnormal */
+			float *d_x = dev_f(&g, n + 1);
+			void *d_y = dev_h(&g, n + 1);
+			float *d_back = dev_f(&g, n + 1);
+			uint16_t *bits = host_bytes(&g, n * 2);
+			put(&g, d_x + off, x, n * sizeof(float));
+
+			CHECK_OK(cast_f32_to_h_cuda(g.ctx->stream, ht, n, d_x + off, h_at(d_y, off)));
+			get(&g, bits, h_at(d_y, off), n * 2);
+			size_t bad = 0;
+			for (size_t i = 0; i < n; i++)
+				if (bits[i] != h_bits(ht, x[i]) && bad++ < 5)
+					test_fail(__FILE__, __LINE__, "%s cast x[%zu] = %.9g: 0x%04x, expected 0x%04x",
+						  dtype_name(ht), i, x[i], bits[i], h_bits(ht, x[i]));
+			CHECK_EQ_INT(bad, 0);
+
+			CHECK_OK(cast_h_to_f32_cuda(g.ctx->stream, ht, n, h_at(d_y, off), d_back + off));
+			float *back = down(&g, d_back + off, n);
+			bad = 0;
+			for (size_t i = 0; i < n; i++)
+				if (f_bits(back[i]) != f_bits(h_round(ht, x[i])) && bad++ < 5)
+					test_fail(__FILE__, __LINE__, "%s widen [%zu]: %.9g, expected %.9g",
+						  dtype_name(ht), i, back[i], h_round(ht, x[i]));
+			CHECK_EQ_INT(bad, 0);
+		}
+	}
+	gpu_close(&g);
+}
+
+TEST(amp_layout_round_trip)
+{
+	static const int cfg[][4] = {
+		/* n, c, h, w */
+		{ 2, 3, 17, 19 },  /* the input image: few channels */
+		{ 3, 40, 7, 9 },   /* neither side a multiple of the tile */
+		{ 2, 64, 16, 16 },
+		{ 16, 8, 3, 3 },   /* conv weights KCRS -> KRSC */
+		{ 5, 1, 1, 13 },
+	};
+	struct gpu g;
+	GPU_OPEN(&g, 2);
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+			int n = cfg[k][0], c = cfg[k][1], h = cfg[k][2], w = cfg[k][3], hw = h * w;
+			size_t cnt = (size_t)n * c * hw;
+			float *x = host_rand(&g, cnt, 2, 0), *xr = host_f(&g, cnt);
+			for (size_t i = 0; i < cnt; i++)
+				xr[i] = h_round(ht, x[i]);
+			float *d_x = dev_from(&g, x, cnt), *d_back = dev_f(&g, cnt);
+			void *d_h = dev_h(&g, cnt);
+			for (int nhwc = 0; nhwc <= 1; nhwc++) {
+				poison(&g, d_h, cnt * 2);
+				CHECK_OK(to_h_layout_cuda(g.ctx->stream, ht, n, c, h, w, nhwc, d_x, d_h));
+				CHECK_LE(max_abs_diff(down_nchw(&g, ht, nhwc, d_h, n, c, hw), xr, cnt), 0);
+				poison(&g, d_back, cnt * sizeof(float));
+				CHECK_OK(from_h_layout_cuda(g.ctx->stream, ht, n, c, h, w, nhwc, d_h, d_back, 0));
+				CHECK_LE(max_abs_diff(down(&g, d_back, cnt), xr, cnt), 0);
+				/* accumulate: the same float addition on both sides, so exact */
+				float *y0 = host_rand(&g, cnt, 1, 0), *want = host_f(&g, cnt);
+				for (size_t i = 0; i < cnt; i++)
+					want[i] = y0[i] + xr[i];
+				put(&g, d_back, y0, cnt * sizeof(float));
+				CHECK_OK(from_h_layout_cuda(g.ctx->stream, ht, n, c, h, w, nhwc, d_h, d_back, 1));
+				CHECK_LE(max_abs_diff(down(&g, d_back, cnt), want, cnt), 0);
+			}
+		}
+	}
+	gpu_close(&g);
+}
+
+/* --- elementwise ------------------------------------------------------------------------ */
+
+typedef int (*hact_fwd_fn)(cudaStream_t, enum gp_dtype, size_t, const void *, void *);
+typedef int (*hact_bwd_fn)(cudaStream_t, enum gp_dtype, size_t, const void *, const void *, void *,
+			   int);
+typedef void (*act_fwd_cpu_fn)(size_t, const float *, float *);
+typedef void (*act_bwd_cpu_fn)(size_t, const float *, const float *, float *, int);
+
+static void check_activation_h(struct gpu *g, enum gp_dtype ht, int off, hact_fwd_fn fwd,
+			       hact_bwd_fn bwd, act_fwd_cpu_fn fwd_cpu, act_bwd_cpu_fn bwd_cpu)
+{
+	const size_t n = 10007;
+	float *x = host_rand_h(g, ht, n, 4.0, 1.0), *y = host_f(g, n);
+	float *dy = host_rand_h(g, ht, n, 1.0, 0.0), *dx0 = host_rand_h(g, ht, n, 1.0, 0.0);
+	void *d_x = dev_h(g, n + 1), *d_y = dev_h(g, n + 1), *d_dy = dev_h(g, n + 1);
+	void *d_dx = dev_h(g, n + 1);
+	put_h(g, ht, h_at(d_x, off), x, n);
+	put_h(g, ht, h_at(d_dy, off), dy, n);
+
+	fwd_cpu(n, x, y);
+	CHECK_OK(fwd(g->ctx->stream, ht, n, h_at(d_x, off), h_at(d_y, off)));
+	/* max(x, 0) and min(., 6) of a 16-bit value are 16-bit values: exact */
+	CHECK_LE(max_abs_diff(down_h(g, ht, h_at(d_y, off), n), y, n), 0);
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(g, dx0, n);
+		if (acc)
+			put_h(g, ht, h_at(d_dx, off), dx0, n);
+		else
+			poison(g, d_dx, (n + 1) * 2);
+		bwd_cpu(n, y, dy, dx, acc);
+		CHECK_OK(bwd(g->ctx->stream, ht, n, h_at(d_y, off), h_at(d_dy, off), h_at(d_dx, off), acc));
+		CHECK_REL(ht, acc ? "activation backward, accumulate" : "activation backward",
+			  down_h(g, ht, h_at(d_dx, off), n), dx, n);
+	}
+}
+
+TEST(amp_relu_relu6_match_cpu)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 3);
+	for (int t = 0; t < N_HTS; t++)
+		for (int off = 0; off <= 1; off++) {
+			check_activation_h(&g, HTS[t], off, relu_fwd_h_cuda, relu_bwd_h_cuda,
+					   relu_fwd_cpu_f32, relu_bwd_cpu_f32);
+			check_activation_h(&g, HTS[t], off, relu6_fwd_h_cuda, relu6_bwd_h_cuda,
+					   relu6_fwd_cpu_f32, relu6_bwd_cpu_f32);
+		}
+	gpu_close(&g);
+}
+
+TEST(amp_add_grad_pass_match_cpu)
+{
+	const size_t n = 4099;
+	struct gpu g;
+	GPU_OPEN(&g, 4);
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		for (int off = 0; off <= 1; off++) {
+			float *a = host_rand_h(&g, ht, n, 1, 0), *b = host_rand_h(&g, ht, n, 1, 0);
+			float *y = host_f(&g, n);
+			void *d_a = dev_h(&g, n + 1), *d_b = dev_h(&g, n + 1), *d_y = dev_h(&g, n + 1);
+			put_h(&g, ht, h_at(d_a, off), a, n);
+			put_h(&g, ht, h_at(d_b, off), b, n);
+
+			add_fwd_cpu_f32(n, a, b, y);
+			CHECK_OK(add_fwd_h_cuda(g.ctx->stream, ht, n, h_at(d_a, off), h_at(d_b, off),
+						h_at(d_y, off)));
+			CHECK_REL(ht, "add", down_h(&g, ht, h_at(d_y, off), n), y, n);
+			for (int acc = 0; acc <= 1; acc++) {
+				float *dx = copy_f(&g, b, n);
+				put_h(&g, ht, h_at(d_y, off), b, n);
+				if (!acc)
+					poison(&g, d_y, (n + 1) * 2);
+				grad_pass_cpu_f32(n, a, dx, acc);
+				CHECK_OK(grad_pass_h_cuda(g.ctx->stream, ht, n, h_at(d_a, off),
+							  h_at(d_y, off), acc));
+				float *got = down_h(&g, ht, h_at(d_y, off), n);
+				if (acc)
+					CHECK_REL(ht, "grad_pass accumulate", got, dx, n);
+				else /* a copy */
+					CHECK_LE(max_abs_diff(got, dx, n), 0);
+			}
+		}
+	}
+	gpu_close(&g);
+}
+
+TEST(amp_scale_flags_nonfinite)
+{
+	const size_t n = 4099;
+	struct gpu g;
+	GPU_OPEN(&g, 5);
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		for (int off = 0; off <= 1; off++) {
+			float *x = host_rand_h(&g, ht, n, 1, 0), *want = host_f(&g, n);
+			void *d_p = dev_h(&g, n + 1), *p = h_at(d_p, off);
+			int *d_flag = dev_bytes(&g, sizeof(int));
+			int flag = -1, zero = 0;
+			put_h(&g, ht, p, x, n);
+			put(&g, d_flag, &zero, sizeof(int));
+
+			/* A power of two scales exactly, and nothing is flagged. */
+			CHECK_OK(scale_h_cuda(g.ctx->stream, ht, p, n, 8.0, d_flag));
+			for (size_t i = 0; i < n; i++)
+				want[i] = x[i] * 8.0f;
+			CHECK_LE(max_abs_diff(down_h(&g, ht, p, n), want, n), 0);
+			get(&g, &flag, d_flag, sizeof(int));
+			CHECK_EQ_INT(flag, 0);
+
+			/* Another factor rounds; no flag pointer at all. */
+			CHECK_OK(scale_h_cuda(g.ctx->stream, ht, p, n, 0.3, NULL));
+			for (size_t i = 0; i < n; i++)
+				want[i] *= 0.3f;
+			CHECK_REL(ht, "scale", down_h(&g, ht, p, n), want, n);
+
+			/* An injected inf, in the vector body and in the tail. */
+			for (int where = 0; where < 2; where++) {
+				size_t at = where ? n - 2 : 1234;
+				float *v = host_rand_h(&g, ht, n, 1, 0);
+				v[at] = INFINITY;
+				put_h(&g, ht, p, v, n);
+				put(&g, d_flag, &zero, sizeof(int));
+				CHECK_OK(scale_h_cuda(g.ctx->stream, ht, p, n, 0.5, d_flag));
+				get(&g, &flag, d_flag, sizeof(int));
+				CHECK_EQ_INT(flag, 1);
+			}
+
+			/* fp16: finite in float, beyond 65504 once rounded. */
+			if (ht == GP_F16) {
+				float *v = host_rand_h(&g, ht, n, 1, 0);
+				v[77] = 1000.0f;
+				put_h(&g, ht, p, v, n);
+				put(&g, d_flag, &zero, sizeof(int));
+				CHECK_OK(scale_h_cuda(g.ctx->stream, ht, p, n, 100.0, d_flag));
+				get(&g, &flag, d_flag, sizeof(int));
+				CHECK_EQ_INT(flag, 1);
+			}
+		}
+	}
+	gpu_close(&g);
+}
+
+/* --- pooling ----------------------------------------------------------------------------- */
+
+TEST(amp_avgpool_global_matches_cpu)
+{
+	static const int cfg[][3] = { { 3, 5, 49 }, { 2, 7, 1 }, { 2, 3, 100 }, { 4, 64, 49 } };
+	struct gpu g;
+	GPU_OPEN(&g, 6);
+	for (int t = 0; t < N_HTS; t++)
+		for (int nhwc = 0; nhwc <= 1; nhwc++)
+			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+				enum gp_dtype ht = HTS[t];
+				int n = cfg[k][0], c = cfg[k][1], hw = cfg[k][2];
+				size_t nx = (size_t)n * c * hw, ny = (size_t)n * c;
+				float *x = host_rand_h(&g, ht, nx, 1, 0.5), *y = host_f(&g, ny);
+				float *dy = host_rand_h(&g, ht, ny, 1, 0), *dx0 = host_rand_h(&g, ht, nx, 1, 0);
+				void *d_x = dev_h_from(&g, ht, in_layout(&g, nhwc, x, n, c, hw), nx);
+				void *d_y = dev_h(&g, ny), *d_dy = dev_h_from(&g, ht, dy, ny);
+				void *d_dx = dev_h(&g, nx);
+
+				avgpool_global_fwd_cpu_f32(n, c, hw, x, y);
+				CHECK_OK(avgpool_global_fwd_h_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x, d_y));
+				CHECK_REL(ht, nhwc ? "avgpool NHWC" : "avgpool NCHW", down_h(&g, ht, d_y, ny), y, ny);
+				for (int acc = 0; acc <= 1; acc++) {
+					float *dx = copy_f(&g, dx0, nx);
+					put_h(&g, ht, d_dx, in_layout(&g, nhwc, dx0, n, c, hw), nx);
+					if (!acc)
+						poison(&g, d_dx, nx * 2);
+					avgpool_global_bwd_cpu_f32(n, c, hw, dy, dx, acc);
+					CHECK_OK(avgpool_global_bwd_h_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_dy,
+									   d_dx, acc));
+					CHECK_REL(ht, nhwc ? "avgpool backward NHWC" : "avgpool backward NCHW",
+						  down_nchw(&g, ht, nhwc, d_dx, n, c, hw), dx, nx);
+				}
+			}
+	gpu_close(&g);
+}
+
+TEST(amp_maxpool_matches_cpu)
+{
+	static const int cfg[][6] = {
+		/* n, c, h, k, stride, pad */
+		{ 2, 3, 11, 3, 2, 1 }, /* ResNet stem pool */
+		{ 2, 4, 8, 2, 2, 0 },
+		{ 1, 2, 7, 3, 1, 1 },  /* overlapping windows: one input feeds several */
+		{ 2, 64, 16, 3, 2, 1 },
+	};
+	struct gpu g;
+	GPU_OPEN(&g, 7);
+	for (int t = 0; t < N_HTS; t++)
+		for (int nhwc = 0; nhwc <= 1; nhwc++)
+			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+				enum gp_dtype ht = HTS[t];
+				struct pool_args a = { .n = cfg[k][0], .c = cfg[k][1], .h_in = cfg[k][2],
+						       .w_in = cfg[k][2] + 1, .k = cfg[k][3],
+						       .stride = cfg[k][4], .pad = cfg[k][5] };
+				a.h_out = conv_out_size(a.h_in, a.k, a.stride, a.pad);
+				a.w_out = conv_out_size(a.w_in, a.k, a.stride, a.pad);
+				int hw_in = a.h_in * a.w_in, hw_out = a.h_out * a.w_out;
+				size_t nx = (size_t)a.n * a.c * hw_in, ny = (size_t)a.n * a.c * hw_out;
+				/* bf16 rounding makes ties in a window common: the first must win */
+				float *x = host_rand_h(&g, ht, nx, 1, 0), *y = host_f(&g, ny);
+				float *dy = host_rand_h(&g, ht, ny, 1, 0), *dx0 = host_rand_h(&g, ht, nx, 1, 0);
+				int32_t *am = host_bytes(&g, ny * 4), *am_gpu = host_bytes(&g, ny * 4);
+				void *d_x = dev_h_from(&g, ht, in_layout(&g, nhwc, x, a.n, a.c, hw_in), nx);
+				void *d_y = dev_h(&g, ny), *d_dx = dev_h(&g, nx);
+				void *d_dy = dev_h_from(&g, ht, in_layout(&g, nhwc, dy, a.n, a.c, hw_out), ny);
+				int32_t *d_am = dev_bytes(&g, ny * 4);
+
+				maxpool_fwd_cpu_f32(&a, x, y, am);
+				CHECK_OK(maxpool_fwd_h_cuda(g.ctx->stream, ht, nhwc, &a, d_x, d_y, d_am));
+				CHECK_LE(max_abs_diff(down_nchw(&g, ht, nhwc, d_y, a.n, a.c, hw_out), y, ny), 0);
+				get(&g, am_gpu, d_am, ny * 4);
+				if (nhwc)
+					am_gpu = to_nchw(&g, am_gpu, 4, a.n, a.c, hw_out);
+				CHECK_MSG(memcmp(am_gpu, am, ny * 4) == 0, "%s %s maxpool case %zu: argmax differs",
+					  dtype_name(ht), nhwc ? "NHWC" : "NCHW", k);
+				for (int acc = 0; acc <= 1; acc++) {
+					float *dx = copy_f(&g, dx0, nx);
+					put_h(&g, ht, d_dx, in_layout(&g, nhwc, dx0, a.n, a.c, hw_in), nx);
+					if (!acc)
+						poison(&g, d_dx, nx * 2);
+					maxpool_bwd_cpu_f32(&a, dy, am, dx, acc);
+					CHECK_OK(maxpool_bwd_h_cuda(g.ctx->stream, ht, nhwc, &a, d_dy, d_am, d_dx,
+								    acc));
+					CHECK_REL(ht, nhwc ? "maxpool backward NHWC" : "maxpool backward NCHW",
+						  down_nchw(&g, ht, nhwc, d_dx, a.n, a.c, hw_in), dx, nx);
+				}
+			}
+	gpu_close(&g);
+}
+
+/* --- batch norm, dropout, bias ------------------------------------------------------------ */
+
+TEST(amp_bn_apply_matches_cpu)
+{
+	static const int cfg[][3] = { { 4, 16, 63 }, { 3, 5, 1 }, { 2, 33, 49 } };
+	struct gpu g;
+	GPU_OPEN(&g, 8);
+	for (int t = 0; t < N_HTS; t++)
+		for (int nhwc = 0; nhwc <= 1; nhwc++)
+			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+				enum gp_dtype ht = HTS[t];
+				int n = cfg[k][0], c = cfg[k][1], hw = cfg[k][2];
+				struct bn_args a = { .n = n, .c = c, .h = hw, .w = 1, .eps = 1e-5 };
+				size_t nx = (size_t)n * c * hw;
+				float *x = host_rand_h(&g, ht, nx, 2, 1), *y = host_f(&g, nx);
+				float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 1, 0);
+				float *mean = host_rand(&g, c, 1, 1), *invstd = host_rand(&g, c, 0.1, 0.7);
+				void *d_x = dev_h_from(&g, ht, in_layout(&g, nhwc, x, n, c, hw), nx);
+				void *d_y = dev_h(&g, nx);
+				float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
+				float *d_mean = dev_from(&g, mean, c), *d_invstd = dev_from(&g, invstd, c);
+
+				bn_apply_cpu_f32(&a, x, gamma, beta, mean, invstd, y);
+				CHECK_OK(bn_apply_h_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x, d_gamma, d_beta,
+							 d_mean, d_invstd, d_y));
+				CHECK_REL(ht, nhwc ? "bn_apply NHWC" : "bn_apply NCHW",
+					  down_nchw(&g, ht, nhwc, d_y, n, c, hw), y, nx);
+			}
+	gpu_close(&g);
+}
+
+TEST(amp_dropout_matches_cpu)
+{
+	struct gpu g;
+	struct dropout_args a = { .count = 10007, .p = 0.3 };
+	GPU_OPEN(&g, 9);
+	size_t n = a.count;
+	uint8_t *mask = host_bytes(&g, n);
+	dropout_mask_cpu(n, a.p, 1234, mask);
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		for (int off = 0; off <= 1; off++) {
+			float *x = host_rand_h(&g, ht, n, 1, 0), *y = host_f(&g, n);
+			float *dx0 = host_rand_h(&g, ht, n, 1, 0);
+			void *d_x = dev_h(&g, n + 1), *d_y = dev_h(&g, n + 1), *d_dx = dev_h(&g, n + 1);
+			uint8_t *d_mask = dev_bytes(&g, n + 1);
+			put(&g, d_mask + off, mask, n);
+			put_h(&g, ht, h_at(d_x, off), x, n);
+
+			dropout_fwd_cpu_f32(&a, mask, x, y);
+			CHECK_OK(dropout_fwd_h_cuda(g.ctx->stream, ht, &a, d_mask + off, h_at(d_x, off),
+						    h_at(d_y, off)));
+			CHECK_REL(ht, "dropout", down_h(&g, ht, h_at(d_y, off), n), y, n);
+			for (int acc = 0; acc <= 1; acc++) {
+				float *dx = copy_f(&g, dx0, n);
+				put_h(&g, ht, h_at(d_dx, off), dx0, n);
+				if (!acc)
+					poison(&g, d_dx, (n + 1) * 2);
+				dropout_bwd_cpu_f32(&a, mask, x, dx, acc);
+				CHECK_OK(dropout_bwd_h_cuda(g.ctx->stream, ht, &a, d_mask + off, h_at(d_x, off),
+							    h_at(d_dx, off), acc));
+				CHECK_REL(ht, acc ? "dropout backward, accumulate" : "dropout backward",
+					  down_h(&g, ht, h_at(d_dx, off), n), dx, n);
+			}
+		}
+	}
+	gpu_close(&g);
+}
+
+TEST(amp_bias_add_channel_sum)
+{
+	static const int cfg[][3] = { { 3, 5, 37 }, { 33, 129, 1 }, { 2, 40, 9 }, { 64, 10, 1 } };
+	struct gpu g;
+	GPU_OPEN(&g, 10);
+	for (int t = 0; t < N_HTS; t++)
+		for (int nhwc = 0; nhwc <= 1; nhwc++)
+			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+				enum gp_dtype ht = HTS[t];
+				int n = cfg[k][0], c = cfg[k][1], hw = cfg[k][2];
+				size_t count = (size_t)n * c * hw;
+				float *y = host_rand_h(&g, ht, count, 1, 0), *b = host_rand(&g, c, 1, 0);
+				float *want = host_f(&g, count), *want_db = host_f(&g, c);
+				void *d_y = dev_h_from(&g, ht, in_layout(&g, nhwc, y, n, c, hw), count);
+				float *d_b = dev_from(&g, b, c), *d_db = dev_f(&g, c);
+
+				for (size_t i = 0; i < count; i++)
+					want[i] = y[i] + b[i / hw % c];
+				for (int ch = 0; ch < c; ch++) {
+					double s = 0;
+					for (int ni = 0; ni < n; ni++)
+						for (int j = 0; j < hw; j++)
+							s += y[((size_t)ni * c + ch) * hw + j];
+					want_db[ch] = (float)s;
+				}
+				/* db is float, summed from the same 16-bit values: float accuracy */
+				CHECK_OK(channel_sum_h_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_y, d_db));
+				CHECK_LE(rel_err_norm_f32(down(&g, d_db, c), want_db, c), 1e-6);
+				CHECK_OK(bias_add_h_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_b, d_y));
+				CHECK_REL(ht, nhwc ? "bias_add NHWC" : "bias_add NCHW",
+					  down_nchw(&g, ht, nhwc, d_y, n, c, hw), want, count);
+			}
+	gpu_close(&g);
+}
+
+/* --- loss ---------------------------------------------------------------------------------- */
+
+TEST(amp_softmax_xent_matches_cpu)
+{
+	static const int cfg[][2] = { { 37, 1000 }, { 64, 10 }, { 1, 3 } };
+	struct gpu g;
+	GPU_OPEN(&g, 11);
+	for (int t = 0; t < N_HTS; t++)
+		for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+			enum gp_dtype ht = HTS[t];
+			int n = cfg[c][0], k = cfg[c][1], correct = -1, correct_gpu = -1;
+			size_t nl = (size_t)n * k;
+			float *logits = host_rand(&g, nl, 3, 0), *dl = host_f(&g, nl);
+			int32_t *labels = host_bytes(&g, n * sizeof(int32_t));
+			double loss_gpu = NAN;
+			for (int i = 0; i < n; i++) {
+				labels[i] = (int32_t)rng_below(&g.rng, k);
+				if (i % 2) /* make about half of the predictions right */
+					logits[(size_t)i * k + labels[i]] += 30.0f;
+			}
+			for (size_t i = 0; i < nl; i++)
+				logits[i] = h_round(ht, logits[i]);
+			void *d_logits = dev_h_from(&g, ht, logits, nl), *d_dl = dev_h(&g, nl);
+			float *d_scratch = dev_f(&g, 2 * (size_t)n);
+			int32_t *d_labels = dev_bytes(&g, n * sizeof(int32_t));
+			double *d_loss = dev_bytes(&g, sizeof(double));
+			int *d_correct = dev_bytes(&g, sizeof(int));
+			put(&g, d_labels, labels, n * sizeof(int32_t));
+
+			double loss = softmax_xent_cpu_f32(n, k, logits, labels, dl, &correct);
+			CHECK_OK(softmax_xent_h_cuda(g.ctx->stream, ht, n, k, d_logits, d_labels, d_dl,
+						     d_scratch, d_loss, d_correct));
+			get(&g, &loss_gpu, d_loss, sizeof(double));
+			get(&g, &correct_gpu, d_correct, sizeof(int));
+			/* the same logits on both sides: only float vs double arithmetic differs */
+			CHECK_NEAR(loss_gpu, loss, 1e-5 * fabs(loss) + 1e-6);
+			CHECK_EQ_INT(correct_gpu, correct);
+			CHECK(correct >= n / 2);
+			CHECK_REL(ht, "dlogits", down_h(&g, ht, d_dl, nl), dl, nl);
+		}
+	gpu_close(&g);
+}
+
+/* --- arguments ----------------------------------------------------------------------------- */
+
+TEST(amp_rejects_other_types_and_skips_empty)
+{
+	struct gpu g;
+	struct pool_args pa = { 0 };
+	struct dropout_args da = { .count = 0, .p = 0.5 };
+	GPU_OPEN(&g, 12);
+	cudaStream_t s = g.ctx->stream;
+	for (int ht = GP_F32; ht <= GP_U8; ht++) {
+		if (ht == GP_F16 || ht == GP_BF16)
+			continue;
+		CHECK_EQ_INT(cast_f32_to_h_cuda(s, ht, 8, NULL, NULL), GP_EINVAL);
+		CHECK_EQ_INT(relu_fwd_h_cuda(s, ht, 8, NULL, NULL), GP_EINVAL);
+		CHECK_EQ_INT(grad_pass_h_cuda(s, ht, 8, NULL, NULL, 0), GP_EINVAL);
+		CHECK_EQ_INT(scale_h_cuda(s, ht, NULL, 8, 2.0, NULL), GP_EINVAL);
+		CHECK_EQ_INT(maxpool_fwd_h_cuda(s, ht, 1, &pa, NULL, NULL, NULL), GP_EINVAL);
+		CHECK_EQ_INT(softmax_xent_h_cuda(s, ht, 2, 2, NULL, NULL, NULL, NULL, NULL, NULL),
+			     GP_EINVAL);
+		CHECK_EQ_INT(channel_sum_h_cuda(s, ht, 0, 1, 1, 1, NULL, NULL), GP_EINVAL);
+	}
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		CHECK_OK(cast_f32_to_h_cuda(s, ht, 0, NULL, NULL));
+		CHECK_OK(cast_h_to_f32_cuda(s, ht, 0, NULL, NULL));
+		CHECK_OK(to_h_layout_cuda(s, ht, 0, 3, 4, 4, 1, NULL, NULL));
+		CHECK_OK(from_h_layout_cuda(s, ht, 2, 0, 4, 4, 1, NULL, NULL, 1));
+		CHECK_EQ_INT(to_h_layout_cuda(s, ht, -1, 3, 4, 4, 1, NULL, NULL), GP_EINVAL);
+		CHECK_OK(relu6_bwd_h_cuda(s, ht, 0, NULL, NULL, NULL, 1));
+		CHECK_OK(add_fwd_h_cuda(s, ht, 0, NULL, NULL, NULL));
+		CHECK_OK(grad_pass_h_cuda(s, ht, 0, NULL, NULL, 0));
+		CHECK_OK(scale_h_cuda(s, ht, NULL, 0, 2.0, NULL));
+		CHECK_OK(avgpool_global_fwd_h_cuda(s, ht, 1, 0, 8, 49, NULL, NULL));
+		CHECK_OK(avgpool_global_bwd_h_cuda(s, ht, 0, 2, 8, 0, NULL, NULL, 1));
+		CHECK_OK(maxpool_fwd_h_cuda(s, ht, 1, &pa, NULL, NULL, NULL));
+		CHECK_OK(maxpool_bwd_h_cuda(s, ht, 0, &pa, NULL, NULL, NULL, 0));
+		CHECK_OK(bn_apply_h_cuda(s, ht, 1, 0, 4, 4, NULL, NULL, NULL, NULL, NULL, NULL));
+		CHECK_OK(dropout_fwd_h_cuda(s, ht, &da, NULL, NULL, NULL));
+		CHECK_OK(dropout_bwd_h_cuda(s, ht, &da, NULL, NULL, NULL, 1));
+		CHECK_OK(bias_add_h_cuda(s, ht, 0, 0, 4, 1, NULL, NULL));
+		CHECK_OK(channel_sum_h_cuda(s, ht, 1, 4, 0, 1, NULL, NULL));
+		CHECK_EQ_INT(softmax_xent_h_cuda(s, ht, 0, 10, NULL, NULL, NULL, NULL, NULL, NULL),
+			     GP_EINVAL);
+	}
+	CHECK_OK(cuda_ctx_sync(g.ctx));
+	gpu_close(&g);
+}
