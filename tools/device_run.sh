@@ -3,7 +3,8 @@
 #   bash tools/device_run.sh STAGE...   (logs under $OUT, or /tmp/gpuperf_out)
 # Stages: info, tests, gputests, parity, paritycpu, speed, speed32, compare, maxbatch,
 # maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers, kprof (kernel
-# time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN).
+# time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
+# (bf16 against torch.autocast), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl).
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
 . build/bundle/env.sh
@@ -71,6 +72,13 @@ for s in "$@"; do
 		for m in resnet50 mobilenet_v2; do
 			LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH stage "cudnn19_$m" 180 $BIN train --model $m --device cuda --precision fp32 --batch 256 --steps 40
 		done ;;
+	parityamp) stage parityamp 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --json "$OUT/parity_amp.json" ;;
+	ampspeed)
+		for m in resnet50 resnet18 mobilenet_v2; do
+			stage "amp_${m}_bf16" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --json
+		done
+		stage amp_resnet50_fp16 180 $BIN train --model resnet50 --device cuda --precision fp16 --batch 256 --steps 40 --json
+		stage torch_ampspeed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes amp_bf16_cl --batch 256 --iters 30 ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done

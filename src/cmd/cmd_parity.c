@@ -66,7 +66,7 @@ int cmd_parity(int argc, char **argv)
 		{ "input", OPT_STR, &input, "directory with x.f32 (N x 3 x S x S) and y.i32 (N)", 0 },
 		{ "out", OPT_STR, &out, "directory for logits.f32, grads.safetensors, after.safetensors, losses.json", 0 },
 		{ "device", OPT_STR, &device, "cpu | cuda", 0 },
-		{ "precision", OPT_STR, &prec, "fp32 | tf32", 0 },
+		{ "precision", OPT_STR, &prec, "fp32 | tf32 | fp16 | bf16", 0 },
 		{ "batch", OPT_INT, &batch, "batch size", 1 },
 		{ "size", OPT_INT, &size, "input size", 8 },
 		{ "classes", OPT_INT, &classes, "classes", 1 },
