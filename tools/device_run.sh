@@ -72,6 +72,11 @@ for s in "$@"; do
 		for m in resnet50 mobilenet_v2; do
 			LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH stage "cudnn19_$m" 180 $BIN train --model $m --device cuda --precision fp32 --batch 256 --steps 40
 		done ;;
+	speedws)
+		# a larger cuDNN workspace budget (PyTorch's benchmark mode may use all free memory)
+		for p in fp32 tf32; do
+			GPUPERF_CONV_WORKSPACE_MIB=4096 stage "speedws_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
+		done ;;
 	parityamp) stage parityamp 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --json "$OUT/parity_amp.json" ;;
 	ampspeed)
 		for m in resnet50 resnet18 mobilenet_v2; do
