@@ -19,7 +19,7 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops.h"
 
-#define MAX_BUFS 64
+#define MAX_BUFS 1024
 #define GIB ((size_t)1 << 30)
 
 /* The helpers below are copies of test_cuda_ops.c's (kept static there). */
