@@ -77,6 +77,11 @@ for s in "$@"; do
 		for p in fp32 tf32; do
 			GPUPERF_CONV_WORKSPACE_MIB=4096 stage "speedws_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
 		done ;;
+	kprofamp)
+		TAIL=0 stage kprof_resnet50_bf16 200 $BIN profile --model resnet50 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --out /tmp/gp_kprof_amp
+		TAIL=0 stage torch_kprof_resnet50_bf16 200 python3 tools/torch_profile.py --model resnet50 --batch 256 --mode amp_bf16_cl
+		GPUPERF_BN_LEGACY=1 stage amp_resnet50_bf16_bnlegacy 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 20
+		stage amp_resnet50_bf16_nchw 180 $BIN train --model resnet50 --device cuda --precision bf16 --layout nchw --batch 256 --steps 20 ;;
 	parityamp) stage parityamp 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --json "$OUT/parity_amp.json" ;;
 	ampspeed)
 		for m in resnet50 resnet18 mobilenet_v2; do

@@ -11,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -88,6 +89,13 @@ int cmd_parity(int argc, char **argv)
 	enum precision precision;
 	GP_TRY(train_pick_device(device, &bk, 1));
 	GP_TRY(train_parse_precision(prec, &precision));
+#ifdef GP_HAVE_CUDA
+	/* Parity is about the arithmetic: FP32 convolutions by direct summation (no FFT or
+	 * Winograd, which round differently and which the speed measurement may pick by
+	 * timing), deterministic algorithms, as PyTorch without cudnn.benchmark mostly runs. */
+	if (bk == BACKEND_CUDA)
+		backend_cuda_set_conv_policy(precision == PREC_FP32, 1);
+#endif
 	struct model_opts mo = model_defaults(model);
 	mo.batch = batch;
 	mo.classes = classes;

@@ -224,9 +224,25 @@ static int cuda_setup(struct net *net)
 	b->amp = precision_is_amp(net->precision);
 	b->ht = net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
 	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
+	int nhwc_flatten = -1;
+	/* A flatten of feature maps (not 1 x 1) orders features as NCHW does, which the
+	 * following linear layer's weights assume: such nets (simple_cnn) stay NCHW. */
+	for (int i = 0; b->nhwc && i < net->n_nodes; i++) {
+		struct shape in = net->nodes[i].n_in ? net->nodes[net->nodes[i].in[0]].out : net->nodes[i].out;
+		if (net->nodes[i].op == OP_FLATTEN && in.h * in.w > 1) {
+			if (net->layout == LAYOUT_NHWC)
+				nhwc_flatten = i;
+			b->nhwc = 0;
+		}
+	}
 	int rc = cuda_ctx_set_math(ctx, net->precision == PREC_TF32 ? CUDA_MATH_TF32 : CUDA_MATH_FP32);
 	if (rc == 0)
 		rc = cuda_ctx_set_act(ctx, b->amp ? b->ht : GP_F32, b->nhwc);
+	if (rc == 0 && nhwc_flatten >= 0) {
+		struct shape in = net->nodes[net->nodes[nhwc_flatten].in[0]].out;
+		rc = gp_error(GP_EUNSUPPORTED, "%s flattens %dx%d feature maps: NHWC is not supported, use --layout nchw",
+			      net->model, in.h, in.w);
+	}
 	if (rc < 0)
 		goto fail;
 	b->arena_bytes = net->plan.arena_bytes;
@@ -795,6 +811,8 @@ static int cuda_grads_to_host(struct net *net, float *dst)
 static int cuda_tensor_to_host(struct net *net, int node, int grad, float *dst)
 {
 	void *src = grad ? (void *)grad_ptr(net, node) : act_ptr(net, node);
+	if (!src)
+		return gp_error(GP_ENOTFOUND, "node %d has no %s in memory", node, grad ? "gradient" : "output");
 	if (net->bk->amp)
 		return amp_tensor_to_host(net, src, net->nodes[node].out, dst);
 	return cuda_copy_d2h(net->bk->ctx, dst, src, shape_numel(net->nodes[node].out) * sizeof(float));

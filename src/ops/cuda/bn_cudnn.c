@@ -6,6 +6,7 @@
  * Tensors of more than 2^31 - 1 elements, which cuDNN cannot describe, go to own
  * kernels (kernels.cu) with the same semantics. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_common.h"
@@ -25,8 +26,52 @@ static int bn_own(const struct bn_args *a)
 	return force_own || (size_t)a->n * a->c * a->h * a->w > (size_t)INT32_MAX;
 }
 
+static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a);
+
+/* NHWC with 16-bit data: cuDNN's persistent spatial kernels through the Ex calls (what
+ * PyTorch uses for channels-last half batch norm); the plain calls' NHWC path is a
+ * generic one. GPUPERF_BN_LEGACY=1 keeps the plain calls, for comparison. Used only
+ * when the call needs no reserve space (none for a plain batch norm). */
+static int bn_ex(const struct cuda_ctx *ctx)
+{
+	static int legacy = -1;
+	if (legacy < 0) {
+		const char *e = getenv("GPUPERF_BN_LEGACY");
+		legacy = e && *e && *e != '0';
+	}
+	return ctx->nhwc && ctx->act_dtype != GP_F32 && !legacy;
+}
+
+/* Workspace the Ex calls need for a's shape (bn_describe first); 1 when they need
+ * reserve space, so the plain calls must be used. */
+static int bn_ex_workspace(struct cuda_ctx *ctx, size_t *bytes)
+{
+	size_t fwd = 0, bwd = 0, reserve = 0;
+	CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, NULL, ctx->bn_x_desc,
+		&reserve));
+	if (reserve)
+		return 1;
+	CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, ctx->bn_x_desc, NULL,
+		ctx->bn_x_desc, ctx->bn_param_desc, NULL, &fwd));
+	CUDNN_TRY(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, ctx->bn_x_desc, NULL,
+		ctx->bn_x_desc, NULL, ctx->bn_x_desc, ctx->bn_param_desc, NULL, &bwd));
+	*bytes = fwd > bwd ? fwd : bwd;
+	return 0;
+}
+
 int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a)
 {
+	if (!bn_own(a) && bn_ex(ctx)) {
+		size_t ws = 0;
+		GP_TRY(bn_describe(ctx, a));
+		int rc = bn_ex_workspace(ctx, &ws);
+		if (rc < 0)
+			return rc;
+		return rc == 0 ? cuda_workspace_reserve(ctx, ws) : 0;
+	}
 	if (bn_own(a) && ctx->act_dtype != GP_F32)
 		return gp_error(GP_EUNSUPPORTED, "batch norm of %zu elements in 16 bits: more than cuDNN describes",
 				(size_t)a->n * a->c * a->h * a->w);
@@ -68,6 +113,15 @@ int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void 
 					     running_mean, running_var, scratch);
 	}
 	GP_TRY(bn_describe(ctx, a));
+	size_t ws = 0;
+	if (bn_ex(ctx) && bn_ex_workspace(ctx, &ws) == 0 && ws <= ctx->workspace_bytes) {
+		CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
+			ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &one, &zero,
+			ctx->bn_x_desc, x, NULL, NULL, ctx->bn_x_desc, y, ctx->bn_param_desc, gamma, beta,
+			a->momentum, running_mean, running_var, a->eps, save_mean, save_invstd, NULL,
+			ctx->workspace, ws, NULL, 0));
+		return 0;
+	}
 	CUDNN_TRY(cudnnBatchNormalizationForwardTraining(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc,
 		y, ctx->bn_param_desc, gamma, beta, a->momentum, running_mean, running_var, a->eps,
@@ -100,6 +154,15 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 				       dgamma, dbeta, scratch);
 	}
 	GP_TRY(bn_describe(ctx, a));
+	size_t ws = 0;
+	if (bn_ex(ctx) && bn_ex_workspace(ctx, &ws) == 0 && ws <= ctx->workspace_bytes) {
+		CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
+			ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN, &one,
+			accumulate ? &one : &zero, &one, &zero, ctx->bn_x_desc, x, NULL, NULL, ctx->bn_x_desc, dy,
+			NULL, NULL, ctx->bn_x_desc, dx, ctx->bn_param_desc, gamma, NULL, dgamma, dbeta, a->eps,
+			save_mean, save_invstd, NULL, ctx->workspace, ws, NULL, 0));
+		return 0;
+	}
 	CUDNN_TRY(cudnnBatchNormalizationBackward(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, accumulate ? &one : &zero, &one, &zero,
 		ctx->bn_x_desc, x, ctx->bn_x_desc, dy, ctx->bn_x_desc, dx, ctx->bn_param_desc, gamma,

@@ -161,6 +161,12 @@ static int result_usable(const struct cuda_ctx *ctx, cudnnStatus_t status, size_
 	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
 }
 
+/* Among usable results (sorted by time; first the fastest, index i), the one needing
+ * the least workspace that is within WS_SLACK of the fastest: the workspace is shared
+ * and sized by the hungriest convolution, so a 1% slower algorithm that needs a
+ * fraction of the memory is the better trade (the budget is large so that the fast
+ * ones compete at all). */
+#define WS_SLACK 1.02f
 /* In strict mode the descriptor stays FMA_MATH whatever a result reports, so no
  * tensor-core path can slip in; in TF32 mode it takes the measured math type. */
 static int desc_take_math(const struct cuda_ctx *ctx, cudnnConvolutionDescriptor_t d,
@@ -247,6 +253,14 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		rc = no_algo("forward", a, returned, ws_bytes);
 		goto free_scratch;
 	}
+	{
+		int best = i;
+		for (int k = best + 1; k < returned; k++)
+			if (result_usable(ctx, fwd[k].status, fwd[k].memory, ws_bytes, fwd[k].determinism,
+					  fwd_algo_strict(fwd[k].algo)) &&
+			    fwd[k].time <= fwd[best].time * WS_SLACK && fwd[k].memory < fwd[i].memory)
+				i = k;
+	}
 	p->fwd_algo = fwd[i].algo;
 	p->fwd_ws_bytes = fwd[i].memory;
 	if ((rc = desc_take_math(ctx, p->fwd_desc, fwd[i].mathType)) < 0)
@@ -266,6 +280,15 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		rc = no_algo("backward-data", a, returned, ws_bytes);
 		goto free_scratch;
 	}
+	{
+		int best = i;
+		for (int k = best + 1; k < returned; k++)
+			if (result_usable(ctx, bwd_data[k].status, bwd_data[k].memory, ws_bytes,
+					  bwd_data[k].determinism, bwd_data_algo_strict(bwd_data[k].algo)) &&
+			    bwd_data[k].time <= bwd_data[best].time * WS_SLACK &&
+			    bwd_data[k].memory < bwd_data[i].memory)
+				i = k;
+	}
 	p->bwd_data_algo = bwd_data[i].algo;
 	p->bwd_data_ws_bytes = bwd_data[i].memory;
 	if ((rc = desc_take_math(ctx, p->bwd_data_desc, bwd_data[i].mathType)) < 0)
@@ -284,6 +307,15 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	if (i == returned) {
 		rc = no_algo("backward-filter", a, returned, ws_bytes);
 		goto free_scratch;
+	}
+	{
+		int best = i;
+		for (int k = best + 1; k < returned; k++)
+			if (result_usable(ctx, bwd_filter[k].status, bwd_filter[k].memory, ws_bytes,
+					  bwd_filter[k].determinism, bwd_filter_algo_strict(bwd_filter[k].algo)) &&
+			    bwd_filter[k].time <= bwd_filter[best].time * WS_SLACK &&
+			    bwd_filter[k].memory < bwd_filter[i].memory)
+				i = k;
 	}
 	p->bwd_filter_algo = bwd_filter[i].algo;
 	p->bwd_filter_ws_bytes = bwd_filter[i].memory;

@@ -51,7 +51,7 @@ struct cuda_ctx {
 };
 
 /* Workspace budget for algorithm selection unless changed (GPUPERF_CONV_WORKSPACE_MIB). */
-#define CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES ((size_t)512 << 20)
+#define CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES ((size_t)4096 << 20)
 /* The driver's allocation granule: cuda_alloc takes whole pages. */
 #define CUDA_PAGE_BYTES ((size_t)2 << 20)
 
