@@ -26,6 +26,16 @@ int test_count_lines(const char *s);
  * line of output that contains needle. */
 void test_check_bad(const char *args, const char *needle);
 
+/* Pixels of a PNG read back: all, those off the white background, and those of
+ * CHART_RED give or take antialiasing. */
+struct test_pixel_counts {
+	long total, not_white, red;
+};
+/* Check that path is a PNG of want_w x want_h, of a plausible file size, with more
+ * than 1% of its pixels drawn (not blank); pc gets the counts (test_chart.c). */
+void test_check_png(const char *path, unsigned want_w, unsigned want_h,
+		    struct test_pixel_counts *pc);
+
 #define TEST(name)                                                           \
 	static void test_fn_##name(void);                                    \
 	__attribute__((constructor)) static void test_reg_##name(void)      \

@@ -38,13 +38,9 @@ static int png_size(const char *path, unsigned *w, unsigned *h)
 	return 1;
 }
 
-struct pixel_counts {
-	long total, not_white, red;
-};
-
 /* Read the PNG back with cairo and count pixels off the white background, and
  * pixels of CHART_RED (214, 39, 40) give or take antialiasing. */
-static int png_pixels(const char *path, struct pixel_counts *pc)
+static int png_pixels(const char *path, struct test_pixel_counts *pc)
 {
 	cairo_surface_t *s = cairo_image_surface_create_from_png(path);
 	memset(pc, 0, sizeof(*pc));
@@ -69,7 +65,8 @@ static int png_pixels(const char *path, struct pixel_counts *pc)
 	return 1;
 }
 
-static void check_png(const char *path, unsigned want_w, unsigned want_h, struct pixel_counts *pc)
+void test_check_png(const char *path, unsigned want_w, unsigned want_h,
+		    struct test_pixel_counts *pc)
 {
 	unsigned w = 0, h = 0;
 	CHECK_MSG(png_size(path, &w, &h), "'%s' is not a PNG", path);
@@ -153,12 +150,12 @@ static struct chart_figure *figure_sample(void)
 TEST(chart_multi_panel_png)
 {
 	char path[512];
-	struct pixel_counts pc;
+	struct test_pixel_counts pc;
 	snprintf(path, sizeof(path), "%s/panels.png", test_tmpdir());
 	struct chart_figure *fig = figure_sample();
 	CHECK_EQ_INT(chart_figure_save(fig, path), 0);
 	chart_figure_free(fig);
-	check_png(path, 1280, 880, &pc);
+	test_check_png(path, 1280, 880, &pc);
 	CHECK_MSG(pc.red > 50, "the red marked point is missing (%ld red pixels)", pc.red);
 }
 
@@ -219,12 +216,12 @@ TEST(plots_maxbatch_chart)
 	if (!res)
 		SKIP("tests/data/sample_maxbatch.json not readable (run from the repository root)");
 	char dir[512], path[600];
-	struct pixel_counts pc;
+	struct test_pixel_counts pc;
 	snprintf(dir, sizeof(dir), "%s/charts", test_tmpdir());
 	CHECK_EQ_INT(plots_draw(res, dir), 0);
 	snprintf(path, sizeof(path), "%s/%s", dir, plots_chart_name("maxbatch"));
 	CHECK(!strcmp(plots_chart_name("maxbatch"), "batch_size_memory_usage.png"));
-	check_png(path, 900, 560, &pc);
+	test_check_png(path, 900, 560, &pc);
 	/* The OOM dot alone is about 130 pixels, its label adds more. */
 	CHECK_MSG(pc.red > 150, "only %ld red pixels: the out-of-memory mark is missing", pc.red);
 
@@ -234,7 +231,7 @@ TEST(plots_maxbatch_chart)
 		if (!json_is_true(json_object_get(json_array_get(trials, i), "ok")))
 			json_array_remove(trials, i);
 	CHECK_EQ_INT(plots_draw(res, dir), 0);
-	check_png(path, 900, 560, &pc);
+	test_check_png(path, 900, 560, &pc);
 	CHECK_MSG(pc.red < 20, "%ld red pixels without any out-of-memory trial", pc.red);
 	json_decref(res);
 }
@@ -245,13 +242,50 @@ TEST(plots_workers_chart)
 	if (!res)
 		SKIP("tests/data/sample_workers.json not readable (run from the repository root)");
 	char dir[512], path[600];
-	struct pixel_counts pc;
+	struct test_pixel_counts pc;
 	snprintf(dir, sizeof(dir), "%s", test_tmpdir());
 	CHECK_EQ_INT(plots_draw(res, dir), 0);
 	snprintf(path, sizeof(path), "%s/gpu_utilization_comparison.png", dir);
-	check_png(path, 1280, 880, &pc); /* 4 runs: 2 x 2 panels of 640 x 420 and a title */
+	test_check_png(path, 1280, 880, &pc); /* 4 runs: 2 x 2 panels of 640 x 420 and a title */
 	CHECK_MSG(pc.red > 500, "the red mean lines are missing (%ld red pixels)", pc.red);
 	json_decref(res);
+}
+
+/* The committed amp sample (resnet50 on an H100, all four precisions, fp32 and tf32
+ * out of memory at batch 1024) renders, directly and through `gpuperf plot`. */
+TEST(plots_amp_chart)
+{
+	json_t *res = sample_result("sample_amp.json");
+	if (!res)
+		SKIP("tests/data/sample_amp.json not readable (run from the repository root)");
+	char dir[512], path[600], cmd[1400], out[2048];
+	struct test_pixel_counts pc;
+	snprintf(dir, sizeof(dir), "%s", test_tmpdir());
+	CHECK(!strcmp(plots_chart_name("amp"), "amp_speedup.png"));
+	CHECK_EQ_INT(plots_draw(res, dir), 0);
+	snprintf(path, sizeof(path), "%s/amp_speedup.png", dir);
+	test_check_png(path, 1400, 560, &pc); /* two panels side by side */
+
+	/* Without fp32 there is no speed-up to draw, and the chart still comes out. */
+	json_t *cells = json_object_get(json_object_get(res, "measurements"), "cells");
+	CHECK_EQ_INT(json_array_size(cells), 20);
+	for (size_t i = json_array_size(cells); i-- > 0;)
+		if (!strcmp(json_string_value(json_object_get(json_array_get(cells, i), "precision")),
+			    "fp32"))
+			json_array_remove(cells, i);
+	CHECK_EQ_INT(json_array_size(cells), 15);
+	CHECK_EQ_INT(plots_draw(res, dir), 0);
+	test_check_png(path, 1400, 560, &pc);
+	json_decref(res);
+
+	if (access(test_bin(), X_OK) != 0)
+		SKIP("needs build/gpuperf");
+	snprintf(dir, sizeof(dir), "%s", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s plot tests/data/sample_amp.json --out '%s'", test_bin(), dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	snprintf(path, sizeof(path), "%s/amp_speedup.png", dir);
+	CHECK_MSG(strstr(out, path) != NULL, "output: %s", out);
+	test_check_png(path, 1400, 560, &pc);
 }
 
 TEST(plots_errors)
@@ -273,6 +307,22 @@ TEST(plots_errors)
 			"samples", 1.0);
 	CHECK_EQ_INT(plots_draw(res, dir), GP_EFORMAT);
 	CHECK_MSG(strstr(gp_errmsg(), "sample 0") != NULL, "message: %s", gp_errmsg());
+	json_decref(res);
+
+	res = json_pack("{s:s, s:{s:[]}}", "command", "amp", "measurements", "cells");
+	CHECK_EQ_INT(plots_draw(res, dir), GP_EFORMAT);
+	CHECK_MSG(strstr(gp_errmsg(), "\"cells\" is missing or empty") != NULL, "message: %s",
+		  gp_errmsg());
+	json_decref(res);
+	res = json_pack("{s:s, s:{s:[{s:i, s:s, s:s}]}}", "command", "amp", "measurements", "cells",
+			"batch", 64, "precision", "fp16", "status", "ok");
+	CHECK_EQ_INT(plots_draw(res, dir), GP_EFORMAT);
+	CHECK_MSG(strstr(gp_errmsg(), "amp cell 0: \"img_s\"") != NULL, "message: %s", gp_errmsg());
+	json_decref(res);
+	res = json_pack("{s:s, s:{s:[{s:i, s:s, s:s}]}}", "command", "amp", "measurements", "cells",
+			"batch", 64, "precision", "fp16", "status", "crashed");
+	CHECK_EQ_INT(plots_draw(res, dir), GP_EFORMAT);
+	CHECK_MSG(strstr(gp_errmsg(), "\"status\"") != NULL, "message: %s", gp_errmsg());
 	json_decref(res);
 }
 

@@ -14,6 +14,7 @@ int cmd_advise(int argc, char **argv);
 int cmd_dataset(int argc, char **argv);
 int cmd_loader(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_amp(int argc, char **argv);
 int cmd_maxbatch(int argc, char **argv);
 int cmd_workers(int argc, char **argv);
 int cmd_profile(int argc, char **argv);

@@ -22,6 +22,7 @@ static const struct command commands[] = {
 	{ "dataset", cmd_dataset, "make a synthetic ImageFolder of JPEGs (dataset make)" },
 	{ "loader", cmd_loader, "data-loader throughput by worker count" },
 	{ "compare", cmd_compare, "train several models in turn: size, memory (engine and nvidia-smi), img/s" },
+	{ "amp", cmd_amp, "FP32 against mixed precision (tf32, fp16, bf16) by batch size: time, img/s, speed-up" },
 	{ "maxbatch", cmd_maxbatch, "find the largest batch that trains: doubling, then bisection" },
 	{ "workers", cmd_workers, "train once per data-loader worker count: GPU utilization, data wait, img/s" },
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },

@@ -2,6 +2,7 @@
  * out in docs/results.md and checks every field it uses. */
 #include "report/plots.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,199 @@ free_fig:
 	return rc;
 }
 
+/* One precision's points of an amp result, sorted by batch. */
+struct amp_series {
+	char name[16];
+	int n, n_speedup;
+	double *batch, *img_s, *speedup_batch, *speedup;
+	double oom_batch; /* smallest batch that ran out of memory; 0: none */
+};
+
+#define AMP_MAX_SERIES 8
+
+/* Sort the pairs (x[i], y[i]) by x: insertion sort, a handful of points. */
+static void pairs_sort(double *x, double *y, int n)
+{
+	for (int i = 1; i < n; i++)
+		for (int k = i; k > 0 && x[k - 1] > x[k]; k--) {
+			double t = x[k];
+			x[k] = x[k - 1];
+			x[k - 1] = t;
+			t = y[k];
+			y[k] = y[k - 1];
+			y[k - 1] = t;
+		}
+}
+
+/* A fixed colour per precision, so charts of different runs read alike. */
+static struct chart_color amp_color(const char *precision, int i)
+{
+	static const char *names[] = { "fp32", "tf32", "fp16", "bf16" };
+	const struct chart_color colors[] = { CHART_BLUE, CHART_ORANGE, CHART_GREEN, CHART_PURPLE };
+	for (int k = 0; k < 4; k++)
+		if (!strcmp(precision, names[k]))
+			return colors[k];
+	return chart_palette(4 + i);
+}
+
+static int plot_amp(json_t *m, const char *path)
+{
+	json_t *cells = json_object_get(m, "cells");
+	const char *model = json_string_value(json_object_get(m, "model"));
+	const char *device = json_string_value(json_object_get(m, "device"));
+	json_t *size = json_object_get(m, "size");
+	size_t n = json_array_size(cells);
+	struct amp_series series[AMP_MAX_SERIES];
+	struct chart_figure *fig = NULL;
+	int n_series = 0, rc = 0, have_fp32 = 0;
+	double top_speedup = 1;
+	char title[192], label[CHART_LABEL_MAX], size_str[32] = "";
+
+	if (!json_is_array(cells) || n == 0)
+		return gp_error(GP_EFORMAT, "amp measurements: \"cells\" is missing or empty");
+	memset(series, 0, sizeof(series));
+	for (size_t i = 0; i < n; i++) {
+		json_t *c = json_array_get(cells, i);
+		const char *prec = json_string_value(json_object_get(c, "precision"));
+		const char *status = json_string_value(json_object_get(c, "status"));
+		char where[48];
+		double batch = 0, v = 0;
+		snprintf(where, sizeof(where), "amp cell %zu", i);
+		if ((rc = json_number_get(c, "batch", where, &batch)) < 0)
+			goto free_all;
+		if (!(batch >= 1)) {
+			rc = gp_error(GP_EFORMAT, "%s: \"batch\" must be at least 1", where);
+			goto free_all;
+		}
+		if (!prec || strlen(prec) >= sizeof(series[0].name)) {
+			rc = gp_error(GP_EFORMAT, "%s: \"precision\" is missing or not a short string", where);
+			goto free_all;
+		}
+		if (!status || (strcmp(status, "ok") && strcmp(status, "oom"))) {
+			rc = gp_error(GP_EFORMAT, "%s: \"status\" must be \"ok\" or \"oom\"", where);
+			goto free_all;
+		}
+		int s = 0;
+		while (s < n_series && strcmp(series[s].name, prec))
+			s++;
+		if (s == n_series) {
+			if (n_series == AMP_MAX_SERIES) {
+				rc = gp_error(GP_EFORMAT, "amp measurements: more than %d precisions",
+					      AMP_MAX_SERIES);
+				goto free_all;
+			}
+			struct amp_series *ns = &series[n_series++];
+			snprintf(ns->name, sizeof(ns->name), "%s", prec);
+			ns->batch = calloc(n, sizeof(double));
+			ns->img_s = calloc(n, sizeof(double));
+			ns->speedup_batch = calloc(n, sizeof(double));
+			ns->speedup = calloc(n, sizeof(double));
+			if (!ns->batch || !ns->img_s || !ns->speedup_batch || !ns->speedup) {
+				rc = gp_error(GP_ENOMEM, "no memory for %zu cells", n);
+				goto free_all;
+			}
+		}
+		struct amp_series *sr = &series[s];
+		have_fp32 |= !strcmp(prec, "fp32");
+		if (!strcmp(status, "oom")) {
+			if (sr->oom_batch == 0 || batch < sr->oom_batch)
+				sr->oom_batch = batch;
+			continue;
+		}
+		if ((rc = json_number_get(c, "img_s", where, &v)) < 0)
+			goto free_all;
+		sr->batch[sr->n] = batch;
+		sr->img_s[sr->n++] = v;
+		/* null where fp32 did not train at this batch */
+		json_t *sp = json_object_get(c, "speedup");
+		if (json_is_number(sp)) {
+			sr->speedup_batch[sr->n_speedup] = batch;
+			sr->speedup[sr->n_speedup++] = json_number_value(sp);
+			if (json_number_value(sp) > top_speedup)
+				top_speedup = json_number_value(sp);
+		} else if (sp && !json_is_null(sp)) {
+			rc = gp_error(GP_EFORMAT, "%s: \"speedup\" is not a number or null", where);
+			goto free_all;
+		}
+	}
+
+	/* Both panels over the same batches (out-of-memory ones included), and room
+	 * above the lines for the legend. */
+	double b_lo = 0, b_hi = 0, top_img_s = 0, ticks[32], step = 1;
+	for (size_t i = 0; i < n; i++) {
+		double b = json_number_value(json_object_get(json_array_get(cells, i), "batch"));
+		b_lo = i == 0 || b < b_lo ? b : b_lo;
+		b_hi = b > b_hi ? b : b_hi;
+	}
+	if (b_hi == b_lo) { /* one batch size: in the middle */
+		b_lo /= 2;
+		b_hi *= 2;
+	}
+	b_lo = exp2(floor(log2(b_lo)));
+	b_hi = exp2(ceil(log2(b_hi)));
+	for (int s = 0; s < n_series; s++)
+		for (int k = 0; k < series[s].n; k++)
+			top_img_s = fmax(top_img_s, series[s].img_s[k]);
+	if (top_img_s > 0)
+		chart_ticks_nice(0, top_img_s * 1.3, 6, ticks, 32, &step);
+	top_img_s = top_img_s > 0 ? ceil(top_img_s * 1.3 / step) * step : 1;
+
+	if (json_is_number(size))
+		snprintf(size_str, sizeof(size_str), " %.0fx%.0f", json_number_value(size),
+			 json_number_value(size));
+	snprintf(title, sizeof(title), "%s%s%s%s: FP32 against mixed precision",
+		 model ? model : "model", size_str, device ? " on " : "", device ? device : "");
+	fig = chart_figure_new(1, 2, 1400, 560, title);
+	if (!fig) {
+		rc = gp_error(GP_ENOMEM, "no memory for a chart");
+		goto free_all;
+	}
+	struct chart_panel *tp = chart_figure_panel(fig, 0), *sp = chart_figure_panel(fig, 1);
+	chart_panel_set_title(tp, "training throughput by batch size");
+	chart_panel_set_labels(tp, "batch size", "throughput (img/s)");
+	chart_panel_set_x_scale(tp, CHART_LOG2);
+	chart_panel_set_title(sp, have_fp32 ? "speed-up over fp32 at the same batch size"
+					    : "speed-up over fp32 (fp32 not measured)");
+	chart_panel_set_labels(sp, "batch size", "speed-up over fp32 (x)");
+	chart_panel_set_x_scale(sp, CHART_LOG2);
+	chart_panel_set_x_range(tp, b_lo, b_hi);
+	chart_panel_set_x_range(sp, b_lo, b_hi);
+	chart_panel_set_y_range(tp, 0, top_img_s);
+	for (int s = 0; s < n_series; s++) {
+		struct amp_series *sr = &series[s];
+		struct chart_line_style st = { .color = amp_color(sr->name, s), .markers = 1 };
+		pairs_sort(sr->batch, sr->img_s, sr->n);
+		pairs_sort(sr->speedup_batch, sr->speedup, sr->n_speedup);
+		if (sr->oom_batch > 0)
+			snprintf(label, sizeof(label), "%.15s (out of memory at %lld)", sr->name,
+				 (long long)sr->oom_batch);
+		else
+			snprintf(label, sizeof(label), "%.15s", sr->name);
+		if ((rc = chart_panel_add_line(tp, sr->batch, sr->img_s, sr->n, st, label)) < 0)
+			goto free_fig;
+		if (!strcmp(sr->name, "fp32"))
+			continue; /* fp32 is the reference line at 1 */
+		if ((rc = chart_panel_add_line(sp, sr->speedup_batch, sr->speedup, sr->n_speedup, st,
+					       sr->n_speedup ? sr->name : NULL)) < 0)
+			goto free_fig;
+	}
+	if (have_fp32 && (rc = chart_panel_add_hline(sp, 1.0, CHART_BLUE, 1, "fp32 (1.0x)")) < 0)
+		goto free_fig;
+	/* From zero, with room above the best speed-up and the reference line. */
+	chart_panel_set_y_range(sp, 0, fmax(2, ceil(top_speedup * 1.3)));
+	rc = chart_figure_save(fig, path);
+free_fig:
+	chart_figure_free(fig);
+free_all:
+	for (int s = 0; s < n_series; s++) {
+		free(series[s].batch);
+		free(series[s].img_s);
+		free(series[s].speedup_batch);
+		free(series[s].speedup);
+	}
+	return rc;
+}
+
 static const struct {
 	const char *command;
 	const char *chart;
@@ -242,6 +436,7 @@ static const struct {
 } plotters[] = {
 	{ "maxbatch", "batch_size_memory_usage.png", plot_maxbatch },
 	{ "workers", "gpu_utilization_comparison.png", plot_workers },
+	{ "amp", "amp_speedup.png", plot_amp },
 };
 
 const char *plots_chart_name(const char *command)
