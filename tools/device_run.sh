@@ -26,7 +26,7 @@ for s in "$@"; do
 	case $s in
 	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
 	tests) TAIL=60 stage tests 400 sh -c "build/bundle/gpuperf_tests | grep -v '^ok '" ;;
-	gputests) TAIL=80 stage gputests 300 build/bundle/gpuperf_tests cuda ;;
+	gputests) TAIL=80 stage gputests 300 build/bundle/gpuperf_tests ${GPUTESTS:-cuda} ;;
 	parity) stage parity 300 python3 tests/torch/parity.py --bin $BIN --device cuda --ref64 --json "$OUT/parity_cuda.json" ;;
 	paritycpu) stage paritycpu 300 python3 tests/torch/parity.py --bin $BIN --device cpu --models simple_cnn,resnet18,mobilenet_v2 --json "$OUT/parity_cpu.json" ;;
 	speed)
@@ -72,6 +72,11 @@ for s in "$@"; do
 		for m in resnet50 mobilenet_v2; do
 			LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH stage "cudnn19_$m" 180 $BIN train --model $m --device cuda --precision fp32 --batch 256 --steps 40
 		done ;;
+	speed50)
+		for p in fp32 tf32; do
+			stage "speed_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
+		done
+		stage torch_speed50 300 python3 $TB train --models resnet50 --modes fp32,tf32 --batch 256 --iters 30 ;;
 	speedws)
 		# a larger cuDNN workspace budget (PyTorch's benchmark mode may use all free memory)
 		for p in fp32 tf32; do
