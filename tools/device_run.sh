@@ -87,6 +87,9 @@ for s in "$@"; do
 		TAIL=0 stage torch_kprof_resnet50_bf16 200 python3 tools/torch_profile.py --model resnet50 --batch 256 --mode amp_bf16_cl
 		GPUPERF_BN_LEGACY=1 stage amp_resnet50_bf16_bnlegacy 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 20
 		stage amp_resnet50_bf16_nchw 180 $BIN train --model resnet50 --device cuda --precision bf16 --layout nchw --batch 256 --steps 20 ;;
+	ampgraphs)
+		stage amp_resnet50_bf16_eager 120 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 12 --no-graphs
+		stage amp_resnet50_bf16_graph 120 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 12 ;;
 	parityamp) stage parityamp 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --json "$OUT/parity_amp.json" ;;
 	ampspeed)
 		for m in resnet50 resnet18 mobilenet_v2; do
