@@ -78,9 +78,9 @@ for s in "$@"; do
 		done
 		stage torch_speed50 300 python3 $TB train --models resnet50 --modes fp32,tf32 --batch 256 --iters 30 ;;
 	speedws)
-		# a larger cuDNN workspace budget (PyTorch's benchmark mode may use all free memory)
-		for p in fp32 tf32; do
-			GPUPERF_CONV_WORKSPACE_MIB=4096 stage "speedws_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
+		# another cuDNN workspace budget (default 4096 MiB; PyTorch's benchmark mode may use all free memory)
+		for p in ${WS_PRECISIONS:-fp32 tf32}; do
+			GPUPERF_CONV_WORKSPACE_MIB=${WS_MIB:-1024} stage "speedws_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
 		done ;;
 	kprofamp)
 		TAIL=0 stage kprof_resnet50_bf16 200 $BIN profile --model resnet50 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --out /tmp/gp_kprof_amp
@@ -95,7 +95,7 @@ for s in "$@"; do
 		for m in resnet50 resnet18 mobilenet_v2; do
 			stage "amp_${m}_bf16" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --json
 		done
-		stage amp_resnet50_fp16 180 $BIN train --model resnet50 --device cuda --precision fp16 --batch 256 --steps 40 --json
+		[ -n "${AMP_FP16:-}" ] && stage amp_resnet50_fp16 180 $BIN train --model resnet50 --device cuda --precision fp16 --batch 256 --steps 40 --json
 		stage torch_ampspeed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes amp_bf16_cl --batch 256 --iters 30 ;;
 	*) echo "unknown stage $s" ;;
 	esac

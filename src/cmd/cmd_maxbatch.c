@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "gpu/nvml.h"
+#include "nn/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #ifdef GP_HAVE_CUDA
@@ -52,6 +53,7 @@ struct search {
 	int buf_batch;
 	struct trial trials[MAXBATCH_TRIALS];
 	int n_trials;
+	int recompute, measure_algos;
 };
 
 static size_t image_floats(const struct net *net)
@@ -274,11 +276,12 @@ static json_t *search_result(const struct search *s, int argc, char **argv, cons
 		if (json_array_append_new(trials, trial_json(&s->trials[i])) < 0)
 			goto fail;
 	const char *prec = train_precision_name(s->prec);
-	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s}", "model", model,
+	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "model", model,
 		"precision", prec, "image_size", size, "start", start,
 		"device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
 		"mem_limit_mib", limit_bytes ? json_real(limit_bytes / GP_MIB) : json_null(),
-		"search", "double from start, then bisect to the exact batch");
+		"search", "double from start, then bisect to the exact batch",
+		"recompute", s->recompute, "conv_algorithms", s->measure_algos ? "measured" : "heuristic");
 	json_t *m = json_pack("{s:s, s:s, s:f, s:O, s:i, s:i, s:f}", "model", model,
 		"precision", prec, "capacity_mib", capacity_mib, "trials", trials,
 		"max_batch", max_batch, "predicted_max_batch", predicted, "search_s", search_s);
@@ -347,6 +350,7 @@ int cmd_maxbatch(int argc, char **argv)
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
 	const char *out_dir = NULL;
 	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0, recompute = 0;
+	int no_recompute = 0, measure_algos = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
 		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1 },
@@ -357,7 +361,9 @@ int cmd_maxbatch(int argc, char **argv)
 		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1 },
 		{ "out", OPT_STR, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
-		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
+		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward (the default)", 0 },
+		{ "no-recompute", OPT_FLAG, &no_recompute, "keep BN+ReLU outputs for backward (as PyTorch does)", 0 },
+		{ "measure-algos", OPT_FLAG, &measure_algos, "time cuDNN's algorithms at every batch (slower search) instead of its heuristics", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -366,9 +372,14 @@ int cmd_maxbatch(int argc, char **argv)
 		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device cpu|cuda] "
-				"[--mem-limit-mib N] [--out DIR] [--csv]", opts);
+				"[--mem-limit-mib N] [--no-recompute] [--measure-algos] [--out DIR] [--csv]", opts);
 		return 0;
 	}
+	if (recompute && no_recompute)
+		return gp_error(GP_EINVAL, "--recompute and --no-recompute contradict each other");
+	/* The largest batch the engine trains: by default with its memory savings on
+	 * (recomputing BN+ReLU outputs gives the same gradients, bit for bit). */
+	recompute = !no_recompute;
 	struct search s = { 0 };
 	struct table table;
 	json_t *res = NULL;
@@ -384,6 +395,12 @@ int cmd_maxbatch(int argc, char **argv)
 		mo.size = size;
 	GP_TRY(model_build(model, &mo, &s.net));
 	s.net->recompute = recompute;
+	s.recompute = recompute;
+	s.measure_algos = measure_algos;
+#ifdef GP_HAVE_CUDA
+	if (s.backend == BACKEND_CUDA)
+		backend_cuda_set_conv_heuristics(!measure_algos);
+#endif
 	table_init(&table);
 	if (s.backend == BACKEND_CUDA) {
 		s.nvml_ok = nvml_open() == 0;

@@ -49,6 +49,10 @@ extern const struct backend_ops backend_cuda_ops;
  * summation only (no FFT/Winograd), and/or only deterministic algorithms. The default
  * (0, 0) lets the fastest compete, as PyTorch's cudnn.benchmark does. */
 void backend_cuda_set_conv_policy(int fp32_direct_only, int deterministic);
+/* Convolution algorithms from cuDNN's heuristics instead of timing each candidate
+ * (maxbatch: a trial is about memory, and timing every algorithm on every new batch
+ * size costs most of the search). */
+void backend_cuda_set_conv_heuristics(int on);
 #endif
 
 /* Does the backward of this op read its input activation (conv, bn, linear)? */

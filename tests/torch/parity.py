@@ -119,6 +119,8 @@ def run_one(args, name, size, batch, classes, work):
             "torch_grads": rel(all_t.float(), f_all), "ours_grads": rel(all_o.float(), f_all),
             "torch_params": max(rel(sd[k].cpu().float(), f_sd[k].float()) for k in keys),
             "ours_params": max(rel(ours_after[k].float(), f_sd[k].float()) for k in keys),
+            "torch_loss_last": abs(losses[-1] - f_losses[-1]) / abs(f_losses[-1]),
+            "ours_loss_last": abs(ours_losses[-1] - f_losses[-1]) / abs(f_losses[-1]),
         }
     if ref is not None:
         r_logits, r_grads, r_losses, r_sd = ref
@@ -193,12 +195,13 @@ def main():
             bad = max(r["loss"], r["loss_last"], r["param_max"]) > args.tol or not r["counters_ok"]
         else:
             bad = max(r["logits"], r["loss"], r["grad_all"], r["grad_max"], r["param_max"]) > args.tol or not r["counters_ok"]
-        if bad and args.amp and "ref32" in r and r["counters_ok"] and max(r["loss"], r["loss_last"]) <= args.tol:
+        if bad and args.amp and "ref32" in r and r["counters_ok"] and r["loss"] <= args.tol:
             # Ill-conditioned: PyTorch's autocast result is as far from its FP32 result.
             # Accept ours when it is no farther from FP32 than PyTorch's (1.5x).
             f = r["ref32"]
             r["conditioning"] = True
-            bad = f["ours_params"] > 1.5 * f["torch_params"] or f["ours_grads"] > 1.5 * f["torch_grads"]
+            bad = (f["ours_params"] > 1.5 * f["torch_params"] or f["ours_grads"] > 1.5 * f["torch_grads"] or
+                   f["ours_loss_last"] > max(1.5 * f["torch_loss_last"], args.tol))
         if bad and not args.amp and "ref64" in r and r["counters_ok"] and max(r["logits"], r["loss"]) <= args.tol:
             # Ill-conditioned: PyTorch's own FP32 result is as far from float64. Accept
             # ours when it is no farther from float64 than PyTorch's (1.5x, or 1e-6).
@@ -213,7 +216,8 @@ def main():
         if "ref32" in r:
             f = r["ref32"]
             print(f"{'':14s} vs FP32: logits torch {f['torch_logits']:.2e} ours {f['ours_logits']:.2e}; grads torch "
-                  f"{f['torch_grads']:.2e} ours {f['ours_grads']:.2e}; params torch {f['torch_params']:.2e} ours {f['ours_params']:.2e}")
+                  f"{f['torch_grads']:.2e} ours {f['ours_grads']:.2e}; params torch {f['torch_params']:.2e} ours "
+                  f"{f['ours_params']:.2e}; last loss torch {f['torch_loss_last']:.2e} ours {f['ours_loss_last']:.2e}")
         if "ref64" in r:
             f = r["ref64"]
             print(f"{'':14s} vs float64: grads torch {f['torch_grads']:.2e} ours {f['ours_grads']:.2e}; "

@@ -55,7 +55,7 @@ struct backend_state {
 
 static struct cuda_ctx *shared_ctx;
 static void *shared_blas_ws; /* cuBLAS workspace, set once so cuBLAS allocates nothing in a graph */
-static int policy_direct_only, policy_deterministic;
+static int policy_direct_only, policy_deterministic, policy_heuristic;
 
 /* The process-wide context, created on first use, with its cuBLAS workspace (kept
  * for the process: handing cuBLAS its own back would allocate again). */
@@ -84,14 +84,21 @@ void backend_cuda_set_conv_policy(int fp32_direct_only, int deterministic)
 	policy_deterministic = deterministic;
 }
 
+void backend_cuda_set_conv_heuristics(int on)
+{
+	policy_heuristic = on;
+}
+
 /* Apply the algorithm policy; plans measured under another policy are dropped. */
 static void apply_conv_policy(struct cuda_ctx *ctx)
 {
-	if (ctx->fp32_direct_only == policy_direct_only && ctx->deterministic == policy_deterministic)
+	if (ctx->fp32_direct_only == policy_direct_only && ctx->deterministic == policy_deterministic &&
+	    ctx->heuristic_algos == policy_heuristic)
 		return;
 	conv2d_plans_clear(ctx);
 	ctx->fp32_direct_only = policy_direct_only;
 	ctx->deterministic = policy_deterministic;
+	ctx->heuristic_algos = policy_heuristic;
 }
 
 static void *act_ptr(struct net *net, int node)

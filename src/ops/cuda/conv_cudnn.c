@@ -223,7 +223,13 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	cudnnConvolutionBwdDataAlgoPerf_t bwd_data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
 	cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
 
-	if (bufs) {
+	if (ctx->heuristic_algos) {
+		/* cuDNN's heuristics instead of timing runs: nothing allocated, nothing run */
+		ws_bytes = ctx->workspace_limit_bytes;
+		rc = CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx->cudnn, p->x_desc, p->w_desc, p->fwd_desc,
+									p->y_desc, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+									&returned, fwd));
+	} else if (bufs) {
 		x = bufs->x;
 		y = bufs->y;
 		w = bufs->w;
@@ -232,17 +238,18 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		   (rc = cuda_alloc(ctx, &w, w_bytes, MEM_WORKSPACE)) < 0) {
 		goto free_scratch;
 	}
-	if ((rc = find_workspace_alloc(ctx, &ws, &ws_bytes)) < 0)
-		goto free_scratch;
-	/* Zeros, so that no NaN or denormal pattern skews the timings. */
-	if ((rc = CUDA_CHECK(cudaMemsetAsync(x, 0, x_bytes, ctx->stream))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMemsetAsync(y, 0, y_bytes, ctx->stream))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMemsetAsync(w, 0, w_bytes, ctx->stream))) < 0)
-		goto free_scratch;
-
-	rc = CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-		ctx->cudnn, p->x_desc, x, p->w_desc, w, p->fwd_desc, p->y_desc, y,
-		CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, fwd, ws, ws_bytes));
+	if (!ctx->heuristic_algos) {
+		if ((rc = find_workspace_alloc(ctx, &ws, &ws_bytes)) < 0)
+			goto free_scratch;
+		/* Zeros, so that no NaN or denormal pattern skews the timings. */
+		if ((rc = CUDA_CHECK(cudaMemsetAsync(x, 0, x_bytes, ctx->stream))) < 0 ||
+		    (rc = CUDA_CHECK(cudaMemsetAsync(y, 0, y_bytes, ctx->stream))) < 0 ||
+		    (rc = CUDA_CHECK(cudaMemsetAsync(w, 0, w_bytes, ctx->stream))) < 0)
+			goto free_scratch;
+		rc = CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+			ctx->cudnn, p->x_desc, x, p->w_desc, w, p->fwd_desc, p->y_desc, y,
+			CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, fwd, ws, ws_bytes));
+	}
 	if (rc < 0)
 		goto free_scratch;
 	for (i = 0; i < returned; i++)
@@ -267,9 +274,14 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		goto free_scratch;
 
 	/* Backward data reads dy (the y scratch) and writes dx (the x scratch). */
-	rc = CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-		ctx->cudnn, p->w_desc, w, p->y_desc, y, p->bwd_data_desc, p->x_desc, x,
-		CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, bwd_data, ws, ws_bytes));
+	if (ctx->heuristic_algos)
+		rc = CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+			ctx->cudnn, p->w_desc, p->y_desc, p->bwd_data_desc, p->x_desc,
+			CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, bwd_data));
+	else
+		rc = CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+			ctx->cudnn, p->w_desc, w, p->y_desc, y, p->bwd_data_desc, p->x_desc, x,
+			CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, bwd_data, ws, ws_bytes));
 	if (rc < 0)
 		goto free_scratch;
 	for (i = 0; i < returned; i++)
@@ -295,9 +307,14 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		goto free_scratch;
 
 	/* Backward filter reads x and dy and writes dw (the w scratch). */
-	rc = CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-		ctx->cudnn, p->x_desc, x, p->y_desc, y, p->bwd_filter_desc, p->w_desc, w,
-		CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, bwd_filter, ws, ws_bytes));
+	if (ctx->heuristic_algos)
+		rc = CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+			ctx->cudnn, p->x_desc, p->y_desc, p->bwd_filter_desc, p->w_desc,
+			CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, bwd_filter));
+	else
+		rc = CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+			ctx->cudnn, p->x_desc, x, p->y_desc, y, p->bwd_filter_desc, p->w_desc, w,
+			CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, bwd_filter, ws, ws_bytes));
 	if (rc < 0)
 		goto free_scratch;
 	for (i = 0; i < returned; i++)
