@@ -89,11 +89,11 @@ TEST(cli_info_and_train_main_job)
 TEST(cli_menu_runs_the_chosen_command)
 {
 	char cmd[1024], out[65536];
-	snprintf(cmd, sizeof(cmd), "printf '1\\nresnet18\\n\\n9\\nq\\n' | %s menu", test_bin());
+	snprintf(cmd, sizeof(cmd), "printf '1\\nresnet18\\n\\n42\\nq\\n' | %s menu", test_bin());
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	CHECK(strstr(out, "$ gpuperf info --model resnet18 --batch 32") != NULL);
 	CHECK(strstr(out, "parameters            11689512") != NULL);
-	CHECK(strstr(out, "no choice '9'") != NULL);
+	CHECK(strstr(out, "no choice '42'") != NULL);
 	/* plain gpuperf without a terminal prints the usage, not the menu */
 	snprintf(cmd, sizeof(cmd), "%s < /dev/null", test_bin());
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);

@@ -40,12 +40,15 @@ static const struct menu_item items[] = {
 	    { "steps", "recorded steps", "20" } } },
 	{ "6", "train and measure img/s", "train", cmd_train,
 	  { { "model", "model", "resnet50" }, { "batch", "batch size", "64" },
-	    { "steps", "steps", "30" }, { "precision", "precision (fp32, tf32)", "fp32" } } },
+	    { "steps", "steps", "30" }, { "precision", "precision (fp32, tf32, fp16, bf16)", "fp32" } } },
 	{ "7", "what holds training back, with each fix measured", "advise", cmd_advise,
 	  { { "model", "model", "mobilenet_v2" }, { "batch", "batch size", "64" },
 	    { "data", "ImageFolder directory (empty: synthetic)", "" }, { "workers", "loader workers", "" } } },
 	{ "8", "live GPU monitor", "monitor", cmd_monitor,
 	  { { "count", "samples", "10" }, { "interval", "seconds between samples", "1" } } },
+	{ "9", "FP32 against mixed precision (fp16, bf16) by batch size", "amp", cmd_amp,
+	  { { "model", "model", "resnet50" }, { "batches", "batch sizes", "64,128,256" },
+	    { "steps", "steps per run", "30" } } },
 };
 
 /* One line from in, without its newline; 0 at end of input. */
