@@ -231,6 +231,39 @@ TEST(memory_plan_never_overlaps_live_tensors)
 /* Residual adds hand their gradient on without copies: a block's last batch norm and
  * (where the add writes it first) the block's input read the add's own gradient
  * buffer. The gradients themselves are checked against finite differences above. */
+/* Convolution workspaces planned into the arena (the CUDA backend's option) take
+ * memory that is free while their convolution runs: no overlap with anything live,
+ * and far less than one shared buffer on top of the peak would add. */
+TEST(memory_plan_places_conv_workspaces)
+{
+	struct net *net = build("resnet50", 64, 4, 10);
+	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+	size_t base = net->plan.arena_bytes, ws = (size_t)8 << 20;
+	for (int i = 0; i < net->n_nodes; i++)
+		if (net->nodes[i].op == OP_CONV2D)
+			net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = ws;
+	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+	int bad = 0, placed = 0;
+	for (int i = 0; i < net->n_tensors; i++) {
+		struct plan_tensor *x = &net->tensors[i];
+		if (x->alias_of >= 0)
+			continue;
+		for (int j = i + 1; j < net->n_tensors; j++) {
+			struct plan_tensor *y = &net->tensors[j];
+			if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
+				continue;
+			if (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)
+				bad++;
+		}
+	}
+	for (int i = 0; i < net->n_nodes; i++)
+		placed += (net->nodes[i].t_wsf >= 0) + (net->nodes[i].t_wsb >= 0);
+	CHECK_EQ_INT(bad, 0);
+	CHECK(placed > 100);
+	CHECK_MSG(net->plan.arena_bytes <= base + ws, "arena %zu, %zu without workspaces", net->plan.arena_bytes, base);
+	net_free(net);
+}
+
 TEST(memory_plan_shares_add_gradients)
 {
 	const char *names[] = { "resnet18", "resnet50", "mobilenet_v2" };

@@ -90,6 +90,11 @@ for s in "$@"; do
 	ampgraphs)
 		stage amp_resnet50_bf16_eager 120 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 12 --no-graphs
 		stage amp_resnet50_bf16_graph 120 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 12 ;;
+	speedarena)
+		# convolution workspaces planned into the arena (expected: resnet50's peak down by ~1 GB at the same speed)
+		for p in fp32 tf32; do
+			GPUPERF_CONV_WS_ARENA=1 stage "speedarena_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
+		done ;;
 	parityamp) stage parityamp 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --json "$OUT/parity_amp.json" ;;
 	ampspeed)
 		for m in resnet50 resnet18 mobilenet_v2; do

@@ -58,6 +58,12 @@ struct node {
 	 * ReLU after batch norm whose output is not kept for backward but recomputed
 	 * there from the batch norm's input and statistics (net->recompute). */
 	int t_y, t_dy, t_saved, t_re;
+	/* Convolution workspace planned in the arena (the CUDA backend fills ws_fwd and
+	 * ws_bwd once its algorithms are chosen; 0 elsewhere): live only during this
+	 * node's forward (t_wsf) and backward (t_wsb), so it takes memory that is free
+	 * then instead of a shared buffer on top of the arena's peak. */
+	size_t ws_fwd, ws_bwd;
+	int t_wsf, t_wsb;
 	int consumers;          /* how many nodes read this output */
 	int last_consumer;      /* highest consumer index: its backward writes dx first */
 	int needs_dx;           /* does any gradient have to flow into this node's output */

@@ -736,3 +736,53 @@ TEST(cuda_amp_node_by_node)
 	amp_node_by_node("resnet18", PREC_BF16);
 	amp_node_by_node("mobilenet_v2", PREC_BF16);
 }
+
+/* Convolution workspaces planned into the arena (GPUPERF_CONV_WS_ARENA=1) train as the
+ * shared workspace does: same loss and logits, and the arena holds the workspaces. */
+TEST(cuda_conv_workspace_in_arena)
+{
+	NEED_GPU();
+	const int size = 64, batch = 8, classes = 10;
+	struct net *a = build("resnet18", size, batch, classes), *b = build("resnet18", size, batch, classes);
+	float *x = NULL, *la = NULL, *lb = NULL;
+	int32_t *y = NULL;
+	if (!a || !b)
+		goto out;
+	backend_cuda_set_conv_policy(1, 1);
+	setenv("GPUPERF_CONV_WS_ARENA", "1", 1);
+	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32);
+	unsetenv("GPUPERF_CONV_WS_ARENA");
+	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32);
+	backend_cuda_set_conv_policy(0, 0);
+	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s", gp_errmsg());
+	if (rc_a || rc_b)
+		goto out;
+	int planned = 0;
+	for (int i = 0; i < a->n_nodes; i++)
+		planned += a->nodes[i].t_wsf >= 0 || a->nodes[i].t_wsb >= 0;
+	printf("      %d convolutions with workspace in the arena; arena %.1f MiB against %.1f MiB\n", planned,
+	       a->plan.arena_bytes / 1048576.0, b->plan.arena_bytes / 1048576.0);
+	CHECK(a->plan.arena_bytes >= b->plan.arena_bytes);
+	CHECK(train_synthetic_batch(batch, 3, size, size, classes, 5, &x, &y) == 0);
+	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
+	size_t nl = (size_t)batch * classes;
+	la = malloc(nl * sizeof(float));
+	lb = malloc(nl * sizeof(float));
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	double loss_a = 0, loss_b = 0;
+	for (int s = 0; s < 3; s++) { /* eager, then graph replays */
+		CHECK(net_train_step(a, &sgd, &loss_a, NULL) == 0);
+		CHECK(net_train_step(b, &sgd, &loss_b, NULL) == 0);
+	}
+	CHECK_NEAR(loss_a, loss_b, 1e-4 * fabs(loss_b));
+	CHECK(net_forward(a, 0) == 0 && net_forward(b, 0) == 0);
+	CHECK(net_logits_to_host(a, la) == 0 && net_logits_to_host(b, lb) == 0);
+	CHECK_LE(dist(la, lb, nl), 1e-4);
+out:
+	free(x);
+	free(y);
+	free(la);
+	free(lb);
+	net_free(a);
+	net_free(b);
+}

@@ -46,6 +46,9 @@ struct backend_state {
 	 * the float gradients), and the input batch converted once per batch. */
 	int amp, nhwc;
 	enum gp_dtype ht;
+	/* Convolution workspaces planned in the arena (GPUPERF_CONV_WS_ARENA=1; see
+	 * struct node's ws_fwd): each conv call gets its own, live only during it. */
+	int ws_in_arena;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;
 };
@@ -155,6 +158,28 @@ static uint64_t dropout_seed(const struct net *net, int node)
 	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL;
 }
 
+/* The shared context describes activations for cuDNN and cuBLAS calls; nets of
+ * different precisions may be set up side by side, so each node's work states its own. */
+static void bind_act(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
+	b->ctx->nhwc = b->nhwc;
+	b->ctx->conv_ws_external = 0;
+}
+
+/* Point the context at a convolution node's workspace in the arena (forward or
+ * backward), when the net keeps them there. */
+static void conv_ws_bind(struct net *net, const struct node *nd, int backward)
+{
+	struct backend_state *b = net->bk;
+	b->ctx->conv_ws_external = b->ws_in_arena;
+	if (b->ws_in_arena) {
+		int t = backward ? nd->t_wsb : nd->t_wsf;
+		b->ctx->conv_ws = t >= 0 ? b->arena + net->tensors[t].offset : NULL;
+	}
+}
+
 static size_t cuda_workspace_bytes(struct net *net)
 {
 	return 0; /* measured per shape at setup; charged to the workspace category then */
@@ -194,6 +219,8 @@ static void cuda_teardown(struct net *net)
 		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
 		ctx->mem = NULL;
 	}
+	for (int i = 0; i < net->n_nodes; i++)
+		net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = 0;
 	free(b);
 	net->bk = NULL;
 }
@@ -290,14 +317,32 @@ static int cuda_setup(struct net *net)
 	 * the scratch does not fit (the largest batches), measure after allocating, on
 	 * the net's own memory (parameters are uploaded afterwards). */
 	int measured = 0;
+	const char *ws_env = getenv("GPUPERF_CONV_WS_ARENA");
+	b->ws_in_arena = ws_env && *ws_env && *ws_env != '0';
+	ctx->conv_ws_external = b->ws_in_arena;
 	for (int i = 0; i < net->n_nodes && rc == 0; i++)
 		if (net->nodes[i].op == OP_CONV2D)
 			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
 		else if (net->nodes[i].op == OP_BATCHNORM2D)
 			rc = bn_plan_cuda(ctx, &net->nodes[i].a.bn);
+	ctx->conv_ws_external = 0;
 	if (rc < 0 && rc != GP_EDEVOOM)
 		goto fail;
 	measured = rc == 0;
+	b->ws_in_arena &= measured;
+	if (b->ws_in_arena) {
+		/* the algorithms are chosen: plan their workspaces into the arena */
+		for (int i = 0; i < net->n_nodes && rc == 0; i++)
+			if (net->nodes[i].op == OP_CONV2D)
+				rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &net->nodes[i].ws_fwd,
+							  &net->nodes[i].ws_bwd);
+		if (rc == 0)
+			rc = net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, net->precision),
+					     net->plan.workspace_bytes);
+		if (rc < 0)
+			goto fail;
+		b->arena_bytes = net->plan.arena_bytes;
+	}
 	if ((rc = cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV)) < 0)
 		goto fail;
 	for (int i = 0; i < net->n_nodes && !measured; i++) {
@@ -312,7 +357,19 @@ static int cuda_setup(struct net *net)
 		if ((rc = conv2d_plan_cuda_in(ctx, &nd->a.conv, &bufs)) < 0)
 			goto fail;
 	}
-	if ((rc = cuda_sync_from_host(net)) < 0)
+	/* Plans may come from the cache, made by a net that kept its workspaces in its
+	 * arena: the shared workspace must cover every convolution of this one. */
+	size_t ws_need = 0;
+	for (int i = 0; i < net->n_nodes && !b->ws_in_arena; i++) {
+		size_t f = 0, bw = 0;
+		if (net->nodes[i].op != OP_CONV2D)
+			continue;
+		if ((rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &f, &bw)) < 0)
+			goto fail;
+		ws_need = f > ws_need ? f : ws_need;
+		ws_need = bw > ws_need ? bw : ws_need;
+	}
+	if ((rc = cuda_workspace_reserve(ctx, ws_need)) < 0 || (rc = cuda_sync_from_host(net)) < 0)
 		goto fail;
 	net->plan.workspace_bytes = ctx->workspace_bytes;
 	return 0;
@@ -408,6 +465,7 @@ static int fp32_forward_node(struct net *net, int i, int training)
 	case OP_INPUT:
 		return 0;
 	case OP_CONV2D:
+		conv_ws_bind(net, nd, 0);
 		return conv2d_fwd_cuda(ctx, &nd->a.conv, x, param_ptr(net, nd, 0),
 				       nd->a.conv.has_bias ? param_ptr(net, nd, 1) : NULL, y);
 	case OP_BATCHNORM2D: {
@@ -468,6 +526,7 @@ static int amp_forward_node(struct net *net, int i, int training)
 		return 0;
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
+		conv_ws_bind(net, nd, 0);
 		GP_TRY(to_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
 					param_ptr(net, nd, 0), hparam_ptr(net, nd, 0)));
 		return conv2d_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
@@ -549,6 +608,7 @@ static int amp_backward_node(struct net *net, int i)
 		return 0;
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
+		conv_ws_bind(net, nd, 1);
 		GP_TRY(conv2d_bwd_filter_cuda(ctx, a, x, dy, hgrad_ptr(net, nd, 0),
 					      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
 		GP_TRY(from_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
@@ -610,15 +670,6 @@ static int amp_tensor_to_host(struct net *net, const void *src, struct shape sh,
 	return rc;
 }
 
-/* The shared context describes activations for cuDNN and cuBLAS calls; nets of
- * different precisions may be set up side by side, so each node's work states its own. */
-static void bind_act(struct net *net)
-{
-	struct backend_state *b = net->bk;
-	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
-	b->ctx->nhwc = b->nhwc;
-}
-
 static int cuda_forward_node(struct net *net, int i, int training)
 {
 	bind_act(net);
@@ -661,6 +712,7 @@ static int cuda_backward_node(struct net *net, int i)
 	case OP_INPUT:
 		return 0;
 	case OP_CONV2D:
+		conv_ws_bind(net, nd, 1);
 		GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, x, dy, pgrad_ptr(net, nd, 0),
 					      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
 		return dx ? conv2d_bwd_data_cuda(ctx, &nd->a.conv, dy, param_ptr(net, nd, 0), dx, acc) : 0;

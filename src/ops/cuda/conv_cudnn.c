@@ -397,7 +397,7 @@ static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		need = p->bwd_data_ws_bytes;
 	if (p->bwd_filter_ws_bytes > need)
 		need = p->bwd_filter_ws_bytes;
-	if ((rc = cuda_workspace_reserve(ctx, need)) < 0)
+	if (!ctx->conv_ws_external && (rc = cuda_workspace_reserve(ctx, need)) < 0)
 		goto free_plan;
 	p->next = ctx->plans[b];
 	ctx->plans[b] = p;
@@ -458,6 +458,39 @@ static int use_dwconv(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 	return ctx->act_dtype == GP_F32 && !ctx->nhwc && dwconv_supported(a);
 }
 
+/* The workspace a convolution call uses: the caller's (conv_ws_external) or the shared one. */
+static void *conv_ws(const struct cuda_ctx *ctx)
+{
+	return ctx->conv_ws_external ? ctx->conv_ws : ctx->workspace;
+}
+
+int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd)
+{
+	*fwd = *bwd = 0;
+	if (use_dwconv(ctx, a))
+		return 0; /* the own kernels' scratch is in the shared workspace */
+	int per, k = conv_slices(a, &per);
+	size_t xo, yo;
+	struct conv2d_args sl[2] = { conv_slice(a, per, 0, &xo, &yo), conv_slice(a, per, k - 1, &xo, &yo) };
+	for (int i = 0; i < 2; i++) {
+		struct conv2d_args key = plan_key(&sl[i]);
+		unsigned b = plan_hash(&key, ctx->math, ctx->act_dtype, ctx->nhwc);
+		const struct conv_plan *p = ctx->plans[b];
+		while (p && !(p->math == ctx->math && p->dtype == ctx->act_dtype && p->nhwc == ctx->nhwc &&
+			      !memcmp(&p->a, &key, sizeof(key))))
+			p = p->next;
+		if (!p)
+			return gp_error(GP_ENOTFOUND, "no convolution plan for this shape yet");
+		if (p->fwd_ws_bytes > *fwd)
+			*fwd = p->fwd_ws_bytes;
+		if (p->bwd_data_ws_bytes > *bwd)
+			*bwd = p->bwd_data_ws_bytes;
+		if (p->bwd_filter_ws_bytes > *bwd)
+			*bwd = p->bwd_filter_ws_bytes;
+	}
+	return 0;
+}
+
 static int dwconv_reserve(struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
 	return cuda_workspace_reserve(ctx, dwconv_bwd_filter_scratch_floats(a) * sizeof(float));
@@ -504,7 +537,7 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const voi
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
 		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->w_desc, w,
-						  p->fwd_desc, p->fwd_algo, ctx->workspace,
+						  p->fwd_desc, p->fwd_algo, conv_ws(ctx),
 						  p->fwd_ws_bytes, &zero, p->y_desc, AT(y, yo)));
 	}
 	if (a->has_bias && b && ctx->act_dtype != GP_F32)
@@ -527,7 +560,7 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
 		CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, AT_C(dy, yo),
-						       p->bwd_data_desc, p->bwd_data_algo, ctx->workspace,
+						       p->bwd_data_desc, p->bwd_data_algo, conv_ws(ctx),
 						       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
 						       p->x_desc, AT(dx, xo)));
 	}
@@ -549,7 +582,7 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
 		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->y_desc,
 							 AT_C(dy, yo), p->bwd_filter_desc, p->bwd_filter_algo,
-							 ctx->workspace, p->bwd_filter_ws_bytes,
+							 conv_ws(ctx), p->bwd_filter_ws_bytes,
 							 i ? &one : &zero, p->w_desc, dw));
 	}
 	if (a->has_bias && db && ctx->act_dtype != GP_F32)

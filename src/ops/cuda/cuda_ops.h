@@ -93,6 +93,9 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 /* Tensors of more elements than this (default and 0: 2^31 - 1, cuDNN's limit) run as
  * slices of the batch; tests lower it to check the slicing on small tensors. */
 void conv_cuda_set_max_elems(size_t n);
+/* Workspace bytes a's planned convolution needs forward and in backward (data and
+ * filter share one buffer, one after the other); GP_ENOTFOUND before planning. */
+int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd);
 /* Drop every cached plan (the workspace stays). */
 void conv2d_plans_clear(struct cuda_ctx *ctx);
 

@@ -37,6 +37,10 @@ struct cuda_ctx {
 	int deterministic;            /* 1: only deterministic cuDNN algorithms */
 	int fp32_direct_only;         /* 1: no FFT/Winograd convolutions in FP32 */
 	int heuristic_algos;          /* 1: algorithms from cuDNN's heuristics, not timing runs */
+	/* 1: convolutions take their workspace from conv_ws (the caller's memory, such as
+	 * the activation arena) and planning does not grow the shared workspace for them */
+	int conv_ws_external;
+	void *conv_ws;
 	/* Activations of convolutions, batch norms and linear layers: GP_F32, or GP_F16 /
 	 * GP_BF16 for mixed precision (tensor cores, float accumulation); and their layout,
 	 * 1 for NHWC (channels last; convolution weights KRSC then). */
