@@ -95,6 +95,10 @@ for s in "$@"; do
 		for p in fp32 tf32; do
 			GPUPERF_CONV_WS_ARENA=1 stage "speedarena_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
 		done ;;
+	ampdw)
+		# 16-bit NHWC depthwise kernels (off by default until this passes): tests, then mobilenet_v2 bf16
+		GPUPERF_DWCONV_H=1 TAIL=40 stage ampdw_tests 300 build/bundle/gpuperf_tests cuda_dwconv_h cuda_amp
+		GPUPERF_DWCONV_H=1 stage ampdw_mobilenet_v2_bf16 180 $BIN train --model mobilenet_v2 --device cuda --precision bf16 --batch 256 --steps 40 --json ;;
 	parityamp) stage parityamp 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --json "$OUT/parity_amp.json" ;;
 	ampspeed)
 		for m in resnet50 resnet18 mobilenet_v2; do

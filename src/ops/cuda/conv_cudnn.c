@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_dwconv.h"
+#include "ops/cuda/cuda_dwconv_h.h"
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -458,6 +459,18 @@ static int use_dwconv(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 	return ctx->act_dtype == GP_F32 && !ctx->nhwc && dwconv_supported(a);
 }
 
+/* 16-bit NHWC depthwise on own kernels (dwconv_h.cu): GPUPERF_DWCONV_H=1 until they
+ * have run on a GPU (cuDNN's path made MobileNetV2 bf16 0.29x of PyTorch's speed). */
+static int use_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("GPUPERF_DWCONV_H");
+		on = e && *e && *e != '0';
+	}
+	return on && ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
+}
+
 /* The workspace a convolution call uses: the caller's (conv_ws_external) or the shared one. */
 static void *conv_ws(const struct cuda_ctx *ctx)
 {
@@ -467,7 +480,7 @@ static void *conv_ws(const struct cuda_ctx *ctx)
 int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd)
 {
 	*fwd = *bwd = 0;
-	if (use_dwconv(ctx, a))
+	if (use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
 		return 0; /* the own kernels' scratch is in the shared workspace */
 	int per, k = conv_slices(a, &per);
 	size_t xo, yo;
@@ -493,12 +506,14 @@ int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size
 
 static int dwconv_reserve(struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	return cuda_workspace_reserve(ctx, dwconv_bwd_filter_scratch_floats(a) * sizeof(float));
+	size_t floats = use_dwconv_h(ctx, a) ? dwconv_h_bwd_filter_scratch_floats(a)
+					     : dwconv_bwd_filter_scratch_floats(a);
+	return cuda_workspace_reserve(ctx, floats * sizeof(float));
 }
 
 int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	if (use_dwconv(ctx, a))
+	if (use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
 		return dwconv_reserve(ctx, a);
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -511,7 +526,7 @@ int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a)
 
 int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs)
 {
-	if (use_dwconv(ctx, a))
+	if (use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
 		return dwconv_reserve(ctx, a);
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -530,6 +545,8 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const voi
 {
 	if (use_dwconv(ctx, a))
 		return dwconv_fwd_cuda(ctx->stream, a, x, w, a->has_bias ? b : NULL, y);
+	if (use_dwconv_h(ctx, a))
+		return dwconv_h_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, a->has_bias ? b : NULL, y);
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
 	for (int i = 0; i < k; i++) {
@@ -553,6 +570,8 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 {
 	if (use_dwconv(ctx, a))
 		return dwconv_bwd_data_cuda(ctx->stream, a, dy, w, dx, accumulate);
+	if (use_dwconv_h(ctx, a))
+		return dwconv_h_bwd_data_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w, dx, accumulate);
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
 	for (int i = 0; i < k; i++) {
@@ -573,6 +592,11 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 	if (use_dwconv(ctx, a)) {
 		GP_TRY(dwconv_reserve(ctx, a)); /* nothing to do once planned */
 		return dwconv_bwd_filter_cuda(ctx->stream, a, x, dy, dw, a->has_bias ? db : NULL, ctx->workspace);
+	}
+	if (use_dwconv_h(ctx, a)) {
+		GP_TRY(dwconv_reserve(ctx, a));
+		return dwconv_h_bwd_filter_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, dy, dw,
+						a->has_bias ? db : NULL, ctx->workspace);
 	}
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);

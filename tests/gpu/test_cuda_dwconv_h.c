@@ -1,0 +1,565 @@
+/* The 16-bit NHWC depthwise convolution kernels (dwconv_h.cu) for fp16 and bf16 against
+ * the CPU f32 reference: MobileNetV2's 3x3 shapes at small sizes, 5x5, 7x7, 1x1, odd
+ * sizes, channel counts that take the 2-channel and the scalar paths, misaligned arrays,
+ * and batches long enough that the weight gradient's slices take several steps per
+ * thread. Random inputs are rounded to the 16-bit type on the host first, so both sides
+ * see the same values, and the reference runs on those (transposed to NCHW). Outputs are
+ * poisoned with 0xff bytes (NaN in both 16-bit types and as float) before each run so
+ * unwritten elements fail the comparison. Tolerances (relative error of the norm) are
+ * those of test_cuda_amp.c: 1e-2 for bf16, 2e-3 for fp16. The weight gradient must also
+ * be the same bits run to run. Without a device every GPU test skips with the reason. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../test.h"
+#include "core/error.h"
+#include "core/memstat.h"
+#include "core/rng.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_dwconv_h.h"
+#include "ops/cuda/device.h"
+#include "ops/ops.h"
+
+#define MAX_BUFS 512
+
+static const enum gp_dtype HTS[] = { GP_F16, GP_BF16 };
+#define N_HTS ((int)(sizeof(HTS) / sizeof(HTS[0])))
+
+static double tol_for(enum gp_dtype ht)
+{
+	return ht == GP_BF16 ? 1e-2 : 2e-3;
+}
+
+/* --- the helpers of test_cuda_amp.c (kept static there) -------------------------------------- */
+
+/* One test's device context plus every buffer it allocated, freed in gpu_close (or back to
+ * a mark by gpu_release, between cases). */
+struct gpu {
+	struct cuda_ctx *ctx;
+	struct mem_stats mem;
+	struct rng rng;
+	void *dev[MAX_BUFS];
+	size_t dev_bytes[MAX_BUFS];
+	int n_dev;
+	void *host[MAX_BUFS];
+	int n_host;
+	char why[300];
+};
+
+/* 0: ready; 1: no device (why says so); -1: the context could not be made. */
+static int gpu_open(struct gpu *g, uint64_t seed)
+{
+	char reason[256];
+	memset(g, 0, sizeof(*g));
+	rng_seed(&g->rng, seed, 13);
+	if (!cuda_available(reason, sizeof(reason))) {
+		snprintf(g->why, sizeof(g->why), "no CUDA device: %s", reason);
+		return 1;
+	}
+	return cuda_ctx_create(&g->ctx, 0, &g->mem) < 0 ? -1 : 0;
+}
+
+#define GPU_OPEN(g, seed)                                                                  \
+	do {                                                                               \
+		int open_rc_ = gpu_open(g, seed);                                          \
+		if (open_rc_ > 0)                                                          \
+			SKIP((g)->why);                                                    \
+		if (open_rc_ < 0) {                                                        \
+			test_fail(__FILE__, __LINE__, "cuda_ctx_create: %s", gp_errmsg()); \
+			return;                                                            \
+		}                                                                          \
+	} while (0)
+
+#define CHECK_OK(expr)                                                                    \
+	do {                                                                              \
+		int ok_rc_ = (expr);                                                      \
+		CHECK_MSG(ok_rc_ == 0, "%s = %d: %s", #expr, ok_rc_, gp_errmsg());        \
+	} while (0)
+
+/* Free the buffers allocated after the marks. */
+static void gpu_release(struct gpu *g, int dev_mark, int host_mark)
+{
+	for (int i = g->n_dev - 1; i >= dev_mark; i--)
+		cuda_free(g->ctx, g->dev[i], g->dev_bytes[i], MEM_OTHER);
+	g->n_dev = dev_mark;
+	for (int i = g->n_host - 1; i >= host_mark; i--)
+		free(g->host[i]);
+	g->n_host = host_mark;
+}
+
+/* Frees everything and checks that the byte counts went back to zero. */
+static void gpu_close(struct gpu *g)
+{
+	gpu_release(g, 0, 0);
+	CHECK_EQ_INT(g->mem.cur_bytes[MEM_OTHER], 0);
+	cuda_ctx_destroy(g->ctx);
+	CHECK_EQ_INT(g->mem.total_bytes, 0);
+}
+
+static void poison(struct gpu *g, void *d, size_t bytes)
+{
+	if (d)
+		CHECK_OK(CUDA_CHECK(cudaMemsetAsync(d, 0xff, bytes, g->ctx->stream)));
+}
+
+/* Device buffer of bytes, filled with 0xff (NaN as float and as both 16-bit types). */
+static void *dev_bytes(struct gpu *g, size_t bytes)
+{
+	void *p = NULL;
+	if (g->n_dev == MAX_BUFS) {
+		test_fail(__FILE__, __LINE__, "too many device buffers in one test");
+		return NULL;
+	}
+	CHECK_OK(cuda_alloc(g->ctx, &p, bytes ? bytes : 1, MEM_OTHER));
+	if (!p)
+		return NULL;
+	g->dev[g->n_dev] = p;
+	g->dev_bytes[g->n_dev++] = bytes ? bytes : 1;
+	poison(g, p, bytes);
+	return p;
+}
+
+static float *dev_f(struct gpu *g, size_t n)
+{
+	return dev_bytes(g, n * sizeof(float));
+}
+
+/* A test cannot go on without its host buffers, and they are small: abort if none. */
+static void *host_bytes(struct gpu *g, size_t bytes)
+{
+	void *p = calloc(1, bytes ? bytes : 1);
+	if (!p || g->n_host == MAX_BUFS) {
+		free(p);
+		test_fail(__FILE__, __LINE__, "host allocation of %zu bytes", bytes);
+		abort();
+	}
+	g->host[g->n_host++] = p;
+	return p;
+}
+
+static float *host_f(struct gpu *g, size_t n)
+{
+	return host_bytes(g, n * sizeof(float));
+}
+
+static float *host_rand(struct gpu *g, size_t n, double scale, double shift)
+{
+	float *p = host_f(g, n);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(rng_normal(&g->rng) * scale + shift);
+	return p;
+}
+
+static void put(struct gpu *g, void *d, const void *h, size_t bytes)
+{
+	if (d)
+		CHECK_OK(cuda_copy_h2d(g->ctx, d, h, bytes));
+}
+
+static void get(struct gpu *g, void *h, const void *d, size_t bytes)
+{
+	if (d)
+		CHECK_OK(cuda_copy_d2h(g->ctx, h, d, bytes));
+}
+
+static float *dev_from(struct gpu *g, const float *h, size_t n)
+{
+	float *d = dev_f(g, n);
+	put(g, d, h, n * sizeof(float));
+	return d;
+}
+
+static float *down(struct gpu *g, const float *d, size_t n)
+{
+	float *h = host_f(g, n);
+	get(g, h, d, n * sizeof(float));
+	return h;
+}
+
+static float *copy_f(struct gpu *g, const float *src, size_t n)
+{
+	float *p = host_f(g, n);
+	memcpy(p, src, n * sizeof(float));
+	return p;
+}
+
+/* --- 16-bit values on the host ----------------------------------------------------------------
+ * Bit-level conversions, round to nearest even as __float2half_rn / __float2bfloat16_rn
+ * (copies of test_cuda_amp.c's, which are checked against the device there). */
+static uint32_t f_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static float bits_f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+	uint32_t u = f_bits(f);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN (quiet) */
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+	return bits_f((uint32_t)h << 16);
+}
+
+static uint16_t f32_to_f16(float f)
+{
+	uint32_t u = f_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return (uint16_t)(sign | 0x7e00u);
+	if (a >= 0x477ff000u) /* 65520 and beyond round to inf */
+		return (uint16_t)(sign | 0x7c00u);
+	if (a < 0x38800000u) { /* below 2^-14: subnormal or zero, in units of 2^-24 */
+		float m = bits_f(a) * 16777216.0f; /* exact: a power-of-two scale */
+		return (uint16_t)(sign | (uint32_t)nearbyintf(m));
+	}
+	/* Normal: round the 23-bit mantissa to 10 bits (a carry moves the exponent up,
+	 * which is right), then rebias the exponent from 127 to 15. */
+	uint32_t r = a + 0xfffu + ((a >> 13) & 1);
+	return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+static float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+	float v;
+	if (e == 0)
+		v = (float)m * (1.0f / 16777216.0f);
+	else if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = bits_f(((e + 112) << 23) | (m << 13));
+	return bits_f(f_bits(v) | sign);
+}
+
+static uint16_t h_bits(enum gp_dtype ht, float f)
+{
+	return ht == GP_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+}
+
+static float h_val(enum gp_dtype ht, uint16_t b)
+{
+	return ht == GP_BF16 ? bf16_to_f32(b) : f16_to_f32(b);
+}
+
+static float h_round(enum gp_dtype ht, float f)
+{
+	return h_val(ht, h_bits(ht, f));
+}
+
+/* Random floats already rounded to the 16-bit type. */
+static float *host_rand_h(struct gpu *g, enum gp_dtype ht, size_t n, double scale, double shift)
+{
+	float *p = host_rand(g, n, scale, shift);
+	for (size_t i = 0; i < n; i++)
+		p[i] = h_round(ht, p[i]);
+	return p;
+}
+
+/* A 16-bit device array of n elements starting off elements into its allocation: off = 1
+ * breaks every vector alignment, off = 2 leaves 4-byte alignment only. */
+static void *dev_h_at(struct gpu *g, size_t n, int off)
+{
+	void *p = dev_bytes(g, (n + (size_t)off) * 2);
+	return p ? (uint16_t *)p + off : NULL;
+}
+
+static void put_h(struct gpu *g, enum gp_dtype ht, void *d, const float *h, size_t n)
+{
+	uint16_t *b = host_bytes(g, n * 2);
+	for (size_t i = 0; i < n; i++)
+		b[i] = h_bits(ht, h[i]);
+	put(g, d, b, n * 2);
+}
+
+/* A 16-bit device array as floats. */
+static float *down_h(struct gpu *g, enum gp_dtype ht, const void *d, size_t n)
+{
+	uint16_t *b = host_bytes(g, n * 2);
+	float *f = host_f(g, n);
+	get(g, b, d, n * 2);
+	for (size_t i = 0; i < n; i++)
+		f[i] = h_val(ht, b[i]);
+	return f;
+}
+
+/* N,C,HW <-> N,HW,C floats on the host. */
+static float *to_nhwc(struct gpu *g, const float *src, int n, int c, int hw)
+{
+	float *dst = host_f(g, (size_t)n * c * hw);
+	for (int ni = 0; ni < n; ni++)
+		for (int ch = 0; ch < c; ch++)
+			for (int j = 0; j < hw; j++)
+				dst[((size_t)ni * hw + j) * c + ch] = src[((size_t)ni * c + ch) * hw + j];
+	return dst;
+}
+
+static float *to_nchw(struct gpu *g, const float *src, int n, int c, int hw)
+{
+	float *dst = host_f(g, (size_t)n * c * hw);
+	for (int ni = 0; ni < n; ni++)
+		for (int ch = 0; ch < c; ch++)
+			for (int j = 0; j < hw; j++)
+				dst[((size_t)ni * c + ch) * hw + j] = src[((size_t)ni * hw + j) * c + ch];
+	return dst;
+}
+
+/* A 16-bit NHWC device activation as NCHW floats. */
+static float *down_nchw(struct gpu *g, enum gp_dtype ht, const void *d, int n, int c, int hw)
+{
+	return to_nchw(g, down_h(g, ht, d, (size_t)n * c * hw), n, c, hw);
+}
+
+static void check_rel(enum gp_dtype ht, const char *what, const char *part, const float *got,
+		      const float *want, size_t n, const char *file, int line)
+{
+	double e = rel_err_norm_f32(got, want, n), tol = tol_for(ht);
+	if (!(e <= tol))
+		test_fail(file, line, "%s %s: %s relative error %.3g > %.3g", dtype_name(ht), what, part,
+			  e, tol);
+}
+#define CHECK_REL(ht, what, part, got, want, n) \
+	check_rel(ht, what, part, got, want, n, __FILE__, __LINE__)
+
+/* --- shapes ------------------------------------------------------------------------------ */
+
+static struct conv2d_args dw_args(int n, int c, int h, int w, int k, int stride, int pad, int bias)
+{
+	struct conv2d_args a = { .n = n, .c_in = c, .h_in = h, .w_in = w, .c_out = c,
+				 .kh = k, .kw = k, .stride = stride, .pad = pad, .groups = c,
+				 .has_bias = bias };
+	a.h_out = conv_out_size(h, k, stride, pad);
+	a.w_out = conv_out_size(w, k, stride, pad);
+	return a;
+}
+
+/* MobileNetV2's depthwise layers (3x3, pad 1; channel counts 32..960) at small sizes,
+ * then the generic path (5x5, 7x7, 1x1), channel counts for the 2-channel (36, 4) and
+ * scalar (21, 15, 1) paths, planes smaller than a row group. */
+static const struct conv2d_args *dwh_cases(size_t *count)
+{
+	static struct conv2d_args cases[24];
+	size_t i = 0;
+	cases[i++] = dw_args(2, 32, 14, 14, 3, 1, 1, 0);
+	cases[i++] = dw_args(2, 96, 15, 15, 3, 2, 1, 1);
+	cases[i++] = dw_args(3, 144, 14, 14, 3, 1, 1, 1);
+	cases[i++] = dw_args(3, 144, 15, 15, 3, 2, 1, 0);
+	cases[i++] = dw_args(2, 192, 14, 14, 3, 1, 1, 0);
+	cases[i++] = dw_args(2, 192, 15, 15, 3, 2, 1, 1);
+	cases[i++] = dw_args(2, 384, 7, 7, 3, 1, 1, 1);
+	cases[i++] = dw_args(2, 576, 14, 14, 3, 1, 1, 0);
+	cases[i++] = dw_args(2, 576, 14, 14, 3, 2, 1, 1);
+	cases[i++] = dw_args(3, 960, 7, 7, 3, 1, 1, 1);
+	cases[i++] = dw_args(3, 40, 17, 13, 3, 2, 1, 1);  /* odd sizes, stride 2 */
+	cases[i++] = dw_args(2, 24, 10, 9, 3, 1, 0, 0);   /* no padding */
+	cases[i++] = dw_args(2, 24, 13, 11, 5, 1, 2, 0);  /* 5x5 pad 2 (generic) */
+	cases[i++] = dw_args(3, 16, 15, 12, 5, 2, 2, 1);  /* 5x5 stride 2 */
+	cases[i++] = dw_args(2, 8, 11, 10, 7, 1, 3, 1);   /* 7x7 */
+	cases[i++] = dw_args(2, 8, 9, 7, 1, 2, 0, 1);     /* 1x1 stride 2 */
+	cases[i++] = dw_args(2, 36, 11, 13, 3, 1, 1, 1);  /* 2 channels per thread */
+	cases[i++] = dw_args(2, 36, 12, 12, 3, 2, 1, 0);
+	cases[i++] = dw_args(2, 21, 9, 10, 3, 1, 1, 1);   /* scalar */
+	cases[i++] = dw_args(2, 15, 9, 8, 5, 2, 2, 1);    /* scalar, generic */
+	cases[i++] = dw_args(2, 4, 2, 3, 3, 1, 1, 1);     /* plane smaller than a row group */
+	cases[i++] = dw_args(9, 20, 2, 2, 3, 2, 1, 1);    /* 1x1 output */
+	cases[i++] = dw_args(70, 960, 1, 1, 3, 1, 1, 1);  /* 1x1 planes, 4 channel groups */
+	*count = i;
+	return cases;
+}
+
+/* Every entry point on a (16-bit arrays start `off` elements into their allocations) against
+ * the reference, then the weight gradient again for the same bits. */
+static void check_dwh(struct gpu *g, enum gp_dtype ht, const struct conv2d_args *a, int off)
+{
+	int dev_mark = g->n_dev, host_mark = g->n_host;
+	int n = a->n, c = a->c_in, hwi = a->h_in * a->w_in, hwo = a->h_out * a->w_out;
+	size_t nx = (size_t)n * c * hwi, ny = (size_t)n * c * hwo;
+	size_t nw = (size_t)c * a->kh * a->kw, nb = a->has_bias ? (size_t)c : 0;
+	size_t ns = dwconv_h_bwd_filter_scratch_floats(a);
+	float *x = host_rand_h(g, ht, nx, 1, 0), *w = host_rand_h(g, ht, nw, 0.3, 0);
+	float *b = host_rand(g, c, 1, 0), *dy = host_rand_h(g, ht, ny, 1, 0);
+	float *dx0 = host_rand_h(g, ht, nx, 1, 0);
+	float *y = host_f(g, ny), *dw = host_f(g, nw), *db = nb ? host_f(g, nb) : NULL;
+	void *d_x = dev_h_at(g, nx, off), *d_w = dev_h_at(g, nw, off), *d_y = dev_h_at(g, ny, off);
+	void *d_dy = dev_h_at(g, ny, off), *d_dx = dev_h_at(g, nx, off), *d_dw = dev_h_at(g, nw, off);
+	float *d_b = dev_from(g, b, c), *d_db = nb ? dev_f(g, nb) : NULL, *d_scratch = dev_f(g, ns);
+	cudaStream_t s = g->ctx->stream;
+	char what[160];
+
+	snprintf(what, sizeof(what), "dwconv_h n%d c%d %dx%d k%d s%d p%d bias%d offset%d", n, c,
+		 a->h_in, a->w_in, a->kh, a->stride, a->pad, a->has_bias, off);
+	CHECK_MSG(dwconv_h_supported(a), "%s: not supported", what);
+	CHECK_MSG(ns > 0, "%s: no scratch", what);
+	if (!d_x || !d_w || !d_y || !d_dy || !d_dx || !d_dw || !d_b || !d_scratch) {
+		gpu_release(g, dev_mark, host_mark);
+		return;
+	}
+	put_h(g, ht, d_x, to_nhwc(g, x, n, c, hwi), nx);
+	put_h(g, ht, d_w, w, nw); /* c x 1 x k x k is [c][k][k][1] */
+	put_h(g, ht, d_dy, to_nhwc(g, dy, n, c, hwo), ny);
+
+	/* b is passed even without has_bias: the kernel must ignore it then, as the
+	 * reference does. */
+	conv2d_fwd_cpu_f32(a, x, w, b, y);
+	CHECK_OK(dwconv_h_fwd_cuda(s, ht, a, d_x, d_w, d_b, d_y));
+	CHECK_REL(ht, what, "forward", down_nchw(g, ht, d_y, n, c, hwo), y, ny);
+
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(g, dx0, nx);
+		put_h(g, ht, d_dx, to_nhwc(g, dx0, n, c, hwi), nx);
+		if (!acc)
+			poison(g, d_dx, nx * 2);
+		conv2d_bwd_data_cpu_f32(a, dy, w, dx, acc);
+		CHECK_OK(dwconv_h_bwd_data_cuda(s, ht, a, d_dy, d_w, d_dx, acc));
+		CHECK_REL(ht, what, acc ? "backward data (accumulate)" : "backward data",
+			  down_nchw(g, ht, d_dx, n, c, hwi), dx, nx);
+	}
+
+	conv2d_bwd_filter_cpu_f32(a, x, dy, dw, db);
+	CHECK_OK(dwconv_h_bwd_filter_cuda(s, ht, a, d_x, d_dy, d_dw, d_db, d_scratch));
+	CHECK_REL(ht, what, "weight gradient", down_h(g, ht, d_dw, nw), dw, nw);
+	float *db1 = nb ? down(g, d_db, nb) : NULL;
+	if (nb)
+		CHECK_REL(ht, what, "bias gradient", db1, db, nb);
+	uint16_t *dw1 = host_bytes(g, nw * 2);
+	get(g, dw1, d_dw, nw * 2);
+
+	/* The same bits on a second run, from poisoned outputs and scratch. */
+	poison(g, d_dw, nw * 2);
+	poison(g, d_scratch, ns * sizeof(float));
+	poison(g, d_db, nb * sizeof(float));
+	CHECK_OK(dwconv_h_bwd_filter_cuda(s, ht, a, d_x, d_dy, d_dw, d_db, d_scratch));
+	uint16_t *dw2 = host_bytes(g, nw * 2);
+	get(g, dw2, d_dw, nw * 2);
+	CHECK_MSG(!memcmp(dw1, dw2, nw * 2), "%s %s: weight gradient differs run to run",
+		  dtype_name(ht), what);
+	if (nb)
+		CHECK_MSG(!memcmp(db1, down(g, d_db, nb), nb * sizeof(float)),
+			  "%s %s: bias gradient differs run to run", dtype_name(ht), what);
+	gpu_release(g, dev_mark, host_mark);
+}
+
+/* --- tests ------------------------------------------------------------------------------- */
+
+/* Host-only: the shape test and argument checks need no device. */
+TEST(dwconv_h_supported_shapes)
+{
+	struct conv2d_args dw = dw_args(2, 32, 16, 16, 3, 1, 1, 0);
+	CHECK_EQ_INT(dwconv_h_supported(&dw), 1);
+	struct conv2d_args s2 = dw_args(2, 96, 15, 15, 3, 2, 1, 1);
+	CHECK_EQ_INT(dwconv_h_supported(&s2), 1);
+	struct conv2d_args k5 = dw_args(1, 36, 9, 9, 5, 2, 2, 0);
+	CHECK_EQ_INT(dwconv_h_supported(&k5), 1);
+
+	struct conv2d_args normal = dw;
+	normal.groups = 1; /* an ordinary 32 -> 32 convolution */
+	CHECK_EQ_INT(dwconv_h_supported(&normal), 0);
+	struct conv2d_args mult = dw;
+	mult.c_out = 64; /* depth multiplier 2 */
+	CHECK_EQ_INT(dwconv_h_supported(&mult), 0);
+	struct conv2d_args even = dw_args(2, 32, 16, 16, 4, 1, 1, 0);
+	CHECK_EQ_INT(dwconv_h_supported(&even), 0);
+	struct conv2d_args s3 = dw_args(2, 32, 16, 16, 3, 3, 1, 0);
+	CHECK_EQ_INT(dwconv_h_supported(&s3), 0);
+	struct conv2d_args bad_out = dw;
+	bad_out.h_out = 15;
+	CHECK_EQ_INT(dwconv_h_supported(&bad_out), 0);
+	struct conv2d_args huge = dw_args(1, 4096, 1024, 1024, 3, 1, 1, 0); /* 2^32 per image */
+	CHECK_EQ_INT(dwconv_h_supported(&huge), 0);
+
+	CHECK(dwconv_h_bwd_filter_scratch_floats(&dw) > 0);
+	CHECK_EQ_INT(dwconv_h_bwd_filter_scratch_floats(&normal), 0);
+	/* Unsupported arguments and types are refused before anything is launched. */
+	CHECK_EQ_INT(dwconv_h_fwd_cuda(0, GP_BF16, &normal, NULL, NULL, NULL, NULL), GP_EINVAL);
+	CHECK_EQ_INT(dwconv_h_bwd_data_cuda(0, GP_F16, &normal, NULL, NULL, NULL, 0), GP_EINVAL);
+	CHECK_EQ_INT(dwconv_h_bwd_filter_cuda(0, GP_BF16, &normal, NULL, NULL, NULL, NULL, NULL),
+		     GP_EINVAL);
+	CHECK_EQ_INT(dwconv_h_fwd_cuda(0, GP_F32, &dw, NULL, NULL, NULL, NULL), GP_EINVAL);
+	CHECK_EQ_INT(dwconv_h_bwd_data_cuda(0, GP_F32, &dw, NULL, NULL, NULL, 0), GP_EINVAL);
+	CHECK_EQ_INT(dwconv_h_bwd_filter_cuda(0, GP_F32, &dw, NULL, NULL, NULL, NULL, NULL), GP_EINVAL);
+	gp_error_clear();
+}
+
+TEST(cuda_dwconv_h_matches_cpu)
+{
+	struct gpu g;
+	size_t n;
+	GPU_OPEN(&g, 51);
+	const struct conv2d_args *cases = dwh_cases(&n);
+	for (int t = 0; t < N_HTS; t++)
+		for (size_t i = 0; i < n; i++)
+			check_dwh(&g, HTS[t], &cases[i], 0);
+	gpu_close(&g);
+}
+
+/* Arrays off the 16-byte alignment take the 2-channel (offset 2) or scalar (offset 1)
+ * path even where c is a multiple of 8. */
+TEST(cuda_dwconv_h_misaligned)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 52);
+	struct conv2d_args cases[] = {
+		dw_args(2, 32, 14, 14, 3, 1, 1, 1),
+		dw_args(2, 144, 15, 15, 3, 2, 1, 0),
+		dw_args(2, 24, 13, 11, 5, 1, 2, 1),
+	};
+	for (int t = 0; t < N_HTS; t++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			for (int off = 1; off <= 2; off++)
+				check_dwh(&g, HTS[t], &cases[i], off);
+	gpu_close(&g);
+}
+
+/* Slices long enough that each thread of the weight gradient takes several steps through
+ * them: 64 channels (32 pixel lanes) along 128-wide rows and across 28-wide rows and
+ * images; 8 channels (256 lanes) over enough 7x7 planes to fill 1024 slices, where a step
+ * spans 5 images, a row and 4 columns. */
+TEST(cuda_dwconv_h_long_slices)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 53);
+	struct conv2d_args cases[] = {
+		dw_args(3, 64, 128, 128, 3, 1, 1, 0),
+		dw_args(5400, 8, 7, 7, 3, 1, 1, 1),
+		dw_args(4, 64, 56, 56, 3, 2, 1, 1),
+	};
+	for (int t = 0; t < N_HTS; t++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			check_dwh(&g, HTS[t], &cases[i], 0);
+	gpu_close(&g);
+}
+
+/* A batch of an empty size: nothing is launched, and the weight gradient is zero. */
+TEST(cuda_dwconv_h_empty_batch)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 54);
+	struct conv2d_args a = dw_args(0, 16, 8, 8, 3, 1, 1, 1);
+	for (int t = 0; t < N_HTS; t++) {
+		void *d_dw = dev_bytes(&g, 16 * 9 * 2);
+		float *d_db = dev_f(&g, 16);
+		CHECK_OK(dwconv_h_fwd_cuda(g.ctx->stream, HTS[t], &a, NULL, NULL, NULL, NULL));
+		CHECK_OK(dwconv_h_bwd_data_cuda(g.ctx->stream, HTS[t], &a, NULL, NULL, NULL, 1));
+		CHECK_OK(dwconv_h_bwd_filter_cuda(g.ctx->stream, HTS[t], &a, NULL, NULL, d_dw, d_db, NULL));
+		float *dw = down_h(&g, HTS[t], d_dw, 16 * 9), *db = down(&g, d_db, 16);
+		for (int i = 0; i < 16 * 9; i++)
+			CHECK_MSG(dw[i] == 0.0f, "%s dw[%d] = %g", dtype_name(HTS[t]), i, dw[i]);
+		for (int i = 0; i < 16; i++)
+			CHECK_MSG(db[i] == 0.0f, "%s db[%d] = %g", dtype_name(HTS[t]), i, db[i]);
+	}
+	gpu_close(&g);
+}
