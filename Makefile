@@ -92,7 +92,7 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	@echo "  NVCC    $<"
-	@$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
 test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
 	GPUPERF_BIN=$(BUILD)/gpuperf ./$(BUILD)/gpuperf_tests

@@ -18,22 +18,10 @@ extern "C" {
 }
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
+#include "ops/cuda/kernel_util.cuh"
 
-#define BLOCK 256
-#define FULL_MASK 0xffffffffu
 #define VEC 8   /* elements per thread in the elementwise kernels: 16 bytes of 16-bit data */
 #define TILE 32 /* transpose tile edge */
-
-/* Grid-stride loops let a capped grid cover any count. */
-static unsigned grid_for(size_t count)
-{
-	size_t g = (count + BLOCK - 1) / BLOCK;
-	return g > 65536 ? 65536u : (unsigned)g;
-}
-
-#define FOR_EACH(i, count)                                                             \
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);    \
-	     i += (size_t)gridDim.x * blockDim.x)
 
 static int bad_dtype(enum gp_dtype ht)
 {
@@ -51,14 +39,6 @@ static int aligned(const void *p, size_t bytes)
 	return (uintptr_t)p % bytes == 0;
 }
 
-/* --- element access ----------------------------------------------------------------------
- * Overloads rather than templates: reading widens exactly, writing rounds to nearest even. */
-__device__ static inline float to_f(float v) { return v; }
-__device__ static inline float to_f(__half v) { return __half2float(v); }
-__device__ static inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ static inline void put_f(float *p, float v) { *p = v; }
-__device__ static inline void put_f(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ static inline void put_f(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 /* v as the type T stores it (for checks on what is actually written). */
 template <typename T> __device__ static inline float rounded(float v)
@@ -842,133 +822,7 @@ extern "C" int dropout_bwd_h_cuda(cudaStream_t s, enum gp_dtype ht, const struct
 	return DISPATCH_H(ht, ew_t, s, a->count, dy, NULL, mask, dx, accumulate, f);
 }
 
-/* --- block reductions (blockDim.x a multiple of 32, at most 1024), as in kernels.cu ---------
- * Butterfly shuffles leave the same bits in every lane, and the warp partials are
- * combined in warp order, so the result is the same on every run and every thread. */
-__device__ static double block_sum_d(double v)
-{
-	__shared__ double part[32];
-	__shared__ double res;
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	for (int off = 16; off > 0; off >>= 1)
-		v += __shfl_xor_sync(FULL_MASK, v, off);
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	if (warp == 0) {
-		v = lane < nw ? part[lane] : 0.0;
-		for (int off = 16; off > 0; off >>= 1)
-			v += __shfl_xor_sync(FULL_MASK, v, off);
-		if (lane == 0)
-			res = v;
-	}
-	__syncthreads();
-	return res;
-}
-
-/* Argmax with ties going to the lower index, as a sequential scan would. */
-__device__ static void argmax_merge(float *v, int *i, float ov, int oi)
-{
-	if (ov > *v || (ov == *v && oi < *i)) {
-		*v = ov;
-		*i = oi;
-	}
-}
-
-__device__ static int block_argmax(float v, int i)
-{
-	__shared__ float pv[32];
-	__shared__ int pi[32];
-	__shared__ int res;
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	for (int off = 16; off > 0; off >>= 1)
-		argmax_merge(&v, &i, __shfl_xor_sync(FULL_MASK, v, off),
-			     __shfl_xor_sync(FULL_MASK, i, off));
-	if (lane == 0) {
-		pv[warp] = v;
-		pi[warp] = i;
-	}
-	__syncthreads();
-	if (warp == 0) {
-		v = lane < nw ? pv[lane] : -INFINITY;
-		i = lane < nw ? pi[lane] : 0x7fffffff;
-		for (int off = 16; off > 0; off >>= 1)
-			argmax_merge(&v, &i, __shfl_xor_sync(FULL_MASK, v, off),
-				     __shfl_xor_sync(FULL_MASK, i, off));
-		if (lane == 0)
-			res = i;
-	}
-	__syncthreads();
-	return res;
-}
-
-/* --- softmax cross-entropy: one block per row, then one block for the mean ------------------
- * softmax_xent_cuda's kernels with 16-bit logits widened on read and dlogits rounded on
- * write; everything between is the float computation. */
-template <typename T>
-__global__ static void softmax_xent_row_kernel(int n, int k, const T *logits, const int32_t *labels,
-					       T *dlogits, float *row_loss, float *row_hit)
-{
-	int row = blockIdx.x;
-	const T *l = logits + (size_t)row * k;
-	T *d = dlogits + (size_t)row * k;
-	int label = labels[row];
-
-	float best = -INFINITY;
-	int best_i = 0x7fffffff;
-	for (int j = threadIdx.x; j < k; j += blockDim.x)
-		argmax_merge(&best, &best_i, to_f(l[j]), j);
-	int am = block_argmax(best, best_i);
-	float m = am < k ? to_f(l[am]) : NAN; /* no argmax only when every logit is NaN */
-
-	double part = 0.0;
-	for (int j = threadIdx.x; j < k; j += blockDim.x)
-		part += expf(to_f(l[j]) - m);
-	double sum = block_sum_d(part);
-
-	float inv_sum = (float)(1.0 / sum), inv_n = 1.0f / (float)n;
-	for (int j = threadIdx.x; j < k; j += blockDim.x) {
-		float prob = expf(to_f(l[j]) - m) * inv_sum;
-		put_f(&d[j], (prob - (j == label ? 1.0f : 0.0f)) * inv_n);
-	}
-	/* The row loss in double: log-sum-exp minus the label's logit cancels badly. */
-	if (threadIdx.x == 0) {
-		int ok = label >= 0 && label < k;
-		row_loss[row] = ok ? (float)(log(sum) + (double)m - (double)to_f(l[label])) : NAN;
-		row_hit[row] = ok && am == label ? 1.0f : 0.0f;
-	}
-}
-
-__global__ static void softmax_xent_mean_kernel(int n, const float *row_loss, const float *row_hit,
-						double *loss, int *correct)
-{
-	double l = 0.0, h = 0.0;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) {
-		l += row_loss[i];
-		h += row_hit[i];
-	}
-	l = block_sum_d(l);
-	h = block_sum_d(h);
-	if (threadIdx.x == 0) {
-		*loss = l / n;
-		*correct = (int)h;
-	}
-}
-
-template <typename T>
-static int softmax_xent_t(cudaStream_t s, int n, int k, const void *logits, const int32_t *labels,
-			  void *dlogits, float *row_scratch, double *loss, int *correct)
-{
-	if (n <= 0 || k <= 0)
-		return gp_error(GP_EINVAL, "softmax cross-entropy of %d rows of %d classes", n, k);
-	softmax_xent_row_kernel<<<n, BLOCK, 0, s>>>(n, k, (const T *)logits, labels, (T *)dlogits,
-						    row_scratch, row_scratch + n);
-	CUDA_CHECK_LAUNCH();
-	softmax_xent_mean_kernel<<<1, BLOCK, 0, s>>>(n, row_scratch, row_scratch + n, loss, correct);
-	CUDA_CHECK_LAUNCH();
-	return 0;
-}
-
+/* --- softmax cross-entropy (kernel_util.cuh) --------------------------------------------- */
 extern "C" int softmax_xent_h_cuda(cudaStream_t s, enum gp_dtype ht, int n, int k, const void *logits,
 				   const int32_t *labels, void *dlogits, float *row_scratch,
 				   double *loss, int *correct)
