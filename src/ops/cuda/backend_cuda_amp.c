@@ -1,0 +1,170 @@
+/* The CUDA backend's mixed-precision (fp16/bf16) ops: the same graph as the FP32 ops in
+ * backend_cuda.c with 16-bit activations, through the half-precision kernel set
+ * (cuda_amp.h) and cuDNN/cuBLAS in the context's 16-bit mode. */
+#include "core/error.h"
+#include "ops/cuda/backend_cuda_internal.h"
+#include "ops/cuda/cuda_amp.h"
+#include "ops/cuda/cuda_common.h"
+
+/* The same graph with 16-bit activations: convolutions and linear layers take 16-bit
+ * copies of their float weights, cast (and for NHWC transposed to KRSC) right before
+ * use, as autocast does; batch norm keeps float statistics and parameters; the loss
+ * is computed in float; weight gradients end in the float master gradients. */
+int amp_forward_node(struct net *net, int i, int training)
+{
+	struct node *nd = &net->nodes[i];
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	cudaStream_t s = ctx->stream;
+	void *x = nd->n_in ? act_ptr(net, nd->in[0]) : NULL, *y = act_ptr(net, i);
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D: {
+		const struct conv2d_args *a = &nd->a.conv;
+		conv_ws_bind(net, nd, 0);
+		GP_TRY(to_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
+					param_ptr(net, nd, 0), hparam_ptr(net, nd, 0)));
+		return conv2d_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	}
+	case OP_BATCHNORM2D: {
+		float *run = b->running + nd->running_offset, *stats = saved;
+		if (training)
+			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
+						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
+		return bn_fwd_eval_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1), run,
+					run + nd->a.bn.c, y);
+	}
+	case OP_RELU:
+		return relu_fwd_h_cuda(s, b->ht, count, x, y);
+	case OP_RELU6:
+		return relu6_fwd_h_cuda(s, b->ht, count, x, y);
+	case OP_MAXPOOL2D:
+		return maxpool_fwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, x, y, saved);
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return avgpool_global_fwd_h_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, x, y);
+	}
+	case OP_FLATTEN:
+		if (x != y)
+			CUDA_TRY(cudaMemcpyAsync(y, x, count * 2, cudaMemcpyDeviceToDevice, s));
+		return 0;
+	case OP_LINEAR: {
+		const struct linear_args *a = &nd->a.lin;
+		GP_TRY(cast_f32_to_h_cuda(s, b->ht, (size_t)a->out * a->in, param_ptr(net, nd, 0),
+					  hparam_ptr(net, nd, 0)));
+		return linear_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	}
+	case OP_ADD:
+		return add_fwd_h_cuda(s, b->ht, count, x, act_ptr(net, nd->in[1]), y);
+	case OP_DROPOUT:
+		if (training && saved) {
+			GP_TRY(dropout_mask_step_cuda(s, count, nd->a.drop.p, dropout_seed(net, i), b->d_step, saved));
+			return dropout_fwd_h_cuda(s, b->ht, &nd->a.drop, saved, x, y);
+		}
+		if (x != y)
+			CUDA_TRY(cudaMemcpyAsync(y, x, count * 2, cudaMemcpyDeviceToDevice, s));
+		return 0;
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no mixed-precision forward for op %s", op_name(nd->op));
+}
+
+static int amp_recompute(struct net *net, int r)
+{
+	struct backend_state *b = net->bk;
+	const struct node *rn = &net->nodes[r], *bn = &net->nodes[rn->in[0]];
+	cudaStream_t s = b->ctx->stream;
+	float *stats = saved_ptr(net, rn->in[0]);
+	void *y = act_ptr_bwd(net, r);
+	const struct bn_args *a = &bn->a.bn;
+	GP_TRY(bn_apply_h_cuda(s, b->ht, b->nhwc, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
+			       param_ptr(net, bn, 0), param_ptr(net, bn, 1), stats, stats + a->c, y));
+	size_t count = shape_numel(rn->out);
+	return rn->op == OP_RELU6 ? relu6_fwd_h_cuda(s, b->ht, count, y, y) : relu_fwd_h_cuda(s, b->ht, count, y, y);
+}
+
+int amp_backward_node(struct net *net, int i)
+{
+	struct node *nd = &net->nodes[i];
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	cudaStream_t s = ctx->stream;
+	for (int k = 0; k < nd->n_in; k++)
+		if (net->nodes[nd->in[k]].t_re >= 0 && net->nodes[nd->in[k]].last_consumer == i)
+			GP_TRY(amp_recompute(net, nd->in[k]));
+	void *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
+	void *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
+	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D: {
+		const struct conv2d_args *a = &nd->a.conv;
+		conv_ws_bind(net, nd, 1);
+		GP_TRY(conv2d_bwd_filter_cuda(ctx, a, x, dy, hgrad_ptr(net, nd, 0),
+					      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		GP_TRY(from_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
+					  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0));
+		return dx ? conv2d_bwd_data_cuda(ctx, a, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
+	}
+	case OP_BATCHNORM2D: {
+		float *stats = saved;
+		if (!dx)
+			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
+				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
+	}
+	case OP_RELU:
+		return dx ? relu_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+	case OP_RELU6:
+		return dx ? relu6_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+	case OP_MAXPOOL2D:
+		return dx ? maxpool_bwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, dy, saved, dx, acc) : 0;
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return dx ? avgpool_global_bwd_h_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
+	}
+	case OP_FLATTEN:
+		return dx && dx != dy ? grad_pass_h_cuda(s, b->ht, count, dy, dx, acc) : 0;
+	case OP_LINEAR: {
+		const struct linear_args *a = &nd->a.lin;
+		GP_TRY(linear_bwd_weight_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0),
+					      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		return dx ? linear_bwd_data_cuda(ctx, a, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
+	}
+	case OP_ADD:
+		for (int k = 0; k < 2; k++) {
+			void *dxk = grad_ptr(net, nd->in[k]);
+			if (dxk && dxk != dy)
+				GP_TRY(grad_pass_h_cuda(s, b->ht, count, dy, dxk,
+							net->nodes[nd->in[k]].last_consumer != i));
+		}
+		return 0;
+	case OP_DROPOUT:
+		return dx ? dropout_bwd_h_cuda(s, b->ht, &nd->a.drop, saved, dy, dx, acc) : 0;
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no mixed-precision backward for op %s", op_name(nd->op));
+}
+
+/* A node's 16-bit output or gradient as float NCHW on the host. */
+int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst)
+{
+	struct backend_state *b = net->bk;
+	size_t bytes = shape_numel(sh) * sizeof(float);
+	float *tmp;
+	GP_TRY(cuda_alloc(b->ctx, (void **)&tmp, bytes, MEM_OTHER));
+	int rc = from_h_layout_cuda(b->ctx->stream, b->ht, sh.n, sh.c, sh.h, sh.w, b->nhwc, src, tmp, 0);
+	if (rc == 0)
+		rc = cuda_copy_d2h(b->ctx, dst, tmp, bytes);
+	cuda_free(b->ctx, tmp, bytes, MEM_OTHER);
+	return rc;
+}
+

@@ -1,0 +1,132 @@
+/* What the CUDA backend's files share (backend_cuda.c: set-up, FP32 ops, the step;
+ * backend_cuda_amp.c: the mixed-precision ops): the backend's state and the pointers
+ * into it that the memory plan defines. */
+#ifndef GP_BACKEND_CUDA_INTERNAL_H
+#define GP_BACKEND_CUDA_INTERNAL_H
+
+#include <stdint.h>
+
+#include "nn/net.h"
+#include "ops/cuda/cuda_ops.h"
+
+struct backend_state {
+	struct cuda_ctx *ctx;
+	char *arena;
+	float *params, *grads, *momentum, *running, *input, *row_scratch;
+	int32_t *labels;
+	double *d_loss;
+	int *d_correct;
+	int *d_nonfinite;             /* raised by the loss-scaling check */
+	unsigned long long *d_step;   /* optimizer steps, on the device: dropout masks in graphs */
+	/* labels, loss scratch, loss, correct count and step counter share one block:
+	 * the driver hands out small allocations from shared 2 MiB pages, and one block
+	 * keeps free device memory exactly where it was after a teardown */
+	char *misc;
+	size_t misc_bytes;
+	size_t arena_bytes, params_bytes, running_bytes, input_bytes, labels_bytes, scratch_bytes;
+	/* Staged input: copied on copy_stream while the previous step computes, then
+	 * moved into input/labels on the compute stream at the start of the step. */
+	cudaStream_t copy_stream;
+	cudaEvent_t copied, stage_free;
+	float *stage_x;
+	int32_t *stage_labels;
+	/* The training step captured as a CUDA graph, replayed while sgd stays the same. */
+	cudaGraphExec_t step_exec;
+	struct sgd_args step_sgd;
+	int graph_failed;
+	/* Mixed precision (fp16/bf16): 16-bit activations in ht, NHWC when nhwc; 16-bit
+	 * copies of the weights (cast before each use, as autocast does; convolution
+	 * weights KRSC under NHWC) and of the convolution weight gradients (converted into
+	 * the float gradients), and the input batch converted once per batch. */
+	int amp, nhwc;
+	enum gp_dtype ht;
+	/* Convolution workspaces planned in the arena (GPUPERF_CONV_WS_ARENA=1; see
+	 * struct node's ws_fwd): each conv call gets its own, live only during it. */
+	int ws_in_arena;
+	void *params_h, *grads_h, *input_h;
+	size_t params_h_bytes, input_h_bytes;
+};
+
+static inline void *act_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	if (nd->op == OP_INPUT)
+		return net->bk->amp ? net->bk->input_h : (void *)net->bk->input;
+	return nd->t_y < 0 ? NULL : net->bk->arena + net->tensors[nd->t_y].offset;
+}
+
+/* What backward reads as a node's output: the recomputed copy where there is one. */
+static inline void *act_ptr_bwd(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_re >= 0 ? net->bk->arena + net->tensors[nd->t_re].offset : act_ptr(net, node);
+}
+
+static inline void *grad_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_dy < 0 ? NULL : net->bk->arena + net->tensors[nd->t_dy].offset;
+}
+
+static inline void *saved_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_saved < 0 ? NULL : net->bk->arena + net->tensors[nd->t_saved].offset;
+}
+
+static inline float *param_ptr(struct net *net, const struct node *nd, int k)
+{
+	return net->bk->params + net->state[nd->param_first + k].offset;
+}
+
+static inline float *pgrad_ptr(struct net *net, const struct node *nd, int k)
+{
+	return net->bk->grads + net->state[nd->param_first + k].offset;
+}
+
+/* The 16-bit copies of a parameter and of its gradient (mixed precision). */
+static inline void *hparam_ptr(struct net *net, const struct node *nd, int k)
+{
+	return (char *)net->bk->params_h + net->state[nd->param_first + k].offset * 2;
+}
+
+static inline void *hgrad_ptr(struct net *net, const struct node *nd, int k)
+{
+	return (char *)net->bk->grads_h + net->state[nd->param_first + k].offset * 2;
+}
+
+/* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
+static inline uint64_t dropout_seed(const struct net *net, int node)
+{
+	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL;
+}
+
+/* The shared context describes activations for cuDNN and cuBLAS calls; nets of
+ * different precisions may be set up side by side, so each node's work states its own. */
+static inline void bind_act(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
+	b->ctx->nhwc = b->nhwc;
+	b->ctx->conv_ws_external = 0;
+}
+
+/* Point the context at a convolution node's workspace in the arena (forward or
+ * backward), when the net keeps them there. */
+static inline void conv_ws_bind(struct net *net, const struct node *nd, int backward)
+{
+	struct backend_state *b = net->bk;
+	b->ctx->conv_ws_external = b->ws_in_arena;
+	if (b->ws_in_arena) {
+		int t = backward ? nd->t_wsb : nd->t_wsf;
+		b->ctx->conv_ws = t >= 0 ? b->arena + net->tensors[t].offset : NULL;
+	}
+}
+
+/* backend_cuda_amp.c: the mixed-precision (fp16/bf16) forward and backward of a node,
+ * and a 16-bit tensor copied to the host as float NCHW. */
+int amp_forward_node(struct net *net, int i, int training);
+int amp_backward_node(struct net *net, int i);
+int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst);
+
+#endif
