@@ -162,12 +162,28 @@ static int result_usable(const struct cuda_ctx *ctx, cudnnStatus_t status, size_
 	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
 }
 
-/* Among usable results (sorted by time; first the fastest, index i), the one needing
- * the least workspace that is within WS_SLACK of the fastest: the workspace is shared
- * and sized by the hungriest convolution, so a 1% slower algorithm that needs a
- * fraction of the memory is the better trade (the budget is large so that the fast
- * ones compete at all). */
+/* PICK_RESULT: among usable results (sorted by time, the fastest first), the one
+ * needing the least workspace within WS_SLACK of the fastest (-1 if none): the
+ * workspace is shared and sized by the hungriest convolution, so a 1% slower algorithm
+ * that needs a fraction of the memory is the better trade (the budget is large so that
+ * the fast ones compete at all). */
 #define WS_SLACK 1.02f
+#define PICK_RESULT(res, n, ws_bytes, strict_fn, out)                                          \
+	do {                                                                                   \
+		int best_ = -1;                                                                \
+		(out) = -1;                                                                    \
+		for (int k_ = 0; k_ < (n); k_++) {                                             \
+			if (!result_usable(ctx, res[k_].status, res[k_].memory, ws_bytes,      \
+					   res[k_].determinism, strict_fn(res[k_].algo)))      \
+				continue;                                                      \
+			if (best_ < 0)                                                         \
+				best_ = (out) = k_;                                            \
+			else if (res[k_].time <= res[best_].time * WS_SLACK &&                 \
+				 res[k_].memory < res[out].memory)                             \
+				(out) = k_;                                                    \
+		}                                                                              \
+	} while (0)
+
 /* In strict mode the descriptor stays FMA_MATH whatever a result reports, so no
  * tensor-core path can slip in; in TF32 mode it takes the measured math type. */
 static int desc_take_math(const struct cuda_ctx *ctx, cudnnConvolutionDescriptor_t d,
@@ -253,21 +269,10 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	}
 	if (rc < 0)
 		goto free_scratch;
-	for (i = 0; i < returned; i++)
-		if (result_usable(ctx, fwd[i].status, fwd[i].memory, ws_bytes, fwd[i].determinism,
-				  fwd_algo_strict(fwd[i].algo)))
-			break;
-	if (i == returned) {
+	PICK_RESULT(fwd, returned, ws_bytes, fwd_algo_strict, i);
+	if (i < 0) {
 		rc = no_algo("forward", a, returned, ws_bytes);
 		goto free_scratch;
-	}
-	{
-		int best = i;
-		for (int k = best + 1; k < returned; k++)
-			if (result_usable(ctx, fwd[k].status, fwd[k].memory, ws_bytes, fwd[k].determinism,
-					  fwd_algo_strict(fwd[k].algo)) &&
-			    fwd[k].time <= fwd[best].time * WS_SLACK && fwd[k].memory < fwd[i].memory)
-				i = k;
 	}
 	p->fwd_algo = fwd[i].algo;
 	p->fwd_ws_bytes = fwd[i].memory;
@@ -285,22 +290,10 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 			CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, bwd_data, ws, ws_bytes));
 	if (rc < 0)
 		goto free_scratch;
-	for (i = 0; i < returned; i++)
-		if (result_usable(ctx, bwd_data[i].status, bwd_data[i].memory, ws_bytes,
-				  bwd_data[i].determinism, bwd_data_algo_strict(bwd_data[i].algo)))
-			break;
-	if (i == returned) {
+	PICK_RESULT(bwd_data, returned, ws_bytes, bwd_data_algo_strict, i);
+	if (i < 0) {
 		rc = no_algo("backward-data", a, returned, ws_bytes);
 		goto free_scratch;
-	}
-	{
-		int best = i;
-		for (int k = best + 1; k < returned; k++)
-			if (result_usable(ctx, bwd_data[k].status, bwd_data[k].memory, ws_bytes,
-					  bwd_data[k].determinism, bwd_data_algo_strict(bwd_data[k].algo)) &&
-			    bwd_data[k].time <= bwd_data[best].time * WS_SLACK &&
-			    bwd_data[k].memory < bwd_data[i].memory)
-				i = k;
 	}
 	p->bwd_data_algo = bwd_data[i].algo;
 	p->bwd_data_ws_bytes = bwd_data[i].memory;
@@ -318,22 +311,10 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 			CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, bwd_filter, ws, ws_bytes));
 	if (rc < 0)
 		goto free_scratch;
-	for (i = 0; i < returned; i++)
-		if (result_usable(ctx, bwd_filter[i].status, bwd_filter[i].memory, ws_bytes,
-				  bwd_filter[i].determinism, bwd_filter_algo_strict(bwd_filter[i].algo)))
-			break;
-	if (i == returned) {
+	PICK_RESULT(bwd_filter, returned, ws_bytes, bwd_filter_algo_strict, i);
+	if (i < 0) {
 		rc = no_algo("backward-filter", a, returned, ws_bytes);
 		goto free_scratch;
-	}
-	{
-		int best = i;
-		for (int k = best + 1; k < returned; k++)
-			if (result_usable(ctx, bwd_filter[k].status, bwd_filter[k].memory, ws_bytes,
-					  bwd_filter[k].determinism, bwd_filter_algo_strict(bwd_filter[k].algo)) &&
-			    bwd_filter[k].time <= bwd_filter[best].time * WS_SLACK &&
-			    bwd_filter[k].memory < bwd_filter[i].memory)
-				i = k;
 	}
 	p->bwd_filter_algo = bwd_filter[i].algo;
 	p->bwd_filter_ws_bytes = bwd_filter[i].memory;
