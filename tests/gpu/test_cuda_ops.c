@@ -9,7 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "../test.h"
+#include "harness.h"
 #include "core/error.h"
 #include "core/memstat.h"
 #include "core/rng.h"
@@ -18,161 +18,7 @@
 #include "ops/ops.h"
 #include "nn/models.h"
 
-#define MAX_BUFS 512
 #define MIB ((size_t)1 << 20)
-
-/* One test's device context plus every buffer it allocated, freed in gpu_close. */
-struct gpu {
-	struct cuda_ctx *ctx;
-	struct mem_stats mem;
-	struct rng rng;
-	void *dev[MAX_BUFS];
-	size_t dev_bytes[MAX_BUFS];
-	int n_dev;
-	void *host[MAX_BUFS];
-	int n_host;
-	char why[300];
-};
-
-/* 0: ready; 1: no device (why says so); -1: the context could not be made. */
-static int gpu_open(struct gpu *g, uint64_t seed)
-{
-	char reason[256];
-	memset(g, 0, sizeof(*g));
-	rng_seed(&g->rng, seed, 7);
-	if (!cuda_available(reason, sizeof(reason))) {
-		snprintf(g->why, sizeof(g->why), "no CUDA device: %s", reason);
-		return 1;
-	}
-	return cuda_ctx_create(&g->ctx, 0, &g->mem) < 0 ? -1 : 0;
-}
-
-#define GPU_OPEN(g, seed)                                                                  \
-	do {                                                                               \
-		int open_rc_ = gpu_open(g, seed);                                          \
-		if (open_rc_ > 0)                                                          \
-			SKIP((g)->why);                                                    \
-		if (open_rc_ < 0) {                                                        \
-			test_fail(__FILE__, __LINE__, "cuda_ctx_create: %s", gp_errmsg()); \
-			return;                                                            \
-		}                                                                          \
-	} while (0)
-
-#define CHECK_OK(expr)                                                                    \
-	do {                                                                              \
-		int ok_rc_ = (expr);                                                      \
-		CHECK_MSG(ok_rc_ == 0, "%s = %d: %s", #expr, ok_rc_, gp_errmsg());        \
-	} while (0)
-
-/* Frees everything and checks that the byte counts went back to zero. */
-static void gpu_close(struct gpu *g)
-{
-	for (int i = g->n_dev - 1; i >= 0; i--)
-		cuda_free(g->ctx, g->dev[i], g->dev_bytes[i], MEM_OTHER);
-	CHECK_EQ_INT(g->mem.cur_bytes[MEM_OTHER], 0);
-	for (int i = 0; i < g->n_host; i++)
-		free(g->host[i]);
-	cuda_ctx_destroy(g->ctx);
-	CHECK_EQ_INT(g->mem.total_bytes, 0);
-}
-
-static void poison(struct gpu *g, void *d, size_t bytes)
-{
-	CHECK_OK(CUDA_CHECK(cudaMemsetAsync(d, 0xff, bytes, g->ctx->stream)));
-}
-
-/* Device buffer of bytes, filled with 0xff (NaN as float, -1 as int32). */
-static void *dev_bytes(struct gpu *g, size_t bytes)
-{
-	void *p = NULL;
-	if (g->n_dev == MAX_BUFS) {
-		test_fail(__FILE__, __LINE__, "too many device buffers in one test");
-		return NULL;
-	}
-	CHECK_OK(cuda_alloc(g->ctx, &p, bytes, MEM_OTHER));
-	if (!p)
-		return NULL;
-	g->dev[g->n_dev] = p;
-	g->dev_bytes[g->n_dev++] = bytes;
-	poison(g, p, bytes);
-	return p;
-}
-
-static float *dev_f(struct gpu *g, size_t n)
-{
-	return dev_bytes(g, n * sizeof(float));
-}
-
-/* A test cannot go on without its host buffers, and they are small: abort if none. */
-static void *host_bytes(struct gpu *g, size_t bytes)
-{
-	void *p = calloc(1, bytes ? bytes : 1);
-	if (!p || g->n_host == MAX_BUFS) {
-		free(p);
-		test_fail(__FILE__, __LINE__, "host allocation of %zu bytes", bytes);
-		abort();
-	}
-	g->host[g->n_host++] = p;
-	return p;
-}
-
-static float *host_f(struct gpu *g, size_t n)
-{
-	return host_bytes(g, n * sizeof(float));
-}
-
-static float *host_rand(struct gpu *g, size_t n, double scale, double shift)
-{
-	float *p = host_f(g, n);
-	for (size_t i = 0; i < n; i++)
-		p[i] = (float)(rng_normal(&g->rng) * scale + shift);
-	return p;
-}
-
-static void put(struct gpu *g, void *d, const void *h, size_t bytes)
-{
-	if (d)
-		CHECK_OK(cuda_copy_h2d(g->ctx, d, h, bytes));
-}
-
-static void get(struct gpu *g, void *h, const void *d, size_t bytes)
-{
-	if (d)
-		CHECK_OK(cuda_copy_d2h(g->ctx, h, d, bytes));
-}
-
-static float *dev_from(struct gpu *g, const float *h, size_t n)
-{
-	float *d = dev_f(g, n);
-	put(g, d, h, n * sizeof(float));
-	return d;
-}
-
-static float *down(struct gpu *g, const float *d, size_t n)
-{
-	float *h = host_f(g, n);
-	get(g, h, d, n * sizeof(float));
-	return h;
-}
-
-static float *copy_f(struct gpu *g, const float *src, size_t n)
-{
-	float *p = host_f(g, n);
-	memcpy(p, src, n * sizeof(float));
-	return p;
-}
-
-/* Largest |a - b| (NaN counts as infinite), for the ops that must match exactly. */
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-	double m = 0;
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)a[i] - (double)b[i]);
-		if (!(d <= m))
-			m = isnan(d) ? INFINITY : d;
-	}
-	return m;
-}
 
 /* --- device, memory ------------------------------------------------------------------ */
 
@@ -848,7 +694,7 @@ static void check_model_convs(const char *model, int size, int batch, int direct
 		if (seen)
 			continue;
 		struct gpu g;
-		if (gpu_open(&g, 100 + i) != 0) {
+		if (gpu_open(&g, 100 + i, GPU_RNG_STREAM) != 0) {
 			test_fail(__FILE__, __LINE__, "gpu_open: %s", gp_errmsg());
 			break;
 		}
