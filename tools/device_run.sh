@@ -4,7 +4,8 @@
 # Stages: info, tests, gputests, parity, paritycpu, speed, speed32, compare, maxbatch,
 # maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
-# (bf16 against torch.autocast), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl).
+# (bf16 against torch.autocast), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
+# ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES).
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
 . build/bundle/env.sh
@@ -106,6 +107,14 @@ for s in "$@"; do
 		done
 		[ -n "${AMP_FP16:-}" ] && stage amp_resnet50_fp16 180 $BIN train --model resnet50 --device cuda --precision fp16 --batch 256 --steps 40 --json
 		stage torch_ampspeed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes amp_bf16_cl --batch 256 --iters 30 ;;
+	ampfuse)
+		# batch norm fused with ReLU (+ add) against separate ops, and recompute (memory)
+		GPUPERF_BN_FUSE=0 stage amp_resnet50_bf16_nofuse 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 40 --json
+		for m in resnet50 resnet18; do
+			stage "amp_${m}_bf16_recompute" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --recompute --json
+		done ;;
+	ampcmd)
+		stage ampcmd 500 $BIN amp --model resnet50 --batches ${AMP_BATCHES:-64,128,256,512} --device cuda --out "$OUT/amp" --csv ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done

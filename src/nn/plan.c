@@ -202,13 +202,13 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 	int n = net->n_nodes, loss_step = n;
 	free(net->tensors);
 	net->n_tensors = 0;
-	net->tensors = calloc((size_t)6 * n + 1, sizeof(struct plan_tensor));
+	net->tensors = calloc((size_t)8 * n + 1, sizeof(struct plan_tensor));
 	if (!net->tensors)
 		return gp_error(GP_ENOMEM, "cannot allocate the memory plan");
 	/* Outputs, in execution order so that aliases find their source placed. */
 	for (int i = 0; i < n; i++) {
 		struct node *nd = &net->nodes[i];
-		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = nd->t_wsf = nd->t_wsb = -1;
+		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = nd->t_wsf = nd->t_wsb = nd->t_rsv = -1;
 		if (nd->op == OP_INPUT)
 			continue; /* the input batch is a buffer of its own (category other) */
 		size_t bytes = shape_numel(nd->out) * elem_bytes;
@@ -293,6 +293,8 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 			nd->t_wsf = tensor_new(net, nd->ws_fwd, i, i);
 		if (training && nd->ws_bwd)
 			nd->t_wsb = tensor_new(net, nd->ws_bwd, 2 * n - i, 2 * n - i);
+		if (training && nd->bn_reserve)
+			nd->t_rsv = tensor_new(net, nd->bn_reserve, i, nd->rsv_last > i ? nd->rsv_last : i);
 	}
 	struct mem_plan *p = &net->plan;
 	memset(p, 0, sizeof(*p));

@@ -674,7 +674,11 @@ static void amp_node_by_node(const char *model, enum precision prec)
 	int32_t *y = NULL;
 	if (!f || !h)
 		goto out;
+	/* node by node: each node computes its own output (no batch norm fused with the
+	 * ReLU after it; cuda_amp_fused_batch_norm checks the fused ops) */
+	setenv("GPUPERF_BN_FUSE", "0", 1);
 	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_h = net_setup(h, BACKEND_CUDA, GP_F32, prec);
+	unsetenv("GPUPERF_BN_FUSE");
 	CHECK_MSG(rc_f == 0 && rc_h == 0, "%s: %s", model, gp_errmsg());
 	if (rc_f || rc_h)
 		goto out;
@@ -737,7 +741,86 @@ TEST(cuda_amp_node_by_node)
 	amp_node_by_node("mobilenet_v2", PREC_BF16);
 }
 
-/* Convolution workspaces planned into the arena (GPUPERF_CONV_WS_ARENA=1) train as the
+/* Batch norm fused with the ReLU (resnet: and the residual add) after it, through
+ * cuDNN's Ex calls (bf16 NHWC, the default), trains as the separate ops do: same
+ * weights and batch, three steps (eager, then graph replays), then the losses,
+ * logits, gradients, parameters and running statistics side by side. Both are bf16,
+ * so they differ by rounding (a pre-ReLU value rounded or not), held to 16-bit
+ * tolerances; a wrong mask, a missing residual or a wrong statistic is O(1). */
+static void check_fused_bn(const char *model)
+{
+	const int size = 64, batch = 8, classes = 10;
+	struct net *a = build(model, size, batch, classes), *b = build(model, size, batch, classes);
+	float *x = NULL, *la = NULL, *lb = NULL, *ga = NULL, *gb = NULL;
+	int32_t *y = NULL;
+	if (!a || !b)
+		goto out;
+	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_BF16);
+	setenv("GPUPERF_BN_FUSE", "0", 1);
+	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_BF16);
+	unsetenv("GPUPERF_BN_FUSE");
+	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
+	if (rc_a || rc_b)
+		goto out;
+	int fused = 0, reserve = 0;
+	for (int i = 0; i < a->n_nodes; i++) {
+		fused += a->nodes[i].op == OP_BATCHNORM2D && a->nodes[i].rsv_last > 0;
+		reserve += a->nodes[i].t_rsv >= 0;
+		CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
+	}
+	printf("      %s: %d batch norms fused (%d with reserve space); arena %.1f MiB against %.1f MiB\n", model,
+	       fused, reserve, a->plan.arena_bytes / 1048576.0, b->plan.arena_bytes / 1048576.0);
+	CHECK_MSG(fused > 0, "%s: no batch norm fused (cuDNN declined every one)", model);
+	CHECK(train_synthetic_batch(batch, 3, size, size, classes, 5, &x, &y) == 0);
+	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
+	size_t nl = (size_t)batch * classes, np = a->params_count;
+	la = malloc(nl * sizeof(float));
+	lb = malloc(nl * sizeof(float));
+	ga = malloc(np * sizeof(float));
+	gb = malloc(np * sizeof(float));
+	double loss_a = 0, loss_b = 0;
+	CHECK(net_forward(a, 1) == 0 && net_loss(a, &loss_a, NULL) == 0 && net_logits_to_host(a, la) == 0);
+	CHECK(net_forward(b, 1) == 0 && net_loss(b, &loss_b, NULL) == 0 && net_logits_to_host(b, lb) == 0);
+	CHECK(net_backward(a) == 0 && net_backward(b) == 0);
+	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
+	double e_logits = dist(la, lb, nl), e_grads = dist(ga, gb, np);
+	printf("      %s fused against separate: loss %.6f / %.6f, logits %.2e, grads %.2e", model, loss_a, loss_b,
+	       e_logits, e_grads);
+	CHECK_NEAR(loss_a, loss_b, 1e-2 * fabs(loss_b));
+	CHECK_LE(e_logits, 2e-2);
+	CHECK_LE(e_grads, 0.2);
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	CHECK(net_sgd_step(a, &sgd) == 0 && net_sgd_step(b, &sgd) == 0);
+	for (int s = 0; s < 2; s++) {
+		CHECK(net_train_step(a, &sgd, &loss_a, NULL) == 0);
+		CHECK(net_train_step(b, &sgd, &loss_b, NULL) == 0);
+	}
+	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+	double e_p = dist(a->host_params, b->host_params, np);
+	double e_r = dist(a->host_running, b->host_running, a->running_count);
+	printf(" third loss %.6f / %.6f, params %.2e, running %.2e\n", loss_a, loss_b, e_p, e_r);
+	CHECK_NEAR(loss_a, loss_b, 5e-2 * fabs(loss_b));
+	CHECK_LE(e_p, 2e-2);
+	CHECK_LE(e_r, 2e-2);
+out:
+	free(x);
+	free(y);
+	free(la);
+	free(lb);
+	free(ga);
+	free(gb);
+	net_free(a);
+	net_free(b);
+}
+
+TEST(cuda_amp_fused_batch_norm)
+{
+	NEED_GPU();
+	check_fused_bn("resnet18");
+	check_fused_bn("resnet50");
+}
+
+/* Convolution workspaces planned into the arena (the default) train as the
  * shared workspace does: same loss and logits, and the arena holds the workspaces. */
 TEST(cuda_conv_workspace_in_arena)
 {
@@ -749,10 +832,10 @@ TEST(cuda_conv_workspace_in_arena)
 	if (!a || !b)
 		goto out;
 	backend_cuda_set_conv_policy(1, 1);
-	setenv("GPUPERF_CONV_WS_ARENA", "1", 1);
 	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32);
-	unsetenv("GPUPERF_CONV_WS_ARENA");
+	setenv("GPUPERF_CONV_WS_ARENA", "0", 1); /* one shared workspace */
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32);
+	unsetenv("GPUPERF_CONV_WS_ARENA");
 	backend_cuda_set_conv_policy(0, 0);
 	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s", gp_errmsg());
 	if (rc_a || rc_b)

@@ -106,8 +106,12 @@ static void cuda_teardown(struct net *net)
 		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
 		ctx->mem = NULL;
 	}
-	for (int i = 0; i < net->n_nodes; i++)
+	for (int i = 0; i < net->n_nodes; i++) {
 		net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = 0;
+		net->nodes[i].bn_reserve = 0;
+		net->nodes[i].rsv_last = 0;
+	}
+	free(b->fuse);
 	free(b);
 	net->bk = NULL;
 }
@@ -204,8 +208,8 @@ static int cuda_setup(struct net *net)
 	 * the scratch does not fit (the largest batches), measure after allocating, on
 	 * the net's own memory (parameters are uploaded afterwards). */
 	int measured = 0;
-	const char *ws_env = getenv("GPUPERF_CONV_WS_ARENA");
-	b->ws_in_arena = ws_env && *ws_env && *ws_env != '0';
+	const char *ws_env = getenv("GPUPERF_CONV_WS_ARENA"); /* 0: one shared workspace */
+	b->ws_in_arena = !(ws_env && *ws_env == '0');
 	ctx->conv_ws_external = b->ws_in_arena;
 	for (int i = 0; i < net->n_nodes && rc == 0; i++)
 		if (net->nodes[i].op == OP_CONV2D)
@@ -217,9 +221,12 @@ static int cuda_setup(struct net *net)
 		goto fail;
 	measured = rc == 0;
 	b->ws_in_arena &= measured;
-	if (b->ws_in_arena) {
+	int replan = 0;
+	if ((rc = amp_plan_fusion(net, &replan)) < 0)
+		goto fail;
+	if (b->ws_in_arena || replan) {
 		/* the algorithms are chosen: plan their workspaces into the arena */
-		for (int i = 0; i < net->n_nodes && rc == 0; i++)
+		for (int i = 0; i < net->n_nodes && rc == 0 && b->ws_in_arena; i++)
 			if (net->nodes[i].op == OP_CONV2D)
 				rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &net->nodes[i].ws_fwd,
 							  &net->nodes[i].ws_bwd);

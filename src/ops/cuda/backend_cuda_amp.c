@@ -1,6 +1,8 @@
 /* The CUDA backend's mixed-precision (fp16/bf16) ops: the same graph as the FP32 ops in
  * backend_cuda.c with 16-bit activations, through the half-precision kernel set
  * (cuda_amp.h) and cuDNN/cuBLAS in the context's 16-bit mode. */
+#include <stdlib.h>
+
 #include "core/error.h"
 #include "ops/cuda/backend_cuda_internal.h"
 #include "ops/cuda/cuda_amp.h"
@@ -31,6 +33,13 @@ int amp_forward_node(struct net *net, int i, int training)
 	}
 	case OP_BATCHNORM2D: {
 		float *run = b->running + nd->running_offset, *stats = saved;
+		int role = training ? fuse_role(net, i) : FUSE_NONE;
+		if (role == FUSE_BN_DEFERRED) /* the add after it runs it */
+			return 0;
+		if (role == FUSE_BN_RELU)
+			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, BN_FUSE_RELU, x, NULL, param_ptr(net, nd, 0),
+						       param_ptr(net, nd, 1), y, stats, stats + nd->a.bn.c, run,
+						       run + nd->a.bn.c, rsv_ptr(net, i), nd->bn_reserve);
 		if (training)
 			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
 						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
@@ -38,6 +47,8 @@ int amp_forward_node(struct net *net, int i, int training)
 					run + nd->a.bn.c, y);
 	}
 	case OP_RELU:
+		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU_AFTER_ADD))
+			return 0; /* in place: the fused batch norm wrote it */
 		return relu_fwd_h_cuda(s, b->ht, count, x, y);
 	case OP_RELU6:
 		return relu6_fwd_h_cuda(s, b->ht, count, x, y);
@@ -58,6 +69,15 @@ int amp_forward_node(struct net *net, int i, int training)
 		return linear_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
 	}
 	case OP_ADD:
+		if (training && fuse_role(net, i) == FUSE_ADD_BN_RELU) {
+			int k = fuse_role(net, nd->in[0]) == FUSE_BN_DEFERRED ? 0 : 1, bi = nd->in[k];
+			const struct node *bn = &net->nodes[bi];
+			float *run = b->running + bn->running_offset, *stats = saved_ptr(net, bi);
+			return bn_fwd_train_fused_cuda(ctx, &bn->a.bn, BN_FUSE_ADD_RELU, act_ptr(net, bn->in[0]),
+						       act_ptr(net, nd->in[1 - k]), param_ptr(net, bn, 0),
+						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
+						       run + bn->a.bn.c, rsv_ptr(net, bi), bn->bn_reserve);
+		}
 		return add_fwd_h_cuda(s, b->ht, count, x, act_ptr(net, nd->in[1]), y);
 	case OP_DROPOUT:
 		if (training && saved) {
@@ -117,10 +137,17 @@ int amp_backward_node(struct net *net, int i)
 		float *stats = saved;
 		if (!dx)
 			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		if (fuse_role(net, i) == FUSE_BN_RELU) /* dy is the ReLU's output gradient, unmasked */
+			return bn_bwd_relu_fused_cuda(ctx, &nd->a.bn, x, act_ptr_bwd(net, nd->last_consumer), dy,
+						      param_ptr(net, nd, 0), param_ptr(net, nd, 1), stats,
+						      stats + nd->a.bn.c, dx, acc, pgrad_ptr(net, nd, 0),
+						      pgrad_ptr(net, nd, 1), rsv_ptr(net, i), nd->bn_reserve);
 		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
 				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
 	}
 	case OP_RELU:
+		if (fuse_role(net, i) == FUSE_RELU_DONE) /* the batch norm's backward masks */
+			return 0;
 		return dx ? relu_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
 		return dx ? relu6_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
@@ -168,3 +195,61 @@ int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float 
 	return rc;
 }
 
+
+/* A ReLU that overwrites its input, which nothing else reads (plan.c's relu_in_place). */
+static int relu_over(const struct net *net, int r, int src)
+{
+	const struct node *rn = &net->nodes[r];
+	return rn->op == OP_RELU && rn->n_in == 1 && rn->in[0] == src && net->nodes[src].consumers == 1 &&
+	       net->nodes[src].t_y >= 0 && rn->t_dy >= 0;
+}
+
+int amp_plan_fusion(struct net *net, int *replan)
+{
+	struct backend_state *b = net->bk;
+	const char *env = getenv("GPUPERF_BN_FUSE");
+	*replan = 0;
+	if (!b->amp || !b->nhwc || (env && *env == '0'))
+		return 0;
+	int n = net->n_nodes;
+	b->fuse = calloc((size_t)n, 1);
+	if (!b->fuse)
+		return gp_error(GP_ENOMEM, "cannot allocate the fusion roles");
+	int fused = 0;
+	for (int i = 0; i < n; i++) {
+		struct node *nd = &net->nodes[i];
+		if (nd->op != OP_BATCHNORM2D || nd->consumers != 1 || nd->t_dy < 0 || b->fuse[i])
+			continue;
+		int c = nd->last_consumer, rc;
+		size_t reserve = 0;
+		if (relu_over(net, c, i)) {
+			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, BN_FUSE_RELU, &reserve)) < 0)
+				return rc;
+			if (rc == 0)
+				continue;
+			b->fuse[i] = FUSE_BN_RELU;
+			b->fuse[c] = FUSE_RELU_DONE;
+			nd->rsv_last = 2 * n - i; /* read again by its backward */
+		} else if (net->nodes[c].op == OP_ADD && !b->fuse[c] && net->nodes[c].in[0] != net->nodes[c].in[1] &&
+			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c)) {
+			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, BN_FUSE_ADD_RELU, &reserve)) < 0)
+				return rc;
+			if (rc == 0)
+				continue;
+			b->fuse[i] = FUSE_BN_DEFERRED;
+			b->fuse[c] = FUSE_ADD_BN_RELU;
+			b->fuse[net->nodes[c].last_consumer] = FUSE_RELU_AFTER_ADD;
+			nd->rsv_last = c; /* the add runs it; the backward is plain */
+		} else {
+			continue;
+		}
+		nd->bn_reserve = reserve;
+		*replan |= reserve > 0;
+		fused++;
+	}
+	if (!fused) {
+		free(b->fuse);
+		b->fuse = NULL;
+	}
+	return 0;
+}

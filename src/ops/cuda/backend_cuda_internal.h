@@ -40,12 +40,29 @@ struct backend_state {
 	 * the float gradients), and the input batch converted once per batch. */
 	int amp, nhwc;
 	enum gp_dtype ht;
-	/* Convolution workspaces planned in the arena (GPUPERF_CONV_WS_ARENA=1; see
+	/* Convolution workspaces planned in the arena (the default; GPUPERF_CONV_WS_ARENA=0: off; see
 	 * struct node's ws_fwd): each conv call gets its own, live only during it. */
 	int ws_in_arena;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;
+	/* Batch norms fused with the ReLU (and add) after them, in training (16-bit NHWC,
+	 * amp_plan_fusion): each node's part, enum fuse_role; NULL when none is fused. */
+	unsigned char *fuse;
 };
+
+enum fuse_role {
+	FUSE_NONE = 0,
+	FUSE_BN_RELU,     /* batch norm: y = relu(bn(x)) forward, and its backward, fused */
+	FUSE_RELU_DONE,   /* the ReLU after it: nothing to do either way */
+	FUSE_BN_DEFERRED, /* batch norm whose forward the add after it runs */
+	FUSE_ADD_BN_RELU, /* that add: y = relu(bn(x) + z) forward; plain backward */
+	FUSE_RELU_AFTER_ADD, /* the ReLU after that add: no forward; plain backward */
+};
+
+static inline int fuse_role(const struct net *net, int node)
+{
+	return net->bk->fuse ? net->bk->fuse[node] : FUSE_NONE;
+}
 
 static inline void *act_ptr(struct net *net, int node)
 {
@@ -95,6 +112,13 @@ static inline void *hgrad_ptr(struct net *net, const struct node *nd, int k)
 	return (char *)net->bk->grads_h + net->state[nd->param_first + k].offset * 2;
 }
 
+/* A fused batch norm's reserve space (struct node's bn_reserve). */
+static inline void *rsv_ptr(struct net *net, int node)
+{
+	const struct node *nd = &net->nodes[node];
+	return nd->t_rsv < 0 ? NULL : net->bk->arena + net->tensors[nd->t_rsv].offset;
+}
+
 /* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
 static inline uint64_t dropout_seed(const struct net *net, int node)
 {
@@ -128,5 +152,9 @@ static inline void conv_ws_bind(struct net *net, const struct node *nd, int back
 int amp_forward_node(struct net *net, int i, int training);
 int amp_backward_node(struct net *net, int i);
 int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst);
+/* Decide which batch norms run fused with the ReLU (and add) after them and set their
+ * reserve space on the nodes (b->fuse; nothing under FP32, NCHW, or with
+ * GPUPERF_BN_FUSE=0). *replan: the memory plan must be made again. */
+int amp_plan_fusion(struct net *net, int *replan);
 
 #endif

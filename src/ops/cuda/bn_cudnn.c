@@ -169,3 +169,85 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 		dgamma, dbeta, a->eps, save_mean, save_invstd));
 	return 0;
 }
+
+/* --- fused batch norm + (add +) ReLU: the Ex calls' other op sets --------------------- */
+
+static cudnnBatchNormOps_t bn_ops(enum bn_fuse op)
+{
+	return op == BN_FUSE_ADD_RELU ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+	       : op == BN_FUSE_RELU  ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+}
+
+/* Workspace and reserve space of a fused op for a's shape (bn_describe first); a
+ * status other than success means cuDNN does not run it. */
+static cudnnStatus_t bn_fuse_sizes(struct cuda_ctx *ctx, enum bn_fuse op, size_t *ws, size_t *reserve)
+{
+	cudnnBatchNormOps_t ops = bn_ops(op);
+	cudnnTensorDescriptor_t z = op == BN_FUSE_ADD_RELU ? ctx->bn_x_desc : NULL;
+	size_t fwd = 0, bwd = 0;
+	cudnnStatus_t st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ctx->bn_relu_desc, ctx->bn_x_desc, reserve);
+	if (st == CUDNN_STATUS_SUCCESS)
+		st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+			ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ctx->bn_x_desc, z, ctx->bn_x_desc,
+			ctx->bn_param_desc, ctx->bn_relu_desc, &fwd);
+	/* the add's backward stays plain: only BN + ReLU runs fused backward */
+	if (st == CUDNN_STATUS_SUCCESS && op == BN_FUSE_RELU)
+		st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+			ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ctx->bn_x_desc, ctx->bn_x_desc,
+			ctx->bn_x_desc, NULL, ctx->bn_x_desc, ctx->bn_param_desc, ctx->bn_relu_desc, &bwd);
+	*ws = fwd > bwd ? fwd : bwd;
+	return st;
+}
+
+int bn_fuse_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, size_t *reserve_bytes)
+{
+	*reserve_bytes = 0;
+	if (op == BN_FUSE_NONE || bn_own(a) || !bn_ex(ctx))
+		return 0;
+	GP_TRY(bn_describe(ctx, a));
+	size_t ws = 0, reserve = 0;
+	if (bn_fuse_sizes(ctx, op, &ws, &reserve) != CUDNN_STATUS_SUCCESS)
+		return 0;
+	GP_TRY(cuda_workspace_reserve(ctx, ws));
+	*reserve_bytes = reserve;
+	return 1;
+}
+
+int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op,
+			    const void *x, const void *z, const float *gamma, const float *beta, void *y,
+			    float *save_mean, float *save_invstd, float *running_mean, float *running_var,
+			    void *reserve, size_t reserve_bytes)
+{
+	GP_TRY(bn_describe(ctx, a));
+	size_t ws = 0, need = 0;
+	if (bn_fuse_sizes(ctx, op, &ws, &need) != CUDNN_STATUS_SUCCESS || ws > ctx->workspace_bytes ||
+	    need > reserve_bytes)
+		return gp_error(GP_EUNSUPPORTED, "fused batch norm of %dx%dx%dx%d: not planned (bn_fuse_plan_cuda)",
+				a->n, a->c, a->h, a->w);
+	CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_ops(op), &one, &zero, ctx->bn_x_desc, x,
+		op == BN_FUSE_ADD_RELU ? ctx->bn_x_desc : NULL, op == BN_FUSE_ADD_RELU ? z : NULL, ctx->bn_x_desc, y,
+		ctx->bn_param_desc, gamma, beta, a->momentum, running_mean, running_var, a->eps, save_mean,
+		save_invstd, ctx->bn_relu_desc, ctx->workspace, ws, reserve, reserve_bytes));
+	return 0;
+}
+
+int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *y,
+			   const void *dy, const float *gamma, const float *beta, const float *save_mean,
+			   const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta,
+			   void *reserve, size_t reserve_bytes)
+{
+	GP_TRY(bn_describe(ctx, a));
+	size_t ws = 0, need = 0;
+	if (bn_fuse_sizes(ctx, BN_FUSE_RELU, &ws, &need) != CUDNN_STATUS_SUCCESS || ws > ctx->workspace_bytes ||
+	    need > reserve_bytes)
+		return gp_error(GP_EUNSUPPORTED, "fused batch norm of %dx%dx%dx%d: not planned (bn_fuse_plan_cuda)",
+				a->n, a->c, a->h, a->w);
+	CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &one,
+		accumulate ? &one : &zero, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc, y, ctx->bn_x_desc, dy,
+		NULL, NULL, ctx->bn_x_desc, dx, ctx->bn_param_desc, gamma, beta, dgamma, dbeta, a->eps, save_mean,
+		save_invstd, ctx->bn_relu_desc, ctx->workspace, ws, reserve, reserve_bytes));
+	return 0;
+}

@@ -440,14 +440,14 @@ static int use_dwconv(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 	return ctx->act_dtype == GP_F32 && !ctx->nhwc && dwconv_supported(a);
 }
 
-/* 16-bit NHWC depthwise on own kernels (dwconv_h.cu): GPUPERF_DWCONV_H=1 until they
- * have run on a GPU (cuDNN's path made MobileNetV2 bf16 0.29x of PyTorch's speed). */
+/* 16-bit NHWC depthwise on own kernels (dwconv_h.cu; cuDNN's path made MobileNetV2
+ * bf16 0.29x of PyTorch's speed, these 0.69x); GPUPERF_DWCONV_H=0 goes back to cuDNN. */
 static int use_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
 	static int on = -1;
 	if (on < 0) {
 		const char *e = getenv("GPUPERF_DWCONV_H");
-		on = e && *e && *e != '0';
+		on = !(e && *e == '0');
 	}
 	return on && ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
 }

@@ -82,6 +82,9 @@ int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
 	    (rc = CUBLAS_CHECK(cublasLtCreate(&ctx->lt))) < 0 ||
 	    (rc = CUDNN_CHECK(cudnnCreateTensorDescriptor(&ctx->bn_x_desc))) < 0 ||
 	    (rc = CUDNN_CHECK(cudnnCreateTensorDescriptor(&ctx->bn_param_desc))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnCreateActivationDescriptor(&ctx->bn_relu_desc))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnSetActivationDescriptor(ctx->bn_relu_desc, CUDNN_ACTIVATION_RELU,
+							   CUDNN_NOT_PROPAGATE_NAN, 0.0))) < 0 ||
 	    (rc = cuda_ctx_set_math(ctx, CUDA_MATH_FP32)) < 0)
 		goto destroy_ctx;
 	*out = ctx;
@@ -101,6 +104,8 @@ void cuda_ctx_destroy(struct cuda_ctx *ctx)
 		cudaStreamSynchronize(ctx->stream);
 	conv2d_plans_clear(ctx);
 	cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
+	if (ctx->bn_relu_desc)
+		cudnnDestroyActivationDescriptor(ctx->bn_relu_desc);
 	if (ctx->bn_param_desc)
 		cudnnDestroyTensorDescriptor(ctx->bn_param_desc);
 	if (ctx->bn_x_desc)

@@ -53,6 +53,7 @@ struct cuda_ctx {
 
 	/* Batch norm describes its tensors per call; these are reused, not shared state. */
 	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
+	cudnnActivationDescriptor_t bn_relu_desc; /* fused batch norm + ReLU (Ex calls) */
 };
 
 /* Workspace budget for algorithm selection unless changed (GPUPERF_CONV_WORKSPACE_MIB). */
