@@ -150,6 +150,8 @@ TEST(amp_layout_round_trip)
 		{ 3, 40, 7, 9 },   /* neither side a multiple of the tile */
 		{ 2, 64, 16, 16 },
 		{ 16, 8, 3, 3 },   /* conv weights KCRS -> KRSC */
+		{ 6, 72, 3, 3 },   /* wide C, 9 taps: the narrow kernel */
+		{ 4, 40, 1, 1 },   /* a 1x1 convolution's weights: a cast */
 		{ 5, 1, 1, 13 },
 	};
 	struct gpu g;

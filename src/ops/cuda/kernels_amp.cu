@@ -366,10 +366,35 @@ static unsigned cap_grid(long long blocks, unsigned cap)
 	return blocks > (long long)cap ? cap : (unsigned)blocks;
 }
 
+/* The same for narrow matrices (a 3x3 convolution's weights: rows = C, cols = 9), where
+ * a 32x32 tile would be mostly idle: one thread per output element, its reads strided
+ * within a few cache lines of the image's small matrix. */
+template <typename Tin, typename Tout>
+__global__ static void transpose_narrow_kernel(size_t count, int rows, int cols, const Tin *x, Tout *y,
+					       int accumulate)
+{
+	size_t per = (size_t)rows * cols;
+	for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < count; o += (size_t)gridDim.x * blockDim.x) {
+		size_t b = o / per, rem = o - b * per;
+		int c = (int)(rem / rows), r = (int)(rem - (size_t)c * rows); /* y[b][c][r] */
+		float v = to_f(x[b * per + (size_t)r * cols + c]);
+		put_f(&y[o], accumulate ? to_f(y[o]) + v : v);
+	}
+}
+
 template <typename Tin, typename Tout>
 static int transpose_launch(cudaStream_t s, int batch, int rows, int cols, const Tin *x, Tout *y,
 			    int accumulate)
 {
+	if (rows == 1 || cols == 1) /* the same order: a 1x1 convolution's weights, one channel */
+		return cast_launch(s, (size_t)batch * rows * cols, x, y, accumulate);
+	if (rows < TILE / 2 || cols < TILE / 2) {
+		size_t count = (size_t)batch * rows * cols;
+		unsigned blocks = cap_grid(((long long)count + 255) / 256, 1u << 16);
+		transpose_narrow_kernel<<<blocks, 256, 0, s>>>(count, rows, cols, x, y, accumulate);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
 	dim3 grid(cap_grid(((long long)cols + TILE - 1) / TILE, 1u << 20),
 		  cap_grid(((long long)rows + TILE - 1) / TILE, 65535u), cap_grid(batch, 65535u));
 	transpose_kernel<<<grid, dim3(TILE, 8), 0, s>>>(batch, rows, cols, x, y, accumulate);
