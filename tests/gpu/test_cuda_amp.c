@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/device.h"
 #include "ops/ops.h"
 
@@ -612,5 +613,68 @@ TEST(amp_rejects_other_types_and_skips_empty)
 			     GP_EINVAL);
 	}
 	CHECK_OK(cuda_ctx_sync(g.ctx));
+	gpu_close(&g);
+}
+
+/* --- 1x1 convolutions as cuBLAS products ---------------------------------------------------
+ * 16-bit NHWC 1x1 convolutions may run each direction as one product over N*H*W rows
+ * (conv_cudnn.c takes it where it measures faster; with cuDNN's heuristics, where
+ * nothing is timed, always, which this test uses to reach that path). Against the host
+ * on the same rounded inputs: y = x W^T, dx = dy W (+ dx), dW = dy^T x in float. */
+TEST(amp_conv1x1_products_match_cpu)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 12);
+	const int n = 3, c = 40, k = 24, h = 5, w = 7, m = n * h * w;
+	struct conv2d_args a = { .n = n, .c_in = c, .h_in = h, .w_in = w, .c_out = k, .kh = 1, .kw = 1,
+				 .stride = 1, .pad = 0, .groups = 1, .h_out = h, .w_out = w };
+	g.ctx->heuristic_algos = 1;
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		CHECK_OK(cuda_ctx_set_act(g.ctx, ht, 1));
+		/* rows of x and dy are pixels (NHWC), W is K x C */
+		float *x = host_rand_h(&g, ht, (size_t)m * c, 1, 0), *wt = host_rand_h(&g, ht, (size_t)k * c, 1, 0);
+		float *dy = host_rand_h(&g, ht, (size_t)m * k, 1, 0), *dx0 = host_rand_h(&g, ht, (size_t)m * c, 1, 0);
+		float *y_ref = host_f(&g, (size_t)m * k), *dx_ref = host_f(&g, (size_t)m * c);
+		float *dw_ref = host_f(&g, (size_t)k * c);
+		for (int r = 0; r < m; r++)
+			for (int o = 0; o < k; o++) {
+				double s = 0;
+				for (int i = 0; i < c; i++)
+					s += (double)x[(size_t)r * c + i] * wt[(size_t)o * c + i];
+				y_ref[(size_t)r * k + o] = (float)s;
+			}
+		for (int r = 0; r < m; r++)
+			for (int i = 0; i < c; i++) {
+				double s = dx0[(size_t)r * c + i];
+				for (int o = 0; o < k; o++)
+					s += (double)dy[(size_t)r * k + o] * wt[(size_t)o * c + i];
+				dx_ref[(size_t)r * c + i] = (float)s;
+			}
+		for (int o = 0; o < k; o++)
+			for (int i = 0; i < c; i++) {
+				double s = 0;
+				for (int r = 0; r < m; r++)
+					s += (double)dy[(size_t)r * k + o] * x[(size_t)r * c + i];
+				dw_ref[(size_t)o * c + i] = (float)s;
+			}
+		void *d_x = dev_h_from(&g, ht, x, (size_t)m * c), *d_w = dev_h_from(&g, ht, wt, (size_t)k * c);
+		void *d_dy = dev_h_from(&g, ht, dy, (size_t)m * k), *d_dx = dev_h_from(&g, ht, dx0, (size_t)m * c);
+		void *d_y = dev_h(&g, (size_t)m * k);
+		float *d_dw = dev_f(&g, (size_t)k * c);
+		poison(&g, d_y, (size_t)m * k * 2);
+		CHECK_OK(conv2d_fwd_cuda(g.ctx, &a, d_x, d_w, NULL, d_y));
+		CHECK_REL(ht, "1x1 forward", down_h(&g, ht, d_y, (size_t)m * k), y_ref, (size_t)m * k);
+		CHECK_OK(conv2d_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 1));
+		CHECK_REL(ht, "1x1 backward data (accumulated)", down_h(&g, ht, d_dx, (size_t)m * c), dx_ref,
+			  (size_t)m * c);
+		CHECK_EQ_INT(conv2d_bwd_filter_f32_cuda(g.ctx, &a, d_x, d_dy, d_dw, NULL), 1);
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dw, (size_t)k * c), dw_ref, (size_t)k * c), 1e-5);
+		/* a 3x3 convolution is not a product: the caller gets 0 and uses cuDNN */
+		struct conv2d_args b = a;
+		b.kh = b.kw = 3;
+		b.pad = 1;
+		CHECK_EQ_INT(conv2d_bwd_filter_f32_cuda(g.ctx, &b, d_x, d_dy, d_dw, NULL), 0);
+	}
 	gpu_close(&g);
 }

@@ -742,25 +742,35 @@ TEST(cuda_amp_node_by_node)
 }
 
 /* Batch norm fused with the ReLU (resnet: and the residual add) after it, through
- * cuDNN's Ex calls (bf16 NHWC, the default), trains as the separate ops do: same
- * weights and batch, three steps (eager, then graph replays), then the losses,
- * logits, gradients, parameters and running statistics side by side. Both are bf16,
- * so they differ by rounding (a pre-ReLU value rounded or not), held to 16-bit
- * tolerances; a wrong mask, a missing residual or a wrong statistic is O(1). */
+ * cuDNN's Ex calls (bf16 NHWC, the default), against the separate ops: same weights
+ * and batch, each beside FP32. Two bf16 runs that round differently (the fused op
+ * does not round the value before the ReLU or the add) drift apart in these
+ * ill-conditioned nets at init as far as bf16 drifts from FP32 (resnet50: logits 0.2
+ * between them, 0.37 from FP32), so the fused net is held to the separate ops' own
+ * distance from FP32: at most 1.5 times it (plus a 1e-2 floor) for the loss, logits
+ * and gradients after one step and for the parameters and running statistics after
+ * three (eager, then graph replays). A wrong mask, residual or statistic is O(1). */
+static double near_as(double fused, double separate)
+{
+	return 1.5 * separate + 1e-2 - fused;
+}
+
 static void check_fused_bn(const char *model)
 {
 	const int size = 64, batch = 8, classes = 10;
-	struct net *a = build(model, size, batch, classes), *b = build(model, size, batch, classes);
-	float *x = NULL, *la = NULL, *lb = NULL, *ga = NULL, *gb = NULL;
+	struct net *nets[3] = { build(model, size, batch, classes), build(model, size, batch, classes),
+				build(model, size, batch, classes) };
+	struct net *f = nets[0], *a = nets[1], *b = nets[2]; /* FP32, fused, separate */
+	float *x = NULL, *l[3] = { 0 }, *gr[3] = { 0 };
 	int32_t *y = NULL;
-	if (!a || !b)
+	if (!f || !a || !b)
 		goto out;
-	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_BF16);
+	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_BF16);
 	setenv("GPUPERF_BN_FUSE", "0", 1);
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_BF16);
 	unsetenv("GPUPERF_BN_FUSE");
-	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
-	if (rc_a || rc_b)
+	CHECK_MSG(rc_f == 0 && rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
+	if (rc_f || rc_a || rc_b)
 		goto out;
 	int fused = 0, reserve = 0;
 	for (int i = 0; i < a->n_nodes; i++) {
@@ -768,49 +778,55 @@ static void check_fused_bn(const char *model)
 		reserve += a->nodes[i].t_rsv >= 0;
 		CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
 	}
-	printf("      %s: %d batch norms fused (%d with reserve space); arena %.1f MiB against %.1f MiB\n", model,
-	       fused, reserve, a->plan.arena_bytes / 1048576.0, b->plan.arena_bytes / 1048576.0);
+	printf("      %s: %d batch norms fused (%d with reserve space)\n", model, fused, reserve);
 	CHECK_MSG(fused > 0, "%s: no batch norm fused (cuDNN declined every one)", model);
 	CHECK(train_synthetic_batch(batch, 3, size, size, classes, 5, &x, &y) == 0);
-	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
-	size_t nl = (size_t)batch * classes, np = a->params_count;
-	la = malloc(nl * sizeof(float));
-	lb = malloc(nl * sizeof(float));
-	ga = malloc(np * sizeof(float));
-	gb = malloc(np * sizeof(float));
-	double loss_a = 0, loss_b = 0;
-	CHECK(net_forward(a, 1) == 0 && net_loss(a, &loss_a, NULL) == 0 && net_logits_to_host(a, la) == 0);
-	CHECK(net_forward(b, 1) == 0 && net_loss(b, &loss_b, NULL) == 0 && net_logits_to_host(b, lb) == 0);
-	CHECK(net_backward(a) == 0 && net_backward(b) == 0);
-	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
-	double e_logits = dist(la, lb, nl), e_grads = dist(ga, gb, np);
-	printf("      %s fused against separate: loss %.6f / %.6f, logits %.2e, grads %.2e", model, loss_a, loss_b,
-	       e_logits, e_grads);
-	CHECK_NEAR(loss_a, loss_b, 1e-2 * fabs(loss_b));
-	CHECK_LE(e_logits, 2e-2);
-	CHECK_LE(e_grads, 0.2);
-	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
-	CHECK(net_sgd_step(a, &sgd) == 0 && net_sgd_step(b, &sgd) == 0);
-	for (int s = 0; s < 2; s++) {
-		CHECK(net_train_step(a, &sgd, &loss_a, NULL) == 0);
-		CHECK(net_train_step(b, &sgd, &loss_b, NULL) == 0);
+	size_t nl = (size_t)batch * classes, np = f->params_count;
+	double loss[3];
+	for (int k = 0; k < 3; k++) {
+		l[k] = malloc(nl * sizeof(float));
+		gr[k] = malloc(np * sizeof(float));
+		CHECK(net_set_batch_data(nets[k], x, y) == 0);
+		CHECK(net_forward(nets[k], 1) == 0 && net_loss(nets[k], &loss[k], NULL) == 0 &&
+		      net_logits_to_host(nets[k], l[k]) == 0);
+		CHECK(net_backward(nets[k]) == 0 && net_grads_to_host(nets[k], gr[k]) == 0);
 	}
-	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
-	double e_p = dist(a->host_params, b->host_params, np);
-	double e_r = dist(a->host_running, b->host_running, a->running_count);
-	printf(" third loss %.6f / %.6f, params %.2e, running %.2e\n", loss_a, loss_b, e_p, e_r);
-	CHECK_NEAR(loss_a, loss_b, 5e-2 * fabs(loss_b));
-	CHECK_LE(e_p, 2e-2);
-	CHECK_LE(e_r, 2e-2);
+	double el[2], eg[2], eL[2];
+	for (int k = 0; k < 2; k++) {
+		eL[k] = fabs(loss[k + 1] - loss[0]) / fabs(loss[0]);
+		el[k] = dist(l[k + 1], l[0], nl);
+		eg[k] = dist(gr[k + 1], gr[0], np);
+	}
+	printf("      %s from FP32, fused / separate: loss %.2e / %.2e, logits %.2e / %.2e, grads %.2e / %.2e\n",
+	       model, eL[0], eL[1], el[0], el[1], eg[0], eg[1]);
+	CHECK_MSG(near_as(eL[0], eL[1]) >= 0, "%s: fused loss %.3g from FP32 against %.3g", model, eL[0], eL[1]);
+	CHECK_MSG(near_as(el[0], el[1]) >= 0, "%s: fused logits %.3g from FP32 against %.3g", model, el[0], el[1]);
+	CHECK_MSG(near_as(eg[0], eg[1]) >= 0, "%s: fused gradients %.3g from FP32 against %.3g", model, eg[0], eg[1]);
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int k = 0; k < 3; k++) {
+		CHECK(net_sgd_step(nets[k], &sgd) == 0);
+		for (int s = 0; s < 2; s++)
+			CHECK(net_train_step(nets[k], &sgd, NULL, NULL) == 0);
+		CHECK(net_sync_to_host(nets[k]) == 0);
+	}
+	double ep[2], er[2];
+	for (int k = 0; k < 2; k++) {
+		ep[k] = dist(nets[k + 1]->host_params, f->host_params, np);
+		er[k] = dist(nets[k + 1]->host_running, f->host_running, f->running_count);
+	}
+	printf("      %s after 3 steps, fused / separate: params %.2e / %.2e, running %.2e / %.2e\n", model, ep[0],
+	       ep[1], er[0], er[1]);
+	CHECK_MSG(near_as(ep[0], ep[1]) >= 0, "%s: fused parameters %.3g from FP32 against %.3g", model, ep[0], ep[1]);
+	CHECK_MSG(near_as(er[0], er[1]) >= 0, "%s: fused running statistics %.3g from FP32 against %.3g", model,
+		  er[0], er[1]);
 out:
 	free(x);
 	free(y);
-	free(la);
-	free(lb);
-	free(ga);
-	free(gb);
-	net_free(a);
-	net_free(b);
+	for (int k = 0; k < 3; k++) {
+		free(l[k]);
+		free(gr[k]);
+		net_free(nets[k]);
+	}
 }
 
 TEST(cuda_amp_fused_batch_norm)

@@ -127,10 +127,16 @@ int amp_backward_node(struct net *net, int i)
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
 		conv_ws_bind(net, nd, 1);
-		GP_TRY(conv2d_bwd_filter_cuda(ctx, a, x, dy, hgrad_ptr(net, nd, 0),
-					      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
-		GP_TRY(from_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
-					  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0));
+		int direct = conv2d_bwd_filter_f32_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0),
+							a->has_bias ? pgrad_ptr(net, nd, 1) : NULL);
+		if (direct < 0)
+			return direct;
+		if (!direct) {
+			GP_TRY(conv2d_bwd_filter_cuda(ctx, a, x, dy, hgrad_ptr(net, nd, 0),
+						      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+			GP_TRY(from_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
+						  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0));
+		}
 		return dx ? conv2d_bwd_data_cuda(ctx, a, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
 	}
 	case OP_BATCHNORM2D: {

@@ -26,6 +26,11 @@ struct conv_plan {
 	cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
 	size_t fwd_ws_bytes, bwd_data_ws_bytes, bwd_filter_ws_bytes;
+	/* 16-bit NHWC 1x1 convolutions: a direction as one cuBLAS product over N*H*W rows
+	 * (linear_*_cuda) where that measured faster than cuDNN's best; the weight
+	 * gradient then comes out in float, into the master gradient
+	 * (conv2d_bwd_filter_f32_cuda). */
+	int fwd_gemm, bwd_data_gemm, bwd_filter_gemm;
 };
 
 static const float one = 1.0f, zero = 0.0f;
@@ -222,6 +227,88 @@ static int find_workspace_alloc(struct cuda_ctx *ctx, void **ws, size_t *ws_byte
 	}
 }
 
+/* GPUPERF_WGRAD_GEMM=0: 1x1 weight gradients always through cuDNN. */
+static int wgrad_gemm_off(void)
+{
+	static int off = -1;
+	if (off < 0) {
+		const char *e = getenv("GPUPERF_WGRAD_GEMM");
+		off = e && *e == '0';
+	}
+	return off;
+}
+
+/* A 1x1, stride-1, unpadded, ungrouped convolution on 16-bit NHWC activations is a
+ * product of an (N*H*W) x C matrix with the K x C weights: its weight gradient is
+ * linear_bwd_weight_cuda's. */
+static int wgrad_gemm_ok(const struct cuda_ctx *ctx, const struct conv2d_args *a)
+{
+	return ctx->act_dtype != GP_F32 && ctx->nhwc && a->kh == 1 && a->kw == 1 && a->stride == 1 &&
+	       a->pad == 0 && a->groups == 1 && (size_t)a->n * a->h_in * a->w_in <= (size_t)INT32_MAX;
+}
+
+static struct linear_args wgrad_gemm_args(const struct conv2d_args *a)
+{
+	struct linear_args l = { .n = a->n * a->h_in * a->w_in, .in = a->c_in, .out = a->c_out, .has_bias = 0 };
+	return l;
+}
+
+/* Mean milliseconds of a 1x1 convolution direction as a cuBLAS product (0 forward,
+ * 1 backward data, 2 weight gradient) over 3 runs after a warm-up; -1 when there was
+ * no room to measure (cuDNN's then). x, w, y: the measuring buffers. */
+static int gemm_time(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, void *x, void *w, void *y,
+		     float *ms)
+{
+	struct linear_args l = wgrad_gemm_args(a);
+	size_t dw_bytes = (size_t)a->c_out * a->c_in * sizeof(float);
+	float *dw = NULL;
+	cudaEvent_t e0 = NULL, e1 = NULL;
+	*ms = -1;
+	int rc = dir == 2 ? cuda_alloc(ctx, (void **)&dw, dw_bytes, MEM_WORKSPACE) : 0;
+	if (rc == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e0))) == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e1))) == 0) {
+		for (int r = 0; r < 4 && rc == 0; r++) {
+			if (r == 1 && (rc = CUDA_CHECK(cudaEventRecord(e0, ctx->stream))) < 0)
+				break;
+			rc = dir == 0 ? linear_fwd_cuda(ctx, &l, x, w, NULL, y)
+			     : dir == 1 ? linear_bwd_data_cuda(ctx, &l, y, w, x, 0)
+					: linear_bwd_weight_cuda(ctx, &l, x, y, dw, NULL);
+		}
+		if (rc == 0 && (rc = CUDA_CHECK(cudaEventRecord(e1, ctx->stream))) == 0 &&
+		    (rc = CUDA_CHECK(cudaEventSynchronize(e1))) == 0 &&
+		    (rc = CUDA_CHECK(cudaEventElapsedTime(ms, e0, e1))) == 0)
+			*ms /= 3;
+	}
+	if (e0)
+		cudaEventDestroy(e0);
+	if (e1)
+		cudaEventDestroy(e1);
+	cuda_free(ctx, dw, dw_bytes, MEM_WORKSPACE);
+	if (rc == GP_EDEVOOM) {
+		gp_error_clear();
+		*ms = -1;
+		return 0;
+	}
+	return rc;
+}
+
+/* Take the product for direction dir where it is measured faster than cuDNN's
+ * choice (cuDNN's time: best_ms); in heuristic mode, where nothing is timed, always. */
+static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, void *x, void *w, void *y,
+		     float best_ms, int *use)
+{
+	float ms = -1;
+	*use = 0;
+	if (!wgrad_gemm_ok(ctx, a) || wgrad_gemm_off())
+		return 0;
+	if (ctx->heuristic_algos) {
+		*use = 1;
+		return 0;
+	}
+	GP_TRY(gemm_time(ctx, a, dir, x, w, y, &ms));
+	*use = ms >= 0 && ms < best_ms;
+	return 0;
+}
+
 /* Measure the three directions' algorithms. With bufs (the net's own activation,
  * parameter and gradient memory, free to overwrite before training starts) nothing
  * but the measuring workspace is allocated: at the largest batches, scratch copies
@@ -276,8 +363,11 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	}
 	p->fwd_algo = fwd[i].algo;
 	p->fwd_ws_bytes = fwd[i].memory;
-	if ((rc = desc_take_math(ctx, p->fwd_desc, fwd[i].mathType)) < 0)
+	if ((rc = desc_take_math(ctx, p->fwd_desc, fwd[i].mathType)) < 0 ||
+	    (rc = gemm_pick(ctx, a, 0, x, w, y, fwd[i].time, &p->fwd_gemm)) < 0)
 		goto free_scratch;
+	if (p->fwd_gemm)
+		p->fwd_ws_bytes = 0;
 
 	/* Backward data reads dy (the y scratch) and writes dx (the x scratch). */
 	if (ctx->heuristic_algos)
@@ -297,8 +387,11 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	}
 	p->bwd_data_algo = bwd_data[i].algo;
 	p->bwd_data_ws_bytes = bwd_data[i].memory;
-	if ((rc = desc_take_math(ctx, p->bwd_data_desc, bwd_data[i].mathType)) < 0)
+	if ((rc = desc_take_math(ctx, p->bwd_data_desc, bwd_data[i].mathType)) < 0 ||
+	    (rc = gemm_pick(ctx, a, 1, x, w, y, bwd_data[i].time, &p->bwd_data_gemm)) < 0)
 		goto free_scratch;
+	if (p->bwd_data_gemm)
+		p->bwd_data_ws_bytes = 0;
 
 	/* Backward filter reads x and dy and writes dw (the w scratch). */
 	if (ctx->heuristic_algos)
@@ -319,6 +412,9 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	p->bwd_filter_algo = bwd_filter[i].algo;
 	p->bwd_filter_ws_bytes = bwd_filter[i].memory;
 	rc = desc_take_math(ctx, p->bwd_filter_desc, bwd_filter[i].mathType);
+	if (rc == 0 && (rc = gemm_pick(ctx, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_gemm)) == 0 &&
+	    p->bwd_filter_gemm)
+		p->bwd_filter_ws_bytes = 0;
 
 free_scratch:
 	cuda_free(ctx, ws, ws_bytes, MEM_WORKSPACE);
@@ -534,6 +630,11 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const voi
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
+		if (p->fwd_gemm) {
+			struct linear_args l = wgrad_gemm_args(&sa);
+			GP_TRY(linear_fwd_cuda(ctx, &l, AT_C(x, xo), w, NULL, AT(y, yo)));
+			continue;
+		}
 		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->w_desc, w,
 						  p->fwd_desc, p->fwd_algo, conv_ws(ctx),
 						  p->fwd_ws_bytes, &zero, p->y_desc, AT(y, yo)));
@@ -559,6 +660,11 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
+		if (p->bwd_data_gemm) {
+			struct linear_args l = wgrad_gemm_args(&sa);
+			GP_TRY(linear_bwd_data_cuda(ctx, &l, AT_C(dy, yo), w, AT(dx, xo), accumulate));
+			continue;
+		}
 		CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, AT_C(dy, yo),
 						       p->bwd_data_desc, p->bwd_data_algo, conv_ws(ctx),
 						       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
@@ -596,4 +702,32 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 	if (a->has_bias && db)
 		GP_TRY(channel_sum_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, dy, db));
 	return 0;
+}
+
+int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
+			       float *dw, float *db)
+{
+	if (!wgrad_gemm_ok(ctx, a) || use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
+		return 0;
+	struct conv_plan *p;
+	int per, k = conv_slices(a, &per);
+	int any = 0; /* a slice planned for the product has no cuDNN workspace: then all take it */
+	for (int i = 0; i < k; i++) {
+		size_t xo, yo;
+		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
+		GP_TRY(plan_get(ctx, &sa, NULL, &p));
+		any |= p->bwd_filter_gemm;
+	}
+	if (!any)
+		return 0;
+	for (int i = 0; i < k; i++) {
+		size_t xo, yo;
+		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
+		struct linear_args l = wgrad_gemm_args(&sa);
+		GP_TRY(linear_bwd_weight_acc_cuda(ctx, &l, AT_C(x, xo), AT_C(dy, yo), dw, i > 0));
+	}
+	if (a->has_bias && db)
+		GP_TRY(channel_sum_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
+					  a->h_out * a->w_out, dy, db));
+	return 1;
 }

@@ -95,6 +95,11 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 void conv_cuda_set_max_elems(size_t n);
 /* Workspace bytes a's planned convolution needs forward and in backward (data and
  * filter share one buffer, one after the other); GP_ENOTFOUND before planning. */
+/* The weight gradient straight into float dw (and db), where the plan computes it
+ * that way (16-bit NHWC 1x1 convolutions through cuBLAS): 1 when done, 0 when the
+ * caller must use conv2d_bwd_filter_cuda. */
+int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
+			       float *dw, float *db);
 int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd);
 /* Drop every cached plan (the workspace stays). */
 void conv2d_plans_clear(struct cuda_ctx *ctx);
@@ -161,6 +166,9 @@ int linear_bwd_data_cuda(struct cuda_ctx *ctx, const struct linear_args *a, cons
 			 const void *w, void *dx, int accumulate);
 int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *x,
 			   const void *dy, float *dw, float *db);
+/* dW only, added into dw when accumulate (1x1 convolutions in batch slices). */
+int linear_bwd_weight_acc_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *x,
+			       const void *dy, float *dw, int accumulate);
 
 #ifdef __cplusplus
 }

@@ -51,11 +51,17 @@ int linear_bwd_data_cuda(struct cuda_ctx *ctx, const struct linear_args *a, cons
 		    accumulate ? 1.0f : 0.0f, dx, a->in, act_type(ctx));
 }
 
+int linear_bwd_weight_acc_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *x,
+			       const void *dy, float *dw, int accumulate)
+{
+	return gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, a->in, a->out, a->n, x, a->in, dy, a->out,
+		    accumulate ? 1.0f : 0.0f, dw, a->in, CUDA_R_32F);
+}
+
 int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *x,
 			   const void *dy, float *dw, float *db)
 {
-	GP_TRY(gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, a->in, a->out, a->n, x, a->in, dy, a->out, 0.0f,
-		    dw, a->in, CUDA_R_32F));
+	GP_TRY(linear_bwd_weight_acc_cuda(ctx, a, x, dy, dw, 0));
 	if (a->has_bias && db && ctx->act_dtype != GP_F32)
 		return channel_sum_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, 0, a->n, a->out, 1, dy, db);
 	if (a->has_bias && db)
