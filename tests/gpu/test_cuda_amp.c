@@ -678,3 +678,74 @@ TEST(amp_conv1x1_products_match_cpu)
 	}
 	gpu_close(&g);
 }
+
+/* --- batch norm fused with ReLU / ReLU6 (cuDNN's Ex op sets) ------------------------------
+ * Against the separate ops on the same device (cuDNN's plain batch norm, then the
+ * ReLU kernels, and back): outputs, input gradient, parameter gradients and running
+ * statistics. gamma 4 and beta 1 put a good share of the outputs past 6, so ReLU6's
+ * clip is exercised (the test checks that some are). */
+TEST(amp_bn_relu_fused_matches_separate)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 13);
+	const struct bn_args a = { .n = 4, .c = 24, .h = 6, .w = 5, .eps = 1e-5, .momentum = 0.1 };
+	const size_t cnt = (size_t)a.n * a.c * a.h * a.w;
+	for (int t = 0; t < N_HTS; t++) {
+		enum gp_dtype ht = HTS[t];
+		CHECK_OK(cuda_ctx_set_act(g.ctx, ht, 1));
+		for (int six = 0; six <= 1; six++) {
+			enum bn_fuse op = six ? BN_FUSE_RELU6 : BN_FUSE_RELU;
+			size_t reserve = 0;
+			CHECK_OK(bn_plan_cuda(g.ctx, &a));
+			int fused = bn_fuse_plan_cuda(g.ctx, &a, op, &reserve);
+			CHECK_MSG(fused >= 0, "bn_fuse_plan_cuda: %s", gp_errmsg());
+			printf("      %s %s: cuDNN %s it (reserve %zu bytes)\n", dtype_name(ht), six ? "ReLU6" : "ReLU",
+			       fused == 1 ? "fuses" : "declines", reserve);
+			/* ReLU is what resnets train with: it must fuse; ReLU6 falls back when not */
+			CHECK_MSG(fused == 1 || six, "%s: cuDNN declined batch norm + ReLU", dtype_name(ht));
+			if (fused != 1)
+				continue;
+			float *x = host_rand_h(&g, ht, cnt, 2, 0.5), *dy = host_rand_h(&g, ht, cnt, 1, 0);
+			float gamma[24], beta[24], run0[48];
+			for (int c = 0; c < a.c; c++) {
+				gamma[c] = 4.0f + 0.05f * c;
+				beta[c] = 1.0f;
+				run0[c] = 0.1f * c;
+				run0[a.c + c] = 1.0f + 0.01f * c;
+			}
+			float *d_gamma = dev_from(&g, gamma, a.c), *d_beta = dev_from(&g, beta, a.c);
+			void *d_x = dev_h_from(&g, ht, x, cnt), *d_dy = dev_h_from(&g, ht, dy, cnt);
+			void *y[2] = { dev_h(&g, cnt), dev_h(&g, cnt) }, *dx[2] = { dev_h(&g, cnt), dev_h(&g, cnt) };
+			void *t_h = dev_h(&g, cnt), *rsv = reserve ? dev_bytes(&g, reserve) : NULL;
+			float *st[2] = { dev_f(&g, 2 * a.c), dev_f(&g, 2 * a.c) }, *run[2] = { dev_from(&g, run0, 2 * a.c),
+												dev_from(&g, run0, 2 * a.c) };
+			float *dg[2] = { dev_f(&g, 2 * a.c), dev_f(&g, 2 * a.c) };
+			cudaStream_t s = g.ctx->stream;
+			/* fused */
+			CHECK_OK(bn_fwd_train_fused_cuda(g.ctx, &a, op, d_x, NULL, d_gamma, d_beta, y[0], st[0], st[0] + a.c,
+							 run[0], run[0] + a.c, rsv, reserve));
+			CHECK_OK(bn_bwd_relu_fused_cuda(g.ctx, &a, op, d_x, y[0], d_dy, d_gamma, d_beta, st[0], st[0] + a.c,
+							dx[0], 0, dg[0], dg[0] + a.c, rsv, reserve));
+			/* separate */
+			CHECK_OK(bn_fwd_train_cuda(g.ctx, &a, d_x, d_gamma, d_beta, t_h, st[1], st[1] + a.c, run[1],
+						   run[1] + a.c));
+			CHECK_OK(six ? relu6_fwd_h_cuda(s, ht, cnt, t_h, y[1]) : relu_fwd_h_cuda(s, ht, cnt, t_h, y[1]));
+			CHECK_OK(six ? relu6_bwd_h_cuda(s, ht, cnt, y[1], d_dy, t_h, 0) : relu_bwd_h_cuda(s, ht, cnt, y[1], d_dy, t_h, 0));
+			CHECK_OK(bn_bwd_cuda(g.ctx, &a, d_x, t_h, d_gamma, st[1], st[1] + a.c, dx[1], 0, dg[1], dg[1] + a.c));
+			float *y0 = down_h(&g, ht, y[0], cnt), *y1 = down_h(&g, ht, y[1], cnt);
+			size_t clipped = 0, zeros = 0;
+			for (size_t i = 0; i < cnt; i++) {
+				clipped += y1[i] == 6.0f;
+				zeros += y1[i] == 0.0f;
+			}
+			CHECK_MSG(zeros > cnt / 20 && (!six || clipped > cnt / 20), "%zu zeros, %zu at 6 of %zu", zeros,
+				  clipped, cnt);
+			CHECK_REL(ht, "fused output", y0, y1, cnt);
+			CHECK_REL(ht, "fused input gradient", down_h(&g, ht, dx[0], cnt), down_h(&g, ht, dx[1], cnt), cnt);
+			CHECK_LE(rel_err_norm_f32(down(&g, dg[0], 2 * a.c), down(&g, dg[1], 2 * a.c), 2 * a.c), 1e-2);
+			CHECK_LE(rel_err_norm_f32(down(&g, st[0], 2 * a.c), down(&g, st[1], 2 * a.c), 2 * a.c), 1e-5);
+			CHECK_LE(rel_err_norm_f32(down(&g, run[0], 2 * a.c), down(&g, run[1], 2 * a.c), 2 * a.c), 1e-5);
+		}
+	}
+	gpu_close(&g);
+}

@@ -755,7 +755,7 @@ static double near_as(double fused, double separate)
 	return 1.5 * separate + 1e-2 - fused;
 }
 
-static void check_fused_bn(const char *model)
+static void check_fused_bn(const char *model, int must_fuse)
 {
 	const int size = 64, batch = 8, classes = 10;
 	struct net *nets[3] = { build(model, size, batch, classes), build(model, size, batch, classes),
@@ -779,7 +779,9 @@ static void check_fused_bn(const char *model)
 		CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
 	}
 	printf("      %s: %d batch norms fused (%d with reserve space)\n", model, fused, reserve);
-	CHECK_MSG(fused > 0, "%s: no batch norm fused (cuDNN declined every one)", model);
+	CHECK_MSG(fused > 0 || !must_fuse, "%s: no batch norm fused (cuDNN declined every one)", model);
+	if (!fused) /* mobilenet_v2's ReLU6, where cuDNN does not fuse it: the separate ops run */
+		goto out;
 	CHECK(train_synthetic_batch(batch, 3, size, size, classes, 5, &x, &y) == 0);
 	size_t nl = (size_t)batch * classes, np = f->params_count;
 	double loss[3];
@@ -832,8 +834,9 @@ out:
 TEST(cuda_amp_fused_batch_norm)
 {
 	NEED_GPU();
-	check_fused_bn("resnet18");
-	check_fused_bn("resnet50");
+	check_fused_bn("resnet18", 1);
+	check_fused_bn("resnet50", 1);
+	check_fused_bn("mobilenet_v2", 0);
 }
 
 /* Convolution workspaces planned into the arena (the default) train as the

@@ -36,8 +36,9 @@ int amp_forward_node(struct net *net, int i, int training)
 		int role = training ? fuse_role(net, i) : FUSE_NONE;
 		if (role == FUSE_BN_DEFERRED) /* the add after it runs it */
 			return 0;
-		if (role == FUSE_BN_RELU)
-			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, BN_FUSE_RELU, x, NULL, param_ptr(net, nd, 0),
+		if (role == FUSE_BN_RELU || role == FUSE_BN_RELU6)
+			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
+						       x, NULL, param_ptr(net, nd, 0),
 						       param_ptr(net, nd, 1), y, stats, stats + nd->a.bn.c, run,
 						       run + nd->a.bn.c, rsv_ptr(net, i), nd->bn_reserve);
 		if (training)
@@ -51,6 +52,8 @@ int amp_forward_node(struct net *net, int i, int training)
 			return 0; /* in place: the fused batch norm wrote it */
 		return relu_fwd_h_cuda(s, b->ht, count, x, y);
 	case OP_RELU6:
+		if (training && fuse_role(net, i) == FUSE_RELU_DONE)
+			return 0;
 		return relu6_fwd_h_cuda(s, b->ht, count, x, y);
 	case OP_MAXPOOL2D:
 		return maxpool_fwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, x, y, saved);
@@ -143,8 +146,9 @@ int amp_backward_node(struct net *net, int i)
 		float *stats = saved;
 		if (!dx)
 			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
-		if (fuse_role(net, i) == FUSE_BN_RELU) /* dy is the ReLU's output gradient, unmasked */
-			return bn_bwd_relu_fused_cuda(ctx, &nd->a.bn, x, act_ptr_bwd(net, nd->last_consumer), dy,
+		if (fuse_role(net, i) == FUSE_BN_RELU || fuse_role(net, i) == FUSE_BN_RELU6) /* dy: unmasked */
+			return bn_bwd_relu_fused_cuda(ctx, &nd->a.bn,
+						      fuse_role(net, i) == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6, x, act_ptr_bwd(net, nd->last_consumer), dy,
 						      param_ptr(net, nd, 0), param_ptr(net, nd, 1), stats,
 						      stats + nd->a.bn.c, dx, acc, pgrad_ptr(net, nd, 0),
 						      pgrad_ptr(net, nd, 1), rsv_ptr(net, i), nd->bn_reserve);
@@ -156,6 +160,8 @@ int amp_backward_node(struct net *net, int i)
 			return 0;
 		return dx ? relu_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
+		if (fuse_role(net, i) == FUSE_RELU_DONE)
+			return 0;
 		return dx ? relu6_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_MAXPOOL2D:
 		return dx ? maxpool_bwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, dy, saved, dx, acc) : 0;
@@ -206,7 +212,7 @@ int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float 
 static int relu_over(const struct net *net, int r, int src)
 {
 	const struct node *rn = &net->nodes[r];
-	return rn->op == OP_RELU && rn->n_in == 1 && rn->in[0] == src && net->nodes[src].consumers == 1 &&
+	return (rn->op == OP_RELU || rn->op == OP_RELU6) && rn->n_in == 1 && rn->in[0] == src && net->nodes[src].consumers == 1 &&
 	       net->nodes[src].t_y >= 0 && rn->t_dy >= 0;
 }
 
@@ -229,15 +235,17 @@ int amp_plan_fusion(struct net *net, int *replan)
 		int c = nd->last_consumer, rc;
 		size_t reserve = 0;
 		if (relu_over(net, c, i)) {
-			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, BN_FUSE_RELU, &reserve)) < 0)
+			int six = net->nodes[c].op == OP_RELU6;
+			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, six ? BN_FUSE_RELU6 : BN_FUSE_RELU, &reserve)) < 0)
 				return rc;
 			if (rc == 0)
 				continue;
-			b->fuse[i] = FUSE_BN_RELU;
+			b->fuse[i] = six ? FUSE_BN_RELU6 : FUSE_BN_RELU;
 			b->fuse[c] = FUSE_RELU_DONE;
 			nd->rsv_last = 2 * n - i; /* read again by its backward */
 		} else if (net->nodes[c].op == OP_ADD && !b->fuse[c] && net->nodes[c].in[0] != net->nodes[c].in[1] &&
-			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c)) {
+			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c) &&
+			   net->nodes[net->nodes[c].last_consumer].op == OP_RELU) {
 			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, BN_FUSE_ADD_RELU, &reserve)) < 0)
 				return rc;
 			if (rc == 0)

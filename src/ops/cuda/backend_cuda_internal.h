@@ -53,10 +53,11 @@ struct backend_state {
 enum fuse_role {
 	FUSE_NONE = 0,
 	FUSE_BN_RELU,     /* batch norm: y = relu(bn(x)) forward, and its backward, fused */
-	FUSE_RELU_DONE,   /* the ReLU after it: nothing to do either way */
+	FUSE_RELU_DONE,   /* the ReLU (ReLU6) after it: nothing to do either way */
 	FUSE_BN_DEFERRED, /* batch norm whose forward the add after it runs */
 	FUSE_ADD_BN_RELU, /* that add: y = relu(bn(x) + z) forward; plain backward */
 	FUSE_RELU_AFTER_ADD, /* the ReLU after that add: no forward; plain backward */
+	FUSE_BN_RELU6,    /* batch norm: y = relu6(bn(x)) forward and backward, fused */
 };
 
 static inline int fuse_role(const struct net *net, int node)

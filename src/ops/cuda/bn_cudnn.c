@@ -174,8 +174,14 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 
 static cudnnBatchNormOps_t bn_ops(enum bn_fuse op)
 {
-	return op == BN_FUSE_ADD_RELU ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
-	       : op == BN_FUSE_RELU  ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
+	return op == BN_FUSE_ADD_RELU			  ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+	       : op == BN_FUSE_RELU || op == BN_FUSE_RELU6 ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+							   : CUDNN_BATCHNORM_OPS_BN;
+}
+
+static cudnnActivationDescriptor_t bn_act(const struct cuda_ctx *ctx, enum bn_fuse op)
+{
+	return op == BN_FUSE_RELU6 ? ctx->bn_relu6_desc : ctx->bn_relu_desc;
 }
 
 /* Workspace and reserve space of a fused op for a's shape (bn_describe first); a
@@ -186,16 +192,16 @@ static cudnnStatus_t bn_fuse_sizes(struct cuda_ctx *ctx, enum bn_fuse op, size_t
 	cudnnTensorDescriptor_t z = op == BN_FUSE_ADD_RELU ? ctx->bn_x_desc : NULL;
 	size_t fwd = 0, bwd = 0;
 	cudnnStatus_t st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ctx->bn_relu_desc, ctx->bn_x_desc, reserve);
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, bn_act(ctx, op), ctx->bn_x_desc, reserve);
 	if (st == CUDNN_STATUS_SUCCESS)
 		st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
 			ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ctx->bn_x_desc, z, ctx->bn_x_desc,
-			ctx->bn_param_desc, ctx->bn_relu_desc, &fwd);
-	/* the add's backward stays plain: only BN + ReLU runs fused backward */
-	if (st == CUDNN_STATUS_SUCCESS && op == BN_FUSE_RELU)
+			ctx->bn_param_desc, bn_act(ctx, op), &fwd);
+	/* the add's backward stays plain: only BN + ReLU (ReLU6) runs fused backward */
+	if (st == CUDNN_STATUS_SUCCESS && op != BN_FUSE_ADD_RELU)
 		st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
 			ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ctx->bn_x_desc, ctx->bn_x_desc,
-			ctx->bn_x_desc, NULL, ctx->bn_x_desc, ctx->bn_param_desc, ctx->bn_relu_desc, &bwd);
+			ctx->bn_x_desc, NULL, ctx->bn_x_desc, ctx->bn_param_desc, bn_act(ctx, op), &bwd);
 	*ws = fwd > bwd ? fwd : bwd;
 	return st;
 }
@@ -229,25 +235,27 @@ int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum 
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_ops(op), &one, &zero, ctx->bn_x_desc, x,
 		op == BN_FUSE_ADD_RELU ? ctx->bn_x_desc : NULL, op == BN_FUSE_ADD_RELU ? z : NULL, ctx->bn_x_desc, y,
 		ctx->bn_param_desc, gamma, beta, a->momentum, running_mean, running_var, a->eps, save_mean,
-		save_invstd, ctx->bn_relu_desc, ctx->workspace, ws, reserve, reserve_bytes));
+		save_invstd, bn_act(ctx, op), ctx->workspace, ws, reserve, reserve_bytes));
 	return 0;
 }
 
-int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *y,
+int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, const void *x, const void *y,
 			   const void *dy, const float *gamma, const float *beta, const float *save_mean,
 			   const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta,
 			   void *reserve, size_t reserve_bytes)
 {
 	GP_TRY(bn_describe(ctx, a));
 	size_t ws = 0, need = 0;
-	if (bn_fuse_sizes(ctx, BN_FUSE_RELU, &ws, &need) != CUDNN_STATUS_SUCCESS || ws > ctx->workspace_bytes ||
+	if (op == BN_FUSE_ADD_RELU)
+		return gp_error(GP_EINVAL, "fused batch norm backward: the add's runs plain");
+	if (bn_fuse_sizes(ctx, op, &ws, &need) != CUDNN_STATUS_SUCCESS || ws > ctx->workspace_bytes ||
 	    need > reserve_bytes)
 		return gp_error(GP_EUNSUPPORTED, "fused batch norm of %dx%dx%dx%d: not planned (bn_fuse_plan_cuda)",
 				a->n, a->c, a->h, a->w);
 	CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
-		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &one,
+		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_ops(op), &one,
 		accumulate ? &one : &zero, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc, y, ctx->bn_x_desc, dy,
 		NULL, NULL, ctx->bn_x_desc, dx, ctx->bn_param_desc, gamma, beta, dgamma, dbeta, a->eps, save_mean,
-		save_invstd, ctx->bn_relu_desc, ctx->workspace, ws, reserve, reserve_bytes));
+		save_invstd, bn_act(ctx, op), ctx->workspace, ws, reserve, reserve_bytes));
 	return 0;
 }

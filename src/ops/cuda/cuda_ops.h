@@ -136,10 +136,10 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 		const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
 		int accumulate, float *dgamma, float *dbeta);
 
-/* Fused batch norm through cuDNN's Ex calls (16-bit NHWC): y = relu(bn(x)) or
- * y = relu(bn(x) + z), as the ReLU and add nodes that follow a batch norm would
- * compute them, in one pass. */
-enum bn_fuse { BN_FUSE_NONE = 0, BN_FUSE_RELU, BN_FUSE_ADD_RELU };
+/* Fused batch norm through cuDNN's Ex calls (16-bit NHWC): y = relu(bn(x)),
+ * relu6(bn(x)) or relu(bn(x) + z), as the ReLU (ReLU6) and add nodes that follow a
+ * batch norm would compute them, in one pass. */
+enum bn_fuse { BN_FUSE_NONE = 0, BN_FUSE_RELU, BN_FUSE_ADD_RELU, BN_FUSE_RELU6 };
 /* 1 when cuDNN runs the fused op for a's shape in the context's type and layout (its
  * workspace reserved, *reserve_bytes what it keeps between forward and backward);
  * 0 when it does not (plain batch norm then); < 0 on error. */
@@ -150,9 +150,9 @@ int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum 
 			    const void *x, const void *z, const float *gamma, const float *beta, void *y,
 			    float *save_mean, float *save_invstd, float *running_mean, float *running_var,
 			    void *reserve, size_t reserve_bytes);
-/* Backward of y = relu(bn(x)) from y and dy (the gradient of y): dx (accumulated into
- * when accumulate), dgamma, dbeta. */
-int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *y,
+/* Backward of y = relu(bn(x)) (op BN_FUSE_RELU) or relu6(bn(x)) (BN_FUSE_RELU6) from y
+ * and dy (the gradient of y): dx (accumulated into when accumulate), dgamma, dbeta. */
+int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, const void *x, const void *y,
 			   const void *dy, const float *gamma, const float *beta, const float *save_mean,
 			   const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta,
 			   void *reserve, size_t reserve_bytes);

@@ -85,6 +85,9 @@ int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
 	    (rc = CUDNN_CHECK(cudnnCreateActivationDescriptor(&ctx->bn_relu_desc))) < 0 ||
 	    (rc = CUDNN_CHECK(cudnnSetActivationDescriptor(ctx->bn_relu_desc, CUDNN_ACTIVATION_RELU,
 							   CUDNN_NOT_PROPAGATE_NAN, 0.0))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnCreateActivationDescriptor(&ctx->bn_relu6_desc))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnSetActivationDescriptor(ctx->bn_relu6_desc, CUDNN_ACTIVATION_CLIPPED_RELU,
+							   CUDNN_NOT_PROPAGATE_NAN, 6.0))) < 0 ||
 	    (rc = cuda_ctx_set_math(ctx, CUDA_MATH_FP32)) < 0)
 		goto destroy_ctx;
 	*out = ctx;
@@ -106,6 +109,8 @@ void cuda_ctx_destroy(struct cuda_ctx *ctx)
 	cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
 	if (ctx->bn_relu_desc)
 		cudnnDestroyActivationDescriptor(ctx->bn_relu_desc);
+	if (ctx->bn_relu6_desc)
+		cudnnDestroyActivationDescriptor(ctx->bn_relu6_desc);
 	if (ctx->bn_param_desc)
 		cudnnDestroyTensorDescriptor(ctx->bn_param_desc);
 	if (ctx->bn_x_desc)

@@ -53,7 +53,8 @@ struct cuda_ctx {
 
 	/* Batch norm describes its tensors per call; these are reused, not shared state. */
 	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
-	cudnnActivationDescriptor_t bn_relu_desc; /* fused batch norm + ReLU (Ex calls) */
+	/* fused batch norm + ReLU / ReLU6 (Ex calls; ReLU6 as a ReLU clipped at 6) */
+	cudnnActivationDescriptor_t bn_relu_desc, bn_relu6_desc;
 };
 
 /* Workspace budget for algorithm selection unless changed (GPUPERF_CONV_WORKSPACE_MIB). */
