@@ -749,6 +749,49 @@ __global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, 
 	}
 }
 
+/* NHWC with channels in whole groups of 8 (16-byte aligned): one thread per 8 channels
+ * of an input pixel, so the window arithmetic is done once for 8 elements and the
+ * gradient, argmax and result move 16 and 32 bytes at a time; 32-bit index math. */
+template <typename T>
+__global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *dy, const int32_t *argmax,
+						T *dx, int accumulate)
+{
+	int cg = p.c / VEC;
+	for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
+		int t = g / cg, c8 = g - t * cg;
+		int iw = t % p.w_in;
+		t /= p.w_in;
+		int ih = t % p.h_in, ni = t / p.h_in;
+		int pos = ih * p.w_in + iw;
+		int th = ih + p.pad - p.k + 1, tw = iw + p.pad - p.k + 1;
+		int oh0 = th <= 0 ? 0 : (th + p.stride - 1) / p.stride;
+		int ow0 = tw <= 0 ? 0 : (tw + p.stride - 1) / p.stride;
+		int oh1 = min(p.h_out - 1, (ih + p.pad) / p.stride);
+		int ow1 = min(p.w_out - 1, (iw + p.pad) / p.stride);
+		float acc[VEC];
+		if (accumulate)
+			load8<true>(dx, (size_t)g, acc);
+		else
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				acc[e] = 0.0f;
+		for (int oh = oh0; oh <= oh1; oh++)
+			for (int ow = ow0; ow <= ow1; ow++) {
+				size_t o8 = (((size_t)ni * p.h_out + oh) * p.w_out + ow) * cg + c8; /* in groups of 8 */
+				const int4 *am = reinterpret_cast<const int4 *>(argmax) + 2 * o8;
+				int4 a0 = am[0], a1 = am[1];
+				int idx[VEC] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
+				float d[VEC];
+				load8<true>(dy, o8, d);
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					if (idx[e] == pos)
+						acc[e] += d[e];
+			}
+		store8<true>(dx, (size_t)g, acc);
+	}
+}
+
 static pool_hk pool_hk_from(const struct pool_args *a, int nhwc)
 {
 	pool_hk p = { a->c, a->h_in, a->w_in, a->h_out, a->w_out, a->k, a->stride, a->pad, nhwc ? 1 : 0 };
@@ -775,6 +818,15 @@ static int maxpool_bwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, co
 	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
 	if (!count)
 		return 0;
+	if (nhwc && a->c % VEC == 0 && count / VEC <= (size_t)INT32_MAX && aligned(dy, 16) && aligned(dx, 16) &&
+	    aligned(argmax, 16)) {
+		int groups = (int)(count / VEC);
+		maxpool_bwd_nhwc8_kernel<<<grid_for((size_t)groups), BLOCK, 0, s>>>(groups, pool_hk_from(a, nhwc),
+										    (const T *)dy, argmax, (T *)dx,
+										    accumulate);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
 	maxpool_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, pool_hk_from(a, nhwc), (const T *)dy,
 							      argmax, (T *)dx, accumulate);
 	CUDA_CHECK_LAUNCH();
