@@ -443,10 +443,15 @@ TEST(cuda_recompute_matches_keeping_outputs)
 		goto out;
 	b->recompute = 1;
 	backend_cuda_set_conv_policy(0, 1);
+	/* activations only in the arenas: at this small size the convolution workspaces
+	 * (planned there by default) would weigh as much as the activations */
+	setenv("GPUPERF_CONV_WS_ARENA", "0", 1);
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+	unsetenv("GPUPERF_CONV_WS_ARENA");
 	backend_cuda_set_conv_policy(0, 0);
-	CHECK(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes);
+	CHECK_MSG(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes, "arena %zu with recompute, %zu without",
+		  b->plan.arena_bytes, a->plan.arena_bytes);
 	float *x;
 	int32_t *y;
 	CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 6, &x, &y) == 0);
