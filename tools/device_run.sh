@@ -5,7 +5,9 @@
 # maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
-# ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES).
+# ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
+# (mobilenet_v2 bf16 kernel times beside PyTorch's). Only 8 files come back from $OUT:
+# point OUT at a scratch folder and tar it into the real one.
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
 . build/bundle/env.sh
