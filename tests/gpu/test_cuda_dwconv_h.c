@@ -303,3 +303,73 @@ TEST(cuda_dwconv_h_empty_batch)
 	}
 	gpu_close(&g);
 }
+
+/* A ReLU6 folded into the convolution that reads it (dwconv_h_*_relu6_cuda): on a stored
+ * input r >= 0 (the fused batch norm's max(z, 0)) with a good share above 6, forward and
+ * weight gradient equal the plain kernels on min(r, 6), bit for bit (the clip happens on
+ * load); backward data equals the plain one with the gradient zeroed where r >= 6, bit
+ * for bit without accumulate (masking before the one rounding), and accumulated it adds
+ * that masked gradient to dx. In NHWC on the device throughout. */
+TEST(cuda_dwconv_h_relu6_folded)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 55);
+	struct conv2d_args cases[] = {
+		dw_args(2, 32, 14, 14, 3, 1, 1, 0),  /* 8 channels per thread */
+		dw_args(2, 144, 15, 15, 3, 2, 1, 0), /* stride 2 */
+		dw_args(2, 24, 13, 11, 5, 1, 2, 0),  /* the generic kernels */
+		dw_args(2, 6, 9, 9, 3, 1, 1, 0),     /* 2 channels per thread */
+	};
+	cudaStream_t s = g.ctx->stream;
+	for (int t = 0; t < N_HTS; t++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			enum gp_dtype ht = HTS[t];
+			const struct conv2d_args *a = &cases[i];
+			int dev_mark = g.n_dev, host_mark = g.n_host;
+			size_t nx = (size_t)a->n * a->c_in * a->h_in * a->w_in, ny = (size_t)a->n * a->c_in * a->h_out * a->w_out;
+			size_t nw = (size_t)a->c_in * a->kh * a->kw, ns = dwconv_h_bwd_filter_scratch_floats(a);
+			float *r = host_rand_h(&g, ht, nx, 4, 4), *q = host_f(&g, nx);
+			size_t over = 0;
+			for (size_t k = 0; k < nx; k++) {
+				r[k] = r[k] < 0 ? -r[k] : r[k]; /* >= 0, as after the fused ReLU */
+				q[k] = r[k] < 6 ? r[k] : 6;
+				over += r[k] >= 6;
+			}
+			CHECK_MSG(over > nx / 10, "only %zu of %zu inputs at or above 6", over, nx);
+			float *w = host_rand_h(&g, ht, nw, 1, 0), *dy = host_rand_h(&g, ht, ny, 1, 0);
+			float *dx0 = host_rand_h(&g, ht, nx, 1, 0);
+			void *d_r = dev_h_at(&g, nx, 0), *d_q = dev_h_at(&g, nx, 0), *d_w = dev_h_at(&g, nw, 0);
+			void *d_dy = dev_h_at(&g, ny, 0), *d_y1 = dev_h_at(&g, ny, 0), *d_y2 = dev_h_at(&g, ny, 0);
+			void *d_dx1 = dev_h_at(&g, nx, 0), *d_dx2 = dev_h_at(&g, nx, 0);
+			void *d_dw1 = dev_h_at(&g, nw, 0), *d_dw2 = dev_h_at(&g, nw, 0);
+			float *d_scratch = dev_f(&g, ns);
+			put_h(&g, ht, d_r, r, nx); /* NHWC on both sides: a permutation does not matter */
+			put_h(&g, ht, d_q, q, nx);
+			put_h(&g, ht, d_w, w, nw);
+			put_h(&g, ht, d_dy, dy, ny);
+			CHECK_OK(dwconv_h_fwd_relu6_cuda(s, ht, a, d_r, d_w, NULL, d_y1));
+			CHECK_OK(dwconv_h_fwd_cuda(s, ht, a, d_q, d_w, NULL, d_y2));
+			CHECK_MSG(max_abs_diff(down_h(&g, ht, d_y1, ny), down_h(&g, ht, d_y2, ny), ny) == 0,
+				  "%s case %zu: folded forward differs", dtype_name(ht), i);
+			CHECK_OK(dwconv_h_bwd_filter_relu6_cuda(s, ht, a, d_r, d_dy, d_dw1, NULL, d_scratch));
+			CHECK_OK(dwconv_h_bwd_filter_cuda(s, ht, a, d_q, d_dy, d_dw2, NULL, d_scratch));
+			CHECK_MSG(max_abs_diff(down_h(&g, ht, d_dw1, nw), down_h(&g, ht, d_dw2, nw), nw) == 0,
+				  "%s case %zu: folded weight gradient differs", dtype_name(ht), i);
+			poison(&g, d_dx1, nx * 2);
+			CHECK_OK(dwconv_h_bwd_data_relu6_cuda(s, ht, a, d_dy, d_w, d_r, d_dx1, 0));
+			CHECK_OK(dwconv_h_bwd_data_cuda(s, ht, a, d_dy, d_w, d_dx2, 0));
+			float *g1 = down_h(&g, ht, d_dx1, nx), *g2 = down_h(&g, ht, d_dx2, nx);
+			for (size_t k = 0; k < nx; k++)
+				g2[k] = r[k] < 6 ? g2[k] : 0.0f;
+			CHECK_MSG(max_abs_diff(g1, g2, nx) == 0, "%s case %zu: folded backward data differs",
+				  dtype_name(ht), i);
+			put_h(&g, ht, d_dx1, dx0, nx);
+			CHECK_OK(dwconv_h_bwd_data_relu6_cuda(s, ht, a, d_dy, d_w, d_r, d_dx1, 1));
+			float *want = host_f(&g, nx);
+			for (size_t k = 0; k < nx; k++)
+				want[k] = dx0[k] + g2[k];
+			CHECK_LE(rel_err_norm_f32(down_h(&g, ht, d_dx1, nx), want, nx), tol_for(ht));
+			gpu_release(&g, dev_mark, host_mark);
+		}
+	gpu_close(&g);
+}

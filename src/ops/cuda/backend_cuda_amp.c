@@ -27,6 +27,7 @@ int amp_forward_node(struct net *net, int i, int training)
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
 		conv_ws_bind(net, nd, 0);
+		ctx->dw_relu6 = fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED;
 		GP_TRY(to_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
 					param_ptr(net, nd, 0), hparam_ptr(net, nd, 0)));
 		return conv2d_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
@@ -52,7 +53,7 @@ int amp_forward_node(struct net *net, int i, int training)
 			return 0; /* in place: the fused batch norm wrote it */
 		return relu_fwd_h_cuda(s, b->ht, count, x, y);
 	case OP_RELU6:
-		if (training && fuse_role(net, i) == FUSE_RELU_DONE)
+		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU6_FOLDED))
 			return 0;
 		return relu6_fwd_h_cuda(s, b->ht, count, x, y);
 	case OP_MAXPOOL2D:
@@ -130,6 +131,10 @@ int amp_backward_node(struct net *net, int i)
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
 		conv_ws_bind(net, nd, 1);
+		if (fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED) { /* x is max(z, 0): clip, and mask dx */
+			ctx->dw_relu6 = 1;
+			ctx->dw_relu6_x = x;
+		}
 		int direct = conv2d_bwd_filter_f32_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0),
 							a->has_bias ? pgrad_ptr(net, nd, 1) : NULL);
 		if (direct < 0)
@@ -160,7 +165,7 @@ int amp_backward_node(struct net *net, int i)
 			return 0;
 		return dx ? relu_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
-		if (fuse_role(net, i) == FUSE_RELU_DONE)
+		if (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU6_FOLDED)
 			return 0;
 		return dx ? relu6_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_MAXPOOL2D:
@@ -216,6 +221,18 @@ static int relu_over(const struct net *net, int r, int src)
 	       net->nodes[src].t_y >= 0 && rn->t_dy >= 0;
 }
 
+/* A ReLU6 whose only reader is a depthwise convolution on the own 16-bit kernels, which
+ * can apply its clip at 6 (GPUPERF_RELU6_FOLD=0: no). */
+static int relu6_foldable(const struct net *net, int r)
+{
+	const char *env = getenv("GPUPERF_RELU6_FOLD");
+	const struct node *rn = &net->nodes[r], *cn = &net->nodes[rn->last_consumer];
+	if ((env && *env == '0') || rn->consumers != 1 || rn->last_consumer < 0 || cn->op != OP_CONV2D ||
+	    cn->in[0] != r)
+		return 0;
+	return conv2d_uses_dwconv_h(net->bk->ctx, &cn->a.conv);
+}
+
 int amp_plan_fusion(struct net *net, int *replan)
 {
 	struct backend_state *b = net->bk;
@@ -235,13 +252,14 @@ int amp_plan_fusion(struct net *net, int *replan)
 		int c = nd->last_consumer, rc;
 		size_t reserve = 0;
 		if (relu_over(net, c, i)) {
-			int six = net->nodes[c].op == OP_RELU6;
-			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, six ? BN_FUSE_RELU6 : BN_FUSE_RELU, &reserve)) < 0)
+			int six = net->nodes[c].op == OP_RELU6, fold = six && relu6_foldable(net, c);
+			enum bn_fuse op = six && !fold ? BN_FUSE_RELU6 : BN_FUSE_RELU;
+			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, op, &reserve)) < 0)
 				return rc;
 			if (rc == 0)
 				continue;
-			b->fuse[i] = six ? FUSE_BN_RELU6 : FUSE_BN_RELU;
-			b->fuse[c] = FUSE_RELU_DONE;
+			b->fuse[i] = op == BN_FUSE_RELU6 ? FUSE_BN_RELU6 : FUSE_BN_RELU;
+			b->fuse[c] = fold ? FUSE_RELU6_FOLDED : FUSE_RELU_DONE;
 			nd->rsv_last = 2 * n - i; /* read again by its backward */
 		} else if (net->nodes[c].op == OP_ADD && !b->fuse[c] && net->nodes[c].in[0] != net->nodes[c].in[1] &&
 			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c) &&

@@ -58,6 +58,9 @@ enum fuse_role {
 	FUSE_ADD_BN_RELU, /* that add: y = relu(bn(x) + z) forward; plain backward */
 	FUSE_RELU_AFTER_ADD, /* the ReLU after that add: no forward; plain backward */
 	FUSE_BN_RELU6,    /* batch norm: y = relu6(bn(x)) forward and backward, fused */
+	FUSE_RELU6_FOLDED, /* ReLU6 after a FUSE_BN_RELU batch norm (which stores max(z, 0)),
+			    * whose one reader, a 16-bit depthwise convolution, takes min(., 6)
+			    * on load and masks its input gradient: nothing to do here */
 };
 
 static inline int fuse_role(const struct net *net, int node)
@@ -134,6 +137,8 @@ static inline void bind_act(struct net *net)
 	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
 	b->ctx->nhwc = b->nhwc;
 	b->ctx->conv_ws_external = 0;
+	b->ctx->dw_relu6 = 0;
+	b->ctx->dw_relu6_x = NULL;
 }
 
 /* Point the context at a convolution node's workspace in the arena (forward or

@@ -548,6 +548,11 @@ static int use_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 	return on && ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
 }
 
+int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
+{
+	return use_dwconv_h(ctx, a);
+}
+
 /* The workspace a convolution call uses: the caller's (conv_ws_external) or the shared one. */
 static void *conv_ws(const struct cuda_ctx *ctx)
 {
@@ -623,7 +628,10 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const voi
 	if (use_dwconv(ctx, a))
 		return dwconv_fwd_cuda(ctx->stream, a, x, w, a->has_bias ? b : NULL, y);
 	if (use_dwconv_h(ctx, a))
-		return dwconv_h_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, a->has_bias ? b : NULL, y);
+		return (ctx->dw_relu6 ? dwconv_h_fwd_relu6_cuda : dwconv_h_fwd_cuda)(
+			ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, a->has_bias ? b : NULL, y);
+	if (ctx->dw_relu6)
+		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
 	for (int i = 0; i < k; i++) {
@@ -653,7 +661,12 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 	if (use_dwconv(ctx, a))
 		return dwconv_bwd_data_cuda(ctx->stream, a, dy, w, dx, accumulate);
 	if (use_dwconv_h(ctx, a))
-		return dwconv_h_bwd_data_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w, dx, accumulate);
+		return ctx->dw_relu6 ? dwconv_h_bwd_data_relu6_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w,
+								   ctx->dw_relu6_x, dx, accumulate)
+				     : dwconv_h_bwd_data_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w, dx,
+							      accumulate);
+	if (ctx->dw_relu6)
+		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
 	for (int i = 0; i < k; i++) {
@@ -682,9 +695,12 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 	}
 	if (use_dwconv_h(ctx, a)) {
 		GP_TRY(dwconv_reserve(ctx, a));
-		return dwconv_h_bwd_filter_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, dy, dw,
+		return (ctx->dw_relu6 ? dwconv_h_bwd_filter_relu6_cuda : dwconv_h_bwd_filter_cuda)(
+			ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, dy, dw,
 						a->has_bias ? db : NULL, ctx->workspace);
 	}
+	if (ctx->dw_relu6)
+		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
 	for (int i = 0; i < k; i++) {

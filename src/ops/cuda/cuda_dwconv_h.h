@@ -34,6 +34,14 @@ int dwconv_h_bwd_data_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d
 size_t dwconv_h_bwd_filter_scratch_floats(const struct conv2d_args *a);
 /* dw: 16-bit, [c][kh][kw] (overwritten); db (may be NULL) float, overwritten. Deterministic two-pass reduction in float/double. */
 int dwconv_h_bwd_filter_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x, const void *dy, void *dw, float *db, float *scratch);
+/* The same with a ReLU6 folded into the convolution that reads its output (mixed
+ * precision: the batch norm before it applies max(., 0) in cuDNN's fused ReLU and
+ * stores that; these apply min(., 6)): forward and weight gradient take min(x, 6) for
+ * x, and backward data keeps dx only where x < 6 (x: the stored input, laid out as dx;
+ * accumulate adds the masked gradient). */
+int dwconv_h_fwd_relu6_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x, const void *w, const float *b, void *y);
+int dwconv_h_bwd_data_relu6_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *dy, const void *w, const void *x, void *dx, int accumulate);
+int dwconv_h_bwd_filter_relu6_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x, const void *dy, void *dw, float *db, float *scratch);
 
 #ifdef __cplusplus
 }

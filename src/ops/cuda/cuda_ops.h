@@ -100,6 +100,9 @@ void conv_cuda_set_max_elems(size_t n);
  * caller must use conv2d_bwd_filter_cuda. */
 int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
 			       float *dw, float *db);
+/* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's current mode (a
+ * ReLU6 before it can then be folded in: ctx->dw_relu6). */
+int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a);
 int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd);
 /* Drop every cached plan (the workspace stays). */
 void conv2d_plans_clear(struct cuda_ctx *ctx);

@@ -41,6 +41,11 @@ struct cuda_ctx {
 	 * the activation arena) and planning does not grow the shared workspace for them */
 	int conv_ws_external;
 	void *conv_ws;
+	/* 1: the next depthwise convolution (16-bit NHWC, own kernels) reads the output of
+	 * a ReLU6 folded into it: min(x, 6) on load, and backward data masked where the
+	 * stored input dw_relu6_x reaches 6 (the backend sets these per node) */
+	int dw_relu6;
+	const void *dw_relu6_x;
 	/* Activations of convolutions, batch norms and linear layers: GP_F32, or GP_F16 /
 	 * GP_BF16 for mixed precision (tensor cores, float accumulation); and their layout,
 	 * 1 for NHWC (channels last; convolution weights KRSC then). */

@@ -153,6 +153,8 @@ struct dwh_k {
 	unsigned items; /* threads per image: row groups * cols * cv */
 	unsigned ipr;   /* images per grid row */
 	size_t img_in, img_out; /* elements of one image of x / dx and of y / dy */
+	int clip6;      /* forward: the input is min(x, 6) (a ReLU6 folded into its reader) */
+	const void *mask; /* backward data: dx *= (mask < 6), mask laid out as dx (or NULL) */
 };
 
 static struct dwh_k dwh_k_from(const struct conv2d_args *a)
@@ -173,7 +175,28 @@ static struct dwh_k dwh_k_from(const struct conv2d_args *a)
 	p.ipr = 0;
 	p.img_in = (size_t)a->h_in * a->w_in * a->c_in;
 	p.img_out = (size_t)a->h_out * a->w_out * a->c_in;
+	p.clip6 = 0;
+	p.mask = NULL;
 	return p;
+}
+
+/* The folded ReLU6's clip on loaded input values (its other half, max(., 0), is the
+ * batch norm's fused ReLU before it). */
+template <int V> __device__ static inline void clip6v(float *v)
+{
+#pragma unroll
+	for (int e = 0; e < V; e++)
+		v[e] = fminf(v[e], 6.0f);
+}
+
+/* Its backward: a gradient flows only where the ReLU6 input stayed under 6. */
+template <typename T, int V> __device__ static inline void mask6v(const T *m, float *g)
+{
+	float mv[V];
+	ldv<V>(m, mv);
+#pragma unroll
+	for (int e = 0; e < V; e++)
+		g[e] = mv[e] < 6.0f ? g[e] : 0.0f;
 }
 
 /* Map rows x cols x (c / v) of every image, vh rows per thread, onto a grid (n >= 1). */
@@ -253,6 +276,8 @@ dwh_fwd_kernel(struct dwh_k p, const T *__restrict__ x, const T *__restrict__ w,
 				continue;
 			float xv[V];
 			ldv<V>(xi + (ih * p.w_in + iw) * p.c, xv);
+			if (p.clip6)
+				clip6v<V>(xv);
 #pragma unroll
 			for (int i = 0; i < VH; i++) {
 				const int ky = r - i * S;
@@ -309,6 +334,8 @@ dwh_fwd_generic_kernel(struct dwh_k p, const T *__restrict__ x, const T *__restr
 				continue;
 			float xv[V];
 			ldv<V>(xi + (ih * p.w_in + iw) * p.c, xv);
+			if (p.clip6)
+				clip6v<V>(xv);
 #pragma unroll
 			for (int e = 0; e < V; e++)
 				acc[e] += xv[e] * to_f(wp[e * kk + ky * k + kx]);
@@ -322,9 +349,10 @@ dwh_fwd_generic_kernel(struct dwh_k p, const T *__restrict__ x, const T *__restr
 
 template <typename T, int V>
 static int dwh_fwd_v(cudaStream_t s, const struct conv2d_args *a, const T *x, const T *w,
-		     const float *b, T *y)
+		     const float *b, T *y, int clip6)
 {
 	struct dwh_k p = dwh_k_from(a);
+	p.clip6 = clip6;
 	dim3 grid;
 	if (a->kh == 3) {
 		const int VH = DWH_VH(V);
@@ -343,22 +371,22 @@ static int dwh_fwd_v(cudaStream_t s, const struct conv2d_args *a, const T *x, co
 
 template <typename T>
 static int dwh_fwd(cudaStream_t s, const struct conv2d_args *a, const void *x, const void *w,
-		   const float *b, void *y)
+		   const float *b, void *y, int clip6)
 {
 	const T *xt = (const T *)x, *wt = (const T *)w;
 	T *yt = (T *)y;
 	switch (pick_v(a->c_in, x, w, y)) {
 	case 8:
-		return dwh_fwd_v<T, 8>(s, a, xt, wt, b, yt);
+		return dwh_fwd_v<T, 8>(s, a, xt, wt, b, yt, clip6);
 	case 2:
-		return dwh_fwd_v<T, 2>(s, a, xt, wt, b, yt);
+		return dwh_fwd_v<T, 2>(s, a, xt, wt, b, yt, clip6);
 	default:
-		return dwh_fwd_v<T, 1>(s, a, xt, wt, b, yt);
+		return dwh_fwd_v<T, 1>(s, a, xt, wt, b, yt, clip6);
 	}
 }
 
-extern "C" int dwconv_h_fwd_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
-				 const void *x, const void *w, const float *b, void *y)
+static int dwh_fwd_any(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x,
+		       const void *w, const float *b, void *y, int clip6)
 {
 	GP_TRY(dwh_check(a, "forward"));
 	if (ht != GP_F16 && ht != GP_BF16)
@@ -366,7 +394,19 @@ extern "C" int dwconv_h_fwd_cuda(cudaStream_t s, enum gp_dtype ht, const struct 
 	if (!a->n)
 		return 0;
 	const float *bias = a->has_bias ? b : NULL;
-	return DISPATCH_H(ht, dwh_fwd, s, a, x, w, bias, y);
+	return DISPATCH_H(ht, dwh_fwd, s, a, x, w, bias, y, clip6);
+}
+
+extern "C" int dwconv_h_fwd_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
+				 const void *x, const void *w, const float *b, void *y)
+{
+	return dwh_fwd_any(s, ht, a, x, w, b, y, 0);
+}
+
+extern "C" int dwconv_h_fwd_relu6_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
+				       const void *x, const void *w, const float *b, void *y)
+{
+	return dwh_fwd_any(s, ht, a, x, w, b, y, 1);
 }
 
 /* --- backward data ----------------------------------------------------------------------
@@ -433,6 +473,8 @@ dwh_bwd_data_kernel(struct dwh_k p, const T *__restrict__ dy, const T *__restric
 		if (ih0 + i >= p.h_in)
 			break;
 		T *q = dxi + ((ih0 + i) * p.w_in + iw) * p.c;
+		if (p.mask)
+			mask6v<T, V>((const T *)p.mask + (q - dx), acc[i]);
 		if (accumulate) {
 			float old[V];
 			ldv<V>(q, old);
@@ -476,6 +518,8 @@ dwh_bwd_data_generic_kernel(struct dwh_k p, const T *__restrict__ dy, const T *_
 		}
 	}
 	T *q = dx + ni * p.img_in + (ih * p.w_in + iw) * p.c + ch0;
+	if (p.mask)
+		mask6v<T, V>((const T *)p.mask + (q - dx), acc);
 	if (accumulate) {
 		float old[V];
 		ldv<V>(q, old);
@@ -488,9 +532,10 @@ dwh_bwd_data_generic_kernel(struct dwh_k p, const T *__restrict__ dy, const T *_
 
 template <typename T, int V>
 static int dwh_bwd_data_v(cudaStream_t s, const struct conv2d_args *a, const T *dy, const T *w,
-			  T *dx, int accumulate)
+			  T *dx, int accumulate, const void *mask)
 {
 	struct dwh_k p = dwh_k_from(a);
+	p.mask = mask;
 	dim3 grid;
 	if (a->kh == 3) {
 		const int VH = DWH_VH(V);
@@ -509,29 +554,44 @@ static int dwh_bwd_data_v(cudaStream_t s, const struct conv2d_args *a, const T *
 
 template <typename T>
 static int dwh_bwd_data(cudaStream_t s, const struct conv2d_args *a, const void *dy, const void *w,
-			void *dx, int accumulate)
+			void *dx, int accumulate, const void *mask)
 {
 	const T *dyt = (const T *)dy, *wt = (const T *)w;
 	T *dxt = (T *)dx;
-	switch (pick_v(a->c_in, dy, w, dx)) {
+	int v = pick_v(a->c_in, dy, w, dx), vm = mask ? pick_v(a->c_in, mask, NULL, NULL) : 8;
+	switch (v < vm ? v : vm) {
 	case 8:
-		return dwh_bwd_data_v<T, 8>(s, a, dyt, wt, dxt, accumulate);
+		return dwh_bwd_data_v<T, 8>(s, a, dyt, wt, dxt, accumulate, mask);
 	case 2:
-		return dwh_bwd_data_v<T, 2>(s, a, dyt, wt, dxt, accumulate);
+		return dwh_bwd_data_v<T, 2>(s, a, dyt, wt, dxt, accumulate, mask);
 	default:
-		return dwh_bwd_data_v<T, 1>(s, a, dyt, wt, dxt, accumulate);
+		return dwh_bwd_data_v<T, 1>(s, a, dyt, wt, dxt, accumulate, mask);
 	}
 }
 
-extern "C" int dwconv_h_bwd_data_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
-				      const void *dy, const void *w, void *dx, int accumulate)
+static int dwh_bwd_data_any(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *dy,
+			    const void *w, void *dx, int accumulate, const void *mask)
 {
 	GP_TRY(dwh_check(a, "backward data"));
 	if (ht != GP_F16 && ht != GP_BF16)
 		return bad_dtype(ht);
 	if (!a->n)
 		return 0;
-	return DISPATCH_H(ht, dwh_bwd_data, s, a, dy, w, dx, accumulate);
+	return DISPATCH_H(ht, dwh_bwd_data, s, a, dy, w, dx, accumulate, mask);
+}
+
+extern "C" int dwconv_h_bwd_data_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
+				      const void *dy, const void *w, void *dx, int accumulate)
+{
+	return dwh_bwd_data_any(s, ht, a, dy, w, dx, accumulate, NULL);
+}
+
+extern "C" int dwconv_h_bwd_data_relu6_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
+					    const void *dy, const void *w, const void *x, void *dx, int accumulate)
+{
+	if (!x && a->n)
+		return gp_error(GP_EINVAL, "16-bit depthwise backward data with a folded ReLU6: no input to mask with");
+	return dwh_bwd_data_any(s, ht, a, dy, w, dx, accumulate, x);
 }
 
 /* --- backward filter --------------------------------------------------------------------
@@ -553,6 +613,7 @@ struct dwh_f {
 	int64_t rows;     /* n * h_out, cut into slices */
 	int step_n, step_h, step_w; /* py pixels as images, rows (< h_out), columns (< w_out) */
 	size_t img_in, img_out;
+	int clip6; /* the input is min(x, 6) (a ReLU6 folded into its reader) */
 };
 
 /* Channel vectors per block for cv vectors in all: as even a split of cv into groups of
@@ -628,6 +689,8 @@ dwh_filter_part_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restr
 							continue;
 						float xv[V];
 						ldv<V>(xi + (ih * p.w_in + iw) * p.c, xv);
+			if (p.clip6)
+				clip6v<V>(xv);
 #pragma unroll
 						for (int e = 0; e < V; e++)
 							acc[ky * K + kx][e] += g[e] * xv[e];
@@ -645,6 +708,8 @@ dwh_filter_part_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restr
 				if (ih >= 0 && ih < p.h_in && iw >= 0 && iw < p.w_in) {
 					float xv[V];
 					ldv<V>(xi + (ih * p.w_in + iw) * p.c, xv);
+			if (p.clip6)
+				clip6v<V>(xv);
 #pragma unroll
 					for (int e = 0; e < V; e++)
 						acc[0][e] += g[e] * xv[e];
@@ -729,9 +794,10 @@ dwh_filter_sum_kernel(int c, int kk, int slices, const float *__restrict__ part,
 
 template <typename T, int V>
 static int dwh_filter_v(cudaStream_t s, const struct conv2d_args *a, const T *x, const T *dy,
-			T *dw, float *db, float *scratch)
+			T *dw, float *db, float *scratch, int clip6)
 {
 	struct dwh_f p;
+	p.clip6 = clip6;
 	p.n = a->n;
 	p.c = a->c_in;
 	p.h_in = a->h_in;
@@ -776,22 +842,37 @@ static int dwh_filter_v(cudaStream_t s, const struct conv2d_args *a, const T *x,
 
 template <typename T>
 static int dwh_filter(cudaStream_t s, const struct conv2d_args *a, const void *x, const void *dy,
-		      void *dw, float *db, float *scratch)
+		      void *dw, float *db, float *scratch, int clip6)
 {
 	const T *xt = (const T *)x, *dyt = (const T *)dy;
 	T *dwt = (T *)dw;
 	switch (pick_v(a->c_in, x, dy, NULL)) {
 	case 8:
-		return dwh_filter_v<T, 8>(s, a, xt, dyt, dwt, db, scratch);
+		return dwh_filter_v<T, 8>(s, a, xt, dyt, dwt, db, scratch, clip6);
 	case 2:
-		return dwh_filter_v<T, 2>(s, a, xt, dyt, dwt, db, scratch);
+		return dwh_filter_v<T, 2>(s, a, xt, dyt, dwt, db, scratch, clip6);
 	default:
-		return dwh_filter_v<T, 1>(s, a, xt, dyt, dwt, db, scratch);
+		return dwh_filter_v<T, 1>(s, a, xt, dyt, dwt, db, scratch, clip6);
 	}
 }
 
+static int dwh_filter_any(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x,
+			  const void *dy, void *dw, float *db, float *scratch, int clip6);
+
 extern "C" int dwconv_h_bwd_filter_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
 					const void *x, const void *dy, void *dw, float *db, float *scratch)
+{
+	return dwh_filter_any(s, ht, a, x, dy, dw, db, scratch, 0);
+}
+
+extern "C" int dwconv_h_bwd_filter_relu6_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a,
+					      const void *x, const void *dy, void *dw, float *db, float *scratch)
+{
+	return dwh_filter_any(s, ht, a, x, dy, dw, db, scratch, 1);
+}
+
+static int dwh_filter_any(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x,
+			  const void *dy, void *dw, float *db, float *scratch, int clip6)
 {
 	GP_TRY(dwh_check(a, "backward filter"));
 	if (ht != GP_F16 && ht != GP_BF16)
@@ -807,5 +888,5 @@ extern "C" int dwconv_h_bwd_filter_cuda(cudaStream_t s, enum gp_dtype ht, const 
 	if (!scratch)
 		return gp_error(GP_EINVAL, "16-bit depthwise backward filter needs %zu floats of scratch",
 				dwconv_h_bwd_filter_scratch_floats(a));
-	return DISPATCH_H(ht, dwh_filter, s, a, x, dy, dw, db, scratch);
+	return DISPATCH_H(ht, dwh_filter, s, a, x, dy, dw, db, scratch, clip6);
 }
