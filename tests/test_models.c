@@ -264,6 +264,57 @@ TEST(memory_plan_places_conv_workspaces)
 	net_free(net);
 }
 
+/* A fused batch norm's reserve space (the CUDA backend's, under mixed precision) is a
+ * tensor from the batch norm's forward to the step its backward (or, for the residual
+ * add's fused forward, that add) reads it again: placed without overlapping anything
+ * live, with the lifetime the node asks for. */
+TEST(memory_plan_places_bn_reserve)
+{
+	struct net *net = build("resnet50", 64, 4, 10);
+	int n = net->n_nodes, bns = 0;
+	for (int i = 0; i < n; i++) {
+		struct node *nd = &net->nodes[i];
+		if (nd->op != OP_BATCHNORM2D)
+			continue;
+		nd->bn_reserve = (size_t)1 << 20;
+		nd->rsv_last = bns++ % 2 ? 2 * n - i : nd->last_consumer; /* backward, or the add */
+	}
+	CHECK(net_plan_memory(net, 1, 2, 0) == 0);
+	int bad = 0, placed = 0;
+	for (int i = 0; i < net->n_tensors; i++) {
+		struct plan_tensor *x = &net->tensors[i];
+		if (x->alias_of >= 0)
+			continue;
+		for (int j = i + 1; j < net->n_tensors; j++) {
+			struct plan_tensor *y = &net->tensors[j];
+			if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
+				continue;
+			if (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)
+				bad++;
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		const struct node *nd = &net->nodes[i];
+		if (nd->op != OP_BATCHNORM2D)
+			continue;
+		CHECK(nd->t_rsv >= 0);
+		if (nd->t_rsv < 0)
+			continue;
+		placed++;
+		const struct plan_tensor *t = &net->tensors[nd->t_rsv];
+		CHECK_EQ_INT(t->first_step, i);
+		CHECK_EQ_INT(t->last_step, nd->rsv_last);
+		CHECK(t->bytes >= nd->bn_reserve);
+	}
+	CHECK_EQ_INT(bad, 0);
+	CHECK_EQ_INT(placed, bns);
+	/* inference plans keep nothing for a backward */
+	CHECK(net_plan_memory(net, 0, 2, 0) == 0);
+	for (int i = 0; i < n; i++)
+		CHECK_EQ_INT(net->nodes[i].t_rsv, -1);
+	net_free(net);
+}
+
 TEST(memory_plan_shares_add_gradients)
 {
 	const char *names[] = { "resnet18", "resnet50", "mobilenet_v2" };
