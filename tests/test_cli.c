@@ -1,5 +1,6 @@
 /* The command line as a person meets it: the main job works, and bad input gives
  * one clear line on stderr and a non-zero exit. */
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ TEST(cli_bad_input_one_clear_line)
 	check_bad("train --model simple_cnn --device cpu --load /nonexistent/w.safetensors",
 		  "cannot open '/nonexistent/w.safetensors'");
 	check_bad("info --model resnet51", "unknown model 'resnet51'");
+	check_bad("info --model resnet50 --precision fp8", "--precision must be fp32, tf32, fp16 or bf16 (got 'fp8')");
 	check_bad("frobnicate", "unknown command 'frobnicate'");
 	check_bad("train --model simple_cnn --device tpu", "--device must be cpu, cuda or auto");
 }
@@ -78,6 +80,25 @@ TEST(cli_info_and_train_main_job)
 	CHECK(strstr(out, "layer4.2.conv3") != NULL);
 	CHECK_EQ_INT(run("info --model mobilenet_v2 --json --batch 8", out, sizeof(out)), 0);
 	CHECK(strstr(out, "\"params\": 3504872") != NULL);
+	/* mixed precision: 16-bit activations (half the arena), float masters beside 16-bit
+	 * weight and gradient copies (1.5x the weights) */
+	char out16[65536];
+	CHECK_EQ_INT(run("info --model mobilenet_v2 --json --batch 8 --precision bf16", out16, sizeof(out16)), 0);
+	json_error_t jerr;
+	json_t *j32 = json_loads(out, 0, &jerr), *j16 = json_loads(out16, 0, &jerr);
+	CHECK(j32 && j16);
+	if (j32 && j16) {
+		json_t *m32 = json_object_get(j32, "training_bytes"), *m16 = json_object_get(j16, "training_bytes");
+		double a32 = json_number_value(json_object_get(m32, "activation_arena_peak"));
+		double a16 = json_number_value(json_object_get(m16, "activation_arena_peak"));
+		double w32 = json_number_value(json_object_get(m32, "weights"));
+		double w16 = json_number_value(json_object_get(m16, "weights"));
+		CHECK_MSG(a16 > 0.45 * a32 && a16 < 0.55 * a32, "arena %.0f in bf16 against %.0f", a16, a32);
+		CHECK_MSG(w16 > 1.4 * w32 && w16 < 1.5 * w32, "weights %.0f in bf16 against %.0f", w16, w32);
+		CHECK(!strcmp(json_string_value(json_object_get(j16, "precision")), "bf16"));
+	}
+	json_decref(j32);
+	json_decref(j16);
 	CHECK_EQ_INT(run("train --model simple_cnn --device cpu --steps 3 --batch 8 --classes 10 --json", out,
 			 sizeof(out)), 0);
 	CHECK(strstr(out, "step     3/3") != NULL);

@@ -12,6 +12,7 @@
 #include "core/version.h"
 #include "gpu/devinfo.h"
 #include "nn/models.h"
+#include "nn/trainer.h"
 
 static double mib(size_t b)
 {
@@ -75,7 +76,7 @@ static int info_system(int json)
 
 int cmd_info(int argc, char **argv)
 {
-	const char *model = NULL;
+	const char *model = NULL, *precision = "fp32";
 	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
@@ -84,14 +85,18 @@ int cmd_info(int argc, char **argv)
 		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
 		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "plan with BN+ReLU outputs recomputed in backward", 0 },
+		{ "precision", OPT_STR, &precision,
+		  "fp32 | tf32 | fp16 | bf16: the GPU's training memory in that mode (fp32)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
-		args_print_help("gpuperf info [--model NAME] [--batch B] [--size S] [--json]", opts);
+		args_print_help("gpuperf info [--model NAME] [--batch B] [--size S] [--precision P] [--json]", opts);
 		return 0;
 	}
+	enum precision prec;
+	GP_TRY(train_parse_precision(precision, &prec));
 	if (!model)
 		return info_system(json);
 	struct model_opts mo = model_defaults(model);
@@ -102,7 +107,9 @@ int cmd_info(int argc, char **argv)
 	struct net *net;
 	GP_TRY(model_build(model, &mo, &net));
 	net->recompute = recompute;
-	int rc = net_plan_memory(net, 1, sizeof(float), 0);
+	/* as the CUDA backend plans it: 2-byte activations under fp16/bf16, with float
+	 * master weights beside their 16-bit copies */
+	int rc = net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, prec), 0);
 	if (rc < 0)
 		goto out;
 	size_t params = net->params_count, kept = kept_for_backward_bytes(net);
@@ -115,8 +122,9 @@ int cmd_info(int argc, char **argv)
 				"name", nd->name, "op", op_name(nd->op), "output", nd->out.c, nd->out.h,
 				nd->out.w, "params", (json_int_t)node_params(net, nd), "macs", nd->macs / batch));
 		}
-		json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:I, s:f, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
+		json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:s, s:I, s:f, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
 			"model", model, "size", mo.size, "classes", classes, "batch", batch,
+			"precision", train_precision_name(prec),
 			"params", (json_int_t)params, "forward_macs_per_image", macs1,
 			"macs_count", "conv2d and linear layers (multiply-accumulates, bias adds excluded)",
 			"training_bytes", "weights", (json_int_t)net->plan.weights_bytes,
@@ -144,7 +152,8 @@ int cmd_info(int argc, char **argv)
 	printf("\nparameters            %zu (%.2f M)\n", params, params / 1e6);
 	printf("forward MACs          %.3f G per image (conv2d and linear layers; bias, BN, "
 	       "activations and pooling not counted)\n", macs1 / 1e9);
-	printf("\ntraining memory at batch %d, FP32 (from the memory plan):\n", batch);
+	printf("\ntraining memory at batch %d, %s%s (from the memory plan):\n", batch, train_precision_name(prec),
+	       precision_is_amp(prec) ? ", 16-bit activations, float master weights" : "");
 	printf("  weights + BN stats  %10.1f MiB\n", mib(net->plan.weights_bytes));
 	printf("  gradients           %10.1f MiB\n", mib(net->plan.grads_bytes));
 	printf("  optimizer (SGD m.)  %10.1f MiB\n", mib(net->plan.optim_bytes));
