@@ -6,7 +6,8 @@
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
-# (mobilenet_v2 bf16 kernel times beside PyTorch's). Only 8 files come back from $OUT:
+# (mobilenet_v2 bf16 kernel times beside PyTorch's), ampmem (resnet50 bf16 peak and speed
+# with --recompute and --recompute-blocks). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
@@ -118,6 +119,12 @@ for s in "$@"; do
 		for m in resnet50 resnet18; do
 			stage "amp_${m}_bf16_recompute" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --recompute --json
 		done ;;
+	ampmem)
+		# bf16 memory against speed: keep everything, recompute BN+ReLU, and residual blocks too
+		for r in "" --recompute --recompute-blocks; do
+			stage "ampmem_resnet50_bf16${r//-/_}" 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 40 $r --json
+		done
+		GPUTESTS=cuda_recompute TAIL=10 stage ampmem_tests 200 build/bundle/gpuperf_tests cuda_recompute ;;
 	ampcmd)
 		stage ampcmd 500 $BIN amp --model resnet50 --batches ${AMP_BATCHES:-64,128,256,512} --device cuda --out "$OUT/amp" --csv ;;
 	*) echo "unknown stage $s" ;;

@@ -77,7 +77,7 @@ static int info_system(int json)
 int cmd_info(int argc, char **argv)
 {
 	const char *model = NULL, *precision = "fp32";
-	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0;
+	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0, recompute_blocks = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
 		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1 },
@@ -85,6 +85,7 @@ int cmd_info(int argc, char **argv)
 		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
 		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "plan with BN+ReLU outputs recomputed in backward", 0 },
+		{ "recompute-blocks", OPT_FLAG, &recompute_blocks, "and residual blocks' outputs too", 0 },
 		{ "precision", OPT_STR, &precision,
 		  "fp32 | tf32 | fp16 | bf16: the GPU's training memory in that mode (fp32)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
@@ -106,7 +107,7 @@ int cmd_info(int argc, char **argv)
 		mo.size = size;
 	struct net *net;
 	GP_TRY(model_build(model, &mo, &net));
-	net->recompute = recompute;
+	net->recompute = recompute_blocks ? 2 : recompute;
 	/* as the CUDA backend plans it: 2-byte activations under fp16/bf16, with float
 	 * master weights beside their 16-bit copies */
 	int rc = net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, prec), 0);

@@ -100,7 +100,7 @@ int cmd_train(int argc, char **argv)
 	struct train_opts o = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic";
 	const char *layout = NULL;
-	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0;
+	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0, recompute_blocks = 0;
 	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
 	o.classes = 0;
 	long long seed = 0;
@@ -136,11 +136,15 @@ int cmd_train(int argc, char **argv)
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1 },
 		{ "no-graphs", OPT_FLAG, &o.no_graphs, "run each step op by op (no CUDA graph replay)", 0 },
 		{ "recompute", OPT_FLAG, &o.recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
+		{ "recompute-blocks", OPT_FLAG, &recompute_blocks,
+		  "--recompute, and residual blocks' outputs too (all but each stage's first)", 0 },
 		{ "json", OPT_FLAG, &json, "print a JSON summary at the end", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (recompute_blocks)
+		o.recompute = 2;
 	if (!out)
 		out = result_default_dir();
 	if (help) {

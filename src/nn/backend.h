@@ -61,5 +61,17 @@ int op_bwd_needs_input(enum op_type op);
 int op_bwd_needs_output(enum op_type op);
 /* Bytes of the op's saved tensor (bn statistics, max-pool argmax, dropout mask). */
 size_t node_saved_bytes(const struct node *nd, size_t elem_bytes);
+/* For a node whose output backward recomputes (t_re >= 0): -1 for a ReLU after batch
+ * norm (recomputed from the batch norm's input and statistics); for a residual block's
+ * output (ReLU over add(batch norm, identity)) the identity node, whose value
+ * (act_ptr_bwd) the recompute adds. */
+int node_recompute_identity(const struct net *net, int r);
+/* Is node r's output recomputed right before the backward of node i (the planned
+ * step; a chain of block outputs is made together, in forward order)? */
+static inline int node_recomputed_at(const struct net *net, int r, int i)
+{
+	const struct node *rn = &net->nodes[r];
+	return rn->t_re >= 0 && net->tensors[rn->t_re].first_step == 2 * net->n_nodes - i;
+}
 
 #endif

@@ -190,7 +190,8 @@ struct net {
 	struct grad_buckets buckets; /* n == 0: none */
 	struct grad_scaler scaler;
 	int staged;             /* a batch was staged and is taken in by the next step */
-	int recompute;          /* recompute BN+ReLU outputs in backward instead of keeping them */
+	int recompute;          /* 1: recompute BN+ReLU outputs in backward instead of keeping
+				 * them; 2: residual blocks' outputs too (plan.c) */
 	enum layout layout;     /* activation layout on the GPU (LAYOUT_AUTO: NHWC under fp16/bf16) */
 };
 

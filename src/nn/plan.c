@@ -84,6 +84,43 @@ static int relu_recomputed(const struct net *net, const struct node *nd, int tra
 	       net->nodes[nd->last_consumer].needs_dx;
 }
 
+/* The identity input of a residual add whose other input is a batch norm read only
+ * there (the block's last one); -1 when nd is not such an add. */
+static int add_identity(const struct net *net, const struct node *nd)
+{
+	if (nd->op != OP_ADD || nd->in[0] == nd->in[1])
+		return -1;
+	for (int k = 0; k < 2; k++) {
+		const struct node *b = &net->nodes[nd->in[k]];
+		if (b->op == OP_BATCHNORM2D && b->consumers == 1)
+			return nd->in[1 - k];
+	}
+	return -1;
+}
+
+/* Recompute a residual block's output in backward as well (net->recompute >= 2): a ReLU
+ * in place over add(batch norm, identity), where the identity is another block's
+ * output (a ReLU: kept, or recomputed the same way first). Its batch norm's input and
+ * statistics are kept anyway, so the output is one element-wise pass away; a stage's
+ * first block (identity from the downsample branch's batch norm) stays kept, and anchors
+ * the chain. */
+static int block_recomputed(const struct net *net, const struct node *nd, int training)
+{
+	if (net->recompute < 2 || !training || nd->op != OP_RELU || !relu_in_place(net, nd))
+		return 0;
+	int id = add_identity(net, &net->nodes[nd->in[0]]);
+	return id >= 0 && net->nodes[id].op == OP_RELU && nd->last_consumer >= 0 &&
+	       net->nodes[nd->last_consumer].needs_dx;
+}
+
+int node_recompute_identity(const struct net *net, int r)
+{
+	const struct node *rn = &net->nodes[r];
+	return rn->t_re >= 0 && rn->op == OP_RELU && net->nodes[rn->in[0]].op == OP_ADD
+		       ? add_identity(net, &net->nodes[rn->in[0]])
+		       : -1;
+}
+
 /* No other tensor shares t's memory: its node's backward only reads its gradient. */
 static int tensor_plain(const struct net *net, int t)
 {
@@ -230,7 +267,7 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 		int last = i;
 		if (i == n - 1)
 			last = loss_step;
-		int re = relu_recomputed(net, nd, training);
+		int re = relu_recomputed(net, nd, training) || block_recomputed(net, nd, training);
 		if (training && op_bwd_needs_output(nd->op) && !re)
 			last = 2 * n - i;
 		tensor_extend(net, nd->t_y, i, last);
@@ -246,6 +283,17 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 				until = 2 * n - i;
 			tensor_extend(net, src->t_y, i, until);
 		}
+	}
+	/* A recomputed block output needs its identity (recomputed too, or kept) when it
+	 * is made: a chain of them is made, in forward order, at the first step any of
+	 * them is needed (backends: before the backward of step first_step). */
+	for (int i = n - 1; i >= 0; i--) {
+		int id = node_recompute_identity(net, i);
+		if (id < 0 || net->nodes[id].t_re < 0)
+			continue;
+		struct plan_tensor *mine = &net->tensors[net->nodes[i].t_re], *theirs = &net->tensors[net->nodes[id].t_re];
+		if (mine->first_step < theirs->first_step)
+			theirs->first_step = mine->first_step;
 	}
 	if (training) {
 		/* Gradients of outputs: from the backward of the last consumer (or the

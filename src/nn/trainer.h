@@ -39,7 +39,8 @@ struct train_opts {
 	struct sgd_args sgd;
 	const char *load, *save;
 	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
-	int recompute;   /* recompute BN+ReLU outputs in backward (less memory) */
+	int recompute;   /* 1: recompute BN+ReLU outputs in backward (less memory); 2: and
+			  * residual blocks' outputs (net.h's recompute) */
 	enum layout layout; /* LAYOUT_AUTO: NHWC under fp16/bf16, else NCHW */
 	/* Where batches come from: NULL or "synthetic" trains on one fixed synthetic
 	 * batch; anything else is a dataset spec (data/dataset.h) read by a loader in

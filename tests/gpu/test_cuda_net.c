@@ -432,6 +432,54 @@ out:
 	net_free(b);
 }
 
+/* Recomputing residual blocks' outputs as well (recompute 2) on the GPU, FP32 and bf16:
+ * the same loss (forward is untouched), gradients as close as the BN+ReLU recompute's
+ * (rounding across 0 at a ReLU, and in bf16 a second rounding of the recomputed sum),
+ * and a smaller plan than recompute 1. Not yet run on a GPU when written (2026-11-22). */
+TEST(cuda_recompute_blocks_matches_keeping_outputs)
+{
+	NEED_GPU();
+	for (int amp = 0; amp <= 1; amp++) {
+		struct net *a = build("resnet18", 64, 8, 10), *b = build("resnet18", 64, 8, 10);
+		struct net *c = build("resnet18", 64, 8, 10);
+		if (!a || !b || !c)
+			return;
+		enum precision p = amp ? PREC_BF16 : PREC_FP32;
+		b->recompute = 1;
+		c->recompute = 2;
+		backend_cuda_set_conv_policy(0, 1);
+		setenv("GPUPERF_CONV_WS_ARENA", "0", 1); /* activations only in the arenas */
+		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, p) == 0);
+		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, p) == 0);
+		CHECK(net_setup(c, BACKEND_CUDA, GP_F32, p) == 0);
+		unsetenv("GPUPERF_CONV_WS_ARENA");
+		backend_cuda_set_conv_policy(0, 0);
+		CHECK_MSG(c->plan.arena_bytes < b->plan.arena_bytes, "arena %zu recomputing blocks, %zu not",
+			  c->plan.arena_bytes, b->plan.arena_bytes);
+		float *x;
+		int32_t *y;
+		CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 6, &x, &y) == 0);
+		CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(c, x, y) == 0);
+		free(x);
+		free(y);
+		double la = 0, lc = 0;
+		CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
+		CHECK(net_forward(c, 1) == 0 && net_loss(c, &lc, NULL) == 0 && net_backward(c) == 0);
+		CHECK_NEAR(la, lc, 1e-6 * fabs(la));
+		size_t n = a->params_count;
+		float *ga = malloc(n * sizeof(float)), *gc = malloc(n * sizeof(float));
+		CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(c, gc) == 0);
+		double e = rel_err_norm_f32(gc, ga, n);
+		printf("      resnet18 %s: gradients %.2e from keeping the outputs\n", amp ? "bf16" : "fp32", e);
+		CHECK_LE(e, amp ? 5e-2 : 1e-2);
+		free(ga);
+		free(gc);
+		net_free(a);
+		net_free(b);
+		net_free(c);
+	}
+}
+
 /* Recomputing BN+ReLU outputs in backward on the GPU: the same loss (forward is
  * untouched), gradients equal up to ReLU inputs that round across 0 (the recompute
  * kernel and cuDNN's batch norm round differently), and a smaller arena. */

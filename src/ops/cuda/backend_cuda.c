@@ -409,16 +409,25 @@ static int cuda_forward_node(struct net *net, int i, int training)
 	return fp32_forward_node(net, i, training);
 }
 
-/* Recompute a ReLU's output from its batch norm's input and saved statistics. */
+/* Recompute a ReLU's output from its batch norm's input and saved statistics; for a
+ * residual block's output, relu(bn(x) + identity). */
 static int cuda_recompute(struct net *net, int r)
 {
-	const struct node *rn = &net->nodes[r], *bn = &net->nodes[rn->in[0]];
+	const struct node *rn = &net->nodes[r];
+	int id = node_recompute_identity(net, r), b = rn->in[0];
+	if (id >= 0) {
+		const struct node *add = &net->nodes[rn->in[0]];
+		b = add->in[0] == id ? add->in[1] : add->in[0];
+	}
+	const struct node *bn = &net->nodes[b];
 	cudaStream_t s = net->bk->ctx->stream;
-	float *stats = saved_ptr(net, rn->in[0]), *y = act_ptr_bwd(net, r);
+	float *stats = saved_ptr(net, b), *y = act_ptr_bwd(net, r);
 	const struct bn_args *a = &bn->a.bn;
 	GP_TRY(bn_apply_cuda(s, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]), param_ptr(net, bn, 0),
 			     param_ptr(net, bn, 1), stats, stats + a->c, y));
 	size_t count = shape_numel(rn->out);
+	if (id >= 0)
+		GP_TRY(add_fwd_cuda(s, count, y, act_ptr_bwd(net, id), y));
 	return rn->op == OP_RELU6 ? relu6_fwd_cuda(s, count, y, y) : relu_fwd_cuda(s, count, y, y);
 }
 
@@ -430,10 +439,10 @@ static int cuda_backward_node(struct net *net, int i)
 	struct node *nd = &net->nodes[i];
 	struct cuda_ctx *ctx = net->bk->ctx;
 	cudaStream_t s = ctx->stream;
-	/* the first backward to read a recomputed output makes it */
-	for (int k = 0; k < nd->n_in; k++)
-		if (net->nodes[nd->in[k]].t_re >= 0 && net->nodes[nd->in[k]].last_consumer == i)
-			GP_TRY(cuda_recompute(net, nd->in[k]));
+	/* recomputed outputs are made at the first backward that reads them (planned) */
+	for (int r = 0; r < i; r++)
+		if (node_recomputed_at(net, r, i))
+			GP_TRY(cuda_recompute(net, r));
 	float *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
 	float *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
 	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "nn/backend.h"
 #include "ops/cuda/backend_cuda_internal.h"
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
@@ -97,17 +98,26 @@ int amp_forward_node(struct net *net, int i, int training)
 	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no mixed-precision forward for op %s", op_name(nd->op));
 }
 
+/* As cuda_recompute (backend_cuda.c), on 16-bit activations. */
 static int amp_recompute(struct net *net, int r)
 {
 	struct backend_state *b = net->bk;
-	const struct node *rn = &net->nodes[r], *bn = &net->nodes[rn->in[0]];
+	const struct node *rn = &net->nodes[r];
+	int id = node_recompute_identity(net, r), bi = rn->in[0];
+	if (id >= 0) {
+		const struct node *add = &net->nodes[rn->in[0]];
+		bi = add->in[0] == id ? add->in[1] : add->in[0];
+	}
+	const struct node *bn = &net->nodes[bi];
 	cudaStream_t s = b->ctx->stream;
-	float *stats = saved_ptr(net, rn->in[0]);
+	float *stats = saved_ptr(net, bi);
 	void *y = act_ptr_bwd(net, r);
 	const struct bn_args *a = &bn->a.bn;
 	GP_TRY(bn_apply_h_cuda(s, b->ht, b->nhwc, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
 			       param_ptr(net, bn, 0), param_ptr(net, bn, 1), stats, stats + a->c, y));
 	size_t count = shape_numel(rn->out);
+	if (id >= 0)
+		GP_TRY(add_fwd_h_cuda(s, b->ht, count, y, act_ptr_bwd(net, id), y));
 	return rn->op == OP_RELU6 ? relu6_fwd_h_cuda(s, b->ht, count, y, y) : relu_fwd_h_cuda(s, b->ht, count, y, y);
 }
 
@@ -117,9 +127,9 @@ int amp_backward_node(struct net *net, int i)
 	struct backend_state *b = net->bk;
 	struct cuda_ctx *ctx = b->ctx;
 	cudaStream_t s = ctx->stream;
-	for (int k = 0; k < nd->n_in; k++)
-		if (net->nodes[nd->in[k]].t_re >= 0 && net->nodes[nd->in[k]].last_consumer == i)
-			GP_TRY(amp_recompute(net, nd->in[k]));
+	for (int r = 0; r < i; r++) /* recomputed outputs, at the planned step */
+		if (node_recomputed_at(net, r, i))
+			GP_TRY(amp_recompute(net, r));
 	void *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
 	void *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
 	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
