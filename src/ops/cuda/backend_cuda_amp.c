@@ -226,9 +226,11 @@ int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float 
 /* A ReLU that overwrites its input, which nothing else reads (plan.c's relu_in_place). */
 static int relu_over(const struct net *net, int r, int src)
 {
+	if (r < 0)
+		return 0;
 	const struct node *rn = &net->nodes[r];
-	return (rn->op == OP_RELU || rn->op == OP_RELU6) && rn->n_in == 1 && rn->in[0] == src && net->nodes[src].consumers == 1 &&
-	       net->nodes[src].t_y >= 0 && rn->t_dy >= 0;
+	return (rn->op == OP_RELU || rn->op == OP_RELU6) && rn->n_in == 1 && rn->in[0] == src &&
+	       net->nodes[src].consumers == 1 && net->nodes[src].t_y >= 0 && rn->t_dy >= 0;
 }
 
 /* A ReLU6 whose only reader is a depthwise convolution on the own 16-bit kernels, which
@@ -236,11 +238,11 @@ static int relu_over(const struct net *net, int r, int src)
 static int relu6_foldable(const struct net *net, int r)
 {
 	const char *env = getenv("GPUPERF_RELU6_FOLD");
-	const struct node *rn = &net->nodes[r], *cn = &net->nodes[rn->last_consumer];
-	if ((env && *env == '0') || rn->consumers != 1 || rn->last_consumer < 0 || cn->op != OP_CONV2D ||
-	    cn->in[0] != r)
+	const struct node *rn = &net->nodes[r];
+	if ((env && *env == '0') || rn->consumers != 1 || rn->last_consumer < 0)
 		return 0;
-	return conv2d_uses_dwconv_h(net->bk->ctx, &cn->a.conv);
+	const struct node *cn = &net->nodes[rn->last_consumer];
+	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_uses_dwconv_h(net->bk->ctx, &cn->a.conv);
 }
 
 int amp_plan_fusion(struct net *net, int *replan)
