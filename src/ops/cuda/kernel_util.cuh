@@ -25,6 +25,15 @@ static inline unsigned grid_for(size_t count)
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);    \
 	     i += (size_t)gridDim.x * blockDim.x)
 
+/* Pooling backward as a gather: the outputs along one axis whose k-wide window (stride,
+ * pad) covers input position i are lo..hi (empty when hi < lo). */
+__device__ static inline void pool_covering(int i, int k, int stride, int pad, int n_out, int *lo, int *hi)
+{
+	int t = i + pad - k + 1;
+	*lo = t <= 0 ? 0 : (t + stride - 1) / stride;
+	*hi = min(n_out - 1, (i + pad) / stride);
+}
+
 /* --- block reductions (blockDim.x a multiple of 32, at most 1024) ----------------------
  * Butterfly shuffles leave the same bits in every lane, and the warp partials are
  * combined in warp order, so the result is the same on every run and every thread. */

@@ -298,11 +298,9 @@ __global__ static void maxpool_bwd_kernel(size_t count, struct pool_k p, const f
 		int ih = (int)(i / p.w_in % p.h_in);
 		size_t plane = i / ((size_t)p.w_in * p.h_in);
 		int pos = ih * p.w_in + iw;
-		int th = ih + p.pad - p.k + 1, tw = iw + p.pad - p.k + 1;
-		int oh0 = th <= 0 ? 0 : (th + p.stride - 1) / p.stride;
-		int ow0 = tw <= 0 ? 0 : (tw + p.stride - 1) / p.stride;
-		int oh1 = min(p.h_out - 1, (ih + p.pad) / p.stride);
-		int ow1 = min(p.w_out - 1, (iw + p.pad) / p.stride);
+		int oh0, oh1, ow0, ow1;
+		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
+		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
 		size_t base = plane * p.h_out * p.w_out;
 		float acc = accumulate ? dx[i] : 0.0f;
 		for (int oh = oh0; oh <= oh1; oh++)

@@ -656,6 +656,28 @@ struct pool_hk {
 	int c, h_in, w_in, h_out, w_out, k, stride, pad, nhwc;
 };
 
+/* Image, channel, row and column of element e of an n x c x h x w tensor stored NHWC
+ * or NCHW. */
+__device__ static inline void pool_locate(size_t e, int nhwc, int c, int h, int w, size_t *ni, int *ch, int *y,
+					  int *x)
+{
+	if (nhwc) {
+		size_t t = e / c;
+		*ch = (int)(e - t * c);
+		*x = (int)(t % w);
+		t /= w;
+		*y = (int)(t % h);
+		*ni = t / h;
+	} else {
+		*x = (int)(e % w);
+		size_t t = e / w;
+		*y = (int)(t % h);
+		t /= h;
+		*ch = (int)(t % c);
+		*ni = t / c;
+	}
+}
+
 /* Padding never wins (PyTorch pads with -inf); a NaN wins, as in PyTorch and the CPU
  * reference; otherwise ties keep the first position in row-major window order. */
 template <typename T>
@@ -664,21 +686,7 @@ __global__ static void maxpool_fwd_kernel(size_t count, pool_hk p, const T *x, T
 	FOR_EACH(o, count) {
 		int ow, oh, ch;
 		size_t ni;
-		if (p.nhwc) {
-			size_t t = o / p.c;
-			ch = (int)(o - t * p.c);
-			ow = (int)(t % p.w_out);
-			t /= p.w_out;
-			oh = (int)(t % p.h_out);
-			ni = t / p.h_out;
-		} else {
-			ow = (int)(o % p.w_out);
-			size_t t = o / p.w_out;
-			oh = (int)(t % p.h_out);
-			t /= p.h_out;
-			ch = (int)(t % p.c);
-			ni = t / p.c;
-		}
+		pool_locate(o, p.nhwc, p.c, p.h_out, p.w_out, &ni, &ch, &oh, &ow);
 		size_t plane_size = (size_t)p.h_in * p.w_in;
 		size_t base = p.nhwc ? ni * plane_size * p.c + ch : (ni * p.c + ch) * plane_size;
 		size_t ps = p.nhwc ? (size_t)p.c : 1;
@@ -714,30 +722,14 @@ __global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, 
 	FOR_EACH(i, count) {
 		int iw, ih, ch;
 		size_t ni;
-		if (p.nhwc) {
-			size_t t = i / p.c;
-			ch = (int)(i - t * p.c);
-			iw = (int)(t % p.w_in);
-			t /= p.w_in;
-			ih = (int)(t % p.h_in);
-			ni = t / p.h_in;
-		} else {
-			iw = (int)(i % p.w_in);
-			size_t t = i / p.w_in;
-			ih = (int)(t % p.h_in);
-			t /= p.h_in;
-			ch = (int)(t % p.c);
-			ni = t / p.c;
-		}
+		pool_locate(i, p.nhwc, p.c, p.h_in, p.w_in, &ni, &ch, &ih, &iw);
 		size_t plane_size = (size_t)p.h_out * p.w_out;
 		size_t base = p.nhwc ? ni * plane_size * p.c + ch : (ni * p.c + ch) * plane_size;
 		size_t ps = p.nhwc ? (size_t)p.c : 1;
 		int pos = ih * p.w_in + iw;
-		int th = ih + p.pad - p.k + 1, tw = iw + p.pad - p.k + 1;
-		int oh0 = th <= 0 ? 0 : (th + p.stride - 1) / p.stride;
-		int ow0 = tw <= 0 ? 0 : (tw + p.stride - 1) / p.stride;
-		int oh1 = min(p.h_out - 1, (ih + p.pad) / p.stride);
-		int ow1 = min(p.w_out - 1, (iw + p.pad) / p.stride);
+		int oh0, oh1, ow0, ow1;
+		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
+		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
 		float acc = accumulate ? to_f(dx[i]) : 0.0f;
 		for (int oh = oh0; oh <= oh1; oh++)
 			for (int ow = ow0; ow <= ow1; ow++) {
@@ -763,11 +755,9 @@ __global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *
 		t /= p.w_in;
 		int ih = t % p.h_in, ni = t / p.h_in;
 		int pos = ih * p.w_in + iw;
-		int th = ih + p.pad - p.k + 1, tw = iw + p.pad - p.k + 1;
-		int oh0 = th <= 0 ? 0 : (th + p.stride - 1) / p.stride;
-		int ow0 = tw <= 0 ? 0 : (tw + p.stride - 1) / p.stride;
-		int oh1 = min(p.h_out - 1, (ih + p.pad) / p.stride);
-		int ow1 = min(p.w_out - 1, (iw + p.pad) / p.stride);
+		int oh0, oh1, ow0, ow1;
+		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
+		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
 		float acc[VEC];
 		if (accumulate)
 			load8<true>(dx, (size_t)g, acc);
