@@ -66,6 +66,16 @@ size_t node_saved_bytes(const struct node *nd, size_t elem_bytes);
  * output (ReLU over add(batch norm, identity)) the identity node, whose value
  * (act_ptr_bwd) the recompute adds. */
 int node_recompute_identity(const struct net *net, int r);
+/* The batch norm whose input and statistics a recompute of r normalizes (r's input,
+ * or for a block output the add's batch-norm input). */
+static inline int node_recompute_bn(const struct net *net, int r)
+{
+	int id = node_recompute_identity(net, r), in = net->nodes[r].in[0];
+	if (id < 0)
+		return in;
+	const struct node *add = &net->nodes[in];
+	return add->in[0] == id ? add->in[1] : add->in[0];
+}
 /* Is node r's output recomputed right before the backward of node i (the planned
  * step; a chain of block outputs is made together, in forward order)? */
 static inline int node_recomputed_at(const struct net *net, int r, int i)
@@ -73,5 +83,10 @@ static inline int node_recomputed_at(const struct net *net, int r, int i)
 	const struct node *rn = &net->nodes[r];
 	return rn->t_re >= 0 && net->tensors[rn->t_re].first_step == 2 * net->n_nodes - i;
 }
+/* Nodes r < i whose recompute runs before the backward of node i, in forward order
+ * (none without net->recompute). */
+#define FOR_EACH_RECOMPUTE_AT(net, r, i)                                    \
+	for (int r = 0; (net)->recompute && r < (i); r++)                   \
+		if (node_recomputed_at((net), r, (i)))
 
 #endif

@@ -414,11 +414,7 @@ static int cuda_forward_node(struct net *net, int i, int training)
 static int cuda_recompute(struct net *net, int r)
 {
 	const struct node *rn = &net->nodes[r];
-	int id = node_recompute_identity(net, r), b = rn->in[0];
-	if (id >= 0) {
-		const struct node *add = &net->nodes[rn->in[0]];
-		b = add->in[0] == id ? add->in[1] : add->in[0];
-	}
+	int id = node_recompute_identity(net, r), b = node_recompute_bn(net, r);
 	const struct node *bn = &net->nodes[b];
 	cudaStream_t s = net->bk->ctx->stream;
 	float *stats = saved_ptr(net, b), *y = act_ptr_bwd(net, r);
@@ -440,9 +436,8 @@ static int cuda_backward_node(struct net *net, int i)
 	struct cuda_ctx *ctx = net->bk->ctx;
 	cudaStream_t s = ctx->stream;
 	/* recomputed outputs are made at the first backward that reads them (planned) */
-	for (int r = 0; r < i; r++)
-		if (node_recomputed_at(net, r, i))
-			GP_TRY(cuda_recompute(net, r));
+	FOR_EACH_RECOMPUTE_AT(net, r, i)
+		GP_TRY(cuda_recompute(net, r));
 	float *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
 	float *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
 	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;

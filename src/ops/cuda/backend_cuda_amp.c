@@ -103,11 +103,7 @@ static int amp_recompute(struct net *net, int r)
 {
 	struct backend_state *b = net->bk;
 	const struct node *rn = &net->nodes[r];
-	int id = node_recompute_identity(net, r), bi = rn->in[0];
-	if (id >= 0) {
-		const struct node *add = &net->nodes[rn->in[0]];
-		bi = add->in[0] == id ? add->in[1] : add->in[0];
-	}
+	int id = node_recompute_identity(net, r), bi = node_recompute_bn(net, r);
 	const struct node *bn = &net->nodes[bi];
 	cudaStream_t s = b->ctx->stream;
 	float *stats = saved_ptr(net, bi);
@@ -127,9 +123,8 @@ int amp_backward_node(struct net *net, int i)
 	struct backend_state *b = net->bk;
 	struct cuda_ctx *ctx = b->ctx;
 	cudaStream_t s = ctx->stream;
-	for (int r = 0; r < i; r++) /* recomputed outputs, at the planned step */
-		if (node_recomputed_at(net, r, i))
-			GP_TRY(amp_recompute(net, r));
+	FOR_EACH_RECOMPUTE_AT(net, r, i) /* recomputed outputs, at the planned step */
+		GP_TRY(amp_recompute(net, r));
 	void *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
 	void *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
 	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
