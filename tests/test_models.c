@@ -201,6 +201,22 @@ TEST(model_float_backend_matches_double_reference)
 	net_free(b);
 }
 
+/* Pairs of planned tensors that share bytes while both are alive (must be none). */
+static int plan_overlaps(const struct net *net)
+{
+	int bad = 0;
+	for (int i = 0; i < net->n_tensors; i++) {
+		const struct plan_tensor *x = &net->tensors[i];
+		for (int j = i + 1; j < net->n_tensors && x->alias_of < 0; j++) {
+			const struct plan_tensor *y = &net->tensors[j];
+			if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
+				continue;
+			bad += x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+		}
+	}
+	return bad;
+}
+
 /* No two tensors whose lifetimes intersect may share bytes, and reuse must pay. */
 TEST(memory_plan_never_overlaps_live_tensors)
 {
@@ -208,19 +224,7 @@ TEST(memory_plan_never_overlaps_live_tensors)
 	for (int m = 0; m < 3; m++) {
 		struct net *net = build(names[m], m == 2 ? 32 : 64, 4, 10);
 		CHECK(net_plan_memory(net, 1, 4, 0) == 0);
-		int bad = 0;
-		for (int i = 0; i < net->n_tensors; i++) {
-			struct plan_tensor *x = &net->tensors[i];
-			if (x->alias_of >= 0)
-				continue;
-			for (int j = i + 1; j < net->n_tensors; j++) {
-				struct plan_tensor *y = &net->tensors[j];
-				if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
-					continue;
-				if (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)
-					bad++;
-			}
-		}
+		int bad = plan_overlaps(net);
 		CHECK_EQ_INT(bad, 0);
 		CHECK_MSG(net->plan.arena_bytes < 0.7 * net->plan.no_reuse_bytes,
 			  "%s: arena %zu vs %zu without reuse", names[m], net->plan.arena_bytes,
@@ -244,19 +248,7 @@ TEST(memory_plan_places_conv_workspaces)
 		if (net->nodes[i].op == OP_CONV2D)
 			net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = ws;
 	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
-	int bad = 0, placed = 0;
-	for (int i = 0; i < net->n_tensors; i++) {
-		struct plan_tensor *x = &net->tensors[i];
-		if (x->alias_of >= 0)
-			continue;
-		for (int j = i + 1; j < net->n_tensors; j++) {
-			struct plan_tensor *y = &net->tensors[j];
-			if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
-				continue;
-			if (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)
-				bad++;
-		}
-	}
+	int bad = plan_overlaps(net), placed = 0;
 	for (int i = 0; i < net->n_nodes; i++)
 		placed += (net->nodes[i].t_wsf >= 0) + (net->nodes[i].t_wsb >= 0);
 	CHECK_EQ_INT(bad, 0);
@@ -281,19 +273,7 @@ TEST(memory_plan_places_bn_reserve)
 		nd->rsv_last = bns++ % 2 ? 2 * n - i : nd->last_consumer; /* backward, or the add */
 	}
 	CHECK(net_plan_memory(net, 1, 2, 0) == 0);
-	int bad = 0, placed = 0;
-	for (int i = 0; i < net->n_tensors; i++) {
-		struct plan_tensor *x = &net->tensors[i];
-		if (x->alias_of >= 0)
-			continue;
-		for (int j = i + 1; j < net->n_tensors; j++) {
-			struct plan_tensor *y = &net->tensors[j];
-			if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
-				continue;
-			if (x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes)
-				bad++;
-		}
-	}
+	int bad = plan_overlaps(net), placed = 0;
 	for (int i = 0; i < n; i++) {
 		const struct node *nd = &net->nodes[i];
 		if (nd->op != OP_BATCHNORM2D)
@@ -416,16 +396,7 @@ TEST(recompute_blocks_gives_the_same_gradients_with_less_memory)
 			  "%s: gradients differ with the blocks recomputed", names[m]);
 		CHECK_MSG(c->plan.arena_bytes < b->plan.arena_bytes, "%s: arena %zu recomputing blocks, %zu not",
 			  names[m], c->plan.arena_bytes, b->plan.arena_bytes);
-		int bad = 0;
-		for (int i = 0; i < c->n_tensors; i++) {
-			struct plan_tensor *x = &c->tensors[i];
-			for (int j = i + 1; j < c->n_tensors && x->alias_of < 0; j++) {
-				struct plan_tensor *y = &c->tensors[j];
-				if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
-					continue;
-				bad += x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
-			}
-		}
+		int bad = plan_overlaps(c);
 		CHECK_EQ_INT(bad, 0);
 		net_free(a);
 		net_free(b);
@@ -476,16 +447,7 @@ TEST(memory_plan_with_recompute_never_overlaps_live_tensors)
 	struct net *net = build("mobilenet_v2", 64, 4, 10);
 	net->recompute = 1;
 	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
-	int bad = 0;
-	for (int i = 0; i < net->n_tensors; i++) {
-		struct plan_tensor *x = &net->tensors[i];
-		for (int j = i + 1; j < net->n_tensors && x->alias_of < 0; j++) {
-			struct plan_tensor *y = &net->tensors[j];
-			if (y->alias_of >= 0 || x->last_step < y->first_step || y->last_step < x->first_step)
-				continue;
-			bad += x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
-		}
-	}
+	int bad = plan_overlaps(net);
 	CHECK_EQ_INT(bad, 0);
 	net_free(net);
 }
