@@ -220,17 +220,27 @@ int bn_fuse_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fus
 	return 1;
 }
 
+/* Describe a's tensors for a fused call and check that bn_fuse_plan_cuda prepared it
+ * (workspace reserved, reserve space big enough); *ws: the workspace the call takes. */
+static int bn_fuse_ready(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, size_t reserve_bytes,
+			 size_t *ws)
+{
+	size_t need = 0;
+	GP_TRY(bn_describe(ctx, a));
+	if (bn_fuse_sizes(ctx, op, ws, &need) != CUDNN_STATUS_SUCCESS || *ws > ctx->workspace_bytes ||
+	    need > reserve_bytes)
+		return gp_error(GP_EUNSUPPORTED, "fused batch norm of %dx%dx%dx%d: not planned (bn_fuse_plan_cuda)",
+				a->n, a->c, a->h, a->w);
+	return 0;
+}
+
 int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op,
 			    const void *x, const void *z, const float *gamma, const float *beta, void *y,
 			    float *save_mean, float *save_invstd, float *running_mean, float *running_var,
 			    void *reserve, size_t reserve_bytes)
 {
-	GP_TRY(bn_describe(ctx, a));
-	size_t ws = 0, need = 0;
-	if (bn_fuse_sizes(ctx, op, &ws, &need) != CUDNN_STATUS_SUCCESS || ws > ctx->workspace_bytes ||
-	    need > reserve_bytes)
-		return gp_error(GP_EUNSUPPORTED, "fused batch norm of %dx%dx%dx%d: not planned (bn_fuse_plan_cuda)",
-				a->n, a->c, a->h, a->w);
+	size_t ws = 0;
+	GP_TRY(bn_fuse_ready(ctx, a, op, reserve_bytes, &ws));
 	CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_ops(op), &one, &zero, ctx->bn_x_desc, x,
 		op == BN_FUSE_ADD_RELU ? ctx->bn_x_desc : NULL, op == BN_FUSE_ADD_RELU ? z : NULL, ctx->bn_x_desc, y,
@@ -244,14 +254,10 @@ int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum b
 			   const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta,
 			   void *reserve, size_t reserve_bytes)
 {
-	GP_TRY(bn_describe(ctx, a));
-	size_t ws = 0, need = 0;
 	if (op == BN_FUSE_ADD_RELU)
 		return gp_error(GP_EINVAL, "fused batch norm backward: the add's runs plain");
-	if (bn_fuse_sizes(ctx, op, &ws, &need) != CUDNN_STATUS_SUCCESS || ws > ctx->workspace_bytes ||
-	    need > reserve_bytes)
-		return gp_error(GP_EUNSUPPORTED, "fused batch norm of %dx%dx%dx%d: not planned (bn_fuse_plan_cuda)",
-				a->n, a->c, a->h, a->w);
+	size_t ws = 0;
+	GP_TRY(bn_fuse_ready(ctx, a, op, reserve_bytes, &ws));
 	CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_ops(op), &one,
 		accumulate ? &one : &zero, &one, &zero, ctx->bn_x_desc, x, ctx->bn_x_desc, y, ctx->bn_x_desc, dy,
