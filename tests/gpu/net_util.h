@@ -1,0 +1,43 @@
+/* What the model-level GPU tests share (test_cuda_net.c, test_cuda_net_amp.c): the skip
+ * without a device, a model built with fixed test settings, and the relative error of
+ * the norm. */
+#ifndef GP_TESTS_GPU_NET_UTIL_H
+#define GP_TESTS_GPU_NET_UTIL_H
+
+#include <stdio.h>
+
+#include "core/error.h"
+#include "nn/models.h"
+#include "nn/net.h"
+#include "ops/cuda/device.h"
+#include "../test.h"
+
+#define NEED_GPU()                                                        \
+	do {                                                              \
+		char why_[256];                                           \
+		if (!cuda_available(why_, sizeof(why_))) {                \
+			char msg_[300];                                   \
+			snprintf(msg_, sizeof(msg_), "no CUDA device: %s", why_); \
+			SKIP(msg_);                                       \
+		}                                                         \
+	} while (0)
+
+static inline struct net *build(const char *name, int size, int batch, int classes)
+{
+	struct model_opts o = model_defaults(name);
+	o.size = size;
+	o.batch = batch;
+	o.classes = classes;
+	o.seed = 3;
+	o.dropout = 0;
+	struct net *net = NULL;
+	CHECK_MSG(model_build(name, &o, &net) == 0, "%s", gp_errmsg());
+	return net;
+}
+
+static inline double dist(const float *a, const float *b, size_t n)
+{
+	return rel_err_norm_f32(a, b, n);
+}
+
+#endif
