@@ -247,3 +247,13 @@ float *down_h(struct gpu *g, enum gp_dtype ht, const void *d, size_t n)
 		f[i] = h_val(ht, b[i]);
 	return f;
 }
+
+struct conv2d_args dw_args(int n, int c, int h, int w, int k, int stride, int pad, int bias)
+{
+	struct conv2d_args a = { .n = n, .c_in = c, .h_in = h, .w_in = w, .c_out = c,
+				 .kh = k, .kw = k, .stride = stride, .pad = pad, .groups = c,
+				 .has_bias = bias };
+	a.h_out = conv_out_size(h, k, stride, pad);
+	a.w_out = conv_out_size(w, k, stride, pad);
+	return a;
+}

@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/device.h"
+#include "ops/ops.h"
 
 #define MAX_BUFS 1024
 
@@ -73,6 +74,9 @@ float h_round(enum gp_dtype ht, float f);
 float *host_rand_h(struct gpu *g, enum gp_dtype ht, size_t n, double scale, double shift);
 void put_h(struct gpu *g, enum gp_dtype ht, void *d, const float *h, size_t n);
 float *down_h(struct gpu *g, enum gp_dtype ht, const void *d, size_t n);
+
+/* A depthwise convolution (groups = channels, square k x k window) and its output size. */
+struct conv2d_args dw_args(int n, int c, int h, int w, int k, int stride, int pad, int bias);
 
 #define GPU_OPEN(g, seed)                                                                  \
 	do {                                                                               \

@@ -23,16 +23,6 @@
 
 /* --- shapes ------------------------------------------------------------------------------ */
 
-static struct conv2d_args dw_args(int n, int c, int h, int w, int k, int stride, int pad, int bias)
-{
-	struct conv2d_args a = { .n = n, .c_in = c, .h_in = h, .w_in = w, .c_out = c,
-				 .kh = k, .kw = k, .stride = stride, .pad = pad, .groups = c,
-				 .has_bias = bias };
-	a.h_out = conv_out_size(h, k, stride, pad);
-	a.w_out = conv_out_size(w, k, stride, pad);
-	return a;
-}
-
 /* MobileNetV2's depthwise layers (3x3, pad 1; channel counts 32..960) at small sizes,
  * then the generic path and the edges of the tiling: planes narrower than a row
  * group, several batch slices in the weight gradient, a slice walk over planes
