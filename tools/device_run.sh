@@ -4,7 +4,7 @@
 # Stages: info, tests, gputests, parity, paritycpu, speed, speed32, compare, maxbatch,
 # maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
-# (bf16 against torch.autocast), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
+# (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
 # (mobilenet_v2 bf16 kernel times beside PyTorch's), ampmem (resnet50 bf16 peak and speed
 # with --recompute and --recompute-blocks). Only 8 files come back from $OUT:
@@ -106,7 +106,10 @@ for s in "$@"; do
 		# 16-bit NHWC depthwise kernels (off by default until this passes): tests, then mobilenet_v2 bf16
 		GPUPERF_DWCONV_H=1 TAIL=40 stage ampdw_tests 300 build/bundle/gpuperf_tests cuda_dwconv_h cuda_amp
 		GPUPERF_DWCONV_H=1 stage ampdw_mobilenet_v2_bf16 180 $BIN train --model mobilenet_v2 --device cuda --precision bf16 --batch 256 --steps 40 --json ;;
-	parityamp) stage parityamp 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --json "$OUT/parity_amp.json" ;;
+	parityamp) stage parityamp 500 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --seeds ${SEEDS:-3} --json "$OUT/parity_amp.json" ;;
+	torch50)
+		# PyTorch's resnet50 bf16, eager and torch.compile (TORCH50_MODES), for ratios in this call
+		stage torch50 500 python3 $TB train --models resnet50 --modes ${TORCH50_MODES:-amp_bf16_cl,amp_bf16_cl_compile} --batch 256 --iters 30 ;;
 	ampspeed)
 		for m in resnet50 resnet18 mobilenet_v2; do
 			stage "amp_${m}_bf16" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --json

@@ -424,6 +424,8 @@ TEST(amp_maxpool_matches_cpu)
 
 /* --- batch norm, dropout, bias ------------------------------------------------------------ */
 
+/* act(bn(x) + identity) in one pass, against the float reference on the same 16-bit
+ * inputs, rounded once. */
 TEST(amp_bn_apply_matches_cpu)
 {
 	static const int cfg[][3] = { { 4, 16, 63 }, { 3, 5, 1 }, { 2, 33, 49 } };
@@ -431,25 +433,38 @@ TEST(amp_bn_apply_matches_cpu)
 	GPU_OPEN(&g, 8);
 	for (int t = 0; t < N_HTS; t++)
 		for (int nhwc = 0; nhwc <= 1; nhwc++)
-			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
-				enum gp_dtype ht = HTS[t];
-				int n = cfg[k][0], c = cfg[k][1], hw = cfg[k][2];
-				struct bn_args a = { .n = n, .c = c, .h = hw, .w = 1, .eps = 1e-5 };
-				size_t nx = (size_t)n * c * hw;
-				float *x = host_rand_h(&g, ht, nx, 2, 1), *y = host_f(&g, nx);
-				float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 1, 0);
-				float *mean = host_rand(&g, c, 1, 1), *invstd = host_rand(&g, c, 0.1, 0.7);
-				void *d_x = dev_h_from(&g, ht, in_layout(&g, nhwc, x, n, c, hw), nx);
-				void *d_y = dev_h(&g, nx);
-				float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
-				float *d_mean = dev_from(&g, mean, c), *d_invstd = dev_from(&g, invstd, c);
+			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++)
+				for (int v = 0; v < 6; v++) { /* each activation, with and without identity */
+					enum gp_dtype ht = HTS[t];
+					int act = v / 2, with_id = v % 2;
+					int n = cfg[k][0], c = cfg[k][1], hw = cfg[k][2];
+					struct bn_args a = { .n = n, .c = c, .h = hw, .w = 1, .eps = 1e-5 };
+					size_t nx = (size_t)n * c * hw;
+					float *x = host_rand_h(&g, ht, nx, 2, 1), *y = host_f(&g, nx);
+					float *id = host_rand_h(&g, ht, nx, 4, 0);
+					float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 2, 0);
+					float *mean = host_rand(&g, c, 1, 1), *invstd = host_rand(&g, c, 0.1, 0.7);
+					void *d_x = dev_h_from(&g, ht, in_layout(&g, nhwc, x, n, c, hw), nx);
+					void *d_id = dev_h_from(&g, ht, in_layout(&g, nhwc, id, n, c, hw), nx);
+					void *d_y = dev_h(&g, nx);
+					float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
+					float *d_mean = dev_from(&g, mean, c), *d_invstd = dev_from(&g, invstd, c);
 
-				bn_apply_cpu_f32(&a, x, gamma, beta, mean, invstd, y);
-				CHECK_OK(bn_apply_h_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x, d_gamma, d_beta,
-							 d_mean, d_invstd, d_y));
-				CHECK_REL(ht, nhwc ? "bn_apply NHWC" : "bn_apply NCHW",
-					  down_nchw(&g, ht, nhwc, d_y, n, c, hw), y, nx);
-			}
+					bn_apply_cpu_f32(&a, x, gamma, beta, mean, invstd, y);
+					for (size_t i = 0; i < nx; i++) {
+						float v = y[i] + (with_id ? id[i] : 0.0f);
+						if (act != BN_APPLY_LINEAR)
+							v = v > 0.0f ? v : 0.0f;
+						if (act == BN_APPLY_RELU6)
+							v = v > 6.0f ? 6.0f : v;
+						y[i] = v;
+					}
+					CHECK_OK(bn_apply_h_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x,
+								 with_id ? d_id : NULL, d_gamma, d_beta, d_mean,
+								 d_invstd, (enum bn_apply_act)act, d_y));
+					CHECK_REL(ht, nhwc ? "bn_apply NHWC" : "bn_apply NCHW",
+						  down_nchw(&g, ht, nhwc, d_y, n, c, hw), y, nx);
+				}
 	gpu_close(&g);
 }
 
@@ -605,7 +620,7 @@ TEST(amp_rejects_other_types_and_skips_empty)
 		CHECK_OK(avgpool_global_bwd_h_cuda(s, ht, 0, 2, 8, 0, NULL, NULL, 1));
 		CHECK_OK(maxpool_fwd_h_cuda(s, ht, 1, &pa, NULL, NULL, NULL));
 		CHECK_OK(maxpool_bwd_h_cuda(s, ht, 0, &pa, NULL, NULL, NULL, 0));
-		CHECK_OK(bn_apply_h_cuda(s, ht, 1, 0, 4, 4, NULL, NULL, NULL, NULL, NULL, NULL));
+		CHECK_OK(bn_apply_h_cuda(s, ht, 1, 0, 4, 4, NULL, NULL, NULL, NULL, NULL, NULL, BN_APPLY_RELU, NULL));
 		CHECK_OK(dropout_fwd_h_cuda(s, ht, &da, NULL, NULL, NULL));
 		CHECK_OK(dropout_bwd_h_cuda(s, ht, &da, NULL, NULL, NULL, 1));
 		CHECK_OK(bias_add_h_cuda(s, ht, 0, 0, 4, 1, NULL, NULL));

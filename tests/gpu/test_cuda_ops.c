@@ -152,6 +152,46 @@ TEST(cuda_add_grad_pass_fill_copy)
 	gpu_close(&g);
 }
 
+/* The one-pass recompute kernel against the separate batch norm, add and activation
+ * kernels it replaces: the same float operations in the same order, so equal bit for bit. */
+TEST(cuda_bn_apply_fused_equals_separate_kernels)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 41);
+	int n = 3, c = 7, hw = 29;
+	size_t nx = (size_t)n * c * hw;
+	float *x = host_rand(&g, nx, 4, 0), *id = host_rand(&g, nx, 4, 0);
+	float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 2, 0);
+	float *mean = host_rand(&g, c, 1, 0), *invstd = host_rand(&g, c, 0.1, 0.7);
+	float *d_x = dev_from(&g, x, nx), *d_id = dev_from(&g, id, nx), *d_gamma = dev_from(&g, gamma, c);
+	float *d_beta = dev_from(&g, beta, c), *d_mean = dev_from(&g, mean, c);
+	float *d_invstd = dev_from(&g, invstd, c), *d_ref = dev_f(&g, nx), *d_y = dev_f(&g, nx);
+	cudaStream_t s = g.ctx->stream;
+	for (int act = BN_APPLY_LINEAR; act <= BN_APPLY_RELU6; act++)
+		for (int with_id = 0; with_id <= 1; with_id++) {
+			CHECK_OK(bn_apply_cuda(s, n, c, hw, d_x, NULL, d_gamma, d_beta, d_mean, d_invstd,
+					       BN_APPLY_LINEAR, d_ref));
+			if (with_id)
+				CHECK_OK(add_fwd_cuda(s, nx, d_ref, d_id, d_ref));
+			if (act == BN_APPLY_RELU)
+				CHECK_OK(relu_fwd_cuda(s, nx, d_ref, d_ref));
+			if (act == BN_APPLY_RELU6)
+				CHECK_OK(relu6_fwd_cuda(s, nx, d_ref, d_ref));
+			CHECK_OK(bn_apply_cuda(s, n, c, hw, d_x, with_id ? d_id : NULL, d_gamma, d_beta, d_mean,
+					       d_invstd, (enum bn_apply_act)act, d_y));
+			float *ref = down(&g, d_ref, nx), *y = down(&g, d_y, nx);
+			size_t differ = 0, clipped = 0;
+			for (size_t i = 0; i < nx; i++) {
+				differ += f_bits(ref[i]) != f_bits(y[i]);
+				clipped += y[i] == 0.0f || y[i] == 6.0f;
+			}
+			CHECK_MSG(differ == 0, "act %d identity %d: %zu of %zu differ", act, with_id, differ, nx);
+			if (act != BN_APPLY_LINEAR) /* the inputs reach both clamps */
+				CHECK_MSG(clipped > nx / 10, "act %d: only %zu of %zu clamped", act, clipped, nx);
+		}
+	gpu_close(&g);
+}
+
 TEST(cuda_bias_add_channel_sum)
 {
 	struct gpu g;

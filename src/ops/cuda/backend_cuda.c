@@ -416,15 +416,12 @@ static int cuda_recompute(struct net *net, int r)
 	const struct node *rn = &net->nodes[r];
 	int id = node_recompute_identity(net, r), b = node_recompute_bn(net, r);
 	const struct node *bn = &net->nodes[b];
-	cudaStream_t s = net->bk->ctx->stream;
-	float *stats = saved_ptr(net, b), *y = act_ptr_bwd(net, r);
+	float *stats = saved_ptr(net, b);
 	const struct bn_args *a = &bn->a.bn;
-	GP_TRY(bn_apply_cuda(s, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]), param_ptr(net, bn, 0),
-			     param_ptr(net, bn, 1), stats, stats + a->c, y));
-	size_t count = shape_numel(rn->out);
-	if (id >= 0)
-		GP_TRY(add_fwd_cuda(s, count, y, act_ptr_bwd(net, id), y));
-	return rn->op == OP_RELU6 ? relu6_fwd_cuda(s, count, y, y) : relu_fwd_cuda(s, count, y, y);
+	return bn_apply_cuda(net->bk->ctx->stream, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
+			     id >= 0 ? act_ptr_bwd(net, id) : NULL, param_ptr(net, bn, 0),
+			     param_ptr(net, bn, 1), stats, stats + a->c,
+			     rn->op == OP_RELU6 ? BN_APPLY_RELU6 : BN_APPLY_RELU, act_ptr_bwd(net, r));
 }
 
 static int cuda_backward_node(struct net *net, int i)

@@ -98,23 +98,19 @@ int amp_forward_node(struct net *net, int i, int training)
 	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no mixed-precision forward for op %s", op_name(nd->op));
 }
 
-/* As cuda_recompute (backend_cuda.c), on 16-bit activations. */
+/* As cuda_recompute (backend_cuda.c), on 16-bit activations: one pass, rounded once. */
 static int amp_recompute(struct net *net, int r)
 {
 	struct backend_state *b = net->bk;
 	const struct node *rn = &net->nodes[r];
 	int id = node_recompute_identity(net, r), bi = node_recompute_bn(net, r);
 	const struct node *bn = &net->nodes[bi];
-	cudaStream_t s = b->ctx->stream;
 	float *stats = saved_ptr(net, bi);
-	void *y = act_ptr_bwd(net, r);
 	const struct bn_args *a = &bn->a.bn;
-	GP_TRY(bn_apply_h_cuda(s, b->ht, b->nhwc, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
-			       param_ptr(net, bn, 0), param_ptr(net, bn, 1), stats, stats + a->c, y));
-	size_t count = shape_numel(rn->out);
-	if (id >= 0)
-		GP_TRY(add_fwd_h_cuda(s, b->ht, count, y, act_ptr_bwd(net, id), y));
-	return rn->op == OP_RELU6 ? relu6_fwd_h_cuda(s, b->ht, count, y, y) : relu_fwd_h_cuda(s, b->ht, count, y, y);
+	return bn_apply_h_cuda(b->ctx->stream, b->ht, b->nhwc, a->n, a->c, a->h * a->w,
+			       act_ptr(net, bn->in[0]), id >= 0 ? act_ptr_bwd(net, id) : NULL,
+			       param_ptr(net, bn, 0), param_ptr(net, bn, 1), stats, stats + a->c,
+			       rn->op == OP_RELU6 ? BN_APPLY_RELU6 : BN_APPLY_RELU, act_ptr_bwd(net, r));
 }
 
 int amp_backward_node(struct net *net, int i)

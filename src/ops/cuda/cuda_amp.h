@@ -23,6 +23,7 @@
 
 #include "core/tensor.h"
 #include "ops/ops.h"
+#include "ops/cuda/cuda_ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,10 +75,11 @@ int maxpool_bwd_h_cuda(cudaStream_t s, enum gp_dtype ht, int nhwc, const struct 
 		       const void *dy, const int32_t *argmax, void *dx, int accumulate);
 
 /* --- batch norm, dropout ---------------------------------------------------------------- */
-/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c], statistics and parameters float */
+/* y = act((x - mean[c]) * invstd[c] * gamma[c] + beta[c] (+ identity)), statistics and
+ * parameters float, identity 16-bit or NULL: one pass in float, rounded once (recompute). */
 int bn_apply_h_cuda(cudaStream_t s, enum gp_dtype ht, int nhwc, int n, int c, int hw, const void *x,
-		    const float *gamma, const float *beta, const float *mean, const float *invstd,
-		    void *y);
+		    const void *identity, const float *gamma, const float *beta, const float *mean,
+		    const float *invstd, enum bn_apply_act act, void *y);
 /* Inverted dropout: kept elements (mask 1) are scaled by 1 / (1 - p). */
 int dropout_fwd_h_cuda(cudaStream_t s, enum gp_dtype ht, const struct dropout_args *a,
 		       const uint8_t *mask, const void *x, void *y);

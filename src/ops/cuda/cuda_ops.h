@@ -49,9 +49,14 @@ int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_t seed, uin
 /* p *= factor; if nonfinite_flag (device int) is given, it is set to 1 where a result
  * is inf or NaN (it is not cleared first). */
 int scale_cuda(cudaStream_t s, float *p, size_t count, double factor, int *nonfinite_flag);
-/* y = (x - mean) * invstd * gamma + beta per channel, from saved statistics. */
-int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *gamma,
-		  const float *beta, const float *mean, const float *invstd, float *y);
+/* The activation after a recomputed batch norm (bn_apply_cuda, bn_apply_h_cuda). */
+enum bn_apply_act { BN_APPLY_LINEAR, BN_APPLY_RELU, BN_APPLY_RELU6 };
+/* y = act((x - mean) * invstd * gamma + beta (+ identity)) per channel, from saved
+ * statistics (identity may be NULL): a batch norm's output, or a residual block's, in one
+ * pass; bit-identical to the separate batch norm, add and activation kernels. */
+int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
+		  const float *gamma, const float *beta, const float *mean, const float *invstd,
+		  enum bn_apply_act act, float *y);
 /* As dropout_mask_cuda, with the step counter read on the device (CUDA graphs). */
 int dropout_mask_step_cuda(cudaStream_t s, size_t count, double p, uint64_t seed,
 			   const unsigned long long *step, uint8_t *mask);

@@ -449,24 +449,43 @@ extern "C" int counter_inc_cuda(cudaStream_t s, unsigned long long *c)
 	return 0;
 }
 
-/* y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] from saved batch statistics:
- * recomputing a batch norm's output in backward. */
-__global__ static void bn_apply_kernel(size_t count, int c, int hw, const float *x, const float *gamma,
-				       const float *beta, const float *mean, const float *invstd, float *y)
+/* y = act((x - mean[c]) * invstd[c] * gamma[c] + beta[c] (+ identity)) from saved batch
+ * statistics: recomputing a batch norm's output (and a residual block's add and ReLU after
+ * it) in backward, in one pass. The same float operations in the same order as the separate
+ * bn, add and relu kernels, so the result is theirs bit for bit. */
+__global__ static void bn_apply_kernel(size_t count, int c, int hw, const float *x, const float *id,
+				       const float *gamma, const float *beta, const float *mean,
+				       const float *invstd, int act, float cap, float *y)
 {
 	FOR_EACH(i, count) {
 		int ch = (int)((i / (size_t)hw) % (size_t)c);
-		y[i] = (x[i] - mean[ch]) * invstd[ch] * gamma[ch] + beta[ch];
+		float v = (x[i] - mean[ch]) * invstd[ch] * gamma[ch] + beta[ch];
+		if (id)
+			v = v + id[i];
+		if (act) {
+			v = v > 0.0f ? v : 0.0f;
+			v = v > cap ? cap : v;
+		}
+		y[i] = v;
 	}
 }
 
-extern "C" int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *gamma,
-			     const float *beta, const float *mean, const float *invstd, float *y)
+/* The clamp an activation applies (bn_apply_act), INFINITY for plain ReLU. */
+static float bn_apply_cap(int act)
+{
+	return act == BN_APPLY_RELU6 ? 6.0f : INFINITY;
+}
+
+extern "C" int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
+			     const float *gamma, const float *beta, const float *mean, const float *invstd,
+			     enum bn_apply_act act, float *y)
 {
 	size_t count = (size_t)n * c * hw;
 	if (!count)
 		return 0;
-	bn_apply_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, c, hw, x, gamma, beta, mean, invstd, y);
+	bn_apply_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, c, hw, x, identity, gamma, beta, mean,
+							    invstd, act != BN_APPLY_LINEAR,
+							    bn_apply_cap(act), y);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
@@ -691,7 +710,8 @@ extern "C" int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, co
 								 a->momentum, partial, save_mean, save_invstd,
 								 running_mean, running_var);
 	CUDA_CHECK_LAUNCH();
-	return bn_apply_cuda(s, a->n, a->c, hw, x, gamma, beta, save_mean, save_invstd, y);
+	return bn_apply_cuda(s, a->n, a->c, hw, x, NULL, gamma, beta, save_mean, save_invstd, BN_APPLY_LINEAR,
+			     y);
 }
 
 __global__ static void bn_eval_kernel(size_t count, int c, int hw, double eps, const float *x,

@@ -263,13 +263,21 @@ struct dropout_op {
 	}
 };
 
+/* act(bn(x) + identity), identity b reading 0 when absent; all in float, rounded once. */
 struct bn_apply_op {
 	static constexpr bool indexed = true;
 	const float *gamma, *beta, *mean, *invstd;
-	__device__ float operator()(const cursor &p, float x, float, int) const
+	int act;
+	float cap;
+	__device__ float operator()(const cursor &p, float x, float id, int) const
 	{
 		int c = p.ch;
-		return (x - mean[c]) * invstd[c] * gamma[c] + beta[c];
+		float v = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] + id;
+		if (act) {
+			v = v > 0.0f ? v : 0.0f;
+			v = v > cap ? cap : v;
+		}
+		return v;
 	}
 };
 
@@ -837,20 +845,21 @@ extern "C" int maxpool_bwd_h_cuda(cudaStream_t s, enum gp_dtype ht, int nhwc, co
 
 /* --- batch norm apply, bias add ------------------------------------------------------------ */
 template <typename T>
-static int bn_apply_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void *x, bn_apply_op f,
-		      void *y)
+static int bn_apply_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void *x, const void *id,
+		      bn_apply_op f, void *y)
 {
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return 0;
-	return ew_launch<T>(s, (size_t)n * c * hw, x, NULL, NULL, y, 0, f, layout{ nhwc, c, hw });
+	return ew_launch<T>(s, (size_t)n * c * hw, x, id, NULL, y, 0, f, layout{ nhwc, c, hw });
 }
 
 extern "C" int bn_apply_h_cuda(cudaStream_t s, enum gp_dtype ht, int nhwc, int n, int c, int hw,
-			       const void *x, const float *gamma, const float *beta, const float *mean,
-			       const float *invstd, void *y)
+			       const void *x, const void *identity, const float *gamma, const float *beta,
+			       const float *mean, const float *invstd, enum bn_apply_act act, void *y)
 {
-	bn_apply_op f = { gamma, beta, mean, invstd };
-	return DISPATCH_H(ht, bn_apply_t, s, nhwc, n, c, hw, x, f, y);
+	bn_apply_op f = { gamma, beta, mean, invstd, act != BN_APPLY_LINEAR,
+			  act == BN_APPLY_RELU6 ? 6.0f : INFINITY };
+	return DISPATCH_H(ht, bn_apply_t, s, nhwc, n, c, hw, x, identity, f, y);
 }
 
 template <typename T>
