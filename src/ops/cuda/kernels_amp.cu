@@ -844,13 +844,61 @@ extern "C" int maxpool_bwd_h_cuda(cudaStream_t s, enum gp_dtype ht, int nhwc, co
 }
 
 /* --- batch norm apply, bias add ------------------------------------------------------------ */
+/* NHWC with c % 8 == 0: chunk k holds channels (8k mod c) .. + 7, so a thread whose chunks
+ * step by a multiple of c / 8 keeps one channel group: its 32 statistics and parameters
+ * load once into registers, and no element needs a division to find its channel. The
+ * same float expression as bn_apply_op, so both paths give the same bits. */
+template <typename T>
+__global__ static void bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, const T *x, const T *id,
+					     bn_apply_op f, T *y)
+{
+	unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
+	unsigned threads = gridDim.x * blockDim.x / groups * groups;
+	if (tid >= threads)
+		return;
+	unsigned c0 = tid % groups * VEC;
+	float mean[VEC], invstd[VEC], gamma[VEC], beta[VEC];
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		mean[e] = f.mean[c0 + e];
+		invstd[e] = f.invstd[c0 + e];
+		gamma[e] = f.gamma[c0 + e];
+		beta[e] = f.beta[c0 + e];
+	}
+	for (size_t k = tid; k < chunks; k += threads) {
+		float v[VEC], vi[VEC] = {};
+		load8<true>(x, k, v);
+		if (id)
+			load8<true>(id, k, vi);
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			float t = (v[e] - mean[e]) * invstd[e] * gamma[e] + beta[e] + vi[e];
+			if (f.act) {
+				t = t > 0.0f ? t : 0.0f;
+				t = t > f.cap ? f.cap : t;
+			}
+			v[e] = t;
+		}
+		store8<true>(y, k, v);
+	}
+}
+
 template <typename T>
 static int bn_apply_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void *x, const void *id,
 		      bn_apply_op f, void *y)
 {
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return 0;
-	return ew_launch<T>(s, (size_t)n * c * hw, x, id, NULL, y, 0, f, layout{ nhwc, c, hw });
+	size_t count = (size_t)n * c * hw, chunks = count / VEC;
+	unsigned blocks = grid_for(chunks) < 4096 ? grid_for(chunks) : 4096;
+	if (nhwc && c % VEC == 0 && (unsigned)(c / VEC) <= blocks * BLOCK && aligned(x, 16) &&
+	    aligned(id, 16) && aligned(y, 16)) {
+		bn_apply_nhwc8_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)(c / VEC), (const T *)x,
+								 (const T *)id, f, (T *)y);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
+	return ew_launch<T>(s, count, x, id, NULL, y, 0, f, layout{ nhwc, c, hw });
 }
 
 extern "C" int bn_apply_h_cuda(cudaStream_t s, enum gp_dtype ht, int nhwc, int n, int c, int hw,
