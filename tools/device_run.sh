@@ -106,7 +106,7 @@ for s in "$@"; do
 		# 16-bit NHWC depthwise kernels (off by default until this passes): tests, then mobilenet_v2 bf16
 		GPUPERF_DWCONV_H=1 TAIL=40 stage ampdw_tests 300 build/bundle/gpuperf_tests cuda_dwconv_h cuda_amp
 		GPUPERF_DWCONV_H=1 stage ampdw_mobilenet_v2_bf16 180 $BIN train --model mobilenet_v2 --device cuda --precision bf16 --batch 256 --steps 40 --json ;;
-	parityamp) stage parityamp 500 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --seeds ${SEEDS:-3} --json "$OUT/parity_amp.json" ;;
+	parityamp) stage parityamp 500 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --seeds ${SEEDS:-3} --models ${PARITY_MODELS:-simple_cnn,resnet18,resnet50,mobilenet_v2} --json "$OUT/parity_amp${PARITY_TAG:-}.json" ;;
 	torch50)
 		# PyTorch's resnet50 bf16, eager and torch.compile (TORCH50_MODES), for ratios in this call
 		stage torch50 500 python3 $TB train --models resnet50 --modes ${TORCH50_MODES:-amp_bf16_cl,amp_bf16_cl_compile} --batch 256 --iters 30 ;;

@@ -435,6 +435,7 @@ TEST(amp_bn_apply_matches_cpu)
 		for (int nhwc = 0; nhwc <= 1; nhwc++)
 			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++)
 				for (int v = 0; v < 6; v++) { /* each activation, with and without identity */
+					int dev_mark = g.n_dev, host_mark = g.n_host;
 					enum gp_dtype ht = HTS[t];
 					int act = v / 2, with_id = v % 2;
 					int n = cfg[k][0], c = cfg[k][1], hw = cfg[k][2];
@@ -464,6 +465,7 @@ TEST(amp_bn_apply_matches_cpu)
 								 d_invstd, (enum bn_apply_act)act, d_y));
 					CHECK_REL(ht, nhwc ? "bn_apply NHWC" : "bn_apply NCHW",
 						  down_nchw(&g, ht, nhwc, d_y, n, c, hw), y, nx);
+					gpu_release(&g, dev_mark, host_mark);
 				}
 	gpu_close(&g);
 }

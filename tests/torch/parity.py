@@ -83,6 +83,13 @@ def run_one(args, name, size, batch, classes, work, seed=1234):
         amp, args.amp = args.amp, None
         ref32 = train_torch(args, copy.deepcopy(model), x.to(dev), y.to(dev))
         args.amp = amp
+    twin = None
+    if args.amp:
+        # PyTorch against itself: the same autocast training in channels-last layout
+        # (other cuDNN kernels, other rounding). How far two sound bf16 runs land apart
+        # is the floor any comparison of bf16 engines stands on.
+        m_cl = copy.deepcopy(model).to(memory_format=torch.channels_last)
+        twin = train_torch(args, m_cl, x.to(dev).contiguous(memory_format=torch.channels_last), y.to(dev))
     t_logits, t_grads, losses, sd = train_torch(args, model, x.to(dev), y.to(dev))
     ours_logits = torch.from_numpy(np.fromfile(os.path.join(out, "logits.f32"), dtype=np.float32)).view(batch, classes)
     ours_grads = load_file(os.path.join(out, "grads.safetensors"))
@@ -141,6 +148,16 @@ def run_one(args, name, size, batch, classes, work, seed=1234):
                               torch.cat([f_sd[k].flatten() for k in sorted(learn)]).float()),
         }
         res["losses"] = {"ours": ours_losses, "torch": losses, "fp32": f_losses}
+    if twin is not None:
+        c_logits, c_grads, c_losses, c_sd = twin
+        res["twin"] = {
+            "loss": abs(c_losses[0] - losses[0]) / abs(losses[0]),
+            "loss_last": abs(c_losses[-1] - losses[-1]) / abs(losses[-1]),
+            "learn_all": rel(torch.cat([c_sd[k].flatten() for k in sorted(learn)]).float(),
+                             torch.cat([sd[k].flatten() for k in sorted(learn)]).float()),
+            "grads": rel(torch.cat([c_grads[k].flatten() for k in t_grads]).float(), all_t.float()),
+        }
+        res["losses"]["torch_cl"] = c_losses
     if ref is not None:
         r_logits, r_grads, r_losses, r_sd = ref
         keys = [k for k in r_sd if not k.endswith("num_batches_tracked")]
@@ -243,6 +260,8 @@ def main():
                     f = q["ref32"]
                     line += (f"; vs FP32: last loss torch {f['torch_loss_last']:.2e} ours {f['ours_loss_last']:.2e},"
                              f" params torch {f['torch_learn']:.2e} ours {f['ours_learn']:.2e}")
+                    c = q["twin"]
+                    line += f"; torch NHWC vs NCHW: last loss {c['loss_last']:.2e}, params {c['learn_all']:.2e}"
                 print(line)
         report[name] = r
         if args.amp:  # issue 7: the loss and the learnable parameters after the steps
@@ -271,6 +290,10 @@ def main():
             print(f"{'':14s} learnable parameters after {args.steps} steps: {r['learn_all']:.2e} (worst tensor "
                   f"{r['learn_max']:.2e}); running statistics {r.get('stats_all', 0.0):.2e}"
                   + (f" (medians of {args.seeds} seeds)" if args.seeds > 1 else ""))
+        if "twin" in r:
+            c = r["twin"]
+            print(f"{'':14s} PyTorch against itself (channels last vs contiguous): loss {c['loss']:.2e}, last loss "
+                  f"{c['loss_last']:.2e}, params {c['learn_all']:.2e}, grads {c['grads']:.2e}")
         if "ref32" in r:
             f = r["ref32"]
             print(f"{'':14s} vs FP32: logits torch {f['torch_logits']:.2e} ours {f['ours_logits']:.2e}; grads torch "
