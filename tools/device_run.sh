@@ -93,6 +93,7 @@ for s in "$@"; do
 		stage amp_resnet50_bf16_nchw 180 $BIN train --model resnet50 --device cuda --precision bf16 --layout nchw --batch 256 --steps 20 ;;
 	kprofmnv2)
 		TAIL=0 stage kprof_mobilenet_v2_bf16 200 $BIN profile --model mobilenet_v2 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --out /tmp/gp_kprof_mnv2
+		cp /tmp/gp_kprof_mnv2/profiler_trace.json "$OUT/kprof_mobilenet_v2_bf16_trace.json" 2>/dev/null
 		TAIL=0 stage torch_kprof_mobilenet_v2_bf16 200 python3 tools/torch_profile.py --model mobilenet_v2 --batch 256 --mode amp_bf16_cl ;;
 	ampgraphs)
 		stage amp_resnet50_bf16_eager 120 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 12 --no-graphs
