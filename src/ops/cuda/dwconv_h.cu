@@ -8,8 +8,8 @@
  * The kernels are memory-bound, so the layout is chosen to read x and dy about once
  * from DRAM:
  * - channels are contiguous in NHWC, so adjacent threads take adjacent channel vectors
- *   (V = 8 channels, one 16-byte access, or V = 2, one 4-byte access; V = 1 when c or
- *   an array's alignment allows neither) and then adjacent columns: every warp-wide
+ *   (V = 8 channels, one 16-byte access, V = 4, 8 bytes, or V = 2, 4 bytes; V = 1 when c
+ *   or an array's alignment allows none) and then adjacent columns: every warp-wide
  *   load is whole cache lines;
  * - each forward / backward-data thread of a 3x3 kernel owns DWH_VH consecutive rows of
  *   one column and walks the input rows they share once, adding each loaded vector to
@@ -19,6 +19,7 @@
  * Indices into whole tensors are size_t (batches of thousands of images); offsets inside
  * one image are int (dwconv_h_supported limits an image to 2^31 - 1 elements). */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -108,13 +109,29 @@ static int aligned(const void *p, size_t bytes)
 	return (uintptr_t)p % bytes == 0;
 }
 
-/* Channels per thread: 8 or 2 when c is a multiple and every 16-bit array is aligned to the
- * vector (NULL counts as aligned), else 1. */
+/* The widest channel vector allowed (GPUPERF_DWH_V=8|4|2|1; 8 unless set): a switch for
+ * measuring the kernels' register use against their access width. */
+static int dwh_vcap(void)
+{
+	static int cap;
+	if (!cap) {
+		const char *e = getenv("GPUPERF_DWH_V");
+		int v = e ? atoi(e) : 8;
+		cap = v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
+	}
+	return cap;
+}
+
+/* Channels per thread: 8, 4 or 2 when c is a multiple and every 16-bit array is aligned to
+ * the vector (NULL counts as aligned), else 1; at most dwh_vcap(). */
 static int pick_v(int c, const void *p0, const void *p1, const void *p2)
 {
-	if (c % 8 == 0 && aligned(p0, 16) && aligned(p1, 16) && aligned(p2, 16))
+	int cap = dwh_vcap();
+	if (cap >= 8 && c % 8 == 0 && aligned(p0, 16) && aligned(p1, 16) && aligned(p2, 16))
 		return 8;
-	if (c % 2 == 0 && aligned(p0, 4) && aligned(p1, 4) && aligned(p2, 4))
+	if (cap >= 4 && c % 4 == 0 && aligned(p0, 8) && aligned(p1, 8) && aligned(p2, 8))
+		return 4;
+	if (cap >= 2 && c % 2 == 0 && aligned(p0, 4) && aligned(p1, 4) && aligned(p2, 4))
 		return 2;
 	return 1;
 }
@@ -378,6 +395,8 @@ static int dwh_fwd(cudaStream_t s, const struct conv2d_args *a, const void *x, c
 	switch (pick_v(a->c_in, x, w, y)) {
 	case 8:
 		return dwh_fwd_v<T, 8>(s, a, xt, wt, b, yt, clip6);
+	case 4:
+		return dwh_fwd_v<T, 4>(s, a, xt, wt, b, yt, clip6);
 	case 2:
 		return dwh_fwd_v<T, 2>(s, a, xt, wt, b, yt, clip6);
 	default:
@@ -562,6 +581,8 @@ static int dwh_bwd_data(cudaStream_t s, const struct conv2d_args *a, const void 
 	switch (v < vm ? v : vm) {
 	case 8:
 		return dwh_bwd_data_v<T, 8>(s, a, dyt, wt, dxt, accumulate, mask);
+	case 4:
+		return dwh_bwd_data_v<T, 4>(s, a, dyt, wt, dxt, accumulate, mask);
 	case 2:
 		return dwh_bwd_data_v<T, 2>(s, a, dyt, wt, dxt, accumulate, mask);
 	default:
@@ -849,6 +870,8 @@ static int dwh_filter(cudaStream_t s, const struct conv2d_args *a, const void *x
 	switch (pick_v(a->c_in, x, dy, NULL)) {
 	case 8:
 		return dwh_filter_v<T, 8>(s, a, xt, dyt, dwt, db, scratch, clip6);
+	case 4:
+		return dwh_filter_v<T, 4>(s, a, xt, dyt, dwt, db, scratch, clip6);
 	case 2:
 		return dwh_filter_v<T, 2>(s, a, xt, dyt, dwt, db, scratch, clip6);
 	default:
