@@ -224,15 +224,24 @@ TEST(dwconv_h_supported_shapes)
 	gp_error_clear();
 }
 
+/* Every vector width the kernels take (channels per thread, and rows per thread at 4
+ * channels); { 0, 4 } is the default choice per direction. */
+static const int WIDTHS[][2] = { { 0, 4 }, { 8, 4 }, { 4, 4 }, { 4, 2 }, { 2, 4 } };
+#define N_WIDTHS ((int)(sizeof(WIDTHS) / sizeof(WIDTHS[0])))
+
 TEST(cuda_dwconv_h_matches_cpu)
 {
 	struct gpu g;
 	size_t n;
 	GPU_OPEN(&g, 51);
 	const struct conv2d_args *cases = dwh_cases(&n);
-	for (int t = 0; t < N_HTS; t++)
-		for (size_t i = 0; i < n; i++)
-			check_dwh(&g, HTS[t], &cases[i], 0);
+	for (int wi = 0; wi < N_WIDTHS; wi++) {
+		dwconv_h_set_widths(WIDTHS[wi][0], WIDTHS[wi][1]);
+		for (int t = 0; t < N_HTS; t++)
+			for (size_t i = 0; i < n; i++)
+				check_dwh(&g, HTS[t], &cases[i], 0);
+	}
+	dwconv_h_set_widths(0, 4);
 	gpu_close(&g);
 }
 
@@ -305,15 +314,16 @@ TEST(cuda_dwconv_h_relu6_folded)
 	struct gpu g;
 	GPU_OPEN(&g, 55);
 	struct conv2d_args cases[] = {
-		dw_args(2, 32, 14, 14, 3, 1, 1, 0),  /* 8 channels per thread */
+		dw_args(2, 32, 14, 14, 3, 1, 1, 0),  /* 8 or 4 channels per thread */
 		dw_args(2, 144, 15, 15, 3, 2, 1, 0), /* stride 2 */
 		dw_args(2, 24, 13, 11, 5, 1, 2, 0),  /* the generic kernels */
 		dw_args(2, 6, 9, 9, 3, 1, 1, 0),     /* 2 channels per thread */
 	};
 	cudaStream_t s = g.ctx->stream;
-	for (int t = 0; t < N_HTS; t++)
+	for (int wt = 0; wt < N_WIDTHS * N_HTS; wt++)
 		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-			enum gp_dtype ht = HTS[t];
+			enum gp_dtype ht = HTS[wt % N_HTS];
+			dwconv_h_set_widths(WIDTHS[wt / N_HTS][0], WIDTHS[wt / N_HTS][1]);
 			const struct conv2d_args *a = &cases[i];
 			int dev_mark = g.n_dev, host_mark = g.n_host;
 			size_t nx = (size_t)a->n * a->c_in * a->h_in * a->w_in, ny = (size_t)a->n * a->c_in * a->h_out * a->w_out;
@@ -361,5 +371,6 @@ TEST(cuda_dwconv_h_relu6_folded)
 			CHECK_LE(rel_err_norm_f32(down_h(&g, ht, d_dx1, nx), want, nx), tol_for(ht));
 			gpu_release(&g, dev_mark, host_mark);
 		}
+	dwconv_h_set_widths(0, 4);
 	gpu_close(&g);
 }

@@ -109,24 +109,54 @@ static int aligned(const void *p, size_t bytes)
 	return (uintptr_t)p % bytes == 0;
 }
 
-/* The widest channel vector allowed (GPUPERF_DWH_V=8|4|2|1; 8 unless set): a switch for
- * measuring the kernels' register use against their access width. */
-static int dwh_vcap(void)
+/* Channels per thread by direction, measured on the H100 (mobilenet_v2 bf16, batch 256):
+ * forward and backward data run faster at 4 (8-byte accesses, ~75 registers, 3 blocks
+ * per SM) than at 8 (~110 registers, 2 blocks), the weight gradient at 8.
+ * GPUPERF_DWH_V=8|4|2|1 caps all three (for measurement). */
+enum { DWH_FWD, DWH_BWD_DATA, DWH_FILTER };
+static int width_cap = -1, rows_v4; /* -1 / 0: not read from the environment yet */
+
+static void dwh_env(void)
 {
-	static int cap;
-	if (!cap) {
+	if (width_cap < 0) {
 		const char *e = getenv("GPUPERF_DWH_V");
-		int v = e ? atoi(e) : 8;
-		cap = v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
+		int v = e ? atoi(e) : 0;
+		width_cap = v <= 0 ? 0 : v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
 	}
-	return cap;
+	if (!rows_v4) {
+		const char *e = getenv("GPUPERF_DWH_VH");
+		rows_v4 = e && atoi(e) == 2 ? 2 : 4;
+	}
+}
+
+extern "C" void dwconv_h_set_widths(int v, int vh)
+{
+	dwh_env();
+	width_cap = v <= 0 ? 0 : v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
+	rows_v4 = vh == 2 ? 2 : 4;
+}
+
+static int dwh_vcap(int dir)
+{
+	dwh_env();
+	if (width_cap)
+		return width_cap;
+	return dir == DWH_FILTER ? 8 : 4;
+}
+
+/* Rows per thread in the 3x3 forward and backward-data kernels at V = 4:
+ * GPUPERF_DWH_VH=2|4 (4 unless set). */
+static int dwh_vh4(void)
+{
+	dwh_env();
+	return rows_v4;
 }
 
 /* Channels per thread: 8, 4 or 2 when c is a multiple and every 16-bit array is aligned to
- * the vector (NULL counts as aligned), else 1; at most dwh_vcap(). */
-static int pick_v(int c, const void *p0, const void *p1, const void *p2)
+ * the vector (NULL counts as aligned), else 1; at most the direction's cap. */
+static int pick_v(int dir, int c, const void *p0, const void *p1, const void *p2)
 {
-	int cap = dwh_vcap();
+	int cap = dwh_vcap(dir);
 	if (cap >= 8 && c % 8 == 0 && aligned(p0, 16) && aligned(p1, 16) && aligned(p2, 16))
 		return 8;
 	if (cap >= 4 && c % 4 == 0 && aligned(p0, 8) && aligned(p1, 8) && aligned(p2, 8))
@@ -364,6 +394,20 @@ dwh_fwd_generic_kernel(struct dwh_k p, const T *__restrict__ x, const T *__restr
 	stv<V>(y + ni * p.img_out + (oh * p.w_out + ow) * p.c + ch0, acc);
 }
 
+template <typename T, int V, int VH>
+static int dwh_fwd3(cudaStream_t s, const struct conv2d_args *a, struct dwh_k p, const T *x, const T *w,
+		    const float *b, T *y)
+{
+	dim3 grid;
+	GP_TRY(dwh_grid(&p, a->h_out, a->w_out, VH, V, &grid));
+	if (a->stride == 1)
+		dwh_fwd_kernel<T, V, 3, 1, VH><<<grid, BLOCK, 0, s>>>(p, x, w, b, y);
+	else
+		dwh_fwd_kernel<T, V, 3, 2, VH><<<grid, BLOCK, 0, s>>>(p, x, w, b, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 template <typename T, int V>
 static int dwh_fwd_v(cudaStream_t s, const struct conv2d_args *a, const T *x, const T *w,
 		     const float *b, T *y, int clip6)
@@ -372,12 +416,9 @@ static int dwh_fwd_v(cudaStream_t s, const struct conv2d_args *a, const T *x, co
 	p.clip6 = clip6;
 	dim3 grid;
 	if (a->kh == 3) {
-		const int VH = DWH_VH(V);
-		GP_TRY(dwh_grid(&p, a->h_out, a->w_out, VH, V, &grid));
-		if (a->stride == 1)
-			dwh_fwd_kernel<T, V, 3, 1, VH><<<grid, BLOCK, 0, s>>>(p, x, w, b, y);
-		else
-			dwh_fwd_kernel<T, V, 3, 2, VH><<<grid, BLOCK, 0, s>>>(p, x, w, b, y);
+		if (V == 4 && dwh_vh4() == 2)
+			return dwh_fwd3<T, V, 2>(s, a, p, x, w, b, y);
+		return dwh_fwd3<T, V, DWH_VH(V)>(s, a, p, x, w, b, y);
 	} else {
 		GP_TRY(dwh_grid(&p, a->h_out, a->w_out, 1, V, &grid));
 		dwh_fwd_generic_kernel<T, V><<<grid, BLOCK, 0, s>>>(p, x, w, b, y);
@@ -392,7 +433,7 @@ static int dwh_fwd(cudaStream_t s, const struct conv2d_args *a, const void *x, c
 {
 	const T *xt = (const T *)x, *wt = (const T *)w;
 	T *yt = (T *)y;
-	switch (pick_v(a->c_in, x, w, y)) {
+	switch (pick_v(DWH_FWD, a->c_in, x, w, y)) {
 	case 8:
 		return dwh_fwd_v<T, 8>(s, a, xt, wt, b, yt, clip6);
 	case 4:
@@ -549,6 +590,20 @@ dwh_bwd_data_generic_kernel(struct dwh_k p, const T *__restrict__ dy, const T *_
 	stv<V>(q, acc);
 }
 
+template <typename T, int V, int VH>
+static int dwh_bwd_data3(cudaStream_t s, const struct conv2d_args *a, struct dwh_k p, const T *dy,
+			 const T *w, T *dx, int accumulate)
+{
+	dim3 grid;
+	GP_TRY(dwh_grid(&p, a->h_in, a->w_in, VH, V, &grid));
+	if (a->stride == 1)
+		dwh_bwd_data_kernel<T, V, 3, 1, VH><<<grid, BLOCK, 0, s>>>(p, dy, w, dx, accumulate);
+	else
+		dwh_bwd_data_kernel<T, V, 3, 2, VH><<<grid, BLOCK, 0, s>>>(p, dy, w, dx, accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 template <typename T, int V>
 static int dwh_bwd_data_v(cudaStream_t s, const struct conv2d_args *a, const T *dy, const T *w,
 			  T *dx, int accumulate, const void *mask)
@@ -557,12 +612,9 @@ static int dwh_bwd_data_v(cudaStream_t s, const struct conv2d_args *a, const T *
 	p.mask = mask;
 	dim3 grid;
 	if (a->kh == 3) {
-		const int VH = DWH_VH(V);
-		GP_TRY(dwh_grid(&p, a->h_in, a->w_in, VH, V, &grid));
-		if (a->stride == 1)
-			dwh_bwd_data_kernel<T, V, 3, 1, VH><<<grid, BLOCK, 0, s>>>(p, dy, w, dx, accumulate);
-		else
-			dwh_bwd_data_kernel<T, V, 3, 2, VH><<<grid, BLOCK, 0, s>>>(p, dy, w, dx, accumulate);
+		if (V == 4 && dwh_vh4() == 2)
+			return dwh_bwd_data3<T, V, 2>(s, a, p, dy, w, dx, accumulate);
+		return dwh_bwd_data3<T, V, DWH_VH(V)>(s, a, p, dy, w, dx, accumulate);
 	} else {
 		GP_TRY(dwh_grid(&p, a->h_in, a->w_in, 1, V, &grid));
 		dwh_bwd_data_generic_kernel<T, V><<<grid, BLOCK, 0, s>>>(p, dy, w, dx, accumulate);
@@ -577,7 +629,7 @@ static int dwh_bwd_data(cudaStream_t s, const struct conv2d_args *a, const void 
 {
 	const T *dyt = (const T *)dy, *wt = (const T *)w;
 	T *dxt = (T *)dx;
-	int v = pick_v(a->c_in, dy, w, dx), vm = mask ? pick_v(a->c_in, mask, NULL, NULL) : 8;
+	int v = pick_v(DWH_BWD_DATA, a->c_in, dy, w, dx), vm = mask ? pick_v(DWH_BWD_DATA, a->c_in, mask, NULL, NULL) : 8;
 	switch (v < vm ? v : vm) {
 	case 8:
 		return dwh_bwd_data_v<T, 8>(s, a, dyt, wt, dxt, accumulate, mask);
@@ -867,7 +919,7 @@ static int dwh_filter(cudaStream_t s, const struct conv2d_args *a, const void *x
 {
 	const T *xt = (const T *)x, *dyt = (const T *)dy;
 	T *dwt = (T *)dw;
-	switch (pick_v(a->c_in, x, dy, NULL)) {
+	switch (pick_v(DWH_FILTER, a->c_in, x, dy, NULL)) {
 	case 8:
 		return dwh_filter_v<T, 8>(s, a, xt, dyt, dwt, db, scratch, clip6);
 	case 4:
