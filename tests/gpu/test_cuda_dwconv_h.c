@@ -225,8 +225,8 @@ TEST(dwconv_h_supported_shapes)
 }
 
 /* Every vector width the kernels take (channels per thread, and rows per thread at 4
- * channels); { 0, 4 } is the default choice per direction. */
-static const int WIDTHS[][2] = { { 0, 4 }, { 8, 4 }, { 4, 4 }, { 4, 2 }, { 2, 4 } };
+ * channels); { 0, 0 } is the default choice per direction. */
+static const int WIDTHS[][2] = { { 0, 0 }, { 8, 0 }, { 4, 4 }, { 4, 2 }, { 2, 0 } };
 #define N_WIDTHS ((int)(sizeof(WIDTHS) / sizeof(WIDTHS[0])))
 
 TEST(cuda_dwconv_h_matches_cpu)
@@ -241,7 +241,7 @@ TEST(cuda_dwconv_h_matches_cpu)
 			for (size_t i = 0; i < n; i++)
 				check_dwh(&g, HTS[t], &cases[i], 0);
 	}
-	dwconv_h_set_widths(0, 4);
+	dwconv_h_set_widths(0, 0);
 	gpu_close(&g);
 }
 
@@ -371,6 +371,6 @@ TEST(cuda_dwconv_h_relu6_folded)
 			CHECK_LE(rel_err_norm_f32(down_h(&g, ht, d_dx1, nx), want, nx), tol_for(ht));
 			gpu_release(&g, dev_mark, host_mark);
 		}
-	dwconv_h_set_widths(0, 4);
+	dwconv_h_set_widths(0, 0);
 	gpu_close(&g);
 }

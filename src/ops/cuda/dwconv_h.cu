@@ -109,9 +109,10 @@ static int aligned(const void *p, size_t bytes)
 	return (uintptr_t)p % bytes == 0;
 }
 
-/* Channels per thread by direction, measured on the H100 (mobilenet_v2 bf16, batch 256):
- * forward and backward data run faster at 4 (8-byte accesses, ~75 registers, 3 blocks
- * per SM) than at 8 (~110 registers, 2 blocks), the weight gradient at 8.
+/* Channels per thread by direction, measured on the H100 (mobilenet_v2 bf16, batch 256,
+ * docs/PERF.md): forward and backward data run faster at 4 (8-byte accesses, ~75
+ * registers, 3 blocks per SM) than at 8 (~110 registers, 2 blocks), the weight gradient
+ * at 8.
  * GPUPERF_DWH_V=8|4|2|1 caps all three (for measurement). */
 enum { DWH_FWD, DWH_BWD_DATA, DWH_FILTER };
 static int width_cap = -1, rows_v4; /* -1 / 0: not read from the environment yet */
@@ -125,7 +126,7 @@ static void dwh_env(void)
 	}
 	if (!rows_v4) {
 		const char *e = getenv("GPUPERF_DWH_VH");
-		rows_v4 = e && atoi(e) == 2 ? 2 : 4;
+		rows_v4 = e && atoi(e) == 2 ? 2 : e && atoi(e) == 4 ? 4 : -1;
 	}
 }
 
@@ -133,7 +134,7 @@ extern "C" void dwconv_h_set_widths(int v, int vh)
 {
 	dwh_env();
 	width_cap = v <= 0 ? 0 : v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
-	rows_v4 = vh == 2 ? 2 : 4;
+	rows_v4 = vh == 2 || vh == 4 ? vh : -1;
 }
 
 static int dwh_vcap(int dir)
@@ -144,12 +145,14 @@ static int dwh_vcap(int dir)
 	return dir == DWH_FILTER ? 8 : 4;
 }
 
-/* Rows per thread in the 3x3 forward and backward-data kernels at V = 4:
- * GPUPERF_DWH_VH=2|4 (4 unless set). */
-static int dwh_vh4(void)
+/* Rows per thread in the 3x3 forward and backward-data kernels at V = 4, measured as for
+ * the widths: 4 forward, 2 backward data; GPUPERF_DWH_VH=2|4 sets both. */
+static int dwh_vh4(int dir)
 {
 	dwh_env();
-	return rows_v4;
+	if (rows_v4 > 0)
+		return rows_v4;
+	return dir == DWH_FWD ? 4 : 2;
 }
 
 /* Channels per thread: 8, 4 or 2 when c is a multiple and every 16-bit array is aligned to
@@ -416,7 +419,7 @@ static int dwh_fwd_v(cudaStream_t s, const struct conv2d_args *a, const T *x, co
 	p.clip6 = clip6;
 	dim3 grid;
 	if (a->kh == 3) {
-		if (V == 4 && dwh_vh4() == 2)
+		if (V == 4 && dwh_vh4(DWH_FWD) == 2)
 			return dwh_fwd3<T, V, 2>(s, a, p, x, w, b, y);
 		return dwh_fwd3<T, V, DWH_VH(V)>(s, a, p, x, w, b, y);
 	} else {
@@ -612,7 +615,7 @@ static int dwh_bwd_data_v(cudaStream_t s, const struct conv2d_args *a, const T *
 	p.mask = mask;
 	dim3 grid;
 	if (a->kh == 3) {
-		if (V == 4 && dwh_vh4() == 2)
+		if (V == 4 && dwh_vh4(DWH_BWD_DATA) == 2)
 			return dwh_bwd_data3<T, V, 2>(s, a, p, dy, w, dx, accumulate);
 		return dwh_bwd_data3<T, V, DWH_VH(V)>(s, a, p, dy, w, dx, accumulate);
 	} else {
