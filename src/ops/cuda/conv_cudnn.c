@@ -214,9 +214,9 @@ static int no_algo(const char *dir, const struct conv2d_args *a, int returned, s
 }
 
 /* Scratch for measuring: the largest workspace up to the limit that can be had. */
-static int find_workspace_alloc(struct cuda_ctx *ctx, void **ws, size_t *ws_bytes)
+static int find_workspace_alloc(struct cuda_ctx *ctx, size_t want, void **ws, size_t *ws_bytes)
 {
-	size_t bytes = ctx->workspace_limit_bytes;
+	size_t bytes = want;
 	for (;;) {
 		int rc = cuda_alloc(ctx, ws, bytes, MEM_WORKSPACE);
 		if (rc == 0 || rc != GP_EDEVOOM || bytes < ((size_t)1 << 20)) {
@@ -225,6 +225,35 @@ static int find_workspace_alloc(struct cuda_ctx *ctx, void **ws, size_t *ws_byte
 		}
 		bytes /= 2;
 	}
+}
+
+/* The workspace the timing runs need: the most any algorithm of the three directions asks
+ * for within the budget, with a margin (a size query answers for the descriptor's math
+ * type; the timing runs may try the other), never above the budget. Allocating the whole
+ * budget instead made the set-up, not training, the process's peak for small nets. */
+static size_t find_workspace_need(struct cuda_ctx *ctx, const struct conv_plan *p)
+{
+	size_t limit = ctx->workspace_limit_bytes, most = 0, sz;
+	for (int algo = 0; algo < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; algo++)
+		if (cudnnGetConvolutionForwardWorkspaceSize(ctx->cudnn, p->x_desc, p->w_desc, p->fwd_desc, p->y_desc,
+							    (cudnnConvolutionFwdAlgo_t)algo, &sz) == CUDNN_STATUS_SUCCESS &&
+		    sz <= limit && sz > most)
+			most = sz;
+	for (int algo = 0; algo < CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT; algo++)
+		if (cudnnGetConvolutionBackwardDataWorkspaceSize(ctx->cudnn, p->w_desc, p->y_desc, p->bwd_data_desc,
+								 p->x_desc, (cudnnConvolutionBwdDataAlgo_t)algo,
+								 &sz) == CUDNN_STATUS_SUCCESS &&
+		    sz <= limit && sz > most)
+			most = sz;
+	for (int algo = 0; algo < CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT; algo++)
+		if (cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx->cudnn, p->x_desc, p->y_desc,
+								   p->bwd_filter_desc, p->w_desc,
+								   (cudnnConvolutionBwdFilterAlgo_t)algo,
+								   &sz) == CUDNN_STATUS_SUCCESS &&
+		    sz <= limit && sz > most)
+			most = sz;
+	size_t want = most + most / 4 + ((size_t)16 << 20);
+	return want < limit ? want : limit;
 }
 
 /* GPUPERF_WGRAD_GEMM=0: 1x1 weight gradients always through cuDNN. */
@@ -343,7 +372,7 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		goto free_scratch;
 	}
 	if (!ctx->heuristic_algos) {
-		if ((rc = find_workspace_alloc(ctx, &ws, &ws_bytes)) < 0)
+		if ((rc = find_workspace_alloc(ctx, find_workspace_need(ctx, p), &ws, &ws_bytes)) < 0)
 			goto free_scratch;
 		/* Zeros, so that no NaN or denormal pattern skews the timings. */
 		if ((rc = CUDA_CHECK(cudaMemsetAsync(x, 0, x_bytes, ctx->stream))) < 0 ||
