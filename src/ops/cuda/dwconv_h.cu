@@ -142,7 +142,7 @@ static int dwh_vcap(int dir)
 	dwh_env();
 	if (width_cap)
 		return width_cap;
-	return dir == DWH_FILTER ? 4 : 4; /* the weight gradient: the sliding window at 4 */
+	return dir == DWH_FILTER ? 8 : 4;
 }
 
 /* Rows per thread in the 3x3 forward and backward-data kernels at V = 4, measured as for
@@ -724,134 +724,6 @@ extern "C" size_t dwconv_h_bwd_filter_scratch_floats(const struct conv2d_args *a
 	return (size_t)a->c_in * dwh_slices(a) * (a->kh * a->kw + 1);
 }
 
-/* Sum the py lanes of each of the cvg * V columns of acc into part[slice][tap][channel]:
- * lanes in nq chunks of qlanes, then the chunks, both in order. K = 0: one tap, tap. */
-template <int V, int NT, int K>
-__device__ static inline void dwh_filter_store(const struct dwh_f &p, float (&acc)[NT][V], float *red,
-						float *red2, float *__restrict__ part, int tap)
-{
-	const int cols = p.cvg * V, kk = p.k * p.k;
-	int j = (int)threadIdx.x % cols, cq = (int)threadIdx.x / cols;
-#pragma unroll
-	for (int t = 0; t < NT; t++) {
-#pragma unroll
-		for (int e = 0; e < V; e++)
-			red[threadIdx.x * V + e] = acc[t][e];
-		__syncthreads();
-		if (cq < p.nq) {
-			int l0 = cq * p.qlanes, l1 = min(p.py, l0 + p.qlanes);
-			float s = 0.0f;
-			for (int l = l0; l < l1; l++)
-				s += red[l * cols + j];
-			red2[cq * cols + j] = s;
-		}
-		__syncthreads();
-		if ((int)threadIdx.x < cols) {
-			float s = 0.0f;
-			for (int i = 0; i < p.nq; i++)
-				s += red2[i * cols + (int)threadIdx.x];
-			int ch = (int)blockIdx.x * cols + (int)threadIdx.x;
-			if (ch < p.c)
-				part[((size_t)blockIdx.y * (kk + 1) + (K ? t : tap)) * p.c + ch] = s;
-		}
-	}
-}
-
-/* Pixels per segment of the sliding 3x3 weight-gradient kernel. */
-#define DWH_SEG 8
-
-/* One column (3 rows) of the input window at column iw, zero outside the image. */
-template <typename T, int V>
-__device__ static inline void dwh_load_col(const struct dwh_f &p, const T *xi, int ih0, int iw,
-					   float (&col)[3][V])
-{
-#pragma unroll
-	for (int r = 0; r < 3; r++) {
-		int ih = ih0 + r;
-		if (ih >= 0 && ih < p.h_in && iw >= 0 && iw < p.w_in) {
-			ldv<V>(xi + (ih * p.w_in + iw) * p.c, col[r]);
-			if (p.clip6)
-				clip6v<V>(col[r]);
-		} else {
-#pragma unroll
-			for (int e = 0; e < V; e++)
-				col[r][e] = 0.0f;
-		}
-	}
-}
-
-/* The 3x3 weight gradient with a window that slides along each row: a lane takes
- * segments of DWH_SEG consecutive output pixels (segments py apart in the slice), keeps
- * the 3 x 3 input vectors of the current pixel in registers and loads only the S new
- * columns per pixel (3 or 6 vectors, not 9). Sums in a fixed order: the result is the same
- * bits on every run. */
-template <typename T, int V, int S>
-__global__ static void __launch_bounds__(BLOCK)
-dwh_filter_slide_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restrict__ dy,
-			float *__restrict__ part)
-{
-	const int NT = 10;
-	__shared__ float red[BLOCK * V];
-	__shared__ float red2[BLOCK];
-	int tx = (int)threadIdx.x % p.cvg, ty = (int)threadIdx.x / p.cvg;
-	int cvi = (int)blockIdx.x * p.cvg + tx, ch0 = cvi * V;
-	float acc[NT][V];
-#pragma unroll
-	for (int t = 0; t < NT; t++)
-#pragma unroll
-		for (int e = 0; e < V; e++)
-			acc[t][e] = 0.0f;
-
-	if (cvi < p.cv) {
-		int64_t q0 = (int64_t)blockIdx.y * p.rows / p.slices;
-		int64_t q1 = (int64_t)(blockIdx.y + 1) * p.rows / p.slices;
-		int nseg = (p.w_out + DWH_SEG - 1) / DWH_SEG;
-		for (int64_t sg = q0 * nseg + ty; sg < q1 * nseg; sg += p.py) {
-			int64_t q = sg / nseg;
-			int ow0 = (int)(sg - q * nseg) * DWH_SEG;
-			int ni = (int)(q / p.h_out), oh = (int)(q - (int64_t)ni * p.h_out);
-			const T *xi = x + (size_t)ni * p.img_in + ch0;
-			const T *gi = dy + (size_t)ni * p.img_out + (size_t)oh * p.w_out * p.c + ch0;
-			int ih0 = oh * S - p.pad, iw0 = ow0 * S - p.pad;
-			float win[3][3][V]; /* [column][row][channel] */
-#pragma unroll
-			for (int kx = 0; kx < 3; kx++)
-				dwh_load_col<T, V>(p, xi, ih0, iw0 + kx, win[kx]);
-#pragma unroll
-			for (int pp = 0; pp < DWH_SEG; pp++) {
-				if (ow0 + pp >= p.w_out)
-					break;
-				if (pp > 0) {
-					int iw = iw0 + pp * S;
-#pragma unroll
-					for (int kx = 0; kx < 3 - S; kx++)
-#pragma unroll
-						for (int r = 0; r < 3; r++)
-#pragma unroll
-							for (int e = 0; e < V; e++)
-								win[kx][r][e] = win[kx + S][r][e];
-#pragma unroll
-					for (int kx = 3 - S; kx < 3; kx++)
-						dwh_load_col<T, V>(p, xi, ih0, iw + kx, win[kx]);
-				}
-				float g[V];
-				ldv<V>(gi + (ow0 + pp) * p.c, g);
-#pragma unroll
-				for (int ky = 0; ky < 3; ky++)
-#pragma unroll
-					for (int kx = 0; kx < 3; kx++)
-#pragma unroll
-						for (int e = 0; e < V; e++)
-							acc[ky * 3 + kx][e] += g[e] * win[kx][ky][e];
-#pragma unroll
-				for (int e = 0; e < V; e++)
-					acc[NT - 1][e] += g[e];
-			}
-		}
-	}
-	dwh_filter_store<V, NT, 3>(p, acc, red, red2, part, 0);
-}
-
 template <typename T, int V, int K, int S>
 __global__ static void __launch_bounds__(BLOCK)
 dwh_filter_part_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restrict__ dy,
@@ -936,7 +808,33 @@ dwh_filter_part_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restr
 		}
 	}
 
-	dwh_filter_store<V, NT, K>(p, acc, red, red2, part, tap);
+	/* Sum the py lanes of each of the cvg * V columns: lanes in nq chunks of qlanes, then
+	 * the chunks, both in order. */
+	const int cols = p.cvg * V;
+	int j = (int)threadIdx.x % cols, cq = (int)threadIdx.x / cols;
+#pragma unroll
+	for (int t = 0; t < NT; t++) {
+#pragma unroll
+		for (int e = 0; e < V; e++)
+			red[threadIdx.x * V + e] = acc[t][e];
+		__syncthreads();
+		if (cq < p.nq) {
+			int l0 = cq * p.qlanes, l1 = min(p.py, l0 + p.qlanes);
+			float s = 0.0f;
+			for (int l = l0; l < l1; l++)
+				s += red[l * cols + j];
+			red2[cq * cols + j] = s;
+		}
+		__syncthreads();
+		if ((int)threadIdx.x < cols) {
+			float s = 0.0f;
+			for (int i = 0; i < p.nq; i++)
+				s += red2[i * cols + (int)threadIdx.x];
+			int ch = (int)blockIdx.x * cols + (int)threadIdx.x;
+			if (ch < p.c)
+				part[((size_t)blockIdx.y * (kk + 1) + (K ? t : tap)) * p.c + ch] = s;
+		}
+	}
 }
 
 #define SUM_LANES 8
@@ -1002,11 +900,7 @@ static int dwh_filter_v(cudaStream_t s, const struct conv2d_args *a, const T *x,
 	unsigned threads = (unsigned)(p.cvg * p.py);
 	if (a->kh == 3) {
 		dim3 grid((unsigned)groups, (unsigned)p.slices, 1);
-		if (V <= 4 && a->stride == 1) /* the window fits the registers */
-			dwh_filter_slide_kernel<T, V, 1><<<grid, threads, 0, s>>>(p, x, dy, scratch);
-		else if (V <= 4)
-			dwh_filter_slide_kernel<T, V, 2><<<grid, threads, 0, s>>>(p, x, dy, scratch);
-		else if (a->stride == 1)
+		if (a->stride == 1)
 			dwh_filter_part_kernel<T, V, 3, 1><<<grid, threads, 0, s>>>(p, x, dy, scratch);
 		else
 			dwh_filter_part_kernel<T, V, 3, 2><<<grid, threads, 0, s>>>(p, x, dy, scratch);
