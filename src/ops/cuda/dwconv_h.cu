@@ -117,24 +117,34 @@ static int aligned(const void *p, size_t bytes)
 enum { DWH_FWD, DWH_BWD_DATA, DWH_FILTER };
 static int width_cap = -1, rows_v4; /* -1 / 0: not read from the environment yet */
 
+/* A width cap (0: the defaults) and a row count (-1: the defaults) from what was asked. */
+static int width_of(int v)
+{
+	return v <= 0 ? 0 : v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
+}
+
+static int rows_of(int vh)
+{
+	return vh == 2 || vh == 4 ? vh : -1;
+}
+
 static void dwh_env(void)
 {
 	if (width_cap < 0) {
 		const char *e = getenv("GPUPERF_DWH_V");
-		int v = e ? atoi(e) : 0;
-		width_cap = v <= 0 ? 0 : v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
+		width_cap = width_of(e ? atoi(e) : 0);
 	}
 	if (!rows_v4) {
 		const char *e = getenv("GPUPERF_DWH_VH");
-		rows_v4 = e && atoi(e) == 2 ? 2 : e && atoi(e) == 4 ? 4 : -1;
+		rows_v4 = rows_of(e ? atoi(e) : 0);
 	}
 }
 
 extern "C" void dwconv_h_set_widths(int v, int vh)
 {
 	dwh_env();
-	width_cap = v <= 0 ? 0 : v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
-	rows_v4 = vh == 2 || vh == 4 ? vh : -1;
+	width_cap = width_of(v);
+	rows_v4 = rows_of(vh);
 }
 
 static int dwh_vcap(int dir)

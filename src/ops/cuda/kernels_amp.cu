@@ -194,15 +194,20 @@ struct bn_apply_op {
 	const float *gamma, *beta, *mean, *invstd;
 	int act;
 	float cap;
-	__device__ float operator()(const cursor &p, float x, float id, int) const
+	/* One element from its channel's statistics and parameters (both kernels' formula). */
+	__device__ float at(float x, float id, float m, float is, float g, float b) const
 	{
-		int c = p.ch;
-		float v = (x - mean[c]) * invstd[c] * gamma[c] + beta[c] + id;
+		float v = (x - m) * is * g + b + id;
 		if (act) {
 			v = v > 0.0f ? v : 0.0f;
 			v = v > cap ? cap : v;
 		}
 		return v;
+	}
+	__device__ float operator()(const cursor &p, float x, float id, int) const
+	{
+		int c = p.ch;
+		return at(x, id, mean[c], invstd[c], gamma[c], beta[c]);
 	}
 };
 
@@ -583,8 +588,8 @@ extern "C" int avgpool_global_bwd_h_cuda(cudaStream_t s, enum gp_dtype ht, int n
 /* --- batch norm apply, bias add ------------------------------------------------------------ */
 /* NHWC with c % 8 == 0: chunk k holds channels (8k mod c) .. + 7, so a thread whose chunks
  * step by a multiple of c / 8 keeps one channel group: its 32 statistics and parameters
- * load once into registers, and no element needs a division to find its channel. The
- * same float expression as bn_apply_op, so both paths give the same bits. */
+ * load once into registers, and no element needs a division to find its channel.
+ * bn_apply_op::at computes each element, so both paths give the same bits. */
 template <typename T>
 __global__ static void bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, const T *x, const T *id,
 					     bn_apply_op f, T *y)
@@ -608,14 +613,8 @@ __global__ static void bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, con
 		if (id)
 			load8<true>(id, k, vi);
 #pragma unroll
-		for (int e = 0; e < VEC; e++) {
-			float t = (v[e] - mean[e]) * invstd[e] * gamma[e] + beta[e] + vi[e];
-			if (f.act) {
-				t = t > 0.0f ? t : 0.0f;
-				t = t > f.cap ? f.cap : t;
-			}
-			v[e] = t;
-		}
+		for (int e = 0; e < VEC; e++)
+			v[e] = f.at(v[e], vi[e], mean[e], invstd[e], gamma[e], beta[e]);
 		store8<true>(y, k, v);
 	}
 }
