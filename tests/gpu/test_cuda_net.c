@@ -203,12 +203,7 @@ TEST(cuda_graph_step_matches_eager)
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	backend_cuda_set_conv_policy(0, 0);
-	float *x;
-	int32_t *y;
-	CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 2, &x, &y) == 0);
-	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
-	free(x);
-	free(y);
+	same_batch(a, b, 8, 64, 10, 2);
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	double la = 0, lb = 0;
 	for (int s = 0; s < 3; s++) {
@@ -329,12 +324,7 @@ TEST(cuda_net_node_by_node_matches_cpu)
 		CHECK(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 		backend_cuda_set_conv_policy(0, 0);
 		CHECK(net_setup(c, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
-		float *x;
-		int32_t *y;
-		CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 5, &x, &y) == 0);
-		CHECK(net_set_batch_data(g, x, y) == 0 && net_set_batch_data(c, x, y) == 0);
-		free(x);
-		free(y);
+		same_batch(g, c, 8, 64, 10, 5);
 		struct net *order[2] = { c, g };
 		for (int k = 0; k < 2; k++) {
 			struct net *n = order[k];
@@ -406,10 +396,28 @@ out:
 	net_free(b);
 }
 
+/* One forward, loss and backward on each of two nets with the same batch: their losses,
+ * and b's gradients' distance from a's. */
+static double step_both(struct net *a, struct net *b, double *la, double *lb)
+{
+	CHECK(net_forward(a, 1) == 0 && net_loss(a, la, NULL) == 0 && net_backward(a) == 0);
+	CHECK(net_forward(b, 1) == 0 && net_loss(b, lb, NULL) == 0 && net_backward(b) == 0);
+	size_t n = a->params_count;
+	float *ga = malloc(n * sizeof(float)), *gb = malloc(n * sizeof(float));
+	double e = 1.0;
+	CHECK(ga && gb);
+	if (ga && gb) {
+		CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
+		e = rel_err_norm_f32(gb, ga, n);
+	}
+	free(ga);
+	free(gb);
+	return e;
+}
+
 /* Recomputing residual blocks' outputs as well (recompute 2) on the GPU, FP32 and bf16:
  * the same loss (forward is untouched), gradients as close as the BN+ReLU recompute's
- * (rounding across 0 at a ReLU, and in bf16 a second rounding of the recomputed sum),
- * and a smaller plan than recompute 1. Not yet run on a GPU when written (2026-11-22). */
+ * (rounding across 0 at a ReLU), and a smaller plan than recompute 1. */
 TEST(cuda_recompute_blocks_matches_keeping_outputs)
 {
 	NEED_GPU();
@@ -430,24 +438,11 @@ TEST(cuda_recompute_blocks_matches_keeping_outputs)
 		backend_cuda_set_conv_policy(0, 0);
 		CHECK_MSG(c->plan.arena_bytes < b->plan.arena_bytes, "arena %zu recomputing blocks, %zu not",
 			  c->plan.arena_bytes, b->plan.arena_bytes);
-		float *x;
-		int32_t *y;
-		CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 6, &x, &y) == 0);
-		CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(c, x, y) == 0);
-		free(x);
-		free(y);
-		double la = 0, lc = 0;
-		CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
-		CHECK(net_forward(c, 1) == 0 && net_loss(c, &lc, NULL) == 0 && net_backward(c) == 0);
+		same_batch(a, c, 8, 64, 10, 6);
+		double la = 0, lc = 0, e = step_both(a, c, &la, &lc);
 		CHECK_NEAR(la, lc, 1e-6 * fabs(la));
-		size_t n = a->params_count;
-		float *ga = malloc(n * sizeof(float)), *gc = malloc(n * sizeof(float));
-		CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(c, gc) == 0);
-		double e = rel_err_norm_f32(gc, ga, n);
 		printf("      resnet18 %s: gradients %.2e from keeping the outputs\n", amp ? "bf16" : "fp32", e);
 		CHECK_LE(e, amp ? 5e-2 : 1e-2);
-		free(ga);
-		free(gc);
 		net_free(a);
 		net_free(b);
 		net_free(c);
@@ -474,22 +469,10 @@ TEST(cuda_recompute_matches_keeping_outputs)
 	backend_cuda_set_conv_policy(0, 0);
 	CHECK_MSG(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes, "arena %zu with recompute, %zu without",
 		  b->plan.arena_bytes, a->plan.arena_bytes);
-	float *x;
-	int32_t *y;
-	CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 6, &x, &y) == 0);
-	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
-	free(x);
-	free(y);
-	double la = 0, lb = 0;
-	CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
-	CHECK(net_forward(b, 1) == 0 && net_loss(b, &lb, NULL) == 0 && net_backward(b) == 0);
+	same_batch(a, b, 8, 64, 10, 6);
+	double la = 0, lb = 0, e = step_both(a, b, &la, &lb);
 	CHECK_NEAR(la, lb, 1e-6 * fabs(lb));
-	size_t n = a->params_count;
-	float *ga = malloc(n * sizeof(float)), *gb = malloc(n * sizeof(float));
-	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
-	CHECK_LE(rel_err_norm_f32(gb, ga, n), 1e-2);
-	free(ga);
-	free(gb);
+	CHECK_LE(e, 1e-2);
 out:
 	net_free(a);
 	net_free(b);

@@ -23,12 +23,7 @@ TEST(cuda_loss_scaling_skips_overflow)
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	backend_cuda_set_conv_policy(0, 0);
-	float *x;
-	int32_t *y;
-	CHECK(train_synthetic_batch(4, 3, 64, 64, 10, 9, &x, &y) == 0);
-	CHECK(net_set_batch_data(a, x, y) == 0 && net_set_batch_data(b, x, y) == 0);
-	free(x);
-	free(y);
+	same_batch(a, b, 4, 64, 10, 9);
 	net_enable_loss_scaling(b);
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	for (int s = 0; s < 2; s++) {
