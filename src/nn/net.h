@@ -64,7 +64,7 @@ struct node {
 	 * then instead of a shared buffer on top of the arena's peak. */
 	size_t ws_fwd, ws_bwd;
 	int t_wsf, t_wsb;
-	/* Batch norm fused with the ReLU (and add) after it (CUDA, 16-bit NHWC): what
+	/* Batch norm fused with the ReLU (and add) after it (CUDA; 16-bit NHWC): what
 	 * cuDNN keeps from the forward for the backward, planned in the arena from this
 	 * node's forward to step rsv_last (0 bytes elsewhere). */
 	size_t bn_reserve;

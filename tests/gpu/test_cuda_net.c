@@ -478,6 +478,63 @@ out:
 	net_free(b);
 }
 
+/* FP32 batch norms fused with the ReLU (ReLU6) after them, and residual blocks' last
+ * batch norm with the add and ReLU, on the own kernels (the default), against the
+ * separate cuDNN batch norm and element-wise kernels (GPUPERF_BN_FUSE=0): the same loss
+ * and logits to float rounding, and the same gradients and parameters after 3 steps up
+ * to ReLU inputs that round across 0 differently. */
+TEST(cuda_fp32_fused_batch_norm_matches_separate)
+{
+	NEED_GPU();
+	const char *models[] = { "resnet50", "mobilenet_v2" };
+	for (int m = 0; m < 2; m++) {
+		struct net *a = build(models[m], 64, 8, 10), *b = build(models[m], 64, 8, 10);
+		float *la = NULL, *lb = NULL;
+		if (!a || !b)
+			goto next;
+		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+		setenv("GPUPERF_BN_FUSE", "0", 1);
+		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+		unsetenv("GPUPERF_BN_FUSE");
+		int fused = 0, bns = 0;
+		for (int i = 0; i < a->n_nodes; i++) {
+			bns += a->nodes[i].op == OP_BATCHNORM2D;
+			fused += a->nodes[i].op == OP_BATCHNORM2D && a->nodes[i].rsv_last > 0;
+			CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
+		}
+		printf("      %s fp32: %d of %d batch norms fused\n", models[m], fused, bns);
+		/* resnet50: all but the 4 downsample ones; mobilenet_v2: those before a ReLU6 */
+		CHECK_MSG(fused >= bns / 2, "%s: only %d of %d batch norms fused", models[m], fused, bns);
+		same_batch(a, b, 8, 64, 10, 6);
+		double l_a = 0, l_b = 0, e = step_both(a, b, &l_a, &l_b);
+		size_t nl = 8 * 10;
+		la = malloc(nl * sizeof(float));
+		lb = malloc(nl * sizeof(float));
+		CHECK(la && lb && net_logits_to_host(a, la) == 0 && net_logits_to_host(b, lb) == 0);
+		double el = la && lb ? dist(la, lb, nl) : 1.0;
+		printf("      %s fp32 fused against separate: loss %.2e, logits %.2e, gradients %.2e\n", models[m],
+		       fabs(l_a - l_b) / fabs(l_b), el, e);
+		CHECK_NEAR(l_a, l_b, 1e-5 * fabs(l_b));
+		CHECK_LE(el, 1e-4);
+		CHECK_LE(e, 1e-3);
+		struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+		CHECK(net_sgd_step(a, &sgd) == 0 && net_sgd_step(b, &sgd) == 0);
+		for (int k = 0; k < 2; k++)
+			CHECK(net_train_step(a, &sgd, NULL, NULL) == 0 && net_train_step(b, &sgd, NULL, NULL) == 0);
+		CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+		double ep = dist(a->host_params, b->host_params, a->params_count);
+		double er = dist(a->host_running, b->host_running, a->running_count);
+		printf("      %s fp32 after 3 steps: params %.2e, running statistics %.2e\n", models[m], ep, er);
+		CHECK_LE(ep, 1e-4);
+		CHECK_LE(er, 1e-4);
+next:
+		free(la);
+		free(lb);
+		net_free(a);
+		net_free(b);
+	}
+}
+
 /* Convolution workspaces planned into the arena (the default) train as the
  * shared workspace does: same loss and logits, and the arena holds the workspaces. */
 TEST(cuda_conv_workspace_in_arena)

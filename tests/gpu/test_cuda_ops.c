@@ -662,6 +662,126 @@ TEST(cuda_batchnorm_own_kernels_match_cpu)
 	check_batchnorm(&b, 1);
 }
 
+/* FP32 NCHW batch norm fused with the activation after it (own kernels: cuDNN fuses only
+ * 16-bit NHWC), against the CPU's batch norm, add and activation: forward y = act(bn(x)
+ * (+ z)), backward from act's output gradient; and the recompute kernel reproduces the
+ * forward's output bit for bit. */
+static void check_bn_fused(const struct bn_args *args, enum bn_fuse op)
+{
+	struct gpu g;
+	struct bn_args a = *args;
+	GPU_OPEN(&g, 17);
+	size_t nx = (size_t)a.n * a.c * a.h * a.w, c = a.c, reserve = 1;
+	CHECK_EQ_INT(bn_fuse_plan_cuda(g.ctx, &a, op, &reserve), 1);
+	CHECK_EQ_INT(reserve, 0);
+	float *x = host_rand(&g, nx, 2, 0.5), *z = host_rand(&g, nx, 1, 0), *y = host_f(&g, nx);
+	float *dy = host_rand(&g, nx, 1, 0), *t = host_f(&g, nx), *dx0 = host_rand(&g, nx, 1, 0);
+	float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 1, 0);
+	float *rm = host_rand(&g, c, 1, 0), *rv = host_rand(&g, c, 0.2, 1.5);
+	float *mean = host_f(&g, c), *invstd = host_f(&g, c), *dgamma = host_f(&g, c), *dbeta = host_f(&g, c);
+	float *d_x = dev_from(&g, x, nx), *d_z = dev_from(&g, z, nx), *d_y = dev_f(&g, nx);
+	float *d_dy = dev_from(&g, dy, nx), *d_dx = dev_f(&g, nx), *d_r = dev_f(&g, nx);
+	float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
+	float *d_rm = dev_from(&g, rm, c), *d_rv = dev_from(&g, rv, c);
+	float *d_mean = dev_f(&g, c), *d_invstd = dev_f(&g, c), *d_dgamma = dev_f(&g, c), *d_dbeta = dev_f(&g, c);
+	int six = op == BN_FUSE_RELU6, add = op == BN_FUSE_ADD_RELU;
+
+	bn_fwd_train_cpu_f32(&a, x, gamma, beta, y, mean, invstd, rm, rv);
+	if (add)
+		add_fwd_cpu_f32(nx, y, z, y);
+	if (six)
+		relu6_fwd_cpu_f32(nx, y, y);
+	else
+		relu_fwd_cpu_f32(nx, y, y);
+	CHECK_OK(bn_fwd_train_fused_cuda(g.ctx, &a, op, d_x, add ? d_z : NULL, d_gamma, d_beta, d_y, d_mean,
+					 d_invstd, d_rm, d_rv, NULL, 0));
+	float *gy = down(&g, d_y, nx);
+	size_t zeros = 0;
+	for (size_t i = 0; i < nx; i++)
+		zeros += gy[i] == 0.0f;
+	CHECK_MSG(zeros > nx / 10 && zeros < nx * 9 / 10, "op %d: %zu of %zu outputs are 0", op, zeros, nx);
+	CHECK_LE(rel_err_norm_f32(gy, y, nx), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_mean, c), mean, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_invstd, c), invstd, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_rm, c), rm, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_rv, c), rv, c), 1e-5);
+
+	CHECK_OK(bn_apply_cuda(g.ctx->stream, a.n, a.c, a.h * a.w, d_x, add ? d_z : NULL, d_gamma, d_beta, d_mean,
+			       d_invstd, six ? BN_APPLY_RELU6 : BN_APPLY_RELU, d_r));
+	float *gr = down(&g, d_r, nx);
+	size_t differ = 0;
+	for (size_t i = 0; i < nx; i++)
+		differ += f_bits(gr[i]) != f_bits(gy[i]);
+	CHECK_MSG(differ == 0, "op %d: the recompute differs from the forward in %zu of %zu", op, differ, nx);
+
+	if (add) /* its backward runs as the separate ops */
+		goto out;
+	float *gmean = down(&g, d_mean, c), *ginvstd = down(&g, d_invstd, c);
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(&g, dx0, nx);
+		put(&g, d_dx, dx0, nx * sizeof(float));
+		if (!acc)
+			poison(&g, d_dx, nx * sizeof(float));
+		poison(&g, d_dgamma, c * sizeof(float));
+		poison(&g, d_dbeta, c * sizeof(float));
+		/* the CPU's chain on the GPU's statistics and output, so that a mask differs
+		 * only where the two round bn(x) across 0 (or 6) differently */
+		if (six)
+			relu6_bwd_cpu_f32(nx, gy, dy, t, 0);
+		else
+			relu_bwd_cpu_f32(nx, gy, dy, t, 0);
+		bn_bwd_cpu_f32(&a, x, t, gamma, gmean, ginvstd, dx, acc, dgamma, dbeta);
+		CHECK_OK(bn_bwd_relu_fused_cuda(g.ctx, &a, op, d_x, d_y, d_dy, d_gamma, d_beta, d_mean, d_invstd, d_dx,
+						acc, d_dgamma, d_dbeta, NULL, 0));
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dx, nx), dx, nx), 1e-5);
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dgamma, c), dgamma, c), 1e-5);
+		CHECK_LE(rel_err_norm_f32(down(&g, d_dbeta, c), dbeta, c), 1e-5);
+	}
+out:
+	gpu_close(&g);
+}
+
+/* Planes of whole float4s (8x8) and not (7x7); one image per slice (c = 24 gives 64
+ * slices of 70 images: 2 per slice, the last ones empty) and a single slice (c = 2048). */
+TEST(cuda_bn_fused_f32_matches_cpu)
+{
+	const struct bn_args shapes[] = {
+		{ .n = 5, .c = 40, .h = 8, .w = 8, .eps = 1e-5, .momentum = 0.1 },
+		{ .n = 70, .c = 24, .h = 7, .w = 7, .eps = 1e-5, .momentum = 0.1 },
+		{ .n = 4, .c = 2048, .h = 3, .w = 4, .eps = 1e-5, .momentum = 0.1 },
+	};
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++)
+		for (int op = BN_FUSE_RELU; op <= BN_FUSE_RELU6; op++)
+			check_bn_fused(&shapes[k], (enum bn_fuse)op);
+}
+
+/* A channel whose values sit far from 0 (about 1000, spread about 1): each thread sums in
+ * float about a shift inside the data, so the variance does not cancel (float sums of x
+ * and x^2 would lose it entirely). y within 1e-3: one float ulp of the mean at 1000 is
+ * already 1e-4 of the spread. */
+TEST(cuda_bn_own_kernels_keep_variance_of_offset_data)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 19);
+	struct bn_args a = { .n = 16, .c = 3, .h = 32, .w = 32, .eps = 1e-5, .momentum = 0.1 };
+	bn_cuda_force_own(1);
+	CHECK_OK(bn_plan_cuda(g.ctx, &a));
+	size_t nx = (size_t)a.n * a.c * a.h * a.w, c = a.c;
+	float *x = host_rand(&g, nx, 1, 1000), *y = host_f(&g, nx), *gamma = host_rand(&g, c, 0.5, 1);
+	float *beta = host_rand(&g, c, 1, 0), *rm = host_f(&g, c), *rv = host_f(&g, c);
+	float *mean = host_f(&g, c), *invstd = host_f(&g, c);
+	float *d_x = dev_from(&g, x, nx), *d_y = dev_f(&g, nx), *d_gamma = dev_from(&g, gamma, c);
+	float *d_beta = dev_from(&g, beta, c), *d_rm = dev_from(&g, rm, c), *d_rv = dev_from(&g, rv, c);
+	float *d_mean = dev_f(&g, c), *d_invstd = dev_f(&g, c);
+	bn_fwd_train_cpu_f32(&a, x, gamma, beta, y, mean, invstd, rm, rv);
+	CHECK_OK(bn_fwd_train_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_y, d_mean, d_invstd, d_rm, d_rv));
+	CHECK_LE(rel_err_norm_f32(down(&g, d_invstd, c), invstd, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_mean, c), mean, c), 1e-6);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_y, nx), y, nx), 1e-3);
+	bn_cuda_force_own(0);
+	gpu_close(&g);
+}
+
 /* --- linear ----------------------------------------------------------------------------- */
 
 static void check_linear(struct gpu *g, const struct linear_args *a, double tol)

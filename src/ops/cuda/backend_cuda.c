@@ -222,7 +222,7 @@ static int cuda_setup(struct net *net)
 	measured = rc == 0;
 	b->ws_in_arena &= measured;
 	int replan = 0;
-	if ((rc = amp_plan_fusion(net, &replan)) < 0)
+	if ((rc = cuda_plan_fusion(net, &replan)) < 0)
 		goto fail;
 	if (b->ws_in_arena || replan) {
 		/* the algorithms are chosen: plan their workspaces into the arena */
@@ -364,6 +364,13 @@ static int fp32_forward_node(struct net *net, int i, int training)
 				       nd->a.conv.has_bias ? param_ptr(net, nd, 1) : NULL, y);
 	case OP_BATCHNORM2D: {
 		float *run = net->bk->running + nd->running_offset, *stats = saved;
+		int role = training ? fuse_role(net, i) : FUSE_NONE;
+		if (role == FUSE_BN_DEFERRED) /* the add after it runs it */
+			return 0;
+		if (role == FUSE_BN_RELU || role == FUSE_BN_RELU6) /* y: the ReLU's output, in place */
+			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
+						       x, NULL, param_ptr(net, nd, 0), param_ptr(net, nd, 1), y, stats,
+						       stats + nd->a.bn.c, run, run + nd->a.bn.c, NULL, 0);
 		if (training)
 			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
 						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
@@ -371,8 +378,12 @@ static int fp32_forward_node(struct net *net, int i, int training)
 					run + nd->a.bn.c, y);
 	}
 	case OP_RELU:
+		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU_AFTER_ADD))
+			return 0; /* in place: the fused batch norm wrote it */
 		return relu_fwd_cuda(s, count, x, y);
 	case OP_RELU6:
+		if (training && fuse_role(net, i) == FUSE_RELU_DONE)
+			return 0;
 		return relu6_fwd_cuda(s, count, x, y);
 	case OP_MAXPOOL2D:
 		return maxpool_fwd_cuda(s, &nd->a.pool, x, y, saved);
@@ -386,6 +397,15 @@ static int fp32_forward_node(struct net *net, int i, int training)
 		return linear_fwd_cuda(ctx, &nd->a.lin, x, param_ptr(net, nd, 0),
 				       nd->a.lin.has_bias ? param_ptr(net, nd, 1) : NULL, y);
 	case OP_ADD:
+		if (training && fuse_role(net, i) == FUSE_ADD_BN_RELU) {
+			int k = fuse_role(net, nd->in[0]) == FUSE_BN_DEFERRED ? 0 : 1, bi = nd->in[k];
+			const struct node *bn = &net->nodes[bi];
+			float *run = net->bk->running + bn->running_offset, *stats = saved_ptr(net, bi);
+			return bn_fwd_train_fused_cuda(ctx, &bn->a.bn, BN_FUSE_ADD_RELU, act_ptr(net, bn->in[0]),
+						       act_ptr(net, nd->in[1 - k]), param_ptr(net, bn, 0),
+						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
+						       run + bn->a.bn.c, NULL, 0);
+		}
 		return add_fwd_cuda(s, count, x, act_ptr(net, nd->in[1]), y);
 	case OP_DROPOUT:
 		if (training && saved) {
@@ -452,12 +472,22 @@ static int cuda_backward_node(struct net *net, int i)
 		float *stats = saved;
 		if (!dx)
 			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		if (fuse_role(net, i) == FUSE_BN_RELU || fuse_role(net, i) == FUSE_BN_RELU6) /* dy: unmasked */
+			return bn_bwd_relu_fused_cuda(ctx, &nd->a.bn,
+						      fuse_role(net, i) == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6, x,
+						      act_ptr_bwd(net, nd->last_consumer), dy, param_ptr(net, nd, 0),
+						      param_ptr(net, nd, 1), stats, stats + nd->a.bn.c, dx, acc,
+						      pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1), NULL, 0);
 		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
 				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
 	}
 	case OP_RELU:
+		if (fuse_role(net, i) == FUSE_RELU_DONE) /* the batch norm's backward masks */
+			return 0;
 		return dx ? relu_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
+		if (fuse_role(net, i) == FUSE_RELU_DONE)
+			return 0;
 		return dx ? relu6_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_MAXPOOL2D:
 		return dx ? maxpool_bwd_cuda(s, &nd->a.pool, dy, saved, dx, acc) : 0;

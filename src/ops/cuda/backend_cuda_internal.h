@@ -45,8 +45,9 @@ struct backend_state {
 	int ws_in_arena;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;
-	/* Batch norms fused with the ReLU (and add) after them, in training (16-bit NHWC,
-	 * amp_plan_fusion): each node's part, enum fuse_role; NULL when none is fused. */
+	/* Batch norms fused with the ReLU (and add) after them, in training (16-bit NHWC
+	 * through cuDNN, FP32 NCHW on the own kernels; cuda_plan_fusion): each node's part,
+	 * enum fuse_role; NULL when none is fused. */
 	unsigned char *fuse;
 };
 
@@ -159,8 +160,8 @@ int amp_forward_node(struct net *net, int i, int training);
 int amp_backward_node(struct net *net, int i);
 int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst);
 /* Decide which batch norms run fused with the ReLU (and add) after them and set their
- * reserve space on the nodes (b->fuse; nothing under FP32, NCHW, or with
+ * reserve space on the nodes (b->fuse; nothing in 16-bit NCHW, or with
  * GPUPERF_BN_FUSE=0). *replan: the memory plan must be made again. */
-int amp_plan_fusion(struct net *net, int *replan);
+int cuda_plan_fusion(struct net *net, int *replan);
 
 #endif

@@ -4,7 +4,8 @@
  * 1 / sqrt(biased variance + eps), and exponentialAverageFactor is PyTorch's momentum.
  * (PyTorch's own cuDNN path makes the same call without any correction.)
  * Tensors of more than 2^31 - 1 elements, which cuDNN cannot describe, go to own
- * kernels (kernels.cu) with the same semantics. */
+ * kernels (bn_f32.cu) with the same semantics; so does, in FP32 NCHW, a batch norm fused
+ * with the activation after it (cuDNN fuses only 16-bit NHWC). */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -20,10 +21,22 @@ void bn_cuda_force_own(int on)
 	force_own = on;
 }
 
-/* cuDNN describes tensors with int sizes; larger ones take the own kernels. */
-static int bn_own(const struct bn_args *a)
+/* FP32 NCHW: fused batch norms run on the own kernels. */
+static int bn_own_fused(const struct cuda_ctx *ctx)
 {
-	return force_own || (size_t)a->n * a->c * a->h * a->w > (size_t)INT32_MAX;
+	return ctx->act_dtype == GP_F32 && !ctx->nhwc;
+}
+
+/* cuDNN describes tensors with int sizes; larger ones take the own kernels. So do all
+ * FP32 NCHW ones under GPUPERF_BN_OWN=1 (for comparison with cuDNN's). */
+static int bn_own(const struct cuda_ctx *ctx, const struct bn_args *a)
+{
+	static int env = -1;
+	if (env < 0) {
+		const char *e = getenv("GPUPERF_BN_OWN");
+		env = e && *e == '1';
+	}
+	return force_own || (env && bn_own_fused(ctx)) || (size_t)a->n * a->c * a->h * a->w > (size_t)INT32_MAX;
 }
 
 static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a);
@@ -64,7 +77,7 @@ static int bn_ex_workspace(struct cuda_ctx *ctx, size_t *bytes)
 
 int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a)
 {
-	if (!bn_own(a) && bn_ex(ctx)) {
+	if (!bn_own(ctx, a) && bn_ex(ctx)) {
 		size_t ws = 0;
 		GP_TRY(bn_describe(ctx, a));
 		int rc = bn_ex_workspace(ctx, &ws);
@@ -72,10 +85,10 @@ int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a)
 			return rc;
 		return rc == 0 ? cuda_workspace_reserve(ctx, ws) : 0;
 	}
-	if (bn_own(a) && ctx->act_dtype != GP_F32)
+	if (bn_own(ctx, a) && ctx->act_dtype != GP_F32)
 		return gp_error(GP_EUNSUPPORTED, "batch norm of %zu elements in 16 bits: more than cuDNN describes",
 				(size_t)a->n * a->c * a->h * a->w);
-	return bn_own(a) ? cuda_workspace_reserve(ctx, bn_own_scratch_bytes(a->c)) : 0;
+	return bn_own(ctx, a) ? cuda_workspace_reserve(ctx, bn_own_scratch_bytes(a->c)) : 0;
 }
 
 /* The own kernels' scratch is the shared workspace, reserved by bn_plan_cuda. */
@@ -106,11 +119,11 @@ int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void 
 		      const float *gamma, const float *beta, void *y, float *save_mean,
 		      float *save_invstd, float *running_mean, float *running_var)
 {
-	if (bn_own(a)) {
+	if (bn_own(ctx, a)) {
 		void *scratch = NULL;
 		GP_TRY(bn_scratch(ctx, a, &scratch));
-		return bn_fwd_train_own_cuda(ctx->stream, a, x, gamma, beta, y, save_mean, save_invstd,
-					     running_mean, running_var, scratch);
+		return bn_fwd_train_own_cuda(ctx->stream, a, x, NULL, BN_APPLY_LINEAR, gamma, beta, y, save_mean,
+					     save_invstd, running_mean, running_var, scratch);
 	}
 	GP_TRY(bn_describe(ctx, a));
 	size_t ws = 0;
@@ -133,7 +146,7 @@ int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *
 		     const float *gamma, const float *beta, const float *running_mean,
 		     const float *running_var, void *y)
 {
-	if (bn_own(a))
+	if (bn_own(ctx, a))
 		return bn_fwd_eval_own_cuda(ctx->stream, a, x, gamma, beta, running_mean, running_var, y);
 	GP_TRY(bn_describe(ctx, a));
 	CUDNN_TRY(cudnnBatchNormalizationForwardInference(
@@ -147,11 +160,11 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 		const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
 		int accumulate, float *dgamma, float *dbeta)
 {
-	if (bn_own(a)) {
+	if (bn_own(ctx, a)) {
 		void *scratch = NULL;
 		GP_TRY(bn_scratch(ctx, a, &scratch));
-		return bn_bwd_own_cuda(ctx->stream, a, x, dy, gamma, save_mean, save_invstd, dx, accumulate,
-				       dgamma, dbeta, scratch);
+		return bn_bwd_own_cuda(ctx->stream, a, BN_APPLY_LINEAR, x, dy, gamma, NULL, save_mean, save_invstd,
+				       dx, accumulate, dgamma, dbeta, scratch);
 	}
 	GP_TRY(bn_describe(ctx, a));
 	size_t ws = 0;
@@ -177,6 +190,11 @@ static cudnnBatchNormOps_t bn_ops(enum bn_fuse op)
 	return op == BN_FUSE_ADD_RELU			  ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
 	       : op == BN_FUSE_RELU || op == BN_FUSE_RELU6 ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
 							   : CUDNN_BATCHNORM_OPS_BN;
+}
+
+static enum bn_apply_act bn_apply_of(enum bn_fuse op)
+{
+	return op == BN_FUSE_RELU6 ? BN_APPLY_RELU6 : op == BN_FUSE_NONE ? BN_APPLY_LINEAR : BN_APPLY_RELU;
 }
 
 static cudnnActivationDescriptor_t bn_act(const struct cuda_ctx *ctx, enum bn_fuse op)
@@ -209,7 +227,11 @@ static cudnnStatus_t bn_fuse_sizes(struct cuda_ctx *ctx, enum bn_fuse op, size_t
 int bn_fuse_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, size_t *reserve_bytes)
 {
 	*reserve_bytes = 0;
-	if (op == BN_FUSE_NONE || bn_own(a) || !bn_ex(ctx))
+	if (op != BN_FUSE_NONE && bn_own_fused(ctx)) {
+		GP_TRY(cuda_workspace_reserve(ctx, bn_own_scratch_bytes(a->c)));
+		return 1;
+	}
+	if (op == BN_FUSE_NONE || bn_own(ctx, a) || !bn_ex(ctx))
 		return 0;
 	GP_TRY(bn_describe(ctx, a));
 	size_t ws = 0, reserve = 0;
@@ -240,6 +262,13 @@ int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum 
 			    void *reserve, size_t reserve_bytes)
 {
 	size_t ws = 0;
+	if (bn_own_fused(ctx)) {
+		void *scratch = NULL;
+		GP_TRY(bn_scratch(ctx, a, &scratch));
+		return bn_fwd_train_own_cuda(ctx->stream, a, x, op == BN_FUSE_ADD_RELU ? z : NULL, bn_apply_of(op),
+					     gamma, beta, y, save_mean, save_invstd, running_mean, running_var,
+					     scratch);
+	}
 	GP_TRY(bn_fuse_ready(ctx, a, op, reserve_bytes, &ws));
 	CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_ops(op), &one, &zero, ctx->bn_x_desc, x,
@@ -257,6 +286,12 @@ int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum b
 	if (op == BN_FUSE_ADD_RELU)
 		return gp_error(GP_EINVAL, "fused batch norm backward: the add's runs plain");
 	size_t ws = 0;
+	if (bn_own_fused(ctx)) { /* the mask comes from x; y is not read */
+		void *scratch = NULL;
+		GP_TRY(bn_scratch(ctx, a, &scratch));
+		return bn_bwd_own_cuda(ctx->stream, a, bn_apply_of(op), x, dy, gamma, beta, save_mean, save_invstd,
+				       dx, accumulate, dgamma, dbeta, scratch);
+	}
 	GP_TRY(bn_fuse_ready(ctx, a, op, reserve_bytes, &ws));
 	CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
 		ctx->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, bn_ops(op), &one,

@@ -53,7 +53,8 @@ int scale_cuda(cudaStream_t s, float *p, size_t count, double factor, int *nonfi
 enum bn_apply_act { BN_APPLY_LINEAR, BN_APPLY_RELU, BN_APPLY_RELU6 };
 /* y = act((x - mean) * invstd * gamma + beta (+ identity)) per channel, from saved
  * statistics (identity may be NULL): a batch norm's output, or a residual block's, in one
- * pass; bit-identical to the separate batch norm, add and activation kernels. */
+ * pass (bn_f32.cu); bit-identical to the linear form followed by the add and activation
+ * kernels, and to the own training forward's output (bn_fwd_train_own_cuda). */
 int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
 		  const float *gamma, const float *beta, const float *mean, const float *invstd,
 		  enum bn_apply_act act, float *y);
@@ -112,17 +113,25 @@ int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size
 /* Drop every cached plan (the workspace stays). */
 void conv2d_plans_clear(struct cuda_ctx *ctx);
 
-/* --- batch norm with own kernels (kernels.cu), for tensors cuDNN cannot describe -------- */
+/* --- batch norm with own kernels (bn_f32.cu), float NCHW ------------------------------
+ * For tensors cuDNN cannot describe (more than 2^31 - 1 elements), and fused with the
+ * activation after it in FP32 (cuDNN fuses only 16-bit NHWC). Scratch: bn_own_scratch_bytes. */
 size_t bn_own_scratch_bytes(int c);
-int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x,
-			  const float *gamma, const float *beta, float *y, float *save_mean,
-			  float *save_invstd, float *running_mean, float *running_var, void *scratch);
+/* y = act(bn(x) (+ z)) with batch statistics (z may be NULL): saved mean and inverse
+ * standard deviation, running statistics updated as PyTorch does. */
+int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x, const float *z,
+			  enum bn_apply_act act, const float *gamma, const float *beta, float *y,
+			  float *save_mean, float *save_invstd, float *running_mean, float *running_var,
+			  void *scratch);
 int bn_fwd_eval_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x,
 			 const float *gamma, const float *beta, const float *running_mean,
 			 const float *running_var, float *y);
-int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x, const float *dy,
-		    const float *gamma, const float *save_mean, const float *save_invstd,
-		    float *dx, int accumulate, float *dgamma, float *dbeta, void *scratch);
+/* Backward of y = act(bn(x)) from dy, the gradient of y; the activation's mask is
+ * recomputed from x and the saved statistics (beta only for that). */
+int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, enum bn_apply_act act, const float *x,
+		    const float *dy, const float *gamma, const float *beta, const float *save_mean,
+		    const float *save_invstd, float *dx, int accumulate, float *dgamma, float *dbeta,
+		    void *scratch);
 
 /* Grow (never shrink) the shared workspace to at least bytes (whole 2 MiB pages);
  * synchronizes the device when it grows. */
@@ -144,9 +153,9 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 		const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
 		int accumulate, float *dgamma, float *dbeta);
 
-/* Fused batch norm through cuDNN's Ex calls (16-bit NHWC): y = relu(bn(x)),
- * relu6(bn(x)) or relu(bn(x) + z), as the ReLU (ReLU6) and add nodes that follow a
- * batch norm would compute them, in one pass. */
+/* Fused batch norm: y = relu(bn(x)), relu6(bn(x)) or relu(bn(x) + z), as the ReLU
+ * (ReLU6) and add nodes that follow a batch norm would compute them, in one pass:
+ * through cuDNN's Ex calls for 16-bit NHWC, on the own kernels (bn_f32.cu) for FP32 NCHW. */
 enum bn_fuse { BN_FUSE_NONE = 0, BN_FUSE_RELU, BN_FUSE_ADD_RELU, BN_FUSE_RELU6 };
 /* 1 when cuDNN runs the fused op for a's shape in the context's type and layout (its
  * workspace reserved, *reserve_bytes what it keeps between forward and backward);

@@ -1,0 +1,440 @@
+/* Batch norm on FP32 NCHW tensors with own kernels, optionally fused with the ReLU
+ * (ReLU6) after it and, forward, with a residual add before that activation:
+ *   forward  y  = act(bn(x) (+ z))          (batch statistics, running update)
+ *   backward dx = bn'(x)^T (dy * act'(bn(x)))  (the mask is recomputed from x)
+ * cuDNN's fused batch norm (the Ex calls' activation op sets) takes only 16-bit NHWC
+ * data; in FP32 the ReLU would otherwise cost a separate pass forward and another in
+ * backward. The same kernels serve tensors cuDNN cannot describe (over 2^31 - 1
+ * elements) and recompute outputs in backward (bn_apply_cuda).
+ *
+ * Layout of the work: a statistics pass per (channel, slice of the batch) block, the
+ * slices combined in order by a per-channel kernel (reproducible, no atomics), then an
+ * element-wise pass. Planes whose size is a multiple of 4 move as float4. Every value
+ * of bn(x) is computed by bn_val, so the forward output, a recomputed output and the
+ * mask in backward agree bit for bit. */
+#include <math.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/error.h"
+#include "ops/ops.h"
+}
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_util.cuh"
+
+/* Slices of the batch per channel: enough blocks to fill the GPU (about 2,048), at most
+ * BN_SLICES (the scratch is sized for that) and at most one per image. */
+#define BN_SLICES 64
+#define BN_TARGET_BLOCKS 2048
+
+static int bn_slices(int n, int c)
+{
+	int s = (BN_TARGET_BLOCKS + c - 1) / c;
+	s = s > BN_SLICES ? BN_SLICES : s;
+	s = s > n ? n : s;
+	return s < 1 ? 1 : s;
+}
+
+/* Scratch: the slices' double partial sums, then two float coefficients per channel. */
+extern "C" size_t bn_own_scratch_bytes(int c)
+{
+	return (size_t)BN_SLICES * 2 * (size_t)c * sizeof(double) + 2 * (size_t)c * sizeof(float);
+}
+
+/* xhat and bn(x) with explicit rounding, so no kernel contracts them differently. */
+__device__ static inline float bn_xhat(float x, float mu, float is)
+{
+	return __fmul_rn(__fsub_rn(x, mu), is);
+}
+
+__device__ static inline float bn_val(float x, float mu, float is, float g, float b)
+{
+	return __fmaf_rn(bn_xhat(x, mu, is), g, b);
+}
+
+__device__ static inline float bn_act(float v, int act)
+{
+	if (act == BN_APPLY_LINEAR)
+		return v;
+	v = v > 0.0f ? v : 0.0f;
+	return act == BN_APPLY_RELU6 && v > 6.0f ? 6.0f : v;
+}
+
+/* Whether the activation passes the gradient at pre-activation v (as relu_bwd on its
+ * output y: y > 0, and for ReLU6 y < 6). */
+__device__ static inline bool bn_act_passes(float v, int act)
+{
+	return act == BN_APPLY_LINEAR || (v > 0.0f && (act != BN_APPLY_RELU6 || v < 6.0f));
+}
+
+/* V consecutive floats (V = 4: one 16-byte access). */
+template <int V> __device__ static inline void ldv(const float *p, float (&v)[V]);
+template <> __device__ inline void ldv<1>(const float *p, float (&v)[1])
+{
+	v[0] = *p;
+}
+template <> __device__ inline void ldv<4>(const float *p, float (&v)[4])
+{
+	float4 t = *(const float4 *)p;
+	v[0] = t.x;
+	v[1] = t.y;
+	v[2] = t.z;
+	v[3] = t.w;
+}
+template <int V> __device__ static inline void stv(float *p, const float (&v)[V]);
+template <> __device__ inline void stv<1>(float *p, const float (&v)[1])
+{
+	*p = v[0];
+}
+template <> __device__ inline void stv<4>(float *p, const float (&v)[4])
+{
+	*(float4 *)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+/* Walks the elements of channel blockIdx.x in slice blockIdx.y of the batch, V at a
+ * time, the block's threads side by side across plane boundaries (small planes keep
+ * every thread busy). f(offset) gets the offset of the first of V floats. */
+template <int V, typename F>
+__device__ static inline void slice_walk(int n, int c, int hwv, int slices, F f)
+{
+	int ch = blockIdx.x, per = (n + slices - 1) / slices;
+	int first = blockIdx.y * per, last = min(n, first + per);
+	int img = first + (int)threadIdx.x / hwv, j = (int)threadIdx.x % hwv;
+	int qi = (int)blockDim.x / hwv, qj = (int)blockDim.x % hwv;
+	while (img < last) {
+		f((((size_t)img * c + ch) * hwv + j) * V);
+		j += qj;
+		img += qi;
+		if (j >= hwv) {
+			j -= hwv;
+			img++;
+		}
+	}
+}
+
+/* Two running sums kept in float for 32 steps at a time, then moved into double. */
+struct sum2 {
+	float f1, f2;
+	double d1, d2;
+	int k;
+	__device__ sum2() : f1(0.0f), f2(0.0f), d1(0.0), d2(0.0), k(0) {}
+	__device__ void add(float a, float b)
+	{
+		f1 += a;
+		f2 += b;
+	}
+	__device__ void step()
+	{
+		if (++k == 32) {
+			flush();
+			k = 0;
+		}
+	}
+	__device__ void flush()
+	{
+		d1 += f1;
+		d2 += f2;
+		f1 = f2 = 0.0f;
+	}
+};
+
+/* partial[(ch * slices + slice) * 2] = { sum d, sum d^2 }, d = x - shift, with shift
+ * the channel's first element: sums about a value inside the data's range keep the
+ * variance from cancelling. */
+template <int V>
+__global__ static void bn_stats_kernel(int n, int c, int hwv, int slices, const float *x, double *partial)
+{
+	int ch = blockIdx.x;
+	float shift = x[(size_t)ch * hwv * V];
+	sum2 s;
+	slice_walk<V>(n, c, hwv, slices, [&](size_t off) {
+		float v[V];
+		ldv<V>(x + off, v);
+#pragma unroll
+		for (int k = 0; k < V; k++) {
+			float d = v[k] - shift;
+			s.add(d, d * d);
+		}
+		s.step();
+	});
+	s.flush();
+	double d1 = block_sum_d(s.d1), d2 = block_sum_d(s.d2);
+	if (threadIdx.x == 0) {
+		partial[((size_t)ch * slices + blockIdx.y) * 2] = d1;
+		partial[((size_t)ch * slices + blockIdx.y) * 2 + 1] = d2;
+	}
+}
+
+/* Batch statistics as PyTorch keeps them: saved mean and 1 / sqrt(biased var + eps);
+ * the running variance takes the unbiased one. */
+__global__ static void bn_stats_final_kernel(int c, size_t hw, int slices, double m, double eps, double momentum,
+					     const float *x, const double *partial, float *save_mean,
+					     float *save_invstd, float *running_mean, float *running_var)
+{
+	FOR_EACH(ch, (size_t)c) {
+		double s1 = 0.0, s2 = 0.0;
+		for (int s = 0; s < slices; s++) {
+			s1 += partial[(ch * slices + s) * 2];
+			s2 += partial[(ch * slices + s) * 2 + 1];
+		}
+		double dm = s1 / m, var = s2 / m - dm * dm, mean = (double)x[ch * hw] + dm;
+		if (var < 0.0)
+			var = 0.0;
+		save_mean[ch] = (float)mean;
+		save_invstd[ch] = (float)(1.0 / sqrt(var + eps));
+		running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
+		running_var[ch] = (float)((1.0 - momentum) * running_var[ch] +
+					  momentum * var * (m > 1.0 ? m / (m - 1.0) : 1.0));
+	}
+}
+
+/* y = act(bn(x) (+ id)) element-wise, V at a time; I: the index type (32 bits when the
+ * count allows). */
+template <int V, typename I>
+__global__ static void bn_apply_kernel(I nv, I hwv, int c, const float *x, const float *id, const float *gamma,
+				       const float *beta, const float *mean, const float *invstd, int act, float *y)
+{
+	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += (I)gridDim.x * blockDim.x) {
+		int ch = (int)((i / hwv) % (I)c);
+		float mu = mean[ch], is = invstd[ch], g = gamma[ch], b = beta[ch];
+		float v[V], z[V];
+		ldv<V>(x + (size_t)i * V, v);
+		if (id)
+			ldv<V>(id + (size_t)i * V, z);
+#pragma unroll
+		for (int k = 0; k < V; k++) {
+			float o = bn_val(v[k], mu, is, g, b);
+			if (id)
+				o = __fadd_rn(o, z[k]);
+			v[k] = bn_act(o, act);
+		}
+		stv<V>(y + (size_t)i * V, v);
+	}
+}
+
+/* partial = { sum g, sum g * xhat } over the slice, g = dy where the activation passes. */
+template <int V>
+__global__ static void bn_bwd_reduce_kernel(int n, int c, int hwv, int slices, int act, const float *x,
+					    const float *dy, const float *gamma, const float *beta,
+					    const float *mean, const float *invstd, double *partial)
+{
+	int ch = blockIdx.x;
+	float mu = mean[ch], is = invstd[ch], ga = gamma[ch], be = beta[ch];
+	sum2 s;
+	slice_walk<V>(n, c, hwv, slices, [&](size_t off) {
+		float v[V], d[V];
+		ldv<V>(x + off, v);
+		ldv<V>(dy + off, d);
+#pragma unroll
+		for (int k = 0; k < V; k++) {
+			float xh = bn_xhat(v[k], mu, is);
+			float g = bn_act_passes(__fmaf_rn(xh, ga, be), act) ? d[k] : 0.0f;
+			s.add(g, g * xh);
+		}
+		s.step();
+	});
+	s.flush();
+	double d1 = block_sum_d(s.d1), d2 = block_sum_d(s.d2);
+	if (threadIdx.x == 0) {
+		partial[((size_t)ch * slices + blockIdx.y) * 2] = d1;
+		partial[((size_t)ch * slices + blockIdx.y) * 2 + 1] = d2;
+	}
+}
+
+/* dbeta = sum g, dgamma = sum g * xhat; coef = { mean(g), mean(g * xhat) } for dx. */
+__global__ static void bn_bwd_final_kernel(int c, int slices, double m, const double *partial, float *coef,
+					   float *dgamma, float *dbeta)
+{
+	FOR_EACH(ch, (size_t)c) {
+		double s1 = 0.0, s2 = 0.0;
+		for (int s = 0; s < slices; s++) {
+			s1 += partial[(ch * slices + s) * 2];
+			s2 += partial[(ch * slices + s) * 2 + 1];
+		}
+		dbeta[ch] = (float)s1;
+		dgamma[ch] = (float)s2;
+		coef[ch * 2] = (float)(s1 / m);
+		coef[ch * 2 + 1] = (float)(s2 / m);
+	}
+}
+
+/* dx (+)= gamma * invstd * (g - mean(g) - xhat * mean(g * xhat)). */
+template <int V, typename I>
+__global__ static void bn_bwd_dx_kernel(I nv, I hwv, int c, int act, const float *x, const float *dy,
+					const float *gamma, const float *beta, const float *mean,
+					const float *invstd, const float *coef, float *dx, int accumulate)
+{
+	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += (I)gridDim.x * blockDim.x) {
+		int ch = (int)((i / hwv) % (I)c);
+		float mu = mean[ch], is = invstd[ch], ga = gamma[ch], be = beta[ch];
+		float k1 = coef[ch * 2], k2 = coef[ch * 2 + 1], scale = ga * is;
+		float v[V], d[V], o[V];
+		ldv<V>(x + (size_t)i * V, v);
+		ldv<V>(dy + (size_t)i * V, d);
+		if (accumulate)
+			ldv<V>(dx + (size_t)i * V, o);
+#pragma unroll
+		for (int k = 0; k < V; k++) {
+			float xh = bn_xhat(v[k], mu, is);
+			float g = bn_act_passes(__fmaf_rn(xh, ga, be), act) ? d[k] : 0.0f;
+			float r = scale * (g - k1 - xh * k2);
+			o[k] = accumulate ? o[k] + r : r;
+		}
+		stv<V>(dx + (size_t)i * V, o);
+	}
+}
+
+/* --- launchers ----------------------------------------------------------------------- */
+
+static int aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+/* float4 access when planes are whole float4s and every tensor is 16-byte aligned. */
+static int bn_vec4(size_t hw, const void *a, const void *b, const void *c)
+{
+	return hw % 4 == 0 && aligned16(a) && (!b || aligned16(b)) && (!c || aligned16(c));
+}
+
+static unsigned apply_grid(size_t nv)
+{
+	return grid_for(nv);
+}
+
+template <int V, typename I>
+static int bn_apply_launch(cudaStream_t s, size_t count, int c, size_t hw, const float *x, const float *id,
+			   const float *gamma, const float *beta, const float *mean, const float *invstd,
+			   int act, float *y)
+{
+	size_t nv = count / V;
+	bn_apply_kernel<V, I><<<apply_grid(nv), BLOCK, 0, s>>>((I)nv, (I)(hw / V), c, x, id, gamma, beta, mean,
+								 invstd, act, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
+			     const float *gamma, const float *beta, const float *mean, const float *invstd,
+			     enum bn_apply_act act, float *y)
+{
+	size_t count = (size_t)n * c * hw;
+	if (!count)
+		return 0;
+	int small = count <= UINT32_MAX;
+	if (bn_vec4((size_t)hw, x, identity, y))
+		return small ? bn_apply_launch<4, unsigned>(s, count, c, hw, x, identity, gamma, beta, mean, invstd, act, y)
+			     : bn_apply_launch<4, size_t>(s, count, c, hw, x, identity, gamma, beta, mean, invstd, act, y);
+	return small ? bn_apply_launch<1, unsigned>(s, count, c, hw, x, identity, gamma, beta, mean, invstd, act, y)
+		     : bn_apply_launch<1, size_t>(s, count, c, hw, x, identity, gamma, beta, mean, invstd, act, y);
+}
+
+/* One block per (channel, slice); at most 65,535 slices fit the grid's y. */
+static int bn_grid(const struct bn_args *a, dim3 *grid, int *slices)
+{
+	if (a->c <= 0 || a->n <= 0 || (size_t)a->h * a->w > (size_t)INT32_MAX / 4)
+		return gp_error(GP_EINVAL, "batch norm of %dx%dx%dx%d: no own kernel for this shape", a->n, a->c,
+				a->h, a->w);
+	*slices = bn_slices(a->n, a->c);
+	*grid = dim3((unsigned)a->c, (unsigned)*slices);
+	return 0;
+}
+
+extern "C" int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x, const float *z,
+				     enum bn_apply_act act, const float *gamma, const float *beta, float *y,
+				     float *save_mean, float *save_invstd, float *running_mean,
+				     float *running_var, void *scratch)
+{
+	size_t hw = (size_t)a->h * a->w;
+	if (!a->n || !a->c || !hw)
+		return 0;
+	dim3 grid;
+	int slices = 1;
+	GP_TRY(bn_grid(a, &grid, &slices));
+	double *partial = (double *)scratch;
+	if (bn_vec4(hw, x, NULL, NULL))
+		bn_stats_kernel<4><<<grid, BLOCK, 0, s>>>(a->n, a->c, (int)(hw / 4), slices, x, partial);
+	else
+		bn_stats_kernel<1><<<grid, BLOCK, 0, s>>>(a->n, a->c, (int)hw, slices, x, partial);
+	CUDA_CHECK_LAUNCH();
+	bn_stats_final_kernel<<<grid_for(a->c), BLOCK, 0, s>>>(a->c, hw, slices, (double)a->n * hw, a->eps,
+								 a->momentum, x, partial, save_mean, save_invstd,
+								 running_mean, running_var);
+	CUDA_CHECK_LAUNCH();
+	return bn_apply_cuda(s, a->n, a->c, (int)hw, x, z, gamma, beta, save_mean, save_invstd, act, y);
+}
+
+template <int V, typename I>
+static int bn_dx_launch(cudaStream_t s, size_t count, const struct bn_args *a, size_t hw, int act,
+			const float *x, const float *dy, const float *gamma, const float *beta, const float *mean,
+			const float *invstd, const float *coef, float *dx, int accumulate)
+{
+	size_t nv = count / V;
+	bn_bwd_dx_kernel<V, I><<<apply_grid(nv), BLOCK, 0, s>>>((I)nv, (I)(hw / V), a->c, act, x, dy, gamma, beta,
+								  mean, invstd, coef, dx, accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, enum bn_apply_act act, const float *x,
+			       const float *dy, const float *gamma, const float *beta, const float *save_mean,
+			       const float *save_invstd, float *dx, int accumulate, float *dgamma, float *dbeta,
+			       void *scratch)
+{
+	size_t hw = (size_t)a->h * a->w, count = (size_t)a->n * a->c * hw;
+	if (!count)
+		return 0;
+	dim3 grid;
+	int slices = 1;
+	GP_TRY(bn_grid(a, &grid, &slices));
+	double *partial = (double *)scratch;
+	float *coef = (float *)(partial + (size_t)BN_SLICES * 2 * a->c);
+	int v4 = bn_vec4(hw, x, dy, dx);
+	if (v4)
+		bn_bwd_reduce_kernel<4><<<grid, BLOCK, 0, s>>>(a->n, a->c, (int)(hw / 4), slices, act, x, dy, gamma,
+								beta, save_mean, save_invstd, partial);
+	else
+		bn_bwd_reduce_kernel<1><<<grid, BLOCK, 0, s>>>(a->n, a->c, (int)hw, slices, act, x, dy, gamma, beta,
+								save_mean, save_invstd, partial);
+	CUDA_CHECK_LAUNCH();
+	bn_bwd_final_kernel<<<grid_for(a->c), BLOCK, 0, s>>>(a->c, slices, (double)count / a->c, partial, coef,
+							      dgamma, dbeta);
+	CUDA_CHECK_LAUNCH();
+	int small = count <= UINT32_MAX;
+	if (v4)
+		return small ? bn_dx_launch<4, unsigned>(s, count, a, hw, act, x, dy, gamma, beta, save_mean,
+							 save_invstd, coef, dx, accumulate)
+			     : bn_dx_launch<4, size_t>(s, count, a, hw, act, x, dy, gamma, beta, save_mean,
+						       save_invstd, coef, dx, accumulate);
+	return small ? bn_dx_launch<1, unsigned>(s, count, a, hw, act, x, dy, gamma, beta, save_mean, save_invstd,
+						 coef, dx, accumulate)
+		     : bn_dx_launch<1, size_t>(s, count, a, hw, act, x, dy, gamma, beta, save_mean, save_invstd,
+					       coef, dx, accumulate);
+}
+
+/* Evaluation with the running statistics (tensors cuDNN cannot describe). */
+__global__ static void bn_eval_kernel(size_t count, int c, int hw, double eps, const float *x,
+				      const float *gamma, const float *beta, const float *rm,
+				      const float *rv, float *y)
+{
+	FOR_EACH(i, count) {
+		int ch = (int)((i / (size_t)hw) % (size_t)c);
+		float invstd = (float)(1.0 / sqrt((double)rv[ch] + eps));
+		y[i] = (x[i] - rm[ch]) * invstd * gamma[ch] + beta[ch];
+	}
+}
+
+extern "C" int bn_fwd_eval_own_cuda(cudaStream_t s, const struct bn_args *a, const float *x,
+				    const float *gamma, const float *beta, const float *running_mean,
+				    const float *running_var, float *y)
+{
+	size_t count = (size_t)a->n * a->c * a->h * a->w;
+	if (!count)
+		return 0;
+	bn_eval_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, a->c, a->h * a->w, a->eps, x, gamma, beta,
+							 running_mean, running_var, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
