@@ -220,7 +220,8 @@ __global__ static void bn_bwd_reduce_kernel(int n, int c, int hwv, int slices, i
 					    const float *mean, const float *invstd, double *partial)
 {
 	int ch = blockIdx.x;
-	float mu = mean[ch], is = invstd[ch], ga = gamma[ch], be = beta[ch];
+	/* beta only decides the mask: LINEAR callers may pass NULL */
+	float mu = mean[ch], is = invstd[ch], ga = gamma[ch], be = act == BN_APPLY_LINEAR ? 0.0f : beta[ch];
 	sum2 s;
 	slice_walk<V>(n, c, hwv, slices, [&](size_t off) {
 		float v[V], d[V];
@@ -267,7 +268,8 @@ __global__ static void bn_bwd_dx_kernel(I nv, I hwv, int c, int act, const float
 {
 	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += (I)gridDim.x * blockDim.x) {
 		int ch = (int)((i / hwv) % (I)c);
-		float mu = mean[ch], is = invstd[ch], ga = gamma[ch], be = beta[ch];
+		float mu = mean[ch], is = invstd[ch], ga = gamma[ch];
+		float be = act == BN_APPLY_LINEAR ? 0.0f : beta[ch];
 		float k1 = coef[ch * 2], k2 = coef[ch * 2 + 1], scale = ga * is;
 		float v[V], d[V], o[V];
 		ldv<V>(x + (size_t)i * V, v);
@@ -385,6 +387,8 @@ extern "C" int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, enum bn_
 	size_t hw = (size_t)a->h * a->w, count = (size_t)a->n * a->c * hw;
 	if (!count)
 		return 0;
+	if (act != BN_APPLY_LINEAR && !beta)
+		return gp_error(GP_EINVAL, "batch norm backward with an activation needs beta (the mask)");
 	dim3 grid;
 	int slices = 1;
 	GP_TRY(bn_grid(a, &grid, &slices));
