@@ -7,7 +7,7 @@
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
 # (mobilenet_v2 bf16 kernel times beside PyTorch's), ampmem (resnet50 bf16 peak and speed
-# with --recompute and --recompute-blocks), fuse32 (FP32 fused batch norm against cuDNN's),
+# with --recompute and --recompute-blocks), fuse32 (FP32 batch norm: own fused, cuDNN's, separate),
 # kprof32 (resnet50 FP32 kernel trace). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
 # Each stage is time-limited so that one hang does not cost the others.
@@ -133,14 +133,14 @@ for s in "$@"; do
 	ampcmd)
 		stage ampcmd 500 $BIN amp --model resnet50 --batches ${AMP_BATCHES:-64,128,256,512} --device cuda --out "$OUT/amp" --csv ;;
 	fuse32)
-		# FP32 batch norm fused with ReLU (+ add) on the own kernels (default) against cuDNN's
-		# batch norm and separate kernels (GPUPERF_BN_FUSE=0), and every batch norm on the own
-		# kernels (GPUPERF_BN_OWN=1); FUSE32_MODELS, FUSE32_PRECISIONS
+		# FP32 batch norm: the default (fused with ReLU (+ add) and the rest on the own
+		# kernels), the unfused ones on cuDNN (GPUPERF_BN_OWN=0), and no fusion with
+		# cuDNN's batch norm and separate kernels (both =0); FUSE32_MODELS, FUSE32_PRECISIONS
 		for m in ${FUSE32_MODELS:-resnet50}; do
 			for p in ${FUSE32_PRECISIONS:-fp32}; do
 				stage "fuse32_${m}_$p" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
-				GPUPERF_BN_FUSE=0 stage "fuse32_${m}_${p}_nofuse" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
-				GPUPERF_BN_OWN=1 stage "fuse32_${m}_${p}_own" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
+				GPUPERF_BN_OWN=0 stage "fuse32_${m}_${p}_cudnnbn" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
+				GPUPERF_BN_FUSE=0 GPUPERF_BN_OWN=0 stage "fuse32_${m}_${p}_nofuse" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
 			done
 		done ;;
 	kprof32)

@@ -320,8 +320,13 @@ TEST(cuda_net_node_by_node_matches_cpu)
 		L.vals[0] = calloc(g->n_nodes, sizeof(float *));
 		L.vals[1] = calloc(g->n_nodes, sizeof(float *));
 		L.fwd_own = calloc(g->n_nodes, sizeof(float *));
+		/* separate ops: a fused batch norm's output is act(bn(x)), not the CPU node's
+		 * bn(x) (the fused path is checked against the double reference by
+		 * check_against_cpu and against these ops by cuda_fp32_fused_batch_norm_*) */
 		backend_cuda_set_conv_policy(1, 1);
+		setenv("GPUPERF_BN_FUSE", "0", 1);
 		CHECK(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+		unsetenv("GPUPERF_BN_FUSE");
 		backend_cuda_set_conv_policy(0, 0);
 		CHECK(net_setup(c, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
 		same_batch(g, c, 8, 64, 10, 5);
@@ -480,22 +485,39 @@ out:
 
 /* FP32 batch norms fused with the ReLU (ReLU6) after them, and residual blocks' last
  * batch norm with the add and ReLU, on the own kernels (the default), against the
- * separate cuDNN batch norm and element-wise kernels (GPUPERF_BN_FUSE=0): the same loss
- * and logits to float rounding, and the same gradients and parameters after 3 steps up
- * to ReLU inputs that round across 0 differently. */
+ * separate cuDNN batch norm and element-wise kernels (GPUPERF_BN_FUSE=0 GPUPERF_BN_OWN=0), both measured
+ * against the CPU in double: loss, logits, gradients, and parameters and running
+ * statistics after 3 steps. At this size ResNet-50 amplifies rounding (PyTorch's FP32
+ * gradients differ from float64 by 2e-2), so two FP32 paths that round differently
+ * differ by as much; the fused path must be as close to double as the separate one is
+ * (within 1.5x, or 1e-5 / 1e-4 where both are closer). */
+static void fused_close(const char *what, const char *model, double e_fused, double e_sep, double floor)
+{
+	printf("      %s %s against double: fused %.2e, separate %.2e\n", model, what, e_fused, e_sep);
+	CHECK_MSG(e_fused <= fmax(floor, 1.5 * e_sep), "%s %s: fused %.3g, separate %.3g (from double)", model,
+		  what, e_fused, e_sep);
+}
+
 TEST(cuda_fp32_fused_batch_norm_matches_separate)
 {
 	NEED_GPU();
 	const char *models[] = { "resnet50", "mobilenet_v2" };
 	for (int m = 0; m < 2; m++) {
-		struct net *a = build(models[m], 64, 8, 10), *b = build(models[m], 64, 8, 10);
-		float *la = NULL, *lb = NULL;
-		if (!a || !b)
+		struct net *nets[3] = { build(models[m], 64, 8, 10), build(models[m], 64, 8, 10),
+					build(models[m], 64, 8, 10) };
+		struct net *a = nets[0], *b = nets[1], *c = nets[2];
+		size_t nl = 8 * 10, n = a ? a->params_count : 0;
+		float *l[3] = { NULL }, *g[3] = { NULL };
+		double loss[3] = { 0 };
+		if (!a || !b || !c)
 			goto next;
 		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 		setenv("GPUPERF_BN_FUSE", "0", 1);
+		setenv("GPUPERF_BN_OWN", "0", 1);
 		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 		unsetenv("GPUPERF_BN_FUSE");
+		unsetenv("GPUPERF_BN_OWN");
+		CHECK(net_setup(c, BACKEND_CPU, GP_F64, PREC_FP32) == 0);
 		int fused = 0, bns = 0;
 		for (int i = 0; i < a->n_nodes; i++) {
 			bns += a->nodes[i].op == OP_BATCHNORM2D;
@@ -505,33 +527,48 @@ TEST(cuda_fp32_fused_batch_norm_matches_separate)
 		printf("      %s fp32: %d of %d batch norms fused\n", models[m], fused, bns);
 		/* resnet50: all but the 4 downsample ones; mobilenet_v2: those before a ReLU6 */
 		CHECK_MSG(fused >= bns / 2, "%s: only %d of %d batch norms fused", models[m], fused, bns);
-		same_batch(a, b, 8, 64, 10, 6);
-		double l_a = 0, l_b = 0, e = step_both(a, b, &l_a, &l_b);
-		size_t nl = 8 * 10;
-		la = malloc(nl * sizeof(float));
-		lb = malloc(nl * sizeof(float));
-		CHECK(la && lb && net_logits_to_host(a, la) == 0 && net_logits_to_host(b, lb) == 0);
-		double el = la && lb ? dist(la, lb, nl) : 1.0;
+		float *x = NULL;
+		int32_t *y = NULL;
+		CHECK(train_synthetic_batch(8, 3, 64, 64, 10, 6, &x, &y) == 0);
+		for (int k = 0; k < 3 && x && y; k++)
+			CHECK(net_set_batch_data(nets[k], x, y) == 0);
+		free(x);
+		free(y);
+		for (int k = 0; k < 3; k++) {
+			l[k] = malloc(nl * sizeof(float));
+			g[k] = malloc(n * sizeof(float));
+			CHECK(l[k] && g[k]);
+			if (!l[k] || !g[k])
+				goto next;
+			/* logits before backward: the loss's backward may write over them */
+			CHECK(net_forward(nets[k], 1) == 0 && net_loss(nets[k], &loss[k], NULL) == 0 &&
+			      net_logits_to_host(nets[k], l[k]) == 0);
+			CHECK(net_backward(nets[k]) == 0 && net_grads_to_host(nets[k], g[k]) == 0);
+		}
 		printf("      %s fp32 fused against separate: loss %.2e, logits %.2e, gradients %.2e\n", models[m],
-		       fabs(l_a - l_b) / fabs(l_b), el, e);
-		CHECK_NEAR(l_a, l_b, 1e-5 * fabs(l_b));
-		CHECK_LE(el, 1e-4);
-		CHECK_LE(e, 1e-3);
+		       fabs(loss[0] - loss[1]) / fabs(loss[1]), dist(l[0], l[1], nl), dist(g[0], g[1], n));
+		fused_close("loss", models[m], fabs(loss[0] - loss[2]) / fabs(loss[2]),
+			    fabs(loss[1] - loss[2]) / fabs(loss[2]), 1e-5);
+		fused_close("logits", models[m], dist(l[0], l[2], nl), dist(l[1], l[2], nl), 1e-5);
+		fused_close("gradients", models[m], dist(g[0], g[2], n), dist(g[1], g[2], n), 1e-4);
 		struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
-		CHECK(net_sgd_step(a, &sgd) == 0 && net_sgd_step(b, &sgd) == 0);
-		for (int k = 0; k < 2; k++)
-			CHECK(net_train_step(a, &sgd, NULL, NULL) == 0 && net_train_step(b, &sgd, NULL, NULL) == 0);
-		CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
-		double ep = dist(a->host_params, b->host_params, a->params_count);
-		double er = dist(a->host_running, b->host_running, a->running_count);
-		printf("      %s fp32 after 3 steps: params %.2e, running statistics %.2e\n", models[m], ep, er);
-		CHECK_LE(ep, 1e-4);
-		CHECK_LE(er, 1e-4);
+		for (int k = 0; k < 3; k++) {
+			CHECK(net_sgd_step(nets[k], &sgd) == 0);
+			for (int s = 0; s < 2; s++)
+				CHECK(net_train_step(nets[k], &sgd, NULL, NULL) == 0);
+			CHECK(net_sync_to_host(nets[k]) == 0);
+		}
+		fused_close("parameters after 3 steps", models[m], dist(a->host_params, c->host_params, n),
+			    dist(b->host_params, c->host_params, n), 1e-4);
+		fused_close("running statistics after 3 steps", models[m],
+			    dist(a->host_running, c->host_running, a->running_count),
+			    dist(b->host_running, c->host_running, a->running_count), 1e-4);
 next:
-		free(la);
-		free(lb);
-		net_free(a);
-		net_free(b);
+		for (int k = 0; k < 3; k++) {
+			free(l[k]);
+			free(g[k]);
+			net_free(nets[k]);
+		}
 	}
 }
 

@@ -597,6 +597,7 @@ static void check_batchnorm(const struct bn_args *args, int own)
 	struct bn_args a = *args;
 	GPU_OPEN(&g, 15);
 	bn_cuda_force_own(own);
+	g.ctx->bn_cudnn = !own; /* FP32 NCHW takes the own kernels by default */
 	CHECK_OK(bn_plan_cuda(g.ctx, &a));
 	size_t nx = (size_t)a.n * a.c * a.h * a.w, c = a.c;
 	float *x = host_rand(&g, nx, 2, 1), *y = host_f(&g, nx), *dy = host_rand(&g, nx, 1, 0);
@@ -643,6 +644,7 @@ static void check_batchnorm(const struct bn_args *args, int own)
 	CHECK_OK(bn_fwd_eval_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_rm, d_rv, d_y));
 	CHECK_LE(rel_err_norm_f32(down(&g, d_y, nx), y, nx), 1e-5);
 	bn_cuda_force_own(0);
+	g.ctx->bn_cudnn = 0;
 	gpu_close(&g);
 }
 

@@ -149,6 +149,9 @@ static int cuda_setup(struct net *net)
 	b->amp = precision_is_amp(net->precision);
 	b->ht = net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
 	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
+	const char *bn_env = getenv("GPUPERF_BN_OWN");
+	b->bn_cudnn = bn_env && *bn_env == '0';
+	ctx->bn_cudnn = b->bn_cudnn;
 	int nhwc_flatten = -1;
 	/* A flatten of feature maps (not 1 x 1) orders features as NCHW does, which the
 	 * following linear layer's weights assume: such nets (simple_cnn) stay NCHW. */

@@ -39,6 +39,8 @@ struct backend_state {
 	 * weights KRSC under NHWC) and of the convolution weight gradients (converted into
 	 * the float gradients), and the input batch converted once per batch. */
 	int amp, nhwc;
+	/* FP32 batch norms not fused with an activation on cuDNN (GPUPERF_BN_OWN=0) */
+	int bn_cudnn;
 	enum gp_dtype ht;
 	/* Convolution workspaces planned in the arena (the default; GPUPERF_CONV_WS_ARENA=0: off; see
 	 * struct node's ws_fwd): each conv call gets its own, live only during it. */
@@ -137,6 +139,7 @@ static inline void bind_act(struct net *net)
 	struct backend_state *b = net->bk;
 	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
 	b->ctx->nhwc = b->nhwc;
+	b->ctx->bn_cudnn = b->bn_cudnn;
 	b->ctx->conv_ws_external = 0;
 	b->ctx->dw_relu6 = 0;
 	b->ctx->dw_relu6_x = NULL;

@@ -27,16 +27,14 @@ static int bn_own_fused(const struct cuda_ctx *ctx)
 	return ctx->act_dtype == GP_F32 && !ctx->nhwc;
 }
 
-/* cuDNN describes tensors with int sizes; larger ones take the own kernels. So do all
- * FP32 NCHW ones under GPUPERF_BN_OWN=1 (for comparison with cuDNN's). */
+/* FP32 NCHW batch norms take the own kernels: they are faster than cuDNN's spatial FP32
+ * ones (docs/PERF.md, fifth session), unless the net chose cuDNN's (ctx->bn_cudnn,
+ * GPUPERF_BN_OWN=0). cuDNN describes tensors with int sizes: larger ones take the own
+ * kernels in any case. */
 static int bn_own(const struct cuda_ctx *ctx, const struct bn_args *a)
 {
-	static int env = -1;
-	if (env < 0) {
-		const char *e = getenv("GPUPERF_BN_OWN");
-		env = e && *e == '1';
-	}
-	return force_own || (env && bn_own_fused(ctx)) || (size_t)a->n * a->c * a->h * a->w > (size_t)INT32_MAX;
+	return force_own || (bn_own_fused(ctx) && !ctx->bn_cudnn) ||
+	       (size_t)a->n * a->c * a->h * a->w > (size_t)INT32_MAX;
 }
 
 static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a);

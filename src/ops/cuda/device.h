@@ -51,6 +51,9 @@ struct cuda_ctx {
 	 * 1 for NHWC (channels last; convolution weights KRSC then). */
 	int act_dtype;
 	int nhwc;
+	/* FP32 NCHW batch norms run on the own kernels (bn_f32.cu) unless this is set
+	 * (GPUPERF_BN_OWN=0: cuDNN's for those not fused with an activation) */
+	int bn_cudnn;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
 
 	struct conv_plan *plans[CONV_PLAN_BUCKETS];
