@@ -30,7 +30,7 @@ stage() { # name timeout command...
 for s in "$@"; do
 	case $s in
 	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
-	tests) TAIL=60 stage tests 400 sh -c "build/bundle/gpuperf_tests | grep -v '^ok '" ;;
+	tests) TAIL=60 stage tests ${TESTS_TIMEOUT:-400} sh -c "build/bundle/gpuperf_tests | grep -v '^ok '" ;;
 	gputests) TAIL=80 stage gputests 300 build/bundle/gpuperf_tests ${GPUTESTS:-cuda} ;;
 	parity) stage parity 300 python3 tests/torch/parity.py --bin $BIN --device cuda --ref64 --json "$OUT/parity_cuda.json" ;;
 	paritycpu) stage paritycpu 300 python3 tests/torch/parity.py --bin $BIN --device cpu --models simple_cnn,resnet18,mobilenet_v2 --json "$OUT/parity_cpu.json" ;;

@@ -784,6 +784,85 @@ TEST(cuda_bn_own_kernels_keep_variance_of_offset_data)
 	gpu_close(&g);
 }
 
+/* The own kernels are the FP32 default: they must be as accurate as cuDNN's batch norm,
+ * both measured against the CPU in double (y, the saved statistics, dx, dgamma, dbeta),
+ * on data off 0 (mean 1, spread 2), for ResNet-50's last stage at batch 4 (16 values per
+ * channel) and a larger plane. Own within 2x cuDNN's error, or 2e-7 where both are
+ * closer (a few float ulps). */
+static double err_vs_f64(const float *got, const double *ref, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		num += (got[i] - ref[i]) * (got[i] - ref[i]);
+		den += ref[i] * ref[i];
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double *to_f64(const float *x, size_t n)
+{
+	double *d = malloc(n * sizeof(double));
+	for (size_t i = 0; d && i < n; i++)
+		d[i] = x[i];
+	return d;
+}
+
+TEST(cuda_bn_own_kernels_as_accurate_as_cudnn)
+{
+	const struct bn_args shapes[] = {
+		{ .n = 4, .c = 512, .h = 2, .w = 2, .eps = 1e-5, .momentum = 0.1 },
+		{ .n = 16, .c = 64, .h = 28, .w = 28, .eps = 1e-5, .momentum = 0.1 },
+	};
+	const char *what[5] = { "y", "mean", "invstd", "dx", "dgamma" };
+	for (size_t k = 0; k < 2; k++) {
+		struct gpu g;
+		struct bn_args a = shapes[k];
+		GPU_OPEN(&g, 23 + k);
+		size_t nx = (size_t)a.n * a.c * a.h * a.w, c = a.c;
+		float *x = host_rand(&g, nx, 2, 1), *dy = host_rand(&g, nx, 1, 0);
+		float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 1, 0);
+		double *xd = to_f64(x, nx), *dyd = to_f64(dy, nx), *gd = to_f64(gamma, c), *bd = to_f64(beta, c);
+		double *yd = calloc(nx, sizeof(double)), *dxd = calloc(nx, sizeof(double));
+		double *md = calloc(c, sizeof(double)), *isd = calloc(c, sizeof(double));
+		double *rmd = calloc(c, sizeof(double)), *rvd = calloc(c, sizeof(double));
+		double *dgd = calloc(c, sizeof(double)), *dbd = calloc(c, sizeof(double));
+		CHECK(xd && dyd && gd && bd && yd && dxd && md && isd && rmd && rvd && dgd && dbd);
+		if (!(xd && dyd && gd && bd && yd && dxd && md && isd && rmd && rvd && dgd && dbd))
+			goto next;
+		bn_fwd_train_cpu_f64(&a, xd, gd, bd, yd, md, isd, rmd, rvd);
+		bn_bwd_cpu_f64(&a, xd, dyd, gd, md, isd, dxd, 0, dgd, dbd);
+		double e[2][5];
+		for (int own = 0; own <= 1; own++) {
+			g.ctx->bn_cudnn = !own;
+			CHECK_OK(bn_plan_cuda(g.ctx, &a));
+			float *d_x = dev_from(&g, x, nx), *d_dy = dev_from(&g, dy, nx), *d_y = dev_f(&g, nx);
+			float *d_g = dev_from(&g, gamma, c), *d_b = dev_from(&g, beta, c), *d_dx = dev_f(&g, nx);
+			float *d_m = dev_f(&g, c), *d_is = dev_f(&g, c), *d_rm = dev_f(&g, c), *d_rv = dev_f(&g, c);
+			float *d_dg = dev_f(&g, c), *d_db = dev_f(&g, c);
+			put(&g, d_rm, host_f(&g, c), c * sizeof(float));
+			put(&g, d_rv, host_f(&g, c), c * sizeof(float));
+			CHECK_OK(bn_fwd_train_cuda(g.ctx, &a, d_x, d_g, d_b, d_y, d_m, d_is, d_rm, d_rv));
+			CHECK_OK(bn_bwd_cuda(g.ctx, &a, d_x, d_dy, d_g, d_m, d_is, d_dx, 0, d_dg, d_db));
+			e[own][0] = err_vs_f64(down(&g, d_y, nx), yd, nx);
+			e[own][1] = err_vs_f64(down(&g, d_m, c), md, c);
+			e[own][2] = err_vs_f64(down(&g, d_is, c), isd, c);
+			e[own][3] = err_vs_f64(down(&g, d_dx, nx), dxd, nx);
+			e[own][4] = err_vs_f64(down(&g, d_dg, c), dgd, c);
+		}
+		g.ctx->bn_cudnn = 0;
+		printf("      %dx%dx%dx%d against double, own / cuDNN:", a.n, a.c, a.h, a.w);
+		for (int q = 0; q < 5; q++)
+			printf(" %s %.1e / %.1e%s", what[q], e[1][q], e[0][q], q < 4 ? "," : "\n");
+		for (int q = 0; q < 5; q++)
+			CHECK_MSG(e[1][q] <= fmax(2e-7, 2 * e[0][q]), "%dx%dx%dx%d %s: own %.3g, cuDNN %.3g", a.n, a.c,
+				  a.h, a.w, what[q], e[1][q], e[0][q]);
+next:
+		free(xd), free(dyd), free(gd), free(bd), free(yd), free(dxd);
+		free(md), free(isd), free(rmd), free(rvd), free(dgd), free(dbd);
+		gpu_close(&g);
+	}
+}
+
 /* --- linear ----------------------------------------------------------------------------- */
 
 static void check_linear(struct gpu *g, const struct linear_args *a, double tol)
