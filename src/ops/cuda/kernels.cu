@@ -257,15 +257,15 @@ struct pool_k {
 };
 
 /* Padding never wins (PyTorch pads with -inf); ties keep the first position in
- * row-major window order. */
-__global__ static void maxpool_fwd_kernel(size_t count, struct pool_k p, const float *x, float *y,
-					  int32_t *argmax)
+ * row-major window order. I: the index type, 32 bits when the count allows (64-bit
+ * division costs more than the loads; ResNet's stem pooling was compute-bound on it). */
+template <typename I>
+__global__ static void maxpool_fwd_kernel(I count, struct pool_k p, const float *x, float *y, int32_t *argmax)
 {
-	FOR_EACH(o, count) {
-		int ow = (int)(o % p.w_out);
-		int oh = (int)(o / p.w_out % p.h_out);
-		size_t plane = o / ((size_t)p.w_out * p.h_out);
-		const float *xp = x + plane * p.h_in * p.w_in;
+	for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < count; o += (I)gridDim.x * blockDim.x) {
+		I row = o / (I)p.w_out, plane = row / (I)p.h_out;
+		int ow = (int)(o - row * (I)p.w_out), oh = (int)(row - plane * (I)p.h_out);
+		const float *xp = x + (size_t)plane * p.h_in * p.w_in;
 		float m = -INFINITY;
 		int idx = -1;
 		for (int i = 0; i < p.k; i++) {
@@ -290,18 +290,18 @@ __global__ static void maxpool_fwd_kernel(size_t count, struct pool_k p, const f
 
 /* Gather instead of scatter: each input element sums, in ascending output order, the
  * gradients of the windows that chose it, so no atomics and the CPU's order of sums. */
-__global__ static void maxpool_bwd_kernel(size_t count, struct pool_k p, const float *dy,
-					  const int32_t *argmax, float *dx, int accumulate)
+template <typename I>
+__global__ static void maxpool_bwd_kernel(I count, struct pool_k p, const float *dy, const int32_t *argmax,
+					  float *dx, int accumulate)
 {
-	FOR_EACH(i, count) {
-		int iw = (int)(i % p.w_in);
-		int ih = (int)(i / p.w_in % p.h_in);
-		size_t plane = i / ((size_t)p.w_in * p.h_in);
+	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (I)gridDim.x * blockDim.x) {
+		I row = i / (I)p.w_in, plane = row / (I)p.h_in;
+		int iw = (int)(i - row * (I)p.w_in), ih = (int)(row - plane * (I)p.h_in);
 		int pos = ih * p.w_in + iw;
 		int oh0, oh1, ow0, ow1;
 		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
 		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
-		size_t base = plane * p.h_out * p.w_out;
+		size_t base = (size_t)plane * p.h_out * p.w_out;
 		float acc = accumulate ? dx[i] : 0.0f;
 		for (int oh = oh0; oh <= oh1; oh++)
 			for (int ow = ow0; ow <= ow1; ow++) {
@@ -325,7 +325,11 @@ extern "C" int maxpool_fwd_cuda(cudaStream_t s, const struct pool_args *a, const
 	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
 	if (!count)
 		return 0;
-	maxpool_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), x, y, argmax);
+	if (count <= UINT32_MAX)
+		maxpool_fwd_kernel<unsigned><<<grid_for(count), BLOCK, 0, s>>>((unsigned)count, pool_k_from(a), x, y,
+										argmax);
+	else
+		maxpool_fwd_kernel<size_t><<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), x, y, argmax);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
@@ -336,8 +340,12 @@ extern "C" int maxpool_bwd_cuda(cudaStream_t s, const struct pool_args *a, const
 	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
 	if (!count)
 		return 0;
-	maxpool_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), dy, argmax, dx,
-							      accumulate);
+	if (count <= UINT32_MAX)
+		maxpool_bwd_kernel<unsigned><<<grid_for(count), BLOCK, 0, s>>>((unsigned)count, pool_k_from(a), dy,
+										argmax, dx, accumulate);
+	else
+		maxpool_bwd_kernel<size_t><<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), dy, argmax, dx,
+									      accumulate);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
