@@ -122,10 +122,11 @@ TEST(nvml_process_memory)
 	/* 71 processes: more than the first buffer holds, so the retry path runs. */
 	CHECK_EQ_INT(nvml_process_mem_bytes(0, (unsigned)getpid(), &bytes), 0);
 	CHECK_EQ_INT(bytes, 1536LL << 20);
-	CHECK_EQ_INT(nvml_process_mem_bytes(0, 1005, &bytes), 0);
+	/* the fake's other processes are 4000000000 + i, beyond any real pid */
+	CHECK_EQ_INT(nvml_process_mem_bytes(0, 4000000005u, &bytes), 0);
 	CHECK_EQ_INT(bytes, 6LL << 20);
-	CHECK_EQ_INT(nvml_process_mem_bytes(0, 999, &bytes), GP_ENOTFOUND);
-	CHECK(strstr(gp_errmsg(), "process 999") != NULL);
+	CHECK_EQ_INT(nvml_process_mem_bytes(0, 3999999999u, &bytes), GP_ENOTFOUND);
+	CHECK(strstr(gp_errmsg(), "process 3999999999") != NULL);
 	nvml_close();
 }
 

@@ -142,7 +142,10 @@ int nvmlDeviceGetCurrentClocksEventReasons(struct fake_device *h, unsigned long 
 	return 0;
 }
 
-/* Process 1000 + i uses (i + 1) MiB; the calling process uses 1536 MiB. */
+/* Process FAKE_PID_BASE + i uses (i + 1) MiB; the calling process uses 1536 MiB. The
+ * base lies above Linux's largest pid (2^22), so the caller's own pid never collides
+ * with one of them (it did, as 1009, in a fresh container). */
+#define FAKE_PID_BASE 4000000000u
 int nvmlDeviceGetComputeRunningProcesses_v3(struct fake_device *h, unsigned *count,
 					    struct fake_process_info *infos)
 {
@@ -152,7 +155,7 @@ int nvmlDeviceGetComputeRunningProcesses_v3(struct fake_device *h, unsigned *cou
 		return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
 	}
 	for (unsigned i = 0; i < FAKE_OTHER_PROCS; i++)
-		infos[i] = (struct fake_process_info){ 1000 + i, (i + 1ULL) << 20, 0, 0 };
+		infos[i] = (struct fake_process_info){ FAKE_PID_BASE + i, (i + 1ULL) << 20, 0, 0 };
 	infos[FAKE_OTHER_PROCS] = (struct fake_process_info){ (unsigned)getpid(), 1536ULL << 20,
 							      0, 0 };
 	*count = total;
