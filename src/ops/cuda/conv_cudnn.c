@@ -256,6 +256,32 @@ static size_t find_workspace_need(struct cuda_ctx *ctx, const struct conv_plan *
 	return want < limit ? want : limit;
 }
 
+/* GPUPERF_CONV_LOG=1: each direction's pick and the candidates' times on stderr, to see
+ * whether runs of the same net pick the same algorithms. */
+static int conv_log_on(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("GPUPERF_CONV_LOG");
+		on = e && *e == '1';
+	}
+	return on;
+}
+
+#define CONV_LOG(res, n, pick, dirname)                                                          \
+	do {                                                                                     \
+		if (!conv_log_on())                                                              \
+			break;                                                                   \
+		char what_[128];                                                                 \
+		conv_desc_text(what_, sizeof(what_), a);                                         \
+		fprintf(stderr, "conv-plan %s %s: algo %d", what_, dirname, (int)res[pick].algo); \
+		for (int k_ = 0; k_ < (n) && k_ < 6; k_++)                                       \
+			if (res[k_].status == CUDNN_STATUS_SUCCESS)                              \
+				fprintf(stderr, " | %d:%.3f ms %.0f MiB", (int)res[k_].algo,      \
+					(double)res[k_].time, res[k_].memory / 1048576.0);       \
+		fprintf(stderr, "\n");                                                           \
+	} while (0)
+
 /* GPUPERF_WGRAD_GEMM=0: 1x1 weight gradients always through cuDNN. */
 static int wgrad_gemm_off(void)
 {
@@ -335,6 +361,12 @@ static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
 	}
 	GP_TRY(gemm_time(ctx, a, dir, x, w, y, &ms));
 	*use = ms >= 0 && ms < best_ms;
+	if (conv_log_on()) {
+		char what[128];
+		conv_desc_text(what, sizeof(what), a);
+		fprintf(stderr, "conv-plan %s dir %d: cuBLAS %.3f ms against cuDNN %.3f: %s\n", what, dir, (double)ms,
+			(double)best_ms, *use ? "cuBLAS" : "cuDNN");
+	}
 	return 0;
 }
 
@@ -489,6 +521,7 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		rc = no_algo("forward", a, returned, ws_bytes);
 		goto free_scratch;
 	}
+	CONV_LOG(fwd, returned, i, "fwd");
 	p->fwd_algo = fwd[i].algo;
 	p->fwd_ws_bytes = fwd[i].memory;
 	if ((rc = desc_take_math(ctx, p->fwd_desc, fwd[i].mathType)) < 0 ||
@@ -517,6 +550,7 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		rc = no_algo("backward-data", a, returned, ws_bytes);
 		goto free_scratch;
 	}
+	CONV_LOG(bwd_data, returned, i, "bwd-data");
 	p->bwd_data_algo = bwd_data[i].algo;
 	p->bwd_data_ws_bytes = bwd_data[i].memory;
 	if ((rc = desc_take_math(ctx, p->bwd_data_desc, bwd_data[i].mathType)) < 0 ||
@@ -545,6 +579,7 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 		rc = no_algo("backward-filter", a, returned, ws_bytes);
 		goto free_scratch;
 	}
+	CONV_LOG(bwd_filter, returned, i, "bwd-filter");
 	p->bwd_filter_algo = bwd_filter[i].algo;
 	p->bwd_filter_ws_bytes = bwd_filter[i].memory;
 	rc = desc_take_math(ctx, p->bwd_filter_desc, bwd_filter[i].mathType);
