@@ -374,11 +374,13 @@ static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
  * 20-300 us, that single timing's noise picked a 2.6x slower algorithm for a ResNet-18
  * convolution in one run out of two (docs/PERF.md, fifth session). So the usable
  * results within RETIME_SPAN of the fastest (at most RETIME_MAX) are timed again,
- * RETIME_RUNS runs after a warm-up each, and their times replaced by those means
- * before the pick. GPUPERF_CONV_RETIME=0: Find's single timings. */
+ * RETIME_ROUNDS rounds of RETIME_RUNS runs after a warm-up, and their times replaced
+ * by their best round's mean before the pick. GPUPERF_CONV_RETIME=0: Find's single
+ * timings. */
 #define RETIME_SPAN 1.5f
 #define RETIME_MAX 4
-#define RETIME_RUNS 5
+#define RETIME_RUNS 3
+#define RETIME_ROUNDS 3
 
 static int retime_off(void)
 {
@@ -434,12 +436,16 @@ static int conv_time_algo(struct cuda_ctx *ctx, struct conv_plan *p, int dir, in
 	return rc;
 }
 
-/* RETIME(res, n, dir): re-time the usable results near the fastest, then sort by time
- * again (the pick takes the first usable one as the fastest). */
+/* RETIME(res, n, dir): re-time the usable results near the fastest in RETIME_ROUNDS
+ * interleaved rounds (A B C, A B C, ...: a clock still settling, or any other passing
+ * slowness, then weighs on one round of every candidate rather than on all of one),
+ * each candidate keeping its best round's mean; then sort by time again (the pick takes
+ * the first usable one as the fastest). */
 #define RETIME(res, n, dir, strict_fn)                                                                 \
 	do {                                                                                           \
-		int first_ = -1, done_ = 0;                                                             \
-		for (int k_ = 0; k_ < (n) && done_ < RETIME_MAX && !retime_off() && rc == 0; k_++) {   \
+		int cand_[RETIME_MAX], nc_ = 0, first_ = -1;                                            \
+		float best_[RETIME_MAX];                                                                \
+		for (int k_ = 0; k_ < (n) && nc_ < RETIME_MAX && !retime_off(); k_++) {                \
 			if (!result_usable(ctx, res[k_].status, res[k_].memory, ws_bytes,              \
 					   res[k_].determinism, strict_fn(res[k_].algo)))              \
 				continue;                                                              \
@@ -447,14 +453,20 @@ static int conv_time_algo(struct cuda_ctx *ctx, struct conv_plan *p, int dir, in
 				first_ = k_;                                                           \
 			else if (res[k_].time > res[first_].time * RETIME_SPAN)                        \
 				break;                                                                 \
-			float t_ = 0;                                                                  \
-			rc = conv_time_algo(ctx, p, dir, (int)res[k_].algo, res[k_].mathType, x, w, y, ws, \
-					    ws_bytes, &t_);                                            \
-			if (rc == 0)                                                                   \
-				res[k_].time = t_;                                                     \
-			done_++;                                                                       \
+			best_[nc_] = -1;                                                               \
+			cand_[nc_++] = k_;                                                             \
 		}                                                                                      \
-		for (int a_ = 1; a_ < (n) && done_ > 1; a_++) /* insertion sort by time */             \
+		for (int r_ = 0; r_ < RETIME_ROUNDS && nc_ > 1 && rc == 0; r_++)                       \
+			for (int c_ = 0; c_ < nc_ && rc == 0; c_++) {                                  \
+				float t_ = 0;                                                          \
+				rc = conv_time_algo(ctx, p, dir, (int)res[cand_[c_]].algo,             \
+						    res[cand_[c_]].mathType, x, w, y, ws, ws_bytes, &t_);  \
+				if (rc == 0 && (best_[c_] < 0 || t_ < best_[c_]))                      \
+					best_[c_] = t_;                                                \
+			}                                                                              \
+		for (int c_ = 0; c_ < nc_ && nc_ > 1 && rc == 0; c_++)                                 \
+			res[cand_[c_]].time = best_[c_];                                               \
+		for (int a_ = 1; a_ < (n) && nc_ > 1; a_++) /* insertion sort by time */               \
 			for (int b_ = a_; b_ > 0 && res[b_].status == CUDNN_STATUS_SUCCESS &&          \
 					  (res[b_ - 1].status != CUDNN_STATUS_SUCCESS ||               \
 					   res[b_].time < res[b_ - 1].time);                           \
