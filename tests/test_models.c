@@ -257,6 +257,102 @@ TEST(memory_plan_places_conv_workspaces)
 	net_free(net);
 }
 
+/* Weight gradients on a side stream (the CUDA backend's, FP32): what each reads (the
+ * convolution's input and output gradient) and its own workspace stay alive until the
+ * main stream waits for it at the next convolution below (or the optimizer step), so
+ * nothing the main stream writes meanwhile lands on them. */
+static int root_last(const struct net *net, int t)
+{
+	while (net->tensors[t].alias_of >= 0)
+		t = net->tensors[t].alias_of;
+	return net->tensors[t].last_step;
+}
+
+TEST(memory_plan_keeps_side_stream_wgrad_inputs_alive)
+{
+	const char *names[] = { "resnet18", "mobilenet_v2", "simple_cnn" };
+	for (int m = 0; m < 3; m++) {
+		struct net *net = build(names[m], m == 2 ? 32 : 64, 4, 10);
+		CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+		size_t base = net->plan.arena_bytes;
+		int n = net->n_nodes, sides = 0, convs = 0;
+		for (int i = 0; i < n; i++)
+			if (net->nodes[i].op == OP_CONV2D) {
+				net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = (size_t)1 << 20;
+				net->nodes[i].ws_wgrad = (size_t)2 << 20;
+				net->nodes[i].wgrad_side = 1;
+				convs++;
+			}
+		CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+		CHECK_EQ_INT(plan_overlaps(net), 0);
+		int prev = -1; /* the convolution before, in forward order: the next in backward */
+		for (int i = 0; i < n; i++) {
+			const struct node *nd = &net->nodes[i];
+			if (nd->op != OP_CONV2D)
+				continue;
+			/* no convolution feeds an add in these; the first stays on the main stream,
+			 * its backward workspace large enough for its weight gradient again */
+			CHECK_EQ_INT(nd->wgrad_side, prev >= 0);
+			if (prev < 0) {
+				CHECK(nd->ws_bwd == (size_t)2 << 20 && nd->ws_wgrad == 0 && nd->t_wsw < 0);
+				CHECK(nd->t_wsb >= 0 && net->tensors[nd->t_wsb].bytes >= (size_t)2 << 20);
+			}
+			if (prev >= 0)
+				CHECK_EQ_INT(nd->wgrad_join, prev);
+			prev = i;
+		}
+		for (int i = 0; i < n; i++) {
+			const struct node *nd = &net->nodes[i];
+			if (nd->op != OP_CONV2D || !nd->wgrad_side)
+				continue;
+			sides++;
+			int until = 2 * n - nd->wgrad_join;
+			const struct node *src = &net->nodes[nd->in[0]];
+			if (src->t_y >= 0)
+				CHECK_MSG(root_last(net, src->t_y) >= until, "%s node %d: input until %d, joined at %d",
+					  names[m], i, root_last(net, src->t_y), until);
+			CHECK_MSG(root_last(net, nd->t_dy) >= until, "%s node %d: gradient until %d, joined at %d",
+				  names[m], i, root_last(net, nd->t_dy), until);
+			CHECK(nd->t_wsw >= 0);
+			if (nd->t_wsw >= 0) {
+				CHECK_EQ_INT(net->tensors[nd->t_wsw].first_step, 2 * n - i);
+				CHECK_EQ_INT(net->tensors[nd->t_wsw].last_step, until);
+			}
+		}
+		CHECK_EQ_INT(sides, convs - 1);
+		/* a few convolutions' tensors live longer: the arena grows, but not by much */
+		CHECK_MSG(net->plan.arena_bytes < 1.25 * base + ((size_t)8 << 20), "%s: arena %zu, %zu without",
+			  names[m], net->plan.arena_bytes, base);
+		net_free(net);
+	}
+}
+
+/* A convolution whose output an add reads directly may share its gradient buffer
+ * with the add's other inputs (written in place later in backward): it keeps its
+ * weight gradient on the main stream. */
+TEST(memory_plan_keeps_wgrad_on_main_when_an_add_shares_the_gradient)
+{
+	struct net *net = calloc(1, sizeof(*net));
+	CHECK(net != NULL);
+	if (!net)
+		return;
+	CHECK(net_init(net, "conv_add", 4, 3, 8, 8) == 0);
+	net->batch = 2;
+	int x = net_input(net);
+	int a = net_conv(net, "a", x, 4, 3, 1, 1, 1, 0);
+	int b = net_conv(net, "b", a, 4, 3, 1, 1, 1, 0);
+	int f = net_flatten(net, net_avgpool_global(net, net_add(net, b, a)));
+	net_linear(net, "fc", f, 4, 1);
+	CHECK_MSG(net_finalize(net) == 0, "%s", gp_errmsg());
+	for (int i = 0; i < net->n_nodes; i++)
+		net->nodes[i].wgrad_side = net->nodes[i].op == OP_CONV2D;
+	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
+	CHECK_EQ_INT(net->nodes[b].wgrad_side, 0);
+	CHECK_EQ_INT(net->nodes[a].wgrad_side, 0); /* the lowest */
+	CHECK_EQ_INT(plan_overlaps(net), 0);
+	net_free(net);
+}
+
 /* A fused batch norm's reserve space (the CUDA backend's, under mixed precision) is a
  * tensor from the batch norm's forward to the step its backward (or, for the residual
  * add's fused forward, that add) reads it again: placed without overlapping anything

@@ -64,6 +64,15 @@ struct node {
 	 * then instead of a shared buffer on top of the arena's peak. */
 	size_t ws_fwd, ws_bwd;
 	int t_wsf, t_wsb;
+	/* Weight gradient on a second stream beside the rest of backward (CUDA, FP32;
+	 * the backend sets wgrad_side and the workspace ws_wgrad before planning, and
+	 * ws_bwd then covers backward data alone): the planner keeps the convolution's
+	 * input and output gradient, and the workspace t_wsw, alive until the backward
+	 * of the next convolution below (wgrad_join), where the main stream waits for the
+	 * side one. It clears wgrad_side where that cannot hold or gains nothing (the
+	 * lowest convolution), and then folds ws_wgrad back into ws_bwd. */
+	int wgrad_side, wgrad_join, t_wsw;
+	size_t ws_wgrad;
 	/* Batch norm fused with the ReLU (and add) after it (CUDA; 16-bit NHWC): what
 	 * cuDNN keeps from the forward for the backward, planned in the arena from this
 	 * node's forward to step rsv_last (0 bytes elsewhere). */

@@ -182,6 +182,51 @@ static void share_add_grads(struct net *net)
 	}
 }
 
+/* Weight gradients on a side stream (struct node's wgrad_side): convolution i's input
+ * and output gradient stay alive until the main stream waits for the side one, at
+ * the backward of the next convolution below that has a backward; the lowest
+ * convolution keeps its weight gradient on the main stream. A gradient that an add shares with other inputs (share_add_grads) can be
+ * written by later backward steps in place, whatever the lifetimes say: such a
+ * convolution keeps its weight gradient on the main stream. */
+static void wgrad_main(struct node *nd)
+{
+	nd->wgrad_side = 0;
+	if (nd->ws_wgrad > nd->ws_bwd) /* the backward workspace serves both again */
+		nd->ws_bwd = nd->ws_wgrad;
+	nd->ws_wgrad = 0;
+}
+
+static void plan_wgrad_side(struct net *net)
+{
+	int n = net->n_nodes;
+	for (int i = n - 1; i >= 0; i--) {
+		struct node *nd = &net->nodes[i];
+		if (!nd->wgrad_side)
+			continue;
+		if (nd->t_dy < 0 || (nd->last_consumer >= 0 && net->nodes[nd->last_consumer].op == OP_ADD)) {
+			wgrad_main(nd);
+			continue;
+		}
+		int j = i - 1;
+		while (j >= 0 && !(net->nodes[j].op == OP_CONV2D && net->nodes[j].t_dy >= 0))
+			j--;
+		if (j < 0) { /* the last in backward: nothing left to overlap with, and its input
+			      * gradient (the stem's, the largest) would live to the end for nothing */
+			wgrad_main(nd);
+			continue;
+		}
+		nd->wgrad_join = j;
+		int until = 2 * n - j;
+		const struct node *src = &net->nodes[nd->in[0]];
+		/* (tensor_extend only widens: the first step passed here changes nothing) */
+		if (src->t_re >= 0)
+			tensor_extend(net, src->t_re, 2 * n - i, until);
+		else if (src->t_y >= 0)
+			tensor_extend(net, src->t_y, 2 * n - i, until);
+		tensor_extend(net, nd->t_dy, 2 * n - i, until);
+	}
+}
+
 static int cmp_size_desc(const void *a, const void *b, void *ctx)
 {
 	const struct plan_tensor *t = ctx;
@@ -245,7 +290,10 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 	/* Outputs, in execution order so that aliases find their source placed. */
 	for (int i = 0; i < n; i++) {
 		struct node *nd = &net->nodes[i];
-		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = nd->t_wsf = nd->t_wsb = nd->t_rsv = -1;
+		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = nd->t_wsf = nd->t_wsb = nd->t_rsv = nd->t_wsw = -1;
+		nd->wgrad_join = -1;
+		if (!training || nd->op != OP_CONV2D)
+			nd->wgrad_side = 0;
 		if (nd->op == OP_INPUT)
 			continue; /* the input batch is a buffer of its own (category other) */
 		size_t bytes = shape_numel(nd->out) * elem_bytes;
@@ -320,6 +368,7 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 			}
 		}
 		share_add_grads(net);
+		plan_wgrad_side(net);
 		for (int i = 0; i < n; i++) {
 			struct node *nd = &net->nodes[i];
 			size_t saved = node_saved_bytes(nd, elem_bytes);
@@ -341,6 +390,8 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 			nd->t_wsf = tensor_new(net, nd->ws_fwd, i, i);
 		if (training && nd->ws_bwd)
 			nd->t_wsb = tensor_new(net, nd->ws_bwd, 2 * n - i, 2 * n - i);
+		if (nd->wgrad_side && nd->ws_wgrad)
+			nd->t_wsw = tensor_new(net, nd->ws_wgrad, 2 * n - i, 2 * n - nd->wgrad_join);
 		if (training && nd->bn_reserve)
 			nd->t_rsv = tensor_new(net, nd->bn_reserve, i, nd->rsv_last > i ? nd->rsv_last : i);
 	}

@@ -649,3 +649,67 @@ out:
 	net_free(a);
 	net_free(b);
 }
+
+/* FP32 weight gradients on the side stream (the default) against the same on the main
+ * stream (GPUPERF_WGRAD_STREAM=0), with deterministic algorithms, so anything but the
+ * same bits means a race: a gradient read before the side stream made it, or a buffer
+ * the main stream reused while the side stream still read it. One eager backward
+ * (gradients), then graph replays (parameters after the optimizer steps). ResNet-18
+ * (every convolution but the first on the side), MobileNetV2 (depthwise ones on the
+ * main stream) and the simple CNN (convolutions with a bias). */
+TEST(cuda_wgrad_side_stream_matches_main_stream)
+{
+	NEED_GPU();
+	const char *models[] = { "resnet18", "mobilenet_v2", "simple_cnn" };
+	for (int m = 0; m < 3; m++) {
+		int size = m == 2 ? 32 : 96, batch = 16;
+		struct net *a = build(models[m], size, batch, 10), *b = build(models[m], size, batch, 10);
+		float *pa = NULL, *pb = NULL;
+		if (!a || !b)
+			goto next;
+		a->use_graphs = b->use_graphs = 1;
+		backend_cuda_set_conv_policy(0, 1);
+		setenv("GPUPERF_WGRAD_STREAM", "0", 1);
+		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+		unsetenv("GPUPERF_WGRAD_STREAM");
+		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
+		backend_cuda_set_conv_policy(0, 0);
+		int side_a = 0, side_b = 0, convs = 0;
+		for (int i = 0; i < b->n_nodes; i++) {
+			side_a += a->nodes[i].wgrad_side;
+			side_b += b->nodes[i].wgrad_side;
+			convs += b->nodes[i].op == OP_CONV2D;
+		}
+		printf("      %s: %d of %d convolutions' weight gradients on the side stream; arena %.1f MiB "
+		       "against %.1f MiB\n", models[m], side_b, convs, b->plan.arena_bytes / 1048576.0,
+		       a->plan.arena_bytes / 1048576.0);
+		CHECK_EQ_INT(side_a, 0);
+		CHECK(side_b > 0);
+		if (m != 1) /* all but the first (nothing left to overlap with) */
+			CHECK_EQ_INT(side_b, convs - 1);
+		same_batch(a, b, batch, size, 10, 8);
+		double la = 0, lb = 0, e = step_both(a, b, &la, &lb);
+		CHECK_MSG(e == 0 && la == lb, "%s: gradients %.3g apart, losses %.9f and %.9f", models[m], e, la, lb);
+		struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9, .weight_decay = 1e-4 };
+		for (int s = 0; s < 4; s++) { /* the first eager, the rest graph replays */
+			CHECK(net_train_step(a, &sgd, &la, NULL) == 0);
+			CHECK(net_train_step(b, &sgd, &lb, NULL) == 0);
+		}
+		size_t n = a->params_count;
+		pa = malloc(n * sizeof(float));
+		pb = malloc(n * sizeof(float));
+		CHECK(pa && pb && net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+		if (pa && pb) {
+			memcpy(pa, a->host_params, n * sizeof(float));
+			memcpy(pb, b->host_params, n * sizeof(float));
+			double ep = dist(pb, pa, n);
+			CHECK_MSG(ep == 0 && la == lb, "%s: parameters %.3g apart after 4 steps, losses %.9f and %.9f",
+				  models[m], ep, la, lb);
+		}
+	next:
+		free(pa);
+		free(pb);
+		net_free(a);
+		net_free(b);
+	}
+}

@@ -50,6 +50,7 @@ TEST(cuda_alloc_counts_and_recovers_from_oom)
 	void *p;
 
 	GPU_OPEN(&g, 2);
+	CHECK_EQ_INT(cudaDeviceSynchronize(), cudaSuccess);
 	CHECK_OK(cuda_mem_info(&free0, &total));
 	for (int i = 0; i < 10; i++) {
 		p = (void *)&free0;
@@ -62,7 +63,10 @@ TEST(cuda_alloc_counts_and_recovers_from_oom)
 	CHECK_EQ_INT(cudaGetLastError(), cudaSuccess);
 	CHECK_EQ_INT(g.mem.total_bytes, 0);
 	CHECK_OK(cuda_mem_info(&free1, &total));
-	CHECK_NEAR((double)free1, (double)free0, (double)MIB);
+	/* nothing leaked; the driver may hand back one 2 MiB page it held for the context
+	 * (seen once the context had a second stream and cuDNN handle: +2.0 MiB) */
+	CHECK_MSG(free1 + MIB >= free0 && free1 <= free0 + 3 * MIB, "free %.1f MiB before 10 failed allocations, %.1f after",
+		  free0 / (double)MIB, free1 / (double)MIB);
 
 	/* The device still works: allocate, fill, read back, count, free. */
 	CHECK_OK(cuda_alloc(g.ctx, &p, 64 * MIB, MEM_WEIGHTS));

@@ -72,6 +72,17 @@ static size_t cuda_workspace_bytes(struct net *net)
 	return 0; /* measured per shape at setup; charged to the workspace category then */
 }
 
+/* The main stream waits for the weight gradients enqueued on the side stream. */
+static int side_join(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	if (!b->side_pending)
+		return 0;
+	b->side_pending = 0;
+	CUDA_TRY(cudaStreamWaitEvent(b->ctx->stream, b->ctx->ev_join, 0));
+	return 0;
+}
+
 static void cuda_teardown(struct net *net)
 {
 	struct backend_state *b = net->bk;
@@ -79,6 +90,7 @@ static void cuda_teardown(struct net *net)
 		return;
 	struct cuda_ctx *ctx = b->ctx;
 	cudaStreamSynchronize(ctx->stream);
+	cudaStreamSynchronize(ctx->side_stream); /* an error may have left side work unjoined */
 	if (b->step_exec)
 		cudaGraphExecDestroy(b->step_exec);
 	if (b->copy_stream) {
@@ -107,7 +119,8 @@ static void cuda_teardown(struct net *net)
 		ctx->mem = NULL;
 	}
 	for (int i = 0; i < net->n_nodes; i++) {
-		net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = 0;
+		net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = net->nodes[i].ws_wgrad = 0;
+		net->nodes[i].wgrad_side = 0;
 		net->nodes[i].bn_reserve = 0;
 		net->nodes[i].rsv_last = 0;
 	}
@@ -229,10 +242,18 @@ static int cuda_setup(struct net *net)
 		goto fail;
 	if (b->ws_in_arena || replan) {
 		/* the algorithms are chosen: plan their workspaces into the arena */
-		for (int i = 0; i < net->n_nodes && rc == 0 && b->ws_in_arena; i++)
-			if (net->nodes[i].op == OP_CONV2D)
-				rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &net->nodes[i].ws_fwd,
-							  &net->nodes[i].ws_bwd);
+		/* FP32 weight gradients through cuDNN may run on the side stream, each with a
+		 * workspace of its own (the plan keeps what they read alive until joined) */
+		const char *side_env = getenv("GPUPERF_WGRAD_STREAM");
+		b->wgrad_stream = b->ws_in_arena && !b->amp && !(side_env && *side_env == '0');
+		for (int i = 0; i < net->n_nodes && rc == 0 && b->ws_in_arena; i++) {
+			struct node *nd = &net->nodes[i];
+			if (nd->op != OP_CONV2D)
+				continue;
+			nd->wgrad_side = b->wgrad_stream && conv2d_wgrad_is_cudnn(ctx, &nd->a.conv);
+			rc = conv2d_ws_bytes_cuda(ctx, &nd->a.conv, &nd->ws_fwd, &nd->ws_bwd,
+						  nd->wgrad_side ? &nd->ws_wgrad : NULL);
+		}
 		if (rc == 0)
 			rc = net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, net->precision),
 					     net->plan.workspace_bytes);
@@ -261,7 +282,7 @@ static int cuda_setup(struct net *net)
 		size_t f = 0, bw = 0;
 		if (net->nodes[i].op != OP_CONV2D)
 			continue;
-		if ((rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &f, &bw)) < 0)
+		if ((rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &f, &bw, NULL)) < 0)
 			goto fail;
 		ws_need = f > ws_need ? f : ws_need;
 		ws_need = bw > ws_need ? bw : ws_need;
@@ -303,6 +324,7 @@ static int cuda_set_batch_data(struct net *net, const float *x, const int32_t *l
 		if (labels[i] < 0 || labels[i] >= net->classes)
 			return gp_error(GP_EINVAL, "label %d of sample %d is not a class of %d",
 					labels[i], i, net->classes);
+	GP_TRY(side_join(net)); /* the first convolution's weight gradient reads the input */
 	GP_TRY(cuda_copy_h2d(b->ctx, b->input, x, b->input_bytes));
 	GP_TRY(cuda_copy_h2d(b->ctx, b->labels, labels, b->labels_bytes));
 	GP_TRY(convert_input(net));
@@ -343,6 +365,7 @@ static int cuda_take_staged(struct net *net)
 {
 	struct backend_state *b = net->bk;
 	cudaStream_t s = b->ctx->stream;
+	GP_TRY(side_join(net));
 	CUDA_TRY(cudaStreamWaitEvent(s, b->copied, 0));
 	CUDA_TRY(cudaMemcpyAsync(b->input, b->stage_x, b->input_bytes, cudaMemcpyDeviceToDevice, s));
 	CUDA_TRY(cudaMemcpyAsync(b->labels, b->stage_labels, b->labels_bytes, cudaMemcpyDeviceToDevice, s));
@@ -427,6 +450,7 @@ static int fp32_forward_node(struct net *net, int i, int training)
 static int cuda_forward_node(struct net *net, int i, int training)
 {
 	bind_act(net);
+	GP_TRY(side_join(net)); /* a forward after a backward without an optimizer step */
 	if (net->bk->amp)
 		return amp_forward_node(net, i, training);
 	return fp32_forward_node(net, i, training);
@@ -447,6 +471,29 @@ static int cuda_recompute(struct net *net, int r)
 			     rn->op == OP_RELU6 ? BN_APPLY_RELU6 : BN_APPLY_RELU, act_ptr_bwd(net, r));
 }
 
+/* A convolution's weight gradient on the side stream, after everything enqueued on
+ * the main stream so far (which made x and dy), in its own planned workspace; the
+ * main stream goes on with backward data and the layers below meanwhile, and waits at
+ * the next convolution's backward (the plan keeps x, dy and the workspace until then).
+ * At small batches one convolution's kernels leave most SMs idle; two fill more. */
+static int wgrad_on_side(struct net *net, const struct node *nd, const float *x, const float *dy)
+{
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	struct cuda_ctx side = *ctx; /* the same plans, another stream, handle and workspace */
+	side.stream = ctx->side_stream;
+	side.cudnn = ctx->side_cudnn;
+	side.conv_ws_external = 1;
+	side.conv_ws = nd->t_wsw >= 0 ? b->arena + net->tensors[nd->t_wsw].offset : NULL;
+	CUDA_TRY(cudaEventRecord(ctx->ev_fork, ctx->stream));
+	CUDA_TRY(cudaStreamWaitEvent(side.stream, ctx->ev_fork, 0));
+	b->side_pending = 1;
+	GP_TRY(conv2d_bwd_filter_cuda(&side, &nd->a.conv, x, dy, pgrad_ptr(net, nd, 0),
+				      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+	CUDA_TRY(cudaEventRecord(ctx->ev_join, side.stream));
+	return 0;
+}
+
 static int cuda_backward_node(struct net *net, int i)
 {
 	bind_act(net);
@@ -455,6 +502,8 @@ static int cuda_backward_node(struct net *net, int i)
 	struct node *nd = &net->nodes[i];
 	struct cuda_ctx *ctx = net->bk->ctx;
 	cudaStream_t s = ctx->stream;
+	if (nd->op == OP_CONV2D) /* where the plan ends the side work's tensors */
+		GP_TRY(side_join(net));
 	/* recomputed outputs are made at the first backward that reads them (planned) */
 	FOR_EACH_RECOMPUTE_AT(net, r, i)
 		GP_TRY(cuda_recompute(net, r));
@@ -468,8 +517,11 @@ static int cuda_backward_node(struct net *net, int i)
 		return 0;
 	case OP_CONV2D:
 		conv_ws_bind(net, nd, 1);
-		GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, x, dy, pgrad_ptr(net, nd, 0),
-					      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		if (nd->wgrad_side && !net->buckets.n) /* buckets: gradients ready on the main stream */
+			GP_TRY(wgrad_on_side(net, nd, x, dy));
+		else
+			GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, x, dy, pgrad_ptr(net, nd, 0),
+						      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
 		return dx ? conv2d_bwd_data_cuda(ctx, &nd->a.conv, dy, param_ptr(net, nd, 0), dx, acc) : 0;
 	case OP_BATCHNORM2D: {
 		float *stats = saved;
@@ -547,6 +599,7 @@ static int cuda_loss(struct net *net, double *loss, int *correct)
 static int cuda_sgd(struct net *net, const struct sgd_args *sgd)
 {
 	struct backend_state *b = net->bk;
+	GP_TRY(side_join(net));
 	GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
 			     sgd->momentum != 0 ? b->momentum : NULL));
 	return counter_inc_cuda(b->ctx->stream, b->d_step);
@@ -615,6 +668,7 @@ static int cuda_scale_output_grad(struct net *net, int node, double factor)
 static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
 {
 	struct backend_state *b = net->bk;
+	GP_TRY(side_join(net)); /* the weight gradients must all be there */
 	CUDA_TRY(cudaMemsetAsync(b->d_nonfinite, 0, sizeof(int), b->ctx->stream));
 	GP_TRY(scale_cuda(b->ctx->stream, b->grads, net->params_count, factor, b->d_nonfinite));
 	return cuda_copy_d2h(b->ctx, nonfinite, b->d_nonfinite, sizeof(int));
@@ -622,6 +676,7 @@ static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
 
 static int cuda_wait(struct net *net)
 {
+	GP_TRY(side_join(net));
 	if (net->bk->copy_stream)
 		CUDA_TRY(cudaStreamSynchronize(net->bk->copy_stream));
 	return cuda_ctx_sync(net->bk->ctx);
@@ -629,11 +684,13 @@ static int cuda_wait(struct net *net)
 
 static int cuda_grads_to_host(struct net *net, float *dst)
 {
+	GP_TRY(side_join(net));
 	return cuda_copy_d2h(net->bk->ctx, dst, net->bk->grads, net->bk->params_bytes);
 }
 
 static int cuda_tensor_to_host(struct net *net, int node, int grad, float *dst)
 {
+	GP_TRY(side_join(net));
 	void *src = grad ? (void *)grad_ptr(net, node) : act_ptr(net, node);
 	if (!src)
 		return gp_error(GP_ENOTFOUND, "node %d has no %s in memory", node, grad ? "gradient" : "output");

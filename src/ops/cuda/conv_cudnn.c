@@ -736,15 +736,23 @@ int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a
 	return use_dwconv_h(ctx, a);
 }
 
+int conv2d_wgrad_is_cudnn(const struct cuda_ctx *ctx, const struct conv2d_args *a)
+{
+	return !use_dwconv(ctx, a) && !use_dwconv_h(ctx, a) && !ctx->dw_relu6;
+}
+
 /* The workspace a convolution call uses: the caller's (conv_ws_external) or the shared one. */
 static void *conv_ws(const struct cuda_ctx *ctx)
 {
 	return ctx->conv_ws_external ? ctx->conv_ws : ctx->workspace;
 }
 
-int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd)
+int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd,
+			 size_t *wgrad)
 {
 	*fwd = *bwd = 0;
+	if (wgrad)
+		*wgrad = 0;
 	if (use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
 		return 0; /* the own kernels' scratch is in the shared workspace */
 	int per, k = conv_slices(a, &per);
@@ -763,8 +771,9 @@ int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size
 			*fwd = p->fwd_ws_bytes;
 		if (p->bwd_data_ws_bytes > *bwd)
 			*bwd = p->bwd_data_ws_bytes;
-		if (p->bwd_filter_ws_bytes > *bwd)
-			*bwd = p->bwd_filter_ws_bytes;
+		size_t *f = wgrad ? wgrad : bwd;
+		if (p->bwd_filter_ws_bytes > *f)
+			*f = p->bwd_filter_ws_bytes;
 	}
 	return 0;
 }

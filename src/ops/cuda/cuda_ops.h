@@ -109,7 +109,12 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 /* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's current mode (a
  * ReLU6 before it can then be folded in: ctx->dw_relu6). */
 int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a);
-int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd);
+/* The workspace a planned convolution's forward and backward take; with wgrad, bwd is
+ * backward data's alone and *wgrad the weight gradient's (they then run apart). */
+int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd,
+			 size_t *wgrad);
+/* 1 when a's weight gradient is a cuDNN call (the side stream can take it). */
+int conv2d_wgrad_is_cudnn(const struct cuda_ctx *ctx, const struct conv2d_args *a);
 /* Drop every cached plan (the workspace stays). */
 void conv2d_plans_clear(struct cuda_ctx *ctx);
 

@@ -77,6 +77,11 @@ int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
 	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) < 0 ||
 	    (rc = CUDNN_CHECK(cudnnCreate(&ctx->cudnn))) < 0 ||
 	    (rc = CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream))) < 0 ||
+	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->side_stream, cudaStreamNonBlocking))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnCreate(&ctx->side_cudnn))) < 0 ||
+	    (rc = CUDNN_CHECK(cudnnSetStream(ctx->side_cudnn, ctx->side_stream))) < 0 ||
+	    (rc = CUDA_CHECK(cudaEventCreateWithFlags(&ctx->ev_fork, cudaEventDisableTiming))) < 0 ||
+	    (rc = CUDA_CHECK(cudaEventCreateWithFlags(&ctx->ev_join, cudaEventDisableTiming))) < 0 ||
 	    (rc = CUBLAS_CHECK(cublasCreate(&ctx->cublas))) < 0 ||
 	    (rc = CUBLAS_CHECK(cublasSetStream(ctx->cublas, ctx->stream))) < 0 ||
 	    (rc = CUBLAS_CHECK(cublasLtCreate(&ctx->lt))) < 0 ||
@@ -119,6 +124,16 @@ void cuda_ctx_destroy(struct cuda_ctx *ctx)
 		cublasLtDestroy(ctx->lt);
 	if (ctx->cublas)
 		cublasDestroy(ctx->cublas);
+	if (ctx->side_stream)
+		cudaStreamSynchronize(ctx->side_stream);
+	if (ctx->ev_fork)
+		cudaEventDestroy(ctx->ev_fork);
+	if (ctx->ev_join)
+		cudaEventDestroy(ctx->ev_join);
+	if (ctx->side_cudnn)
+		cudnnDestroy(ctx->side_cudnn);
+	if (ctx->side_stream)
+		cudaStreamDestroy(ctx->side_stream);
 	if (ctx->cudnn)
 		cudnnDestroy(ctx->cudnn);
 	if (ctx->stream)

@@ -55,6 +55,12 @@ struct cuda_ctx {
 	 * (GPUPERF_BN_OWN=0: cuDNN's for those not fused with an activation) */
 	int bn_cudnn;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
+	/* A second stream, with its own cuDNN handle, for convolution weight gradients
+	 * that run beside the main stream's backward (backend_cuda.c: wgrad on the side);
+	 * ev_fork orders it after the main stream, ev_join the main stream after it. */
+	cudaStream_t side_stream;
+	cudnnHandle_t side_cudnn;
+	cudaEvent_t ev_fork, ev_join;
 
 	struct conv_plan *plans[CONV_PLAN_BUCKETS];
 	int n_plans;
