@@ -8,7 +8,8 @@
 # ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
 # (mobilenet_v2 bf16 kernel times beside PyTorch's), ampmem (resnet50 bf16 peak and speed
 # with --recompute and --recompute-blocks), fuse32 (FP32 batch norm: own fused, cuDNN's, separate),
-# kprof32 (resnet50 FP32 kernel trace). Only 8 files come back from $OUT:
+# kprof32 (resnet50 FP32 kernel trace), side32 / side256 (weight gradients on the side
+# stream against the main stream). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
@@ -147,6 +148,23 @@ for s in "$@"; do
 		# resnet50 FP32 kernel times (ours, eager), and the trace for tools/dwsum.py
 		TAIL=0 stage kprof32_resnet50 200 $BIN profile --model resnet50 --batch 256 --steps 3 --baseline-steps 3 --device cuda --out /tmp/gp_kprof32
 		TAIL=40 stage kprof32_sum 60 python3 tools/dwsum.py /tmp/gp_kprof32/profiler_trace.json 3 ;;
+	side32)
+		# FP32 weight gradients on the side stream (default) against the main stream
+		# (GPUPERF_WGRAD_STREAM=0), interleaved, at batch 32 with graphs; SIDE32_MODELS
+		for m in ${SIDE32_MODELS:-resnet18 mobilenet_v2}; do
+			for r in 1 2; do
+				stage "side32_${m}_on$r" 120 $BIN train --model $m --device cuda --batch 32 --steps 300
+				GPUPERF_WGRAD_STREAM=0 stage "side32_${m}_off$r" 120 $BIN train --model $m --device cuda --batch 32 --steps 300
+			done
+		done ;;
+	side256)
+		# the same at batch 256 (FP32 and TF32), with peak memory (--json)
+		for m in ${SIDE256_MODELS:-resnet50 resnet18}; do
+			for p in fp32 tf32; do
+				stage "side256_${m}_${p}_on" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
+				GPUPERF_WGRAD_STREAM=0 stage "side256_${m}_${p}_off" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
+			done
+		done ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done
