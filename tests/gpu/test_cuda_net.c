@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "core/error.h"
 #include "nn/backend.h"
 #include "nn/models.h"
@@ -193,7 +195,12 @@ TEST(cuda_net_out_of_memory_is_recoverable)
 	CHECK_MSG(fabs(diff_mib) <= 1.0, "free memory moved by %.2f MiB", diff_mib);
 }
 
-/* The PyTorch side runs where torch with CUDA is installed (the GPU machine). */
+/* The PyTorch side runs where torch with CUDA is installed (the GPU machine). Twice:
+ * the default kernels, judged by parity.py (within 1e-4, or for the batch-norm nets as
+ * close to float64 as PyTorch's own FP32 result); and with PyTorch's batch-norm kernels
+ * (cuDNN's, unfused: GPUPERF_BN_OWN=0 GPUPERF_BN_FUSE=0), where the first step's
+ * logits, loss and gradients (all parameters together) must be within 1e-4 of
+ * PyTorch's for every model. */
 TEST(cuda_parity_with_pytorch)
 {
 	NEED_GPU();
@@ -201,11 +208,32 @@ TEST(cuda_parity_with_pytorch)
 	if (test_run("python3 -c 'import torch, torchvision, safetensors; assert torch.cuda.is_available()'",
 		     out, sizeof(out)) != 0)
 		SKIP("python3 with torch, torchvision, safetensors and CUDA is not available");
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "python3 tests/torch/parity.py --bin %s --device cuda --ref64", test_bin());
-	int rc = test_run(cmd, out, sizeof(out));
-	printf("%s", out);
-	CHECK_MSG(rc == 0, "parity.py exited %d", rc);
+	char cmd[1024], json[600];
+	snprintf(json, sizeof(json), "%s/parity_same_bn.json", test_tmpdir());
+	for (int same_bn = 0; same_bn <= 1; same_bn++) {
+		snprintf(cmd, sizeof(cmd), "%spython3 tests/torch/parity.py --bin %s --device cuda --ref64%s%s",
+			 same_bn ? "GPUPERF_BN_OWN=0 GPUPERF_BN_FUSE=0 " : "", test_bin(), same_bn ? " --json " : "",
+			 same_bn ? json : "");
+		int rc = test_run(cmd, out, sizeof(out));
+		printf("%s%s", same_bn ? "      with cuDNN's batch norm, unfused:\n" : "", out);
+		CHECK_MSG(rc == 0, "parity.py exited %d", rc);
+	}
+	json_error_t err;
+	json_t *root = json_load_file(json, 0, &err);
+	CHECK_MSG(root != NULL, "%s: %s", json, err.text);
+	const char *model, *keys[] = { "logits", "loss", "grad_all" };
+	json_t *r;
+	int models = 0;
+	json_object_foreach(root, model, r) {
+		models++;
+		for (int k = 0; k < 3; k++) {
+			double v = json_number_value(json_object_get(r, keys[k]));
+			CHECK_MSG(json_is_number(json_object_get(r, keys[k])) && v <= 1e-4,
+				  "%s %s %.3g from PyTorch's with the same batch-norm kernels", model, keys[k], v);
+		}
+	}
+	CHECK_EQ_INT(models, 4);
+	json_decref(root);
 }
 
 /* Replaying the captured step gives what running it op by op gives, dropout included

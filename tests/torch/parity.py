@@ -288,10 +288,10 @@ def main():
         print(f"{name:14s} {r['logits']:9.2e} {r['loss']:9.2e} {r['grad_all']:9.2e} {r['grad_max']:9.2e} {r['param_max']:9.2e} "
               f"{r['loss_last']:9.2e}  {r['grad_worst']} / {r['param_worst']}"
               f"{'  FAIL' if bad else ('  ok (as close to PyTorch as its autocast is to itself)' if args.amp else '  ok (as close to float64 as PyTorch)') if r.get('conditioning') else ''}")
-        if args.amp:
-            print(f"{'':14s} learnable parameters after {args.steps} steps: {r['learn_all']:.2e} (worst tensor "
-                  f"{r['learn_max']:.2e}); running statistics {r.get('stats_all', 0.0):.2e}"
-                  + (f" (medians of {args.seeds} seeds)" if args.seeds > 1 else ""))
+        # all learnable parameters as one vector (the params column is the worst tensor)
+        print(f"{'':14s} learnable parameters after {args.steps} steps: {r['learn_all']:.2e} (worst tensor "
+              f"{r['learn_max']:.2e}); running statistics {r.get('stats_all', 0.0):.2e}"
+              + (f" (medians of {args.seeds} seeds)" if args.seeds > 1 else ""))
         if "twin" in r:
             c = r["twin"]
             print(f"{'':14s} PyTorch against itself (channels last vs contiguous): loss {c['loss']:.2e}, last loss "
