@@ -259,8 +259,8 @@ TEST(memory_plan_places_conv_workspaces)
 
 /* Weight gradients on a side stream (the CUDA backend's, FP32): what each reads (the
  * convolution's input and output gradient) and its own workspace stay alive until the
- * main stream waits for it at the next convolution below (or the optimizer step), so
- * nothing the main stream writes meanwhile lands on them. */
+ * main stream waits for it at the next convolution below, so nothing the main stream
+ * writes meanwhile lands on them. */
 static int root_last(const struct net *net, int t)
 {
 	while (net->tensors[t].alias_of >= 0)
@@ -296,9 +296,9 @@ TEST(memory_plan_keeps_side_stream_wgrad_inputs_alive)
 			if (prev < 0) {
 				CHECK(nd->ws_bwd == (size_t)2 << 20 && nd->ws_wgrad == 0 && nd->t_wsw < 0);
 				CHECK(nd->t_wsb >= 0 && net->tensors[nd->t_wsb].bytes >= (size_t)2 << 20);
-			}
-			if (prev >= 0)
+			} else {
 				CHECK_EQ_INT(nd->wgrad_join, prev);
+			}
 			prev = i;
 		}
 		for (int i = 0; i < n; i++) {

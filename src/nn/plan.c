@@ -182,20 +182,22 @@ static void share_add_grads(struct net *net)
 	}
 }
 
-/* Weight gradients on a side stream (struct node's wgrad_side): convolution i's input
- * and output gradient stay alive until the main stream waits for the side one, at
- * the backward of the next convolution below that has a backward; the lowest
- * convolution keeps its weight gradient on the main stream. A gradient that an add shares with other inputs (share_add_grads) can be
- * written by later backward steps in place, whatever the lifetimes say: such a
- * convolution keeps its weight gradient on the main stream. */
+/* Keep a convolution's weight gradient on the main stream: its backward workspace
+ * serves both directions again. */
 static void wgrad_main(struct node *nd)
 {
 	nd->wgrad_side = 0;
-	if (nd->ws_wgrad > nd->ws_bwd) /* the backward workspace serves both again */
+	if (nd->ws_wgrad > nd->ws_bwd)
 		nd->ws_bwd = nd->ws_wgrad;
 	nd->ws_wgrad = 0;
 }
 
+/* Weight gradients on a side stream (struct node's wgrad_side): convolution i's input
+ * and output gradient stay alive until the main stream waits for the side one, at
+ * the backward of the next convolution below that has a backward. On the main stream
+ * instead: the lowest convolution (nothing left to overlap with), and one whose
+ * gradient an add shares with other inputs (share_add_grads), which later backward
+ * steps write in place whatever the lifetimes say. */
 static void plan_wgrad_side(struct net *net)
 {
 	int n = net->n_nodes;

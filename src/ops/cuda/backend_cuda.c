@@ -243,14 +243,15 @@ static int cuda_setup(struct net *net)
 	if (b->ws_in_arena || replan) {
 		/* the algorithms are chosen: plan their workspaces into the arena */
 		/* FP32 weight gradients through cuDNN may run on the side stream, each with a
-		 * workspace of its own (the plan keeps what they read alive until joined) */
+		 * workspace of its own (the plan keeps what they read alive until joined;
+		 * GPUPERF_WGRAD_STREAM=0: off) */
 		const char *side_env = getenv("GPUPERF_WGRAD_STREAM");
-		b->wgrad_stream = b->ws_in_arena && !b->amp && !(side_env && *side_env == '0');
+		int side = !b->amp && !(side_env && *side_env == '0');
 		for (int i = 0; i < net->n_nodes && rc == 0 && b->ws_in_arena; i++) {
 			struct node *nd = &net->nodes[i];
 			if (nd->op != OP_CONV2D)
 				continue;
-			nd->wgrad_side = b->wgrad_stream && conv2d_wgrad_is_cudnn(ctx, &nd->a.conv);
+			nd->wgrad_side = side && conv2d_wgrad_is_cudnn(ctx, &nd->a.conv);
 			rc = conv2d_ws_bytes_cuda(ctx, &nd->a.conv, &nd->ws_fwd, &nd->ws_bwd,
 						  nd->wgrad_side ? &nd->ws_wgrad : NULL);
 		}

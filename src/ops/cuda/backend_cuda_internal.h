@@ -45,10 +45,9 @@ struct backend_state {
 	/* Convolution workspaces planned in the arena (the default; GPUPERF_CONV_WS_ARENA=0: off; see
 	 * struct node's ws_fwd): each conv call gets its own, live only during it. */
 	int ws_in_arena;
-	/* FP32 convolution weight gradients on the context's side stream (struct node's
-	 * wgrad_side; GPUPERF_WGRAD_STREAM=0: off); side_pending: the main stream has not
-	 * yet waited for the last of them (backend_cuda.c: side_join). */
-	int wgrad_stream, side_pending;
+	/* Weight gradients were enqueued on the context's side stream (struct node's
+	 * wgrad_side) that the main stream has not yet waited for (backend_cuda.c: side_join). */
+	int side_pending;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;
 	/* Batch norms fused with the ReLU (and add) after them, in training (16-bit NHWC
