@@ -9,7 +9,9 @@
 # (mobilenet_v2 bf16 kernel times beside PyTorch's), ampmem (resnet50 bf16 peak and speed
 # with --recompute and --recompute-blocks), fuse32 (FP32 batch norm: own fused, cuDNN's, separate),
 # kprof32 (resnet50 FP32 kernel trace), side32 / side256 (weight gradients on the side
-# stream against the main stream). Only 8 files come back from $OUT:
+# stream against the main stream), regress (this build against BASE_BIN, interleaved, and
+# PyTorch, at batch 256 in REGRESS_PRECISIONS; tools/regress_table.py sums it up). Only 8
+# files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
@@ -165,6 +167,19 @@ for s in "$@"; do
 				GPUPERF_WGRAD_STREAM=0 stage "side256_${m}_${p}_off" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
 			done
 		done ;;
+	regress)
+		# this build against an earlier one (BASE_BIN, e.g. .carry/gpuperf_base), interleaved,
+		# then PyTorch in the same modes: speed and peak memory at batch 256
+		base=${BASE_BIN:-.carry/gpuperf_base}
+		for m in ${REGRESS_MODELS:-resnet50 resnet18 mobilenet_v2}; do
+			for p in ${REGRESS_PRECISIONS:-fp32 tf32 bf16}; do
+				TAIL=0 stage "regress_${m}_${p}_new" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 30 --json --out /tmp/gp_regress/${m}_$p
+				TAIL=0 stage "regress_${m}_${p}_base" 180 $base train --model $m --device cuda --precision $p --batch 256 --steps 30 --json --out /tmp/gp_regress_base/${m}_$p
+			done
+		done
+		modes=$(echo ${REGRESS_PRECISIONS:-fp32 tf32 bf16} | sed 's/bf16/amp_bf16_cl/; s/fp16/amp_fp16_cl/; s/ /,/g')
+		TAIL=0 stage regress_torch 400 python3 $TB train --models $(echo ${REGRESS_MODELS:-resnet50 resnet18 mobilenet_v2} | tr ' ' ,) --modes $modes --batch 256 --iters 30
+		python3 tools/regress_table.py "$OUT" ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done
