@@ -18,7 +18,7 @@
  * paths beside it as yardsticks: the CPU in float, and the GPU with cuDNN's batch norm
  * and separate activation kernels (GPUPERF_BN_FUSE=0 GPUPERF_BN_OWN=0). At init on
  * random data, batch-norm networks amplify rounding (PyTorch's own FP32 gradients differ
- * from float64 by up to 2e-2 on ResNet-50, see docs/PERF.md; a ReLU input that rounds
+ * from float64 by up to 2e-2 on ResNet-50, see docs/log/perf-log.md; a ReLU input that rounds
  * across 0 in ResNet-50's last stage at batch 4, 16 values per channel, moves that
  * channel's gradient by a quarter), so the GPU must be as close to the double result as
  * the closer-to-double yardstick's error allows (three times the larger of the two), and

@@ -110,7 +110,7 @@ static void check_amp(const char *model, enum precision prec, enum layout layout
 	printf(" params after 3 steps %.2e\n", e_params);
 	/* ResNet-50 is the chaotic one: at tests/torch/parity.py's settings PyTorch's own
 	 * autocast ends 3 steps 1.28 (relative norm) away from its FP32 parameters (H100,
-	 * docs/PERF.md); ours moves 0.13 from FP32 here. The others hold the issue's 2e-2. */
+	 * docs/log/perf-log.md); ours moves 0.13 from FP32 here. The others hold the issue's 2e-2. */
 	double p_tol = !bn_net ? 1e-3 : strcmp(model, "resnet50") ? 2e-2 : 0.5;
 	CHECK_MSG(e_params <= p_tol, "%s: parameters after 3 steps %.3g", model, e_params);
 	CHECK_EQ_INT(h->scaler.skipped_steps, 0);
@@ -201,7 +201,7 @@ static void grad_compare(void *user, const struct net *net, int node, enum net_p
 
 /* Where mixed precision departs from FP32, node by node (resnet18 and mobilenet_v2),
  * printing the first node past 1e-2 in each direction and the worst. Rounding to 8
- * bits compounds with depth (and PyTorch's autocast does the same, see docs/PERF.md),
+ * bits compounds with depth (and PyTorch's autocast does the same, see docs/performance.md),
  * so only the stem must stay within 1e-2, the rest within 0.5 forward, and gradients
  * finite and not uncorrelated (2 would be opposite). */
 static void amp_node_by_node(const char *model, enum precision prec)

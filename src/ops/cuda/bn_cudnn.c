@@ -28,7 +28,7 @@ static int bn_own_fused(const struct cuda_ctx *ctx)
 }
 
 /* FP32 NCHW batch norms take the own kernels: they are faster than cuDNN's spatial FP32
- * ones (docs/PERF.md, fifth session), unless the net chose cuDNN's (ctx->bn_cudnn,
+ * ones (docs/log/perf-log.md, fifth session), unless the net chose cuDNN's (ctx->bn_cudnn,
  * GPUPERF_BN_OWN=0). cuDNN describes tensors with int sizes: larger ones take the own
  * kernels in any case. */
 static int bn_own(const struct cuda_ctx *ctx, const struct bn_args *a)

@@ -372,7 +372,7 @@ static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
 
 /* cuDNN's Find times each algorithm once; at small batches, where a convolution takes
  * 20-300 us, that single timing's noise picked a 2.6x slower algorithm for a ResNet-18
- * convolution in one run out of two (docs/PERF.md, fifth session). So the usable
+ * convolution in one run out of two (docs/log/perf-log.md, fifth session). So the usable
  * results within RETIME_SPAN of the fastest (at most RETIME_MAX) are timed again,
  * RETIME_ROUNDS rounds of RETIME_RUNS runs after a warm-up, and their times replaced
  * by their best round's mean before the pick. GPUPERF_CONV_RETIME=0: Find's single

@@ -110,7 +110,7 @@ static int aligned(const void *p, size_t bytes)
 }
 
 /* Channels per thread by direction, measured on the H100 (mobilenet_v2 bf16, batch 256,
- * docs/PERF.md): forward and backward data run faster at 4 (8-byte accesses, ~75
+ * docs/log/perf-log.md): forward and backward data run faster at 4 (8-byte accesses, ~75
  * registers, 3 blocks per SM) than at 8 (~110 registers, 2 blocks), the weight gradient
  * at 8.
  * GPUPERF_DWH_V=8|4|2|1 caps all three (for measurement). */
