@@ -47,6 +47,17 @@ static json_t *trial_json(const struct trial *t, double base_img_s)
 			 t->r.data_wait_pct, "kept", t->kept);
 }
 
+/* The advice is the fastest of what the table keeps (each fix alone, or the kept
+ * ones together), so the last line never names a change the table calls no gain. */
+int advise_pick(const double *img_s, const int *kept, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (kept[i] && (best == 0 || img_s[i] > img_s[best]))
+			best = i;
+	return best;
+}
+
 int cmd_advise(int argc, char **argv)
 {
 	struct train_opts base = train_opts_default();
@@ -181,10 +192,13 @@ int cmd_advise(int argc, char **argv)
 	printf("\n");
 	table_print(&tab, stdout);
 	table_free(&tab);
-	const struct trial *best = &t[0];
-	for (int i = 1; i < n; i++)
-		if (t[i].r.img_s > best->r.img_s)
-			best = &t[i];
+	double img_s[ADVISE_MAX];
+	int chosen[ADVISE_MAX];
+	for (int i = 0; i < n; i++) {
+		img_s[i] = t[i].r.img_s;
+		chosen[i] = t[i].kept || (i == combined && combined > 0);
+	}
+	const struct trial *best = &t[advise_pick(img_s, chosen, n)];
 	if (best == &t[0])
 		printf("\nadvice: keep the set-up as it is; no change brought %.0f%% more img/s\n",
 		       100 * (ADVISE_GAIN - 1));
