@@ -24,3 +24,53 @@ TEST(advise_pick_only_what_the_table_keeps)
 	int kept3[] = { 0, 1, 1, 1 };
 	CHECK_EQ_INT(advise_pick(img_s3, kept3, 4), 1);
 }
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = calloc(1, 1 << 20);
+	if (buf)
+		fread(buf, 1, (1 << 20) - 1, f);
+	fclose(f);
+	return buf;
+}
+
+/* analyze on a profile folder rewrites profile_report.md from the trace and keeps
+ * the overhead section, byte for byte, from the folder's result.json. */
+TEST(analyze_keeps_the_overhead_section)
+{
+	char cmd[2048], out[16384], dir[600], report[700];
+	snprintf(dir, sizeof(dir), "%s/prof", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s profile --model simple_cnn --device cpu --batch 4 --steps 2 "
+		 "--baseline-steps 2 --out %s", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	snprintf(report, sizeof(report), "%s/profile_report.md", dir);
+	char *before = read_text(report);
+	CHECK(before && strstr(before, "## Profiler overhead") &&
+	      strstr(before, "- overhead ratio: ") && strstr(before, "over 2 steps; target"));
+	snprintf(cmd, sizeof(cmd), "%s analyze %s", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	char *after = read_text(report);
+	CHECK(after != NULL);
+	if (before && after) {
+		CHECK(strstr(after, "## Profiler overhead") != NULL);
+		/* the analysis of the same trace is the same, and so is the appended section */
+		CHECK_MSG(!strcmp(before, after), "report changed:\n%s\n---\n%s", before, after);
+	}
+	free(before);
+	free(after);
+}
+
+TEST(analyze_help_lists_its_argument)
+{
+	char out[8192];
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "%s analyze --help", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "usage: gpuperf analyze DIR") != NULL);
+	CHECK(strstr(out, "--help") != NULL);
+	CHECK(strstr(out, "DIR: a folder that gpuperf profile") != NULL);
+	CHECK(strstr(out, "profile_report.md") != NULL);
+}
