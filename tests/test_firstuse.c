@@ -74,3 +74,29 @@ TEST(analyze_help_lists_its_argument)
 	CHECK(strstr(out, "DIR: a folder that gpuperf profile") != NULL);
 	CHECK(strstr(out, "profile_report.md") != NULL);
 }
+
+/* A negative dropout was read as "the model's own"; one at or past 1 drops all. */
+TEST(train_dropout_out_of_range_is_refused)
+{
+	test_check_bad("train --model simple_cnn --device cpu --dropout -0.5",
+		       "--dropout must be at least 0 and below 1 (got -0.5)");
+	test_check_bad("train --model simple_cnn --device cpu --dropout 1",
+		       "--dropout must be at least 0 and below 1 (got 1)");
+	char cmd[1024], out[8192];
+	snprintf(cmd, sizeof(cmd), "%s train --model simple_cnn --device cpu --dropout 0.25 --steps 1 "
+		 "--batch 2 --classes 10", test_bin());
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+}
+
+/* A bad model name is the only line, also where the default device would add a
+ * "no GPU" note: the name is checked before the device is picked. */
+TEST(bad_model_is_one_line_before_the_device_note)
+{
+	char dir[600], args[1024];
+	snprintf(dir, sizeof(dir), "%s", test_tmpdir());
+	test_check_bad("train --model vgg16", "unknown model 'vgg16'");
+	test_check_bad("maxbatch --model vgg16", "unknown model 'vgg16'");
+	test_check_bad("advise --model vgg16", "unknown model 'vgg16'");
+	snprintf(args, sizeof(args), "workers --data %s --model vgg16", dir);
+	test_check_bad(args, "unknown model 'vgg16'");
+}

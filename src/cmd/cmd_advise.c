@@ -10,6 +10,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "nn/models.h"
 #include "nn/trainer.h"
 #include "report/result.h"
 #include "report/table.h"
@@ -95,6 +96,7 @@ int cmd_advise(int argc, char **argv)
 		base.data = data;
 	else if (base.workers)
 		return gp_error(GP_EINVAL, "--workers needs --data DIR or cifar10:DIR");
+	GP_TRY(model_name_check(base.model));
 	GP_TRY(train_pick_device(device, &base.backend, 0));
 	GP_TRY(train_parse_precision(precision, &base.precision));
 

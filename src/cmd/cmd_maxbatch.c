@@ -386,6 +386,7 @@ int cmd_maxbatch(int argc, char **argv)
 	char path[4096];
 	size_t limit = (size_t)limit_mib << 20, budget = 0, capacity = 0;
 	int predicted = 0, max_batch = 0, gpu_dev = 0, rc;
+	GP_TRY(model_name_check(model));
 	GP_TRY(train_pick_device(device, &s.backend, 0));
 	GP_TRY(train_parse_precision(precision, &s.prec));
 	struct model_opts mo = model_defaults(model);
