@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cmd/cmds.h"
+#include "data/dataset.h"
 #include "test.h"
 
 /* The last line never recommends what the table calls "no gain": a 1.01x change
@@ -99,4 +100,44 @@ TEST(bad_model_is_one_line_before_the_device_note)
 	test_check_bad("advise --model vgg16", "unknown model 'vgg16'");
 	snprintf(args, sizeof(args), "workers --data %s --model vgg16", dir);
 	test_check_bad(args, "unknown model 'vgg16'");
+}
+
+/* A folder of train/ and val/ is one dataset in two splits: training reads train/
+ * (its classes, not "train" and "val"), evaluation val/, and train says so once. */
+TEST(imagefolder_train_val_layout_uses_the_split)
+{
+	char root[600], cmd[2048], out[16384];
+	snprintf(root, sizeof(root), "%s/ds", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out %s/train --classes 3 --images 12 "
+		 "--size 40x32 && %s dataset make --out %s/val --classes 3 --images 6 --size 40x32",
+		 test_bin(), root, test_bin(), root);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	struct dataset *ds = NULL;
+	CHECK_EQ_INT(dataset_open(root, 1, 32, &ds), 0);
+	if (ds) {
+		CHECK_EQ_INT(dataset_classes(ds), 3);
+		CHECK_EQ_INT(dataset_count(ds), 12);
+		CHECK(!strcmp(dataset_class_name(ds, 0), "class_000"));
+		char want[700];
+		snprintf(want, sizeof(want), "%s/train/class_000/", root);
+		CHECK_MSG(!strncmp(dataset_path(ds, 0), want, strlen(want)), "%s", dataset_path(ds, 0));
+		dataset_close(ds);
+	}
+	ds = NULL;
+	CHECK_EQ_INT(dataset_open(root, 0, 32, &ds), 0);
+	if (ds) {
+		CHECK_EQ_INT(dataset_classes(ds), 3);
+		CHECK_EQ_INT(dataset_count(ds), 6);
+		dataset_close(ds);
+	}
+	snprintf(cmd, sizeof(cmd), "%s train --model simple_cnn --device cpu --steps 1 --batch 4 "
+		 "--data %s", test_bin(), root);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	char note[1400];
+	snprintf(note, sizeof(note), "note: '%s' holds train/ and val/: training on '%s/train'\n",
+		 root, root);
+	CHECK_MSG(strstr(out, note) != NULL, "%s", out);
+	const char *at = strstr(out, note);
+	CHECK(at && strstr(at + strlen(note), "holds train/") == NULL); /* once */
+	CHECK(strstr(out, "12 images, 3 classes") != NULL);
 }
