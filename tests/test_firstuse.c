@@ -141,3 +141,64 @@ TEST(imagefolder_train_val_layout_uses_the_split)
 	CHECK(at && strstr(at + strlen(note), "holds train/") == NULL); /* once */
 	CHECK(strstr(out, "12 images, 3 classes") != NULL);
 }
+
+/* Every menu item on a machine without a GPU, each answer left empty: it runs with
+ * CPU-sized defaults and no error, or says in one line why it cannot before asking
+ * anything (monitor, amp). */
+TEST(menu_every_item_with_defaults_without_a_gpu)
+{
+	static char out[1 << 18];
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "%s info", test_bin());
+	test_run(cmd, out, sizeof(out));
+	if (strstr(out, "GPU             none") == NULL)
+		SKIP("a GPU is present");
+	/* the item, then one empty answer per question it asks without a GPU */
+	static const struct {
+		const char *key;
+		int questions;
+		const char *ran;
+	} items[] = {
+		{ "1", 2, "$ gpuperf info --model resnet50 --batch 32\n" },
+		{ "2", 4, "$ gpuperf compare --models simple_cnn,mobilenet_v2 --batch 8 --steps 3 --device auto\n" },
+		{ "3", 3, "$ gpuperf maxbatch --model simple_cnn --device auto --mem-limit-mib 64\n" },
+		{ "4", 4, "/menu_images --model simple_cnn --workers 0,2 --steps 10\n" },
+		{ "5", 3, "$ gpuperf profile --model simple_cnn --batch 64 --steps 10\n" },
+		{ "6", 3, "$ gpuperf train --model simple_cnn --batch 64 --steps 10\n" },
+		{ "7", 5, "$ gpuperf advise --model simple_cnn --batch 32 --steps 10\n" },
+		{ "8", 0, "choice> monitor: the monitor reads a GPU through NVML, and this machine has none\n\ngpuperf " },
+		{ "9", 0, "choice> amp: fp16 and bf16 training needs a CUDA GPU, and this machine has none\n\ngpuperf " },
+	};
+	char answers[256] = "";
+	for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
+		strcat(answers, items[i].key);
+		strcat(answers, "\\n");
+		for (int q = 0; q < items[i].questions; q++)
+			strcat(answers, "\\n");
+	}
+	snprintf(cmd, sizeof(cmd), "printf '%sq\\n' | %s menu", answers, test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "no GPU here (") != NULL);
+	for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++)
+		CHECK_MSG(strstr(out, items[i].ran) != NULL, "item %s: no '%s' in:\n%s", items[i].key,
+			  items[i].ran, out);
+	CHECK_MSG(strstr(out, "error") == NULL, "%s", strstr(out, "error"));
+	CHECK(strstr(out, "no choice") == NULL); /* every answer went to a question */
+	CHECK(strstr(out, "precision (fp32") == NULL); /* not asked without a GPU */
+	CHECK(strstr(out, "making a small ImageFolder in ") != NULL);
+	CHECK(strstr(out, "recommended batch ") != NULL);         /* maxbatch finished */
+	CHECK(strstr(out, "recommended: ") != NULL);               /* workers finished */
+	CHECK(strstr(out, "advice: ") != NULL);                    /* advise finished */
+	CHECK(strstr(out, "profile written to ") != NULL);
+	CHECK(strstr(out, "parameters            25557032") != NULL);
+}
+
+TEST(menu_help_is_not_an_error)
+{
+	char cmd[1024], out[8192];
+	snprintf(cmd, sizeof(cmd), "%s menu --help", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "usage: gpuperf menu") != NULL);
+	CHECK(strstr(out, "--help") != NULL);
+	test_check_bad("menu --bogus", "menu takes no options but --help (got '--bogus')");
+}
