@@ -13,6 +13,8 @@
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
 #include "report/profile_charts.h"
+#include "report/profiler.h"
+#include "report/result.h"
 
 static int file_exists(const char *path)
 {
@@ -47,15 +49,51 @@ static int trace_find(const char *dir, char *path, size_t cap)
 	return 0;
 }
 
+/* The trace holds no step times of unprofiled steps: the overhead section of
+ * profile_report.md comes back from the result.json that `profile` (or a profiled
+ * `train` window) left beside it. A folder without one (a torch.profiler trace)
+ * gets no such section. */
+static int report_restore_overhead(const char *dir, const char *report)
+{
+	char path[4096];
+	json_t *res = NULL;
+	snprintf(path, sizeof(path), "%s/result.json", dir);
+	if (!file_exists(path))
+		return 0;
+	GP_TRY(result_read(path, &res));
+	json_t *m = json_object_get(res, "measurements");
+	json_t *prof_ms = json_object_get(m, "profiled_ms_per_step");
+	int rc = 0;
+	if (json_is_number(prof_ms)) {
+		struct profile_overhead ov = {
+			.baseline_ms = json_number_value(json_object_get(m, "baseline_ms_per_step")),
+			.baseline_steps = (int)json_integer_value(json_object_get(m, "baseline_steps")),
+			.profiled_ms = json_number_value(prof_ms),
+			.profiled_steps = (int)json_integer_value(json_object_get(m, "profiled_steps")),
+			.ratio = json_number_value(json_object_get(m, "overhead_ratio")),
+		};
+		rc = profile_report_append_overhead(report, &ov,
+				(long long)json_integer_value(json_object_get(m, "trace_bytes")));
+	}
+	json_decref(res);
+	return rc;
+}
+
 int cmd_analyze(int argc, char **argv)
 {
-	static const struct opt opts[] = { { 0 } };
-	const char *usage = "gpuperf analyze DIR\n\nReads DIR/profiler_trace.json (or "
-			    "DIR/profiler_logs/*.pt.trace.json), prints the step breakdown, top "
-			    "ops and advice, and writes DIR/profile_report.md, DIR/analysis.json, "
-			    "DIR/stage_breakdown.png and DIR/memory_trend.png.";
+	int help = 0;
+	const struct opt opts[] = {
+		{ "help", OPT_FLAG, &help, "show this help", 0 },
+		{ 0 },
+	};
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		args_print_help(usage, opts);
+		args_print_help("gpuperf analyze DIR", opts);
+		printf("\nDIR: a folder that gpuperf profile (or train --profile-epochs) wrote, or one\n"
+		       "holding torch.profiler's profiler_logs/*.pt.trace.json.\n\n"
+		       "Reads DIR/profiler_trace.json (else the first profiler_logs/*.pt.trace.json),\n"
+		       "prints the step breakdown, top ops and advice, and writes DIR/profile_report.md\n"
+		       "(with the profiler overhead kept from DIR/result.json), DIR/analysis.json,\n"
+		       "DIR/stage_breakdown.png and DIR/memory_trend.png. Needs no GPU.\n");
 		return 0;
 	}
 	if (argc != 2 || argv[1][0] == '-')
@@ -80,6 +118,8 @@ int cmd_analyze(int argc, char **argv)
 
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
 	rc = analysis_write_markdown(&a, path);
+	if (rc == 0)
+		rc = report_restore_overhead(dir, path);
 	if (rc < 0)
 		goto free_analysis;
 	rc = profile_charts_draw(&a, dir, stdout);

@@ -30,12 +30,16 @@
 #define MAXBATCH_LARGEST (1 << 22)
 /* Doubling and bisection up to MAXBATCH_LARGEST take at most 2 * 23 trials. */
 #define MAXBATCH_TRIALS 64
+/* Trials of several steps after the search: stepping the largest batch down, then
+ * closing in on the recommended one. */
+#define MAXBATCH_CONFIRM_TRIES 8
+#define MAXBATCH_CONFIRMS (2 * MAXBATCH_CONFIRM_TRIES)
 /* Distinct synthetic images; larger batches repeat them (content does not matter
  * for memory or speed, and generating gigabytes of normals would). */
 #define MAXBATCH_UNIQUE_IMAGES 16
 
 struct trial {
-	int batch, ok;
+	int batch, ok, steps;
 	double predicted_mib, peak_alloc_mib, process_mib, step_ms;
 	char error[256];
 };
@@ -53,7 +57,11 @@ struct search {
 	int buf_batch;
 	struct trial trials[MAXBATCH_TRIALS];
 	int n_trials;
+	struct trial confirms[MAXBATCH_CONFIRMS]; /* several steps each, after the search */
+	const char *confirm_purpose[MAXBATCH_CONFIRMS];
+	int n_confirms;
 	int recompute, measure_algos;
+	int peak_is_process;    /* compare process memory with the capacity, not the peak */
 };
 
 static size_t image_floats(const struct net *net)
@@ -119,9 +127,9 @@ static double process_mib(const struct search *s)
 	return 0;
 }
 
-/* One training step at batch, from set-up to teardown. Running out of memory is
+/* steps training steps at batch, from set-up to teardown. Running out of memory is
  * recorded in the trial; anything else is returned. Afterwards the net holds nothing. */
-static int trial_run(struct search *s, int batch, struct trial *t)
+static int trial_run(struct search *s, int batch, int steps, struct trial *t)
 {
 	static const struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	struct net *net = s->net;
@@ -129,6 +137,7 @@ static int trial_run(struct search *s, int batch, struct trial *t)
 	double loss = 0;
 	memset(t, 0, sizeof(*t));
 	t->batch = batch;
+	t->steps = steps;
 	GP_TRY(net_set_batch(net, batch));
 	GP_TRY(train_plan_total(net, s->backend, s->workspace_bytes, &predicted));
 	t->predicted_mib = predicted / GP_MIB;
@@ -140,11 +149,12 @@ static int trial_run(struct search *s, int batch, struct trial *t)
 		rc = net_set_batch_data(net, s->x, s->labels);
 	double t0 = gp_now_s();
 	/* Reading the logits back after the SGD step waits for the whole step. */
-	if (rc == 0 && (rc = net_forward(net, 1)) == 0 && (rc = net_loss(net, &loss, NULL)) == 0 &&
-	    (rc = net_backward(net)) == 0 && (rc = net_sgd_step(net, &sgd)) == 0)
-		rc = net_logits_to_host(net, s->logits);
+	for (int i = 0; i < steps && rc == 0; i++)
+		if ((rc = net_forward(net, 1)) == 0 && (rc = net_loss(net, &loss, NULL)) == 0 &&
+		    (rc = net_backward(net)) == 0 && (rc = net_sgd_step(net, &sgd)) == 0)
+			rc = net_logits_to_host(net, s->logits);
 	if (rc == 0) {
-		t->step_ms = 1e3 * (gp_now_s() - t0);
+		t->step_ms = 1e3 * (gp_now_s() - t0) / steps;
 		t->peak_alloc_mib = net->mem.total_peak_bytes / GP_MIB;
 		t->process_mib = process_mib(s);
 		if (s->backend == BACKEND_CUDA && net->mem.cur_bytes[MEM_WORKSPACE] > s->workspace_bytes)
@@ -170,7 +180,7 @@ static int search_try(struct search *s, int batch, int *ok)
 	if (s->n_trials == MAXBATCH_TRIALS)
 		return gp_error(GP_EINVAL, "more than %d trials", MAXBATCH_TRIALS);
 	struct trial *t = &s->trials[s->n_trials];
-	GP_TRY(trial_run(s, batch, t));
+	GP_TRY(trial_run(s, batch, 1, t));
 	s->n_trials++;
 	if (t->ok)
 		printf("batch %6d  ok    peak %9.1f MiB  process %9.1f MiB  step %8.1f ms\n", batch,
@@ -205,6 +215,146 @@ static int search_run(struct search *s, int start, int *max_batch)
 			hi = mid;
 	}
 	*max_batch = lo;
+	return 0;
+}
+
+/* The memory a trial holds against the capacity: the engine's peak where the cap
+ * counts the engine's bytes (the CPU, --mem-limit-mib), else nvidia-smi's process
+ * memory, which adds the CUDA context, library code and handles. */
+static double trial_used_mib(const struct search *s, const struct trial *t)
+{
+	if (s->peak_is_process && t->process_mib > t->peak_alloc_mib)
+		return t->process_mib;
+	return t->peak_alloc_mib;
+}
+
+/* What a user can use: the largest batch that ran several steps, and the largest
+ * that keeps margin_mib of the capacity free. */
+struct answer {
+	int steps;              /* steps per confirmation; 0: none */
+	int largest, confirmed;
+	double largest_mib;
+	int recommended, rec_confirmed;
+	double recommended_mib, capacity_mib, margin_pct, margin_mib, target_mib;
+};
+
+static int confirm_try(struct search *s, int batch, int steps, const char *purpose,
+		       struct trial **out)
+{
+	if (s->n_confirms == MAXBATCH_CONFIRMS)
+		return gp_error(GP_EINVAL, "more than %d confirmation trials", MAXBATCH_CONFIRMS);
+	struct trial *t = &s->confirms[s->n_confirms];
+	GP_TRY(trial_run(s, batch, steps, t));
+	s->confirm_purpose[s->n_confirms++] = purpose;
+	if (t->ok)
+		printf("batch %6d  ok    peak %9.1f MiB  process %9.1f MiB  step %8.1f ms  (%d steps, %s)\n",
+		       batch, t->peak_alloc_mib, t->process_mib, t->step_ms, steps, purpose);
+	else
+		printf("batch %6d  OOM   within %d steps (%s): %s\n", batch, steps, purpose, t->error);
+	fflush(stdout);
+	*out = t;
+	return 0;
+}
+
+/* A batch that fits one step can still run out later (allocations that grow after
+ * the first step, fragmentation): run a.steps steps at the answer, stepping down by
+ * about 3% while that runs out of memory. */
+static int confirm_largest(struct search *s, int max_batch, struct answer *a)
+{
+	a->largest = max_batch;
+	for (int i = 0; i < s->n_trials; i++)
+		if (s->trials[i].ok && s->trials[i].batch == max_batch)
+			a->largest_mib = trial_used_mib(s, &s->trials[i]);
+	if (a->steps == 0 || max_batch == 0)
+		return 0;
+	for (int i = 0, b = max_batch; i < MAXBATCH_CONFIRM_TRIES && b > 0; i++) {
+		struct trial *t;
+		GP_TRY(confirm_try(s, b, a->steps, "largest", &t));
+		if (t->ok) {
+			a->largest = b;
+			a->confirmed = 1;
+			a->largest_mib = trial_used_mib(s, t);
+			return 0;
+		}
+		int down = b - (b / 32 > 1 ? b / 32 : 1);
+		printf("batch %d ran out of memory within %d steps: stepping down to %d\n", b, a->steps,
+		       down);
+		b = down;
+	}
+	printf("no batch held for %d steps after %d tries: the largest batch %d is not confirmed\n",
+	       a->steps, MAXBATCH_CONFIRM_TRIES, max_batch);
+	return 0;
+}
+
+/* The largest measured batch below hi (0: any) that stays under the target, from
+ * the search and from the confirmations that held. */
+static int bracket_low(const struct search *s, const struct answer *a, int hi, double *mib)
+{
+	int lo = 0;
+	for (int k = 0; k < s->n_trials + s->n_confirms; k++) {
+		const struct trial *t = k < s->n_trials ? &s->trials[k] : &s->confirms[k - s->n_trials];
+		double used = trial_used_mib(s, t);
+		if (t->ok && (hi == 0 || t->batch < hi) && used <= a->target_mib && t->batch > lo) {
+			lo = t->batch;
+			*mib = used;
+		}
+	}
+	return lo;
+}
+
+/* The recommended batch: the largest whose measured memory stays under capacity less
+ * the margin. Memory grows about linearly with the batch, so the guess is the
+ * straight line between the measured batches on either side of the target; a trial
+ * of a.steps steps confirms it, and one over the target or out of memory becomes the
+ * upper side of the next guess. */
+static int recommend(struct search *s, struct answer *a)
+{
+	if (a->largest > 0 && a->largest_mib <= a->target_mib) {
+		a->recommended = a->largest;
+		a->rec_confirmed = a->confirmed;
+		a->recommended_mib = a->largest_mib;
+		return 0;
+	}
+	/* the smallest measured batch above the target: the largest batch's own trial
+	 * at least */
+	int hi = 0;
+	double hi_mib = 0, lo_mib = 0;
+	for (int k = 0; k < s->n_trials + s->n_confirms; k++) {
+		const struct trial *t = k < s->n_trials ? &s->trials[k] : &s->confirms[k - s->n_trials];
+		double used = trial_used_mib(s, t);
+		if (t->ok && used > a->target_mib && (hi == 0 || t->batch < hi)) {
+			hi = t->batch;
+			hi_mib = used;
+		}
+	}
+	if (hi == 0)
+		return 0;
+	int lo = bracket_low(s, a, hi, &lo_mib);
+	for (int i = 0; i < MAXBATCH_CONFIRM_TRIES && lo > 0; i++) {
+		int b = lo + (int)((a->target_mib - lo_mib) * (hi - lo) / (hi_mib - lo_mib));
+		b = b < lo ? lo : b >= hi ? hi - 1 : b;
+		if (a->steps == 0) {
+			a->recommended = b;
+			a->recommended_mib = lo_mib + (hi_mib - lo_mib) * (b - lo) / (hi - lo);
+			return 0;
+		}
+		struct trial *t;
+		GP_TRY(confirm_try(s, b, a->steps, "recommended", &t));
+		if (t->ok && trial_used_mib(s, t) <= a->target_mib) {
+			a->recommended = b;
+			a->rec_confirmed = 1;
+			a->recommended_mib = trial_used_mib(s, t);
+			return 0;
+		}
+		hi = b;
+		hi_mib = t->ok ? trial_used_mib(s, t) : a->capacity_mib;
+		if (hi_mib <= a->target_mib)
+			hi_mib = a->capacity_mib;
+		lo = bracket_low(s, a, hi, &lo_mib);
+	}
+	/* tries spent: the last batch measured under the target, for one step */
+	a->recommended = lo;
+	a->recommended_mib = lo ? lo_mib : 0;
 	return 0;
 }
 
@@ -266,15 +416,22 @@ static int trials_table(const struct search *s, struct table *t)
 /* The result in the layout of docs/results.md ("maxbatch measurements"). */
 static json_t *search_result(const struct search *s, int argc, char **argv, const char *model,
 			     int size, int start, double capacity_mib, size_t limit_bytes,
-			     int max_batch, int predicted, double search_s)
+			     int max_batch, int predicted, double search_s, const struct answer *a)
 {
 	json_t *res = result_new("maxbatch", argc, argv);
-	json_t *trials = json_array();
-	if (!res || !trials)
+	json_t *trials = json_array(), *confirms = json_array(), *answer = NULL;
+	if (!res || !trials || !confirms)
 		goto fail;
 	for (int i = 0; i < s->n_trials; i++)
 		if (json_array_append_new(trials, trial_json(&s->trials[i])) < 0)
 			goto fail;
+	for (int i = 0; i < s->n_confirms; i++) {
+		json_t *c = trial_json(&s->confirms[i]);
+		if (!c || json_object_set_new(c, "steps", json_integer(s->confirms[i].steps)) < 0 ||
+		    json_object_set_new(c, "purpose", json_string(s->confirm_purpose[i])) < 0 ||
+		    json_array_append_new(confirms, c) < 0)
+			goto fail;
+	}
 	const char *prec = train_precision_name(s->prec);
 	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "model", model,
 		"precision", prec, "image_size", size, "start", start,
@@ -282,18 +439,68 @@ static json_t *search_result(const struct search *s, int argc, char **argv, cons
 		"mem_limit_mib", limit_bytes ? json_real(limit_bytes / GP_MIB) : json_null(),
 		"search", "double from start, then bisect to the exact batch",
 		"recompute", s->recompute, "conv_algorithms", s->measure_algos ? "measured" : "heuristic");
-	json_t *m = json_pack("{s:s, s:s, s:f, s:O, s:i, s:i, s:f}", "model", model,
-		"precision", prec, "capacity_mib", capacity_mib, "trials", trials,
-		"max_batch", max_batch, "predicted_max_batch", predicted, "search_s", search_s);
-	if (!settings || !m || json_object_set_new(res, "settings", settings) < 0 ||
+	json_t *m = json_pack("{s:s, s:s, s:s, s:f, s:O, s:i, s:i, s:f}", "model", model,
+		"precision", prec, "device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"capacity_mib", capacity_mib, "trials", trials, "max_batch", max_batch,
+		"predicted_max_batch", predicted, "search_s", search_s);
+	answer = json_pack("{s:i, s:b, s:o, s:i, s:O, s:i, s:b, s:o, s:f, s:f, s:s}",
+		"largest_batch", a->largest, "confirmed", a->confirmed,
+		"largest_mib", a->largest_mib > 0 ? json_real(a->largest_mib) : json_null(),
+		"confirm_steps", a->steps, "confirmations", confirms,
+		"recommended_batch", a->recommended, "recommended_confirmed", a->rec_confirmed,
+		"recommended_mib", a->recommended_mib > 0 ? json_real(a->recommended_mib) : json_null(),
+		"margin_pct", a->margin_pct, "margin_mib", a->margin_mib,
+		"memory_compared", s->peak_is_process ? "process_mib" : "peak_alloc_mib");
+	if (!settings || !m || !answer || json_object_update(m, answer) < 0 ||
+	    json_object_set_new(res, "settings", settings) < 0 ||
 	    json_object_set_new(res, "measurements", m) < 0)
 		goto fail;
+	json_decref(answer);
 	json_decref(trials);
+	json_decref(confirms);
 	return res;
 fail:
+	json_decref(answer);
 	json_decref(trials);
+	json_decref(confirms);
 	json_decref(res);
 	return NULL;
+}
+
+/* The two answers side by side: the largest batch and the recommended one. */
+static int answer_print(const struct answer *a, int process)
+{
+	struct table t;
+	int rc = 0;
+	table_init(&t);
+	static const char *cols[] = { "answer", "batch", "steps", "result", "MiB", "of capacity" };
+	for (int c = 0; c < 6 && rc == 0; c++)
+		rc = table_add_col(&t, cols[c], c == 0 || c == 3 ? TABLE_LEFT : TABLE_RIGHT);
+	const char *held = a->steps ? "held" : "one step";
+	if (rc == 0)
+		rc = table_add_row(&t, "largest\t%d\t%d\t%s\t%.1f\t%.1f%%", a->largest,
+				   a->confirmed ? a->steps : 1, a->confirmed ? held : "not confirmed",
+				   a->largest_mib, 100 * a->largest_mib / a->capacity_mib);
+	if (rc == 0 && a->recommended > 0)
+		rc = table_add_row(&t, "recommended (%g%% margin)\t%d\t%d\t%s\t%.1f\t%.1f%%",
+				   a->margin_pct, a->recommended, a->rec_confirmed ? a->steps : 1,
+				   a->rec_confirmed ? held : a->steps ? "not confirmed" : "interpolated",
+				   a->recommended_mib, 100 * a->recommended_mib / a->capacity_mib);
+	if (rc == 0) {
+		printf("\n");
+		table_print(&t, stdout);
+		printf("MiB: %s, against %.0f MiB\n", process ? "process memory (nvidia-smi)"
+		       : "peak allocated", a->capacity_mib);
+		if (a->recommended > 0)
+			printf("recommended batch %d: %.1f of %.0f MiB, %.1f MiB free (margin asked: "
+			       "%g%%, %.1f MiB)\n", a->recommended, a->recommended_mib, a->capacity_mib,
+			       a->capacity_mib - a->recommended_mib, a->margin_pct, a->margin_mib);
+		else
+			printf("no measured batch keeps a %g%% margin (%.0f MiB)\n", a->margin_pct,
+			       a->margin_mib);
+	}
+	table_free(&t);
+	return rc;
 }
 
 static void search_free(struct search *s)
@@ -350,7 +557,8 @@ int cmd_maxbatch(int argc, char **argv)
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
 	const char *out_dir = NULL;
 	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0, recompute = 0;
-	int no_recompute = 0, measure_algos = 0;
+	int no_recompute = 0, measure_algos = 0, confirm_steps = 5;
+	double margin_pct = 5;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
 		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1 },
@@ -359,6 +567,8 @@ int cmd_maxbatch(int argc, char **argv)
 		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1 },
+		{ "margin", OPT_DOUBLE, &margin_pct, "percent of the memory the recommended batch leaves free (5)", 0 },
+		{ "confirm-steps", OPT_INT, &confirm_steps, "steps run at the answer and at the recommended batch to confirm them; 0 skips (5)", 0 },
 		{ "out", OPT_STR, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward (the default)", 0 },
@@ -372,9 +582,12 @@ int cmd_maxbatch(int argc, char **argv)
 		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device cpu|cuda] "
-				"[--mem-limit-mib N] [--no-recompute] [--measure-algos] [--out DIR] [--csv]", opts);
+				"[--mem-limit-mib N] [--margin PCT] [--confirm-steps N] [--no-recompute] "
+				"[--measure-algos] [--out DIR] [--csv]", opts);
 		return 0;
 	}
+	if (!(margin_pct >= 0 && margin_pct < 100))
+		return gp_error(GP_EINVAL, "--margin must be a percent from 0 to below 100 (got %g)", margin_pct);
 	if (recompute && no_recompute)
 		return gp_error(GP_EINVAL, "--recompute and --no-recompute contradict each other");
 	/* The largest batch the engine trains: by default with its memory savings on
@@ -386,6 +599,7 @@ int cmd_maxbatch(int argc, char **argv)
 	char path[4096];
 	size_t limit = (size_t)limit_mib << 20, budget = 0, capacity = 0;
 	int predicted = 0, max_batch = 0, gpu_dev = 0, rc;
+	GP_TRY(model_name_check(model));
 	GP_TRY(train_pick_device(device, &s.backend, 0));
 	GP_TRY(train_parse_precision(precision, &s.prec));
 	struct model_opts mo = model_defaults(model);
@@ -415,6 +629,7 @@ int cmd_maxbatch(int argc, char **argv)
 	    (rc = budget_get(s.backend, limit, &budget, &capacity)) < 0)
 		goto cleanup;
 	s.net->mem_limit_bytes = s.backend == BACKEND_CPU ? capacity : limit;
+	s.peak_is_process = s.backend == BACKEND_CUDA && !limit;
 
 	if ((rc = predict_max_batch(&s, budget, &predicted)) < 0)
 		goto cleanup;
@@ -428,6 +643,13 @@ int cmd_maxbatch(int argc, char **argv)
 	if ((rc = search_run(&s, start, &max_batch)) < 0)
 		goto cleanup;
 	double search_s = gp_now_s() - t0;
+	struct answer ans = { .steps = confirm_steps, .capacity_mib = capacity / GP_MIB,
+			      .margin_pct = margin_pct };
+	ans.margin_mib = ans.capacity_mib * margin_pct / 100;
+	ans.target_mib = ans.capacity_mib - ans.margin_mib;
+	if ((rc = confirm_largest(&s, max_batch, &ans)) < 0 ||
+	    (max_batch > 0 && (rc = recommend(&s, &ans)) < 0))
+		goto cleanup;
 	if (s.backend == BACKEND_CUDA)
 		printf("device memory free: %.0f MiB before the search, %.0f MiB after (the context keeps "
 		       "its library handles and a %.0f MiB cuDNN workspace)\n", free_before / GP_MIB,
@@ -443,9 +665,11 @@ int cmd_maxbatch(int argc, char **argv)
 	if (max_batch > 0)
 		printf("prediction %d vs found %d: off by %+d batches (%+.1f%%)\n", predicted,
 		       max_batch, predicted - max_batch, 100.0 * (predicted - max_batch) / max_batch);
+	if (max_batch > 0 && (rc = answer_print(&ans, s.peak_is_process)) < 0)
+		goto cleanup;
 
 	res = search_result(&s, argc, argv, model, mo.size, start, capacity / GP_MIB, limit,
-			    max_batch, predicted, search_s);
+			    max_batch, predicted, search_s, &ans);
 	if (!res) {
 		rc = gp_error(GP_ENOMEM, "out of memory building the maxbatch result");
 		goto cleanup;

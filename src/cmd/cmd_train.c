@@ -2,6 +2,7 @@
  * yardstick does) or on a dataset through the data loader, printing the loss as it
  * goes and img/s (and, with a dataset, the data wait) at the end. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "nn/models.h"
 #include "nn/trainer.h"
 #include "report/result.h"
 #include "report/profiler.h"
@@ -107,6 +109,9 @@ int cmd_train(int argc, char **argv)
 	int epochs = 0, epoch_steps = 0, profile_steps = 0;
 	struct int_list profile_epochs = { 0 };
 	const char *out = NULL;
+	/* NaN until given, so that a negative --dropout is refused instead of read as
+	 * "the model's own" (which train_opts spells -1) */
+	o.dropout = NAN;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
@@ -153,6 +158,10 @@ int cmd_train(int argc, char **argv)
 				"[--epochs E]", opts);
 		return 0;
 	}
+	if (isnan(o.dropout))
+		o.dropout = -1;
+	else if (!(o.dropout >= 0 && o.dropout < 1))
+		return gp_error(GP_EINVAL, "--dropout must be at least 0 and below 1 (got %g)", o.dropout);
 	int synthetic = !strcmp(data, "synthetic");
 	if (synthetic && (o.workers || o.prefetch))
 		return gp_error(GP_EINVAL, "--workers and --prefetch need --data DIR or cifar10:DIR");
@@ -180,6 +189,7 @@ int cmd_train(int argc, char **argv)
 				return gp_error(GP_EINVAL, "--profile-epochs lists epoch %d twice",
 						profile_epochs.v[i]);
 	}
+	GP_TRY(model_name_check(o.model));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));

@@ -373,6 +373,7 @@ int cmd_workers(int argc, char **argv)
 	GP_TRY(check_workers(&workers));
 	enum backend_kind backend;
 	enum precision prec;
+	GP_TRY(model_name_check(model));
 	GP_TRY(train_pick_device(device, &backend, 0));
 	GP_TRY(train_parse_precision(precision, &prec));
 

@@ -167,18 +167,50 @@ static int find_classes(struct dataset *ds, const char *root)
 	return 0;
 }
 
-int imagefolder_open(struct dataset *ds, const char *root)
+/* A folder holding train/ and val/ is a dataset split in two (ImageNet's layout),
+ * not two classes named "train" and "val": the split that ds reads becomes the
+ * root, with one note line the first time. *split is NULL for a plain ImageFolder,
+ * else the root to use (freed by the caller). */
+static int split_root(const struct dataset *ds, const char *root, char **split)
+{
+	static int noted;
+	*split = NULL;
+	char *train = path_join(root, "train"), *val = path_join(root, "val");
+	int rc = 0;
+	if (!train || !val) {
+		rc = gp_error(GP_ENOMEM, "out of memory");
+	} else if (is_dir(train) && is_dir(val)) {
+		*split = ds->train ? train : val;
+		if (!noted)
+			fprintf(stderr, "note: '%s' holds train/ and val/: %s '%s'\n", root,
+				ds->train ? "training on" : "evaluating on", *split);
+		noted = 1;
+	}
+	if (*split != train)
+		free(train);
+	if (*split != val)
+		free(val);
+	return rc;
+}
+
+int imagefolder_open(struct dataset *ds, const char *dir)
 {
 	struct stat st;
-	if (stat(root, &st) != 0)
-		return gp_error(GP_ENOTFOUND, "dataset folder '%s' does not exist", root);
+	if (stat(dir, &st) != 0)
+		return gp_error(GP_ENOTFOUND, "dataset folder '%s' does not exist", dir);
 	if (!S_ISDIR(st.st_mode))
 		return gp_error(GP_EINVAL, "dataset '%s' is not a folder (nor 'synthetic' "
-				"or 'cifar10:DIR')", root);
+				"or 'cifar10:DIR')", dir);
 	ds->kind = DATASET_FOLDER;
-	GP_TRY(find_classes(ds, root));
+	char *split;
+	GP_TRY(split_root(ds, dir, &split));
+	const char *root = split ? split : dir;
+	int rc = find_classes(ds, root);
+	if (rc < 0) {
+		free(split);
+		return rc;
+	}
 	struct file_list all = { 0 };
-	int rc = 0;
 	int32_t *labels = NULL;
 	for (int c = 0; c < ds->classes; c++) {
 		int first = all.n;
@@ -214,12 +246,14 @@ int imagefolder_open(struct dataset *ds, const char *root)
 	ds->count = all.n;
 	ds->labels = labels;
 	free(all.v);
+	free(split);
 	return 0;
 out_list:
 	for (int i = 0; i < all.n; i++)
 		free(all.v[i].path);
 	free(all.v);
 	free(labels);
+	free(split);
 	return rc;
 }
 

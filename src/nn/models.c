@@ -240,6 +240,14 @@ const char *model_names(void)
 	return "simple_cnn, resnet18, resnet50, mobilenet_v2";
 }
 
+int model_name_check(const char *name)
+{
+	if (strcmp(name, "simple_cnn") && strcmp(name, "resnet18") && strcmp(name, "resnet50") &&
+	    strcmp(name, "mobilenet_v2"))
+		return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, model_names());
+	return 0;
+}
+
 struct model_opts model_defaults(const char *name)
 {
 	struct model_opts o = { .classes = 1000, .size = 224, .batch = 32, .seed = 0, .dropout = -1 };
@@ -252,9 +260,7 @@ int model_build(const char *name, const struct model_opts *o, struct net **out)
 {
 	static const int r18[4] = { 2, 2, 2, 2 }, r50[4] = { 3, 4, 6, 3 };
 	*out = NULL;
-	if (strcmp(name, "simple_cnn") && strcmp(name, "resnet18") && strcmp(name, "resnet50") &&
-	    strcmp(name, "mobilenet_v2"))
-		return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, model_names());
+	GP_TRY(model_name_check(name));
 	if (o->size < 8 || o->size > 4096)
 		return gp_error(GP_EINVAL, "input size %d is out of range (8..4096)", o->size);
 	if (o->batch < 1)

@@ -18,6 +18,9 @@ struct model_opts {
 struct model_opts model_defaults(const char *name);
 /* Build and initialize a model; *out is freed with net_free. */
 int model_build(const char *name, const struct model_opts *opts, struct net **out);
+/* 0 for a known model name, else GP_EINVAL naming the known ones; commands check
+ * before anything else prints. */
+int model_name_check(const char *name);
 /* The known model names, comma separated, for messages. */
 const char *model_names(void);
 

@@ -566,6 +566,8 @@ static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct p
 
 	/* Marked points sit above everything, their labels may leave the plot area. */
 	set_font(cr, 11, 1);
+	double boxes[CHART_MAX_POINTS][4]; /* labels written: x, y, width, height */
+	int n_boxes = 0;
 	for (int i = 0; i < p->n_points; i++) {
 		const struct chart_point *m = &p->points[i];
 		if (!frame_has_x(fr, m->x) || !isfinite(m->y))
@@ -580,8 +582,39 @@ static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct p
 		if (!m->label[0])
 			continue;
 		set_color(cr, m->color);
-		int left = x + 12 + text_width(cr, m->label) > fr->left + fr->width;
-		text_at(cr, left ? x - 11 : x + 11, y - 4, m->label, left ? 1 : 0, 1);
+		/* Right of the dot and above, else left, else below: the first place that
+		 * stays in the plot and covers neither another dot nor a label written
+		 * before (dots of neighbouring batches sit close on a log axis). */
+		double w = text_width(cr, m->label), h = 14;
+		int place = 0;
+		for (; place < 4; place++) {
+			double bx = place & 1 ? x - 11 - w : x + 11;
+			double by = place & 2 ? y + 4 : y - 4 - h;
+			if (bx < fr->left || bx + w > fr->left + fr->width)
+				continue;
+			int hit = 0;
+			for (int j = 0; j < p->n_points && !hit; j++) {
+				const struct chart_point *o = &p->points[j];
+				if (j == i || !frame_has_x(fr, o->x) || !isfinite(o->y))
+					continue;
+				double ox = frame_px_x(fr, o->x), oy = frame_px_y(fr, o->y);
+				hit = ox + 6.5 > bx && ox - 6.5 < bx + w && oy + 6.5 > by &&
+				      oy - 6.5 < by + h;
+			}
+			for (int k = 0; k < n_boxes && !hit; k++)
+				hit = boxes[k][0] < bx + w && bx < boxes[k][0] + boxes[k][2] &&
+				      boxes[k][1] < by + h && by < boxes[k][1] + boxes[k][3];
+			if (!hit)
+				break;
+		}
+		if (place == 4) /* nowhere free: inside the plot on the side with room */
+			place = x + 12 + w > fr->left + fr->width;
+		double bx = place & 1 ? x - 11 - w : x + 11, by = place & 2 ? y + 4 : y - 4 - h;
+		boxes[n_boxes][0] = bx;
+		boxes[n_boxes][1] = by;
+		boxes[n_boxes][2] = w;
+		boxes[n_boxes++][3] = h;
+		text_at(cr, bx, by + h, m->label, 0, 1);
 	}
 }
 

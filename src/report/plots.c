@@ -95,15 +95,36 @@ static int plot_maxbatch(json_t *m, const char *path)
 			n_pred++;
 	}
 
-	snprintf(title, sizeof(title), "%s%s%s: largest batch %.0f", model ? model : "model",
-		 precision ? ", " : "", precision ? precision : "", max_batch);
+	/* The CPU backend's cap is host memory, and its process memory the resident set;
+	 * results without "device" came from the GPU. */
+	const char *device = json_string_value(json_object_get(m, "device"));
+	int cpu = device && !strcmp(device, "cpu");
+	/* The largest batch confirmed over several steps and the one that keeps the
+	 * margin free; older results have only the search's max_batch. */
+	double largest = max_batch, largest_mib = -1, rec = 0, rec_mib = -1, margin_pct = 0,
+	       margin_mib = 0;
+	json_number_get(m, "largest_batch", "", &largest);
+	json_number_get(m, "largest_mib", "", &largest_mib);
+	json_number_get(m, "recommended_batch", "", &rec);
+	json_number_get(m, "recommended_mib", "", &rec_mib);
+	json_number_get(m, "margin_pct", "", &margin_pct);
+	json_number_get(m, "margin_mib", "", &margin_mib);
+	gp_error_clear();
+	if (rec > 0)
+		snprintf(title, sizeof(title), "%s%s%s: largest batch %.0f, recommended %.0f (%g%% margin)",
+			 model ? model : "model", precision ? ", " : "", precision ? precision : "",
+			 largest, rec, margin_pct);
+	else
+		snprintf(title, sizeof(title), "%s%s%s: largest batch %.0f", model ? model : "model",
+			 precision ? ", " : "", precision ? precision : "", largest);
 	fig = chart_figure_new(1, 1, 900, 560, title);
 	if (!fig) {
 		rc = gp_error(GP_ENOMEM, "no memory for a chart");
 		goto free_all;
 	}
 	struct chart_panel *p = chart_figure_panel(fig, 0);
-	chart_panel_set_title(p, "GPU memory by batch size");
+	chart_panel_set_title(p, cpu ? "host memory by batch size (CPU backend)"
+				     : "GPU memory by batch size");
 	chart_panel_set_labels(p, "batch size", "memory (MiB)");
 	chart_panel_set_x_scale(p, CHART_LOG2);
 	if ((rc = chart_panel_add_line(p, x_ok, peak, n_ok,
@@ -111,7 +132,8 @@ static int plot_maxbatch(json_t *m, const char *path)
 				       "peak allocated")) < 0 ||
 	    (rc = chart_panel_add_line(p, x_ok, proc, n_ok,
 				       (struct chart_line_style){ .color = CHART_GREEN, .markers = 1 },
-				       "process memory (nvidia-smi)")) < 0)
+				       cpu ? "process memory (resident set)"
+				       : "process memory (nvidia-smi)")) < 0)
 		goto free_fig;
 	if (n_pred > 0) {
 		/* Predictions exist for failed trials too: draw them over all batches. */
@@ -129,10 +151,36 @@ static int plot_maxbatch(json_t *m, const char *path)
 		if (rc < 0)
 			goto free_fig;
 	}
-	snprintf(label, sizeof(label), "GPU capacity %.0f MiB", capacity_mib);
+	snprintf(label, sizeof(label), cpu ? "memory cap %.0f MiB" : "GPU capacity %.0f MiB",
+		 capacity_mib);
 	if ((rc = chart_panel_add_hline(p, capacity_mib, CHART_PURPLE, 1, label)) < 0)
 		goto free_fig;
-	if (oom >= 0) {
+	if (margin_mib > 0) {
+		snprintf(label, sizeof(label), "less the %g%% margin: %.0f MiB", margin_pct,
+			 capacity_mib - margin_mib);
+		if ((rc = chart_panel_add_hline(p, capacity_mib - margin_mib, CHART_GREY, 1, label)) < 0)
+			goto free_fig;
+	}
+	/* The first failure sits right beside the largest batch on the log axis: one dot
+	 * and one label say both. */
+	int oom_folded = 0;
+	if (largest > 0 && largest_mib > 0) {
+		if (oom >= 0) {
+			snprintf(label, sizeof(label), "largest %.0f (out of memory at %.0f)", largest,
+				 t[oom].batch);
+			oom_folded = 1;
+		} else {
+			snprintf(label, sizeof(label), "largest %.0f", largest);
+		}
+		if ((rc = chart_panel_add_point(p, largest, largest_mib, CHART_BROWN, label)) < 0)
+			goto free_fig;
+	}
+	if (rec > 0 && rec_mib > 0 && rec != largest) {
+		snprintf(label, sizeof(label), "recommended %.0f", rec);
+		if ((rc = chart_panel_add_point(p, rec, rec_mib, CHART_CYAN, label)) < 0)
+			goto free_fig;
+	}
+	if (oom >= 0 && !oom_folded) {
 		snprintf(label, sizeof(label), "out of memory at batch %.0f", t[oom].batch);
 		/* At the capacity line, or above it where the plan predicted more. */
 		double y = t[oom].predicted_mib > capacity_mib ? t[oom].predicted_mib : capacity_mib;

@@ -307,7 +307,8 @@ static int tb_write_steps(const struct trace *t, const char *logdir, char *path,
 	return rc < 0 ? rc : rc2;
 }
 
-static int report_append(const char *path, const struct profile_overhead *ov, long long trace_bytes)
+int profile_report_append_overhead(const char *path, const struct profile_overhead *ov,
+				    long long trace_bytes)
 {
 	FILE *f = fopen(path, "a");
 	if (!f)
@@ -345,7 +346,7 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	analysis_print(&a, stdout);
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
 	if ((rc = analysis_write_markdown(&a, path)) < 0 ||
-	    (rc = report_append(path, ov, trace_bytes)) < 0)
+	    (rc = profile_report_append_overhead(path, ov, trace_bytes)) < 0)
 		goto free_analysis;
 	aj = analysis_to_json(&a);
 	if (!aj) {

@@ -58,6 +58,10 @@ struct profile_overhead {
 	double ratio;         /* profiled / baseline; 0 when there is no baseline */
 };
 
+/* Append the "Profiler overhead" section to the report at path (profile_report.md). */
+int profile_report_append_overhead(const char *path, const struct profile_overhead *ov,
+				    long long trace_bytes);
+
 /* Write every output of a recorded trace into dir (created): the Chrome trace and
  * its profiler_logs copy, TensorBoard scalars, analysis (printed, markdown, JSON),
  * the two charts and result.json (command, argv, settings merged in). */
