@@ -125,9 +125,10 @@ def seeds_image():
 
 
 if __name__ == "__main__":
+    # Files are overwritten, never removed: the corpora also keep the inputs that
+    # found bugs (found-*), beside the regression tests written for them.
     for t in ("safetensors", "result", "trace", "args", "image"):
-        shutil.rmtree(os.path.join(OUT, t), ignore_errors=True)
-        os.makedirs(os.path.join(OUT, t))
+        os.makedirs(os.path.join(OUT, t), exist_ok=True)
     seeds_safetensors()
     seeds_result()
     seeds_trace()
