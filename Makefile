@@ -4,11 +4,15 @@
 #   make test       build and run the unit tests (GPU tests skip without a GPU)
 #   make test-san   the same under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only)
 #   make check      test + test-san: what CI runs
+#   make fuzz       build-fuzz/: libFuzzer targets for the file and option parsers, each
+#                   run FUZZ_SECONDS (60) seconds; fails when one finds a crash
+#   make fuzz-ci    the same for 10 seconds each: the short pass CI runs
 #   make bundle     build/bundle/: the binary and its non-CUDA shared libraries, for a
 #                   GPU machine without a package registry
 
 BUILD ?= build
 SAN ?= 0
+FUZZ ?= 0
 CUDA ?= auto
 CC ?= cc
 ARCH ?= sm_90
@@ -26,7 +30,7 @@ ifeq ($(CUDA),auto)
 else
   WITH_CUDA := $(CUDA)
 endif
-ifeq ($(SAN),1)
+ifneq ($(SAN)$(FUZZ),00)
   WITH_CUDA := 0
 endif
 
@@ -43,6 +47,13 @@ NVCCFLAGS ?= -O3 -arch=$(ARCH) -std=c++17 -Isrc -Xcompiler -Wall,-Wno-unused-par
 ifeq ($(SAN),1)
   CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
   LDFLAGS += -fsanitize=address,undefined
+endif
+# The library is instrumented for coverage without libFuzzer's main; only the fuzz
+# targets link the fuzzer itself.
+ifeq ($(FUZZ),1)
+  CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+	    -fno-sanitize-recover=all
+  LDFLAGS += -fsanitize=fuzzer,address,undefined
 endif
 
 SRC_C := $(shell find src -name '*.c' -not -path '*/cuda/*' | sort)
@@ -68,7 +79,7 @@ MAIN_SRC := src/cmd/main.c
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(MAIN_SRC),$(LIB_SRC))) $(LIB_OBJ_CU)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-san check clean bundle run
+.PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build
 all: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
 
 $(BUILD)/libgpuperf.a: $(LIB_OBJ)
@@ -102,6 +113,26 @@ test-san:
 
 check: test test-san
 
+# Fuzzing: clang's libFuzzer over the parsers of files and options users hand in.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
+
+$(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/libgpuperf.a
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+.SECONDARY: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/%.o)
+
+fuzz-build:
+	$(MAKE) BUILD=build-fuzz FUZZ=1 CC=$(FUZZ_CC) $(FUZZ_TARGETS:%=build-fuzz/%)
+
+fuzz: fuzz-build
+	sh tools/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=10
+
 run: $(BUILD)/gpuperf
 	./$(BUILD)/gpuperf info --model resnet50
 	./$(BUILD)/gpuperf train --model simple_cnn --device cpu --batch 32 --size 32 --steps 30
@@ -110,6 +141,7 @@ bundle: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
 	sh tools/bundle.sh $(BUILD)
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cmd/main.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cmd/main.d \
+	 $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/%.d)

@@ -101,6 +101,26 @@ TEST(chart_ticks_nice_values)
 	CHECK_NEAR(t[8], 80000, 1e-9);
 }
 
+/* Bounds a result from elsewhere can hold: the step stays finite and positive (callers
+ * divide by it) and every tick is a finite number. */
+TEST(chart_ticks_nice_degenerate_bounds)
+{
+	const double bounds[][2] = {
+		{ 0, 5e-324 }, { 5e-324, 5e-324 }, { -1e308, 1e308 }, { 1e308, 1e308 },
+		{ NAN, 1 },    { 0, INFINITY },    { -INFINITY, 0 },  { 1e300, 1e300 * (1 + 1e-15) },
+	};
+	for (size_t i = 0; i < sizeof(bounds) / sizeof(bounds[0]); i++) {
+		double t[32], step = NAN;
+		int n = chart_ticks_nice(bounds[i][0], bounds[i][1], 6, t, 32, &step);
+		CHECK_MSG(isfinite(step) && step > 0, "[%g, %g]: step %g", bounds[i][0],
+			  bounds[i][1], step);
+		CHECK_MSG(n >= 0 && n <= 32, "[%g, %g]: %d ticks", bounds[i][0], bounds[i][1], n);
+		for (int k = 0; k < n && k < 32; k++)
+			CHECK_MSG(isfinite(t[k]), "[%g, %g]: tick %d is %g", bounds[i][0],
+				  bounds[i][1], k, t[k]);
+	}
+}
+
 /* A 2 x 2 figure with every kind of item: lines with dashes and markers, a
  * reference line, a marked point, stacked bars, a log2 axis. */
 static struct chart_figure *figure_sample(void)
@@ -286,6 +306,50 @@ TEST(plots_amp_chart)
 	snprintf(path, sizeof(path), "%s/amp_speedup.png", dir);
 	CHECK_MSG(strstr(out, path) != NULL, "output: %s", out);
 	test_check_png(path, 1400, 560, &pc);
+}
+
+/* Results with numbers no measurement gives (found by fuzzing tests/fuzz/fuzz_result.c;
+ * the inputs are in tests/fuzz/corpus/result/): each chart still comes out, leaving
+ * out what cannot be drawn, where axis arithmetic used to overflow into NaN and
+ * infinity and convert them to integers (undefined; test-san stops on it). */
+TEST(plots_extreme_values)
+{
+	static const char *const measurements[][2] = {
+		{ "maxbatch", "{\"capacity_mib\": 1e308, \"max_batch\": -1e308, \"trials\": ["
+			      "{\"batch\": -1e308, \"ok\": true, \"peak_alloc_mib\": 1e308, "
+			      "\"process_mib\": -1e308, \"predicted_mib\": 1e308}, "
+			      "{\"batch\": 0, \"ok\": false}, {\"batch\": 1e308, \"ok\": true, "
+			      "\"peak_alloc_mib\": 0, \"process_mib\": 0}]}" },
+		{ "maxbatch", "{\"capacity_mib\": 0, \"max_batch\": 1, \"trials\": [{\"batch\": 1, "
+			      "\"ok\": true, \"peak_alloc_mib\": 5e-324, \"process_mib\": 0}]}" },
+		{ "maxbatch", "{\"capacity_mib\": 1, \"max_batch\": 1, \"trials\": [{\"batch\": "
+			      "1e308, \"ok\": true, \"peak_alloc_mib\": 1, \"process_mib\": 1}]}" },
+		{ "workers", "{\"runs\": [{\"workers\": 1e308, \"mean_util\": -1e308, "
+			     "\"idle_share\": 1e308, \"samples\": [[1e308, 1e308], [-1e308, -1e308], "
+			     "[0, 5]]}]}" },
+		{ "amp", "{\"cells\": [{\"precision\": \"fp16\", \"status\": \"oom\", \"batch\": "
+			 "1e300}, {\"precision\": \"fp16\", \"status\": \"ok\", \"batch\": 2, "
+			 "\"img_s\": 1, \"speedup\": 1}]}" },
+		{ "amp", "{\"cells\": [{\"precision\": \"fp16\", \"status\": \"ok\", \"batch\": "
+			 "1e308, \"img_s\": 1e308, \"speedup\": 1e308}, {\"precision\": \"fp32\", "
+			 "\"status\": \"ok\", \"batch\": 1, \"img_s\": 1, \"speedup\": 1}]}" },
+	};
+	char dir[512], path[700];
+	snprintf(dir, sizeof(dir), "%s/extreme", test_tmpdir());
+	for (size_t i = 0; i < sizeof(measurements) / sizeof(measurements[0]); i++) {
+		json_error_t jerr;
+		json_t *m = json_loads(measurements[i][1], 0, &jerr);
+		CHECK_MSG(m != NULL, "case %zu: %s", i, jerr.text);
+		if (!m)
+			continue;
+		json_t *res = json_pack("{s:s, s:o}", "command", measurements[i][0], "measurements", m);
+		snprintf(path, sizeof(path), "%s/%s", dir, plots_chart_name(measurements[i][0]));
+		unlink(path);
+		int rc = plots_draw(res, dir);
+		CHECK_MSG(rc == 0, "case %zu (%s): %s", i, measurements[i][0], gp_errmsg());
+		CHECK_MSG(access(path, R_OK) == 0, "case %zu: no %s", i, path);
+		json_decref(res);
+	}
 }
 
 TEST(plots_errors)

@@ -8,7 +8,13 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
 	build-essential pkg-config libjansson-dev libopenblas-dev libcairo2-dev \
-	libturbojpeg0-dev fonts-dejavu-core python3 python3-pip >/dev/null
+	libturbojpeg0-dev fonts-dejavu-core python3 python3-pip clang >/dev/null
+# libFuzzer's runtime for `make fuzz`: a package of its own in newer LLVM packaging
+# (Debian 12, Ubuntu 24.04); older releases ship it in libclang-common, which clang
+# already pulls in.
+if apt-cache show libclang-rt-dev >/dev/null 2>&1; then
+	$SUDO apt-get install -y -qq --no-install-recommends libclang-rt-dev >/dev/null
+fi
 # Python packages for the interoperability tests (they skip without them): safetensors
 # reads our checkpoints, tensorboard our event files, Holistic Trace Analysis our
 # traces (it needs psutil without declaring it, and fails on pandas 3 for some traces).

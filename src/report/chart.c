@@ -2,6 +2,7 @@
  * sizes in pixels (points for PDF). */
 #include "report/chart.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,10 @@
 #define MARGIN_TOP_PX 34.0
 #define MARGIN_BOTTOM_PX 54.0
 #define MAX_TICKS 32
+/* Values beyond this magnitude (and NaN, infinities) are left out of a chart, like
+ * gaps: no measurement comes near it, and axis arithmetic on such values (ranges,
+ * headroom, powers of two) overflows double. */
+#define CHART_VALUE_MAX 1e100
 
 struct chart_line {
 	double *x, *y;
@@ -250,17 +255,32 @@ int chart_panel_set_bars(struct chart_panel *p, int n_bars, const char *const *b
 	return 0;
 }
 
+static int value_drawable(double v)
+{
+	return fabs(v) <= CHART_VALUE_MAX;
+}
+
 int chart_ticks_nice(double lo, double hi, int target, double *ticks, int cap, double *step)
 {
+	/* Whatever the bounds, the step comes out finite and positive, since callers
+	 * divide by it; bounds that are not finite get no ticks. */
+	*step = 1;
+	if (!isfinite(lo) || !isfinite(hi))
+		return 0;
 	double range = hi - lo;
 	if (!(range > 0))
 		range = fabs(lo) > 0 ? fabs(lo) : 1;
-	double raw = range / (target > 0 ? target : 5);
+	/* A range that overflows (bounds near +-DBL_MAX) or underflows (subnormal) would
+	 * make the step infinite or zero: keep it within normal doubles. */
+	double raw = fmin(fmax(range / (target > 0 ? target : 5), DBL_MIN), DBL_MAX / 20);
 	double mag = pow(10, floor(log10(raw)));
 	double norm = raw / mag;
 	double nice = norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10;
 	*step = nice * mag;
 	int n = 0;
+	/* Tick indices must fit a long long; past 2^53 steps they are not distinct. */
+	if (!(fabs(lo / *step) < 0x1p53) || !(fabs(hi / *step) < 0x1p53))
+		return 0;
 	/* Count from an integer multiple so that 0.1 + 0.2 drift never shows. */
 	for (long long k = (long long)ceil(lo / *step - 1e-9); n < cap; k++) {
 		double v = k * *step;
@@ -280,7 +300,7 @@ static int panel_bounds(const struct chart_panel *p, int which, double *lo, doub
 #define TAKE(v)                                                                         \
 	do {                                                                            \
 		double v_ = (v);                                                        \
-		if (isfinite(v_) && (which == 1 || p->x_scale != CHART_LOG2 || v_ > 0)) { \
+		if (value_drawable(v_) && (which == 1 || p->x_scale != CHART_LOG2 || v_ > 0)) { \
 			*lo = fmin(*lo, v_);                                            \
 			*hi = fmax(*hi, v_);                                            \
 			any = 1;                                                        \
@@ -307,6 +327,14 @@ static int panel_bounds(const struct chart_panel *p, int which, double *lo, doub
 	return any;
 }
 
+/* A fixed axis range the frame can use: drawable bounds in order (positive on a log
+ * axis). Results from elsewhere may hold anything; a bad range falls back to the data. */
+static int range_drawable(double lo, double hi, enum chart_scale scale)
+{
+	return value_drawable(lo) && value_drawable(hi) && hi > lo &&
+	       (scale != CHART_LOG2 || lo > 0);
+}
+
 static void panel_frame(const struct chart_panel *p, double cell_x, double cell_y,
 			double cell_w, double cell_h, struct plot_frame *fr)
 {
@@ -318,7 +346,7 @@ static void panel_frame(const struct chart_panel *p, double cell_x, double cell_
 	fr->height = fmax(10, cell_h - MARGIN_TOP_PX - MARGIN_BOTTOM_PX);
 	fr->x_scale = p->bars ? CHART_LINEAR : p->x_scale;
 
-	if (p->x_fixed) {
+	if (p->x_fixed && range_drawable(p->x_lo, p->x_hi, fr->x_scale)) {
 		fr->x_lo = p->x_lo;
 		fr->x_hi = p->x_hi;
 	} else if (p->bars) {
@@ -340,7 +368,7 @@ static void panel_frame(const struct chart_panel *p, double cell_x, double cell_
 			fr->x_hi = fr->x_lo + step;
 	}
 
-	if (p->y_fixed) {
+	if (p->y_fixed && range_drawable(p->y_lo, p->y_hi, CHART_LINEAR)) {
 		fr->y_lo = p->y_lo;
 		fr->y_hi = p->y_hi;
 	} else if (!panel_bounds(p, 1, &lo, &hi)) {
@@ -375,7 +403,7 @@ static double frame_px_y(const struct plot_frame *fr, double y)
 
 static int frame_has_x(const struct plot_frame *fr, double x)
 {
-	return isfinite(x) && (fr->x_scale != CHART_LOG2 || x > 0);
+	return value_drawable(x) && (fr->x_scale != CHART_LOG2 || x > 0);
 }
 
 static void set_color(cairo_t *cr, struct chart_color c)
@@ -524,6 +552,8 @@ static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct p
 	cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
 	for (int i = 0; i < p->n_hlines; i++) {
 		const struct chart_hline *h = &p->hlines[i];
+		if (!value_drawable(h->y))
+			continue;
 		double y = frame_px_y(fr, h->y);
 		set_color(cr, h->color);
 		cairo_set_line_width(cr, 1.8);
@@ -538,9 +568,10 @@ static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct p
 		set_color(cr, l->style.color);
 		cairo_set_line_width(cr, l->style.width_px);
 		set_dash(cr, l->style.dashed);
-		/* A gap (NaN, or x <= 0 on a log axis) lifts the pen. */
+		/* A gap (NaN, a value past CHART_VALUE_MAX, or x <= 0 on a log axis)
+		 * lifts the pen. */
 		for (int k = 0; k < l->n; k++) {
-			if (!frame_has_x(fr, l->x[k]) || !isfinite(l->y[k])) {
+			if (!frame_has_x(fr, l->x[k]) || !value_drawable(l->y[k])) {
 				pen_down = 0;
 				continue;
 			}
@@ -554,7 +585,7 @@ static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct p
 		cairo_stroke(cr);
 		set_dash(cr, 0);
 		for (int k = 0; l->style.markers && k < l->n; k++) {
-			if (!frame_has_x(fr, l->x[k]) || !isfinite(l->y[k]))
+			if (!frame_has_x(fr, l->x[k]) || !value_drawable(l->y[k]))
 				continue;
 			cairo_arc(cr, frame_px_x(fr, l->x[k]), frame_px_y(fr, l->y[k]),
 				  l->style.width_px + 1.5, 0, 2 * M_PI);
@@ -570,7 +601,7 @@ static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct p
 	int n_boxes = 0;
 	for (int i = 0; i < p->n_points; i++) {
 		const struct chart_point *m = &p->points[i];
-		if (!frame_has_x(fr, m->x) || !isfinite(m->y))
+		if (!frame_has_x(fr, m->x) || !value_drawable(m->y))
 			continue;
 		double x = frame_px_x(fr, m->x), y = frame_px_y(fr, m->y);
 		cairo_arc(cr, x, y, 6.5, 0, 2 * M_PI);
@@ -635,11 +666,11 @@ static int legend_overlap(const struct chart_panel *p, const struct plot_frame *
 #define COVERS(px, py) ((px) >= x && (px) <= x + w && (py) >= y && (py) <= y + h)
 	for (int i = 0; i < p->n_lines; i++)
 		for (int k = 0; k < p->lines[i].n; k++)
-			if (frame_has_x(fr, p->lines[i].x[k]) && isfinite(p->lines[i].y[k]))
+			if (frame_has_x(fr, p->lines[i].x[k]) && value_drawable(p->lines[i].y[k]))
 				n += COVERS(frame_px_x(fr, p->lines[i].x[k]),
 					    frame_px_y(fr, p->lines[i].y[k]));
 	for (int i = 0; i < p->n_points; i++)
-		if (frame_has_x(fr, p->points[i].x))
+		if (frame_has_x(fr, p->points[i].x) && value_drawable(p->points[i].y))
 			n += 4 * COVERS(frame_px_x(fr, p->points[i].x),
 					frame_px_y(fr, p->points[i].y));
 	for (int i = 0; i < p->n_hlines; i++) {

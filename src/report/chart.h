@@ -79,7 +79,8 @@ int chart_panel_set_bars(struct chart_panel *p, int n_bars, const char *const *b
 int chart_figure_save(const struct chart_figure *fig, const char *path);
 
 /* Nice tick positions for [lo, hi] with about target ticks: multiples of 1, 2 or 5
- * times a power of ten; *step gets the spacing. Returns the count (at most cap). */
+ * times a power of ten; *step gets the spacing, always finite and positive. Returns
+ * the count (at most cap; none for bounds that are not finite). */
 int chart_ticks_nice(double lo, double hi, int target, double *ticks, int cap, double *step);
 
 #endif

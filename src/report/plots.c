@@ -448,8 +448,8 @@ static int plot_amp(json_t *m, const char *path)
 		pairs_sort(sr->batch, sr->img_s, sr->n);
 		pairs_sort(sr->speedup_batch, sr->speedup, sr->n_speedup);
 		if (sr->oom_batch > 0)
-			snprintf(label, sizeof(label), "%.15s (out of memory at %lld)", sr->name,
-				 (long long)sr->oom_batch);
+			snprintf(label, sizeof(label), "%.15s (out of memory at %.0f)", sr->name,
+				 sr->oom_batch);
 		else
 			snprintf(label, sizeof(label), "%.15s", sr->name);
 		if ((rc = chart_panel_add_line(tp, sr->batch, sr->img_s, sr->n, st, label)) < 0)
