@@ -198,9 +198,9 @@ TEST(maxbatch_start_too_large_bisects_down)
 TEST(maxbatch_bad_input_one_clear_line)
 {
 	test_check_bad("maxbatch --model vgg16 --device cpu --mem-limit-mib 40", "unknown model 'vgg16'");
-	test_check_bad("maxbatch --model simple_cnn --device cpu --start 0", "--start must be at least 1");
+	test_check_bad("maxbatch --model simple_cnn --device cpu --start 0", "--start must be between 1 and 65536 (got 0)");
 	test_check_bad("maxbatch --model simple_cnn --device cpu --mem-limit-mib 0",
-		  "--mem-limit-mib must be at least 1");
+		  "--mem-limit-mib must be between 1 and 16777216 (got 0)");
 }
 
 /* Nothing fits: the trials are still written, and the exit says so. */

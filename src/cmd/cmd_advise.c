@@ -57,14 +57,14 @@ int cmd_advise(int argc, char **argv)
 	base.steps = 30;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &base.model, "model (mobilenet_v2)", 0 },
-		{ "batch", OPT_INT, &base.batch, "batch size (64)", 1 },
-		{ "size", OPT_INT, &size, "input size (224; 32 for simple_cnn)", 8 },
-		{ "data", OPT_STR, &data, "synthetic | DIR | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &base.workers, "data-loader threads (0)", 0 },
-		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2 },
+		{ "batch", OPT_INT, &base.batch, "batch size (64)", 1, ARGS_MAX_BATCH },
+		{ "size", OPT_INT, &size, "input size (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "data", OPT_PATH, &data, "synthetic | DIR | cifar10:DIR", 0 },
+		{ "workers", OPT_INT, &base.workers, "data-loader threads (0)", 0, ARGS_MAX_WORKERS },
+		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2, ARGS_MAX_STEPS },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32", 0 },
-		{ "out", OPT_STR, &out, "directory for advise.json (results)", 0 },
+		{ "out", OPT_PATH, &out, "directory for advise.json (results)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};

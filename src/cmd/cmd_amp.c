@@ -247,13 +247,13 @@ int cmd_amp(int argc, char **argv)
 	int steps = 30, size = 0, csv = 0, help = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (resnet50)", 0 },
-		{ "batches", OPT_INT_LIST, &batches, "batch sizes (64,128,256,512)", 1 },
+		{ "batches", OPT_INT_LIST, &batches, "batch sizes (64,128,256,512)", 1, ARGS_MAX_BATCH },
 		{ "precisions", OPT_STR, &precisions, "comma-separated, from fp32,tf32,fp16,bf16 (all four)", 0 },
-		{ "steps", OPT_INT, &steps, "training steps per cell, the first 10% (at most 10) untimed (30)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
+		{ "steps", OPT_INT, &steps, "training steps per cell, the first 10% (at most 10) untimed (30)", 1, ARGS_MAX_STEPS },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
 		{ "layout", OPT_STR, &layout, "nchw | nhwc for fp16/bf16 (default nhwc; fp32/tf32 run nchw)", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "out", OPT_STR, &out_dir, "directory for amp.json and the chart (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for amp.json and the chart (results)", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the table as CSV beside the result", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },

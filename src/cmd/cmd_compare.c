@@ -228,13 +228,13 @@ int cmd_compare(int argc, char **argv)
 	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0;
 	struct opt opts[] = {
 		{ "models", OPT_STR, &models, "comma-separated models (simple_cnn,resnet18,mobilenet_v2)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (32)", 1 },
-		{ "steps", OPT_INT, &steps, "training steps per model (100)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "batch", OPT_INT, &batch, "batch size (32)", 1, ARGS_MAX_BATCH },
+		{ "steps", OPT_INT, &steps, "training steps per model (100)", 1, ARGS_MAX_STEPS },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_STR, &out_dir, "directory for compare.json (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for compare.json (results)", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the tables as CSV beside the result", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },

@@ -80,9 +80,9 @@ int cmd_info(int argc, char **argv)
 	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0, recompute_blocks = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1, ARGS_MAX_BATCH },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "plan with BN+ReLU outputs recomputed in backward", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks, "and residual blocks' outputs too", 0 },

@@ -353,13 +353,13 @@ int cmd_maxbatch(int argc, char **argv)
 	int no_recompute = 0, measure_algos = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
-		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1 },
+		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1, ARGS_MAX_BATCH },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1 },
-		{ "out", OPT_STR, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
+		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1, 16777216 },
+		{ "out", OPT_PATH, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward (the default)", 0 },
 		{ "no-recompute", OPT_FLAG, &no_recompute, "keep BN+ReLU outputs for backward (as PyTorch does)", 0 },

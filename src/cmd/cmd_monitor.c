@@ -45,10 +45,10 @@ int cmd_monitor(int argc, char **argv)
 	int count = 0, dev = 0, help = 0;
 	const char *out = NULL;
 	struct opt opts[] = {
-		{ "interval", OPT_DOUBLE, &interval, "seconds between samples (1)", 0 },
-		{ "count", OPT_INT, &count, "stop after this many samples (default: until Ctrl-C)", 1 },
-		{ "gpu", OPT_INT, &dev, "NVML device index (0)", 0 },
-		{ "out", OPT_STR, &out, "directory for monitor.json (results)", 0 },
+		{ "interval", OPT_DOUBLE, &interval, "seconds between samples (1)", 0, 0, .min_d = 0.01, .max_d = 3600, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "count", OPT_INT, &count, "stop after this many samples (default: until Ctrl-C)", 1, ARGS_MAX_STEPS },
+		{ "gpu", OPT_INT, &dev, "NVML device index (0)", 0, 63 },
+		{ "out", OPT_PATH, &out, "directory for monitor.json (results)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -59,8 +59,6 @@ int cmd_monitor(int argc, char **argv)
 	}
 	if (!out)
 		out = result_default_dir();
-	if (!(interval >= 0.01 && interval <= 3600))
-		return gp_error(GP_EINVAL, "--interval must be between 0.01 and 3600 seconds (got %g)", interval);
 	GP_TRY(nvml_open());
 	int rc, n_dev = 0;
 	struct nvml_static_info info;

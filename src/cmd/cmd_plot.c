@@ -17,7 +17,7 @@ int cmd_plot(int argc, char **argv)
 	const char *out_dir = NULL;
 	int help = 0;
 	const struct opt opts[] = {
-		{ "out", OPT_STR, &out_dir, "directory for the charts (default: the result's)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for the charts (default: the result's)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};

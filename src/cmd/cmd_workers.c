@@ -340,18 +340,18 @@ int cmd_workers(int argc, char **argv)
 	struct int_list workers = { 4, { 0, 2, 4, 8 } };
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
-		{ "data", OPT_STR, &data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (64)", 1 },
-		{ "workers", OPT_INT_LIST, &workers, "worker counts to try (0,2,4,8)", 0 },
-		{ "steps", OPT_INT, &steps, "training steps per worker count (100)", 1 },
-		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0 },
-		{ "prefetch", OPT_INT, &prefetch, "batches in flight per worker (2)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's)", 1 },
+		{ "data", OPT_PATH, &data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)", 0 },
+		{ "batch", OPT_INT, &batch, "batch size (64)", 1, ARGS_MAX_BATCH },
+		{ "workers", OPT_INT_LIST, &workers, "worker counts to try (0,2,4,8)", 0, ARGS_MAX_WORKERS },
+		{ "steps", OPT_INT, &steps, "training steps per worker count (100)", 1, ARGS_MAX_STEPS },
+		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "prefetch", OPT_INT, &prefetch, "batches in flight per worker (2)", 1, ARGS_MAX_PREFETCH },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's)", 1, ARGS_MAX_CLASSES },
 		{ "seed", OPT_I64, &seed, "seed for initialization and data order (0)", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_STR, &out_dir, "directory for workers.json and the chart (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for workers.json and the chart (results)", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the table as workers.csv", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
@@ -367,9 +367,6 @@ int cmd_workers(int argc, char **argv)
 	}
 	if (!data || !strcmp(data, "synthetic"))
 		return gp_error(GP_EINVAL, "--data DIR (an ImageFolder) or cifar10:DIR is required");
-	if (!(interval_s >= 0.01 && interval_s <= 60))
-		return gp_error(GP_EINVAL, "--interval must be between 0.01 and 60 seconds (got %g)",
-				interval_s);
 	GP_TRY(check_workers(&workers));
 	enum backend_kind backend;
 	enum precision prec;
