@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "nn/models.h"
+#include "report/result.h"
 #include "test.h"
 
 static int run(const char *args, char *out, size_t cap)
@@ -112,6 +113,19 @@ TEST(outputs_empty_paths_are_refused)
 	CHECK(strstr(out, "data_batch_1.bin") == NULL);
 }
 
+TEST(outputs_result_real_turns_non_finite_into_null)
+{
+	json_t *v = result_real(NAN);
+	CHECK(json_is_null(v));
+	json_decref(v);
+	v = result_real(-INFINITY);
+	CHECK(json_is_null(v));
+	json_decref(v);
+	v = result_real(2.5);
+	CHECK(json_is_real(v) && json_real_value(v) == 2.5);
+	json_decref(v);
+}
+
 /* A plan whose byte counts would wrap 64 bits is an error, not a small number. */
 TEST(outputs_memory_plan_checks_overflow)
 {
@@ -131,4 +145,34 @@ TEST(outputs_memory_plan_checks_overflow)
 			net->nodes[i].ws_fwd = SIZE_MAX / 2;
 	CHECK_EQ_INT(net_plan_memory(net, 1, 4, 0), GP_EINVAL);
 	net_free(net);
+}
+
+/* lr 2 diverges within a few steps: the run still ends well and its result has the
+ * non-finite loss as null and the step where it first read non-finite. */
+TEST(outputs_diverging_run_keeps_its_result)
+{
+	char args[1024], out[65536], path[600];
+	const char *dir = test_tmpdir();
+	snprintf(args, sizeof(args), "train --device cpu --batch 8 --steps 20 --lr 2 --classes 10 "
+		 "--out %s/diverge", dir);
+	int rc = run(args, out, sizeof(out));
+	CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+	const char *w = strstr(out, "warning: the loss became NaN at step ");
+	CHECK_MSG(w != NULL, "no warning in: %s", out);
+	CHECK(w && strstr(w + 1, "warning:") == NULL); /* once */
+	int warned = w ? atoi(w + strlen("warning: the loss became NaN at step ")) : 0;
+	snprintf(path, sizeof(path), "%s/diverge/train.json", dir);
+	json_error_t jerr;
+	json_t *res = json_load_file(path, 0, &jerr);
+	CHECK_MSG(res != NULL, "%s: %s", path, jerr.text);
+	if (!res)
+		return;
+	json_t *m = json_object_get(res, "measurements");
+	CHECK(json_is_real(json_object_get(m, "first_loss")));
+	CHECK(json_is_null(json_object_get(m, "last_loss")));
+	json_t *step = json_object_get(m, "nonfinite_loss_step");
+	CHECK(json_is_integer(step));
+	CHECK(json_integer_value(step) >= 2 && json_integer_value(step) <= 20);
+	CHECK_EQ_INT(json_integer_value(step), warned);
+	json_decref(res);
 }

@@ -40,11 +40,11 @@ static int advise_measure(struct trial *t, int i, int n_planned)
 
 static json_t *trial_json(const struct trial *t, double base_img_s)
 {
-	return json_pack("{s:s, s:s, s:i, s:i, s:s, s:f, s:f, s:f, s:b}", "change", t->change,
+	return json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:b}", "change", t->change,
 			 "reason", t->reason, "batch", t->o.batch, "workers", t->o.workers,
-			 "precision", train_precision_name(t->o.precision), "img_s", t->r.img_s,
-			 "speedup", base_img_s > 0 ? t->r.img_s / base_img_s : 0.0, "data_wait_pct",
-			 t->r.data_wait_pct, "kept", t->kept);
+			 "precision", train_precision_name(t->o.precision), "img_s", result_real(t->r.img_s),
+			 "speedup", result_real(base_img_s > 0 ? t->r.img_s / base_img_s : 0.0), "data_wait_pct",
+			 result_real(t->r.data_wait_pct), "kept", t->kept);
 }
 
 int cmd_advise(int argc, char **argv)
@@ -197,8 +197,8 @@ int cmd_advise(int argc, char **argv)
 		json_array_append_new(trials, trial_json(&t[i], b->img_s));
 	json_object_set_new(res, "settings", json_pack("{s:s, s:i, s:s, s:i, s:i}", "model", base.model,
 			    "batch", base.batch, "data", data, "workers", base.workers, "steps", base.steps));
-	json_object_set_new(res, "measurements", json_pack("{s:o, s:s, s:f}", "trials", trials, "best",
-			    best->change, "best_img_s", best->r.img_s));
+	json_object_set_new(res, "measurements", json_pack("{s:o, s:s, s:o}", "trials", trials, "best",
+			    best->change, "best_img_s", result_real(best->r.img_s)));
 	char path[4096];
 	rc = result_write(res, out, "advise", path, sizeof(path));
 	if (rc == 0)

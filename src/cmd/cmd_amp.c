@@ -159,13 +159,13 @@ static int table_fill(struct table *t, const struct amp_cell *cells, int n)
 
 static json_t *real_or_null(int ok, double v)
 {
-	return ok ? json_real(v) : json_null();
+	return ok ? result_real(v) : json_null();
 }
 
 static json_t *cell_json(const struct amp_cell *c)
 {
 	int ok = !c->oom;
-	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i}",
+	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}",
 		"batch", c->batch, "precision", train_precision_name(c->prec),
 		"layout", layout_name(c->layout), "status", ok ? "ok" : "oom",
 		"ms_per_step", real_or_null(ok, c->res.ms_per_step),
@@ -174,6 +174,8 @@ static json_t *cell_json(const struct amp_cell *c)
 		"peak_mib", real_or_null(ok, peak_mib(c)),
 		"first_loss", real_or_null(ok, c->res.first_loss),
 		"last_loss", real_or_null(ok, c->res.last_loss),
+		"nonfinite_loss_step", ok && c->res.nonfinite_step ? json_integer(c->res.nonfinite_step)
+								    : json_null(),
 		"timed_steps", ok ? c->res.timed_steps : 0);
 	if (j && c->oom && json_object_set_new(j, "error", json_string(c->error)) < 0) {
 		json_decref(j);

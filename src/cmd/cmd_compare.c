@@ -111,7 +111,7 @@ static int parse_models(const char *list, char names[][32], int *n)
 
 static json_t *mib_or_null(int ok, size_t bytes)
 {
-	return ok ? json_real(bytes / GP_MIB) : json_null();
+	return ok ? result_real(bytes / GP_MIB) : json_null();
 }
 
 static json_t *row_json(const struct compare_row *r)
@@ -121,21 +121,23 @@ static json_t *row_json(const struct compare_row *r)
 	for (int c = 0; c < MEM_NCAT; c++)
 		json_object_set_new(cat, mem_cat_name(c),
 				    json_integer((json_int_t)t->mem_after_setup.cur_bytes[c]));
-	return json_pack("{s:s, s:i, s:i, s:i, s:I, s:f, s:f, s:o, s:o, s:I, s:I, s:I, s:f, s:f, s:f,"
-			 " s:f, s:f, s:f, s:f, s:f, s:o}",
+	return json_pack("{s:s, s:i, s:i, s:i, s:I, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o,"
+			 " s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 		"model", r->model, "size", r->size, "batch", r->batch, "steps", t->steps,
-		"params", (json_int_t)t->params, "params_m", t->params / 1e6,
-		"param_mib", t->params * sizeof(float) / GP_MIB,
+		"params", (json_int_t)t->params, "params_m", result_real(t->params / 1e6),
+		"param_mib", result_real(t->params * sizeof(float) / GP_MIB),
 		"process_setup_mib", mib_or_null(r->process_setup_ok, r->process_setup_bytes),
 		"process_peak_mib", mib_or_null(r->process_peak_ok, r->process_peak_bytes),
 		"alloc_bytes", (json_int_t)t->mem_after_setup.total_bytes,
 		"alloc_peak_bytes", (json_int_t)t->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)t->plan.total_bytes,
-		"alloc_mib", t->mem_after_setup.total_bytes / GP_MIB,
-		"alloc_peak_mib", t->mem.total_peak_bytes / GP_MIB,
-		"predicted_peak_mib", t->plan.total_bytes / GP_MIB,
-		"train_s", t->total_s, "ms_per_step", t->ms_per_step, "img_s", t->img_s,
-		"first_loss", t->first_loss, "last_loss", t->last_loss,
+		"alloc_mib", result_real(t->mem_after_setup.total_bytes / GP_MIB),
+		"alloc_peak_mib", result_real(t->mem.total_peak_bytes / GP_MIB),
+		"predicted_peak_mib", result_real(t->plan.total_bytes / GP_MIB),
+		"train_s", result_real(t->total_s), "ms_per_step", result_real(t->ms_per_step),
+		"img_s", result_real(t->img_s),
+		"first_loss", result_real(t->first_loss), "last_loss", result_real(t->last_loss),
+		"nonfinite_loss_step", t->nonfinite_step ? json_integer(t->nonfinite_step) : json_null(),
 		"category_bytes", cat);
 }
 

@@ -238,11 +238,11 @@ static int predict_max_batch(struct search *s, size_t budget, int *out)
 static json_t *trial_json(const struct trial *t)
 {
 	if (t->ok)
-		return json_pack("{s:i, s:b, s:f, s:f, s:f, s:f}", "batch", t->batch, "ok", 1,
-				 "peak_alloc_mib", t->peak_alloc_mib, "process_mib", t->process_mib,
-				 "predicted_mib", t->predicted_mib, "step_ms", t->step_ms);
-	return json_pack("{s:i, s:b, s:f, s:s}", "batch", t->batch, "ok", 0, "predicted_mib",
-			 t->predicted_mib, "error", t->error);
+		return json_pack("{s:i, s:b, s:o, s:o, s:o, s:o}", "batch", t->batch, "ok", 1,
+				 "peak_alloc_mib", result_real(t->peak_alloc_mib), "process_mib", result_real(t->process_mib),
+				 "predicted_mib", result_real(t->predicted_mib), "step_ms", result_real(t->step_ms));
+	return json_pack("{s:i, s:b, s:o, s:s}", "batch", t->batch, "ok", 0, "predicted_mib",
+			 result_real(t->predicted_mib), "error", t->error);
 }
 
 static int trials_table(const struct search *s, struct table *t)
@@ -279,12 +279,12 @@ static json_t *search_result(const struct search *s, int argc, char **argv, cons
 	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "model", model,
 		"precision", prec, "image_size", size, "start", start,
 		"device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
-		"mem_limit_mib", limit_bytes ? json_real(limit_bytes / GP_MIB) : json_null(),
+		"mem_limit_mib", limit_bytes ? result_real(limit_bytes / GP_MIB) : json_null(),
 		"search", "double from start, then bisect to the exact batch",
 		"recompute", s->recompute, "conv_algorithms", s->measure_algos ? "measured" : "heuristic");
-	json_t *m = json_pack("{s:s, s:s, s:f, s:O, s:i, s:i, s:f}", "model", model,
-		"precision", prec, "capacity_mib", capacity_mib, "trials", trials,
-		"max_batch", max_batch, "predicted_max_batch", predicted, "search_s", search_s);
+	json_t *m = json_pack("{s:s, s:s, s:o, s:O, s:i, s:i, s:o}", "model", model,
+		"precision", prec, "capacity_mib", result_real(capacity_mib), "trials", trials,
+		"max_batch", max_batch, "predicted_max_batch", predicted, "search_s", result_real(search_s));
 	if (!settings || !m || json_object_set_new(res, "settings", settings) < 0 ||
 	    json_object_set_new(res, "measurements", m) < 0)
 		goto fail;

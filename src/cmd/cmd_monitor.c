@@ -31,10 +31,10 @@ static void sleep_s(double s)
 static json_t *sample_json(const struct nvml_sample *s, double t0)
 {
 	char why[160];
-	return json_pack("{s:f, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:s}", "t_s", s->t_s - t0,
+	return json_pack("{s:o, s:i, s:i, s:o, s:o, s:o, s:i, s:i, s:i, s:s}", "t_s", result_real(s->t_s - t0),
 			 "util_gpu_pct", s->util_gpu_pct, "util_mem_pct", s->util_mem_pct,
-			 "mem_used_mib", s->mem_used_bytes / GP_MIB, "mem_total_mib",
-			 s->mem_total_bytes / GP_MIB, "power_w", s->power_mw / 1000.0, "temp_c",
+			 "mem_used_mib", result_real(s->mem_used_bytes / GP_MIB), "mem_total_mib",
+			 result_real(s->mem_total_bytes / GP_MIB), "power_w", result_real(s->power_mw / 1000.0), "temp_c",
 			 s->temp_c, "sm_clock_mhz", s->sm_clock_mhz, "mem_clock_mhz", s->mem_clock_mhz,
 			 "throttle", nvml_throttle_reason_str(s->throttle_reasons, why, sizeof(why)));
 }
@@ -102,7 +102,7 @@ int cmd_monitor(int argc, char **argv)
 		goto out;
 	}
 	result_set_gpu(res, result_gpu_from_nvml(&info));
-	json_object_set_new(res, "settings", json_pack("{s:f, s:i}", "interval_s", interval, "gpu", dev));
+	json_object_set_new(res, "settings", json_pack("{s:o, s:i}", "interval_s", result_real(interval), "gpu", dev));
 	json_object_set_new(res, "measurements", json_pack("{s:O}", "samples", samples));
 	char path[4096];
 	if ((rc = result_write(res, out, "monitor", path, sizeof(path))) == 0)

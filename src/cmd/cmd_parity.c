@@ -15,6 +15,7 @@
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
+#include "report/result.h"
 
 static int read_raw(const char *dir, const char *name, void *dst, size_t bytes)
 {
@@ -132,7 +133,7 @@ int cmd_parity(int argc, char **argv)
 			goto out;
 		if ((rc = net_backward(net)) < 0)
 			goto out;
-		json_array_append_new(losses, json_real(loss));
+		json_array_append_new(losses, result_real(loss));
 		if (s == 0) {
 			snprintf(path, sizeof(path), "%s/grads.safetensors", out);
 			if ((rc = net_grads_to_host(net, buf)) < 0 || (rc = save_grads(net, buf, path)) < 0)

@@ -203,7 +203,7 @@ static int recommend(const struct workers_run *runs, int n, int *best_i)
 
 static json_t *real_or_null(int ok, double v)
 {
-	return ok ? json_real(v) : json_null();
+	return ok ? result_real(v) : json_null();
 }
 
 static json_t *run_json(const struct workers_run *r)
@@ -212,18 +212,18 @@ static json_t *run_json(const struct workers_run *r)
 	int ok = r->util != NULL;
 	json_t *samples = json_array();
 	for (int i = 0; ok && samples && i < r->util->n; i++)
-		if (json_array_append_new(samples, json_pack("[f, f]", r->util->t_s[i],
-							     r->util->pct[i])) < 0) {
+		if (json_array_append_new(samples, json_pack("[o, o]", result_real(r->util->t_s[i]),
+							     result_real(r->util->pct[i]))) < 0) {
 			json_decref(samples);
 			return NULL;
 		}
-	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:f, s:f, s:f, s:o, s:f, s:f, s:I, s:i}",
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i}",
 		"workers", r->workers, "samples", samples,
 		"mean_util", real_or_null(ok, r->mean_util), "std_util", real_or_null(ok, r->std_util),
-		"idle_share", real_or_null(ok, r->idle_share), "total_s", t->total_s,
-		"img_s", t->img_s, "data_wait_ms", t->data_wait_ms,
+		"idle_share", real_or_null(ok, r->idle_share), "total_s", result_real(t->total_s),
+		"img_s", result_real(t->img_s), "data_wait_ms", result_real(t->data_wait_ms),
 		"util_source", ok ? json_string(r->util_source) : json_null(),
-		"data_wait_pct", t->data_wait_pct, "copy_ms", t->copy_ms,
+		"data_wait_pct", result_real(t->data_wait_pct), "copy_ms", result_real(t->copy_ms),
 		"skipped_corrupt", (json_int_t)t->skipped_corrupt, "steps", t->steps);
 }
 
@@ -423,10 +423,10 @@ int cmd_workers(int argc, char **argv)
 	}
 	int best_i, rec = recommend(runs, workers.n, &best_i);
 
-	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:i, s:I, s:s, s:s}",
+	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o, s:i, s:I, s:s, s:s}",
 		"model", model, "data", data, "batch", batch, "steps", steps,
 		"size", size ? size : model_defaults(model).size, "classes", runs[0].res.classes,
-		"interval_s", interval_s, "prefetch", prefetch, "seed", (json_int_t)seed,
+		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
 		"device", backend == BACKEND_CUDA ? "cuda" : "cpu",
 		"precision", train_precision_name(prec));
 	json_t *list = json_array();

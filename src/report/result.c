@@ -2,6 +2,7 @@
 #include "report/result.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,6 +11,11 @@
 #include "core/error.h"
 #include "core/memstat.h"
 #include "core/version.h"
+
+json_t *result_real(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
+}
 
 void result_utc_str(time_t t, char *buf, size_t cap)
 {
@@ -62,13 +68,13 @@ json_t *result_gpu_from_nvml(const struct nvml_static_info *info)
 	char cuda[16];
 	snprintf(cuda, sizeof(cuda), "%d.%d", info->cuda_driver_version / 1000,
 		 info->cuda_driver_version % 1000 / 10);
-	return json_pack("{s:s, s:s, s:s, s:s, s:f, s:f, s:i, s:i}",
+	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:i}",
 			 "name", info->name,
 			 "uuid", info->uuid,
 			 "driver_version", info->driver_version,
 			 "cuda_driver_version", cuda,
-			 "memory_mib", info->mem_total_bytes / GP_MIB,
-			 "power_limit_w", info->power_limit_mw / 1000.0,
+			 "memory_mib", result_real(info->mem_total_bytes / GP_MIB),
+			 "power_limit_w", result_real(info->power_limit_mw / 1000.0),
 			 "max_sm_clock_mhz", (json_int_t)info->max_sm_clock_mhz,
 			 "max_mem_clock_mhz", (json_int_t)info->max_mem_clock_mhz);
 }

@@ -19,6 +19,10 @@
 /* A new result for command run as argv[0..argc) (the subcommand's argv), with empty
  * "settings" and "measurements" objects to fill; NULL when out of memory. */
 json_t *result_new(const char *command, int argc, char **argv);
+/* A JSON number for v, or null when v is NaN or infinite (JSON has no such numbers,
+ * and jansson refuses them): every real in a result goes through this. NULL only
+ * when out of memory. */
+json_t *result_real(double v);
 /* Where results go when --out is not given: $GPUPERF_RESULTS, else "results". */
 const char *result_default_dir(void);
 /* Set "gpu" to an object (name, driver and library versions); takes the reference. */
