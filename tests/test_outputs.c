@@ -2,11 +2,13 @@
  * paths, results that survive a diverging run, and output locations proved before
  * the work. */
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "nn/models.h"
@@ -175,4 +177,191 @@ TEST(outputs_diverging_run_keeps_its_result)
 	CHECK(json_integer_value(step) >= 2 && json_integer_value(step) <= 20);
 	CHECK_EQ_INT(json_integer_value(step), warned);
 	json_decref(res);
+}
+
+/* A file where a folder should be: every command that writes refuses it at once,
+ * before the first step, in one line. */
+TEST(outputs_unwritable_locations_fail_before_the_work)
+{
+	const char *dir = test_tmpdir();
+	char file[600], args[2048], out[16384];
+	snprintf(file, sizeof(file), "%s/afile", dir);
+	FILE *f = fopen(file, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fclose(f);
+	static const char *cmds[] = {
+		"train --device cpu --steps 200 --out %s",
+		"train --device cpu --steps 200 --out %s/sub",
+		"train --device cpu --steps 200 --save %s/w.safetensors",
+		"train --device cpu --epochs 2 --profile-epochs 0 1 --out %s",
+		"profile --device cpu --model simple_cnn --out %s",
+		"compare --device cpu --models simple_cnn --out %s",
+		"amp --device cpu --model simple_cnn --precisions fp32 --out %s",
+		"maxbatch --device cpu --model simple_cnn --out %s",
+		"workers --device cpu --data somewhere --out %s",
+		"advise --device cpu --model simple_cnn --out %s",
+		"dataset make --out %s/ds",
+		"parity --model simple_cnn --load w --input in --out %s",
+	};
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		char rest[1024];
+		snprintf(rest, sizeof(rest), cmds[i], file);
+		snprintf(args, sizeof(args), "%s 2>&1", rest);
+		int rc = run(args, out, sizeof(out));
+		CHECK_MSG(rc != 0, "'%s' exited 0", rest);
+		CHECK_MSG(test_count_lines(out) == 1, "'%s' printed %d lines: %s", rest,
+			  test_count_lines(out), out);
+		CHECK_MSG(strstr(out, "cannot create directory") != NULL, "'%s' said: %s", rest, out);
+	}
+	/* --save naming a folder is refused before training, too */
+	snprintf(args, sizeof(args), "train --device cpu --steps 200 --save %s --out %s/o", dir, dir);
+	int rc = run(args, out, sizeof(out));
+	CHECK_MSG(rc != 0 && test_count_lines(out) == 1 && strstr(out, "is a folder, not a file"),
+		  "exit %d: %s", rc, out);
+}
+
+/* Without --out each run gets a folder of its own, also when runs start in the same
+ * second, and results/latest names the newest. */
+TEST(outputs_each_run_gets_a_new_folder)
+{
+	const char *dir = test_tmpdir();
+	char cmd[2048], out[65536], path[2500], link[600], target[600], bin[PATH_MAX];
+	if (!realpath(test_bin(), bin))
+		snprintf(bin, sizeof(bin), "%s", test_bin());
+	snprintf(cmd, sizeof(cmd), "cd %.400s && for i in 1 2 3; do GPUPERF_RESULTS=res %.1000s train "
+		 "--device cpu --steps 1 --batch 2 --classes 10 > log$i 2>&1 & done; wait; "
+		 "cat log1 log2 log3", dir, bin);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	char seen[3][600];
+	int n = 0;
+	for (const char *p = out; (p = strstr(p, "wrote res/train_")) && n < 3; p++) {
+		CHECK_EQ_INT(sscanf(p, "wrote %599s", seen[n]), 1);
+		snprintf(path, sizeof(path), "%s/%s", dir, seen[n]);
+		FILE *f = fopen(path, "r");
+		CHECK_MSG(f != NULL, "no %s", path);
+		if (f)
+			fclose(f);
+		n++;
+	}
+	CHECK_EQ_INT(n, 3);
+	if (n == 3) {
+		CHECK(strcmp(seen[0], seen[1]) && strcmp(seen[0], seen[2]) && strcmp(seen[1], seen[2]));
+	}
+	/* the next run becomes latest */
+	snprintf(cmd, sizeof(cmd), "cd %.400s && GPUPERF_RESULTS=res %.1000s train --device cpu --steps 1 "
+		 "--batch 2 --classes 10", dir, bin);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	const char *w = strstr(out, "wrote res/");
+	CHECK(w != NULL);
+	snprintf(link, sizeof(link), "%s/res/latest", dir);
+	ssize_t len = readlink(link, target, sizeof(target) - 1);
+	CHECK(len > 0);
+	if (w && len > 0) {
+		target[len] = 0;
+		char want[700];
+		snprintf(want, sizeof(want), "wrote res/%s/train.json", target);
+		CHECK_MSG(!strncmp(w, want, strlen(want)), "latest -> %s, but %s", target, w);
+	}
+}
+
+/* An explicit --out that holds a result is refused, unless --overwrite. */
+TEST(outputs_out_with_a_result_is_not_overwritten)
+{
+	const char *dir = test_tmpdir();
+	char args[1024], out[65536], path[700];
+	snprintf(args, sizeof(args), "train --device cpu --steps 1 --batch 2 --classes 10 --out %s/o",
+		 dir);
+	CHECK_EQ_INT(run(args, out, sizeof(out)), 0);
+	snprintf(path, sizeof(path), "%s/o/train.json", dir);
+	json_error_t jerr;
+	json_t *first = json_load_file(path, 0, &jerr);
+	CHECK(first != NULL);
+	char want[900];
+	snprintf(want, sizeof(want), "'%s' holds an earlier result", path);
+	check_bad_option(args, want);
+	json_t *again = json_load_file(path, 0, &jerr);
+	CHECK(first && again && json_equal(first, again));
+	strcat(args, " --overwrite");
+	CHECK_EQ_INT(run(args, out, sizeof(out)), 0);
+	json_t *third = json_load_file(path, 0, &jerr);
+	CHECK(third && first && !json_equal(first, third)); /* a new start time */
+	json_decref(first);
+	json_decref(again);
+	json_decref(third);
+	/* profile's result is result.json */
+	snprintf(args, sizeof(args), "profile --device cpu --model simple_cnn --batch 2 --classes 10 "
+		 "--steps 1 --baseline-steps 1 --out %s/o", dir);
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	if (f)
+		fclose(f);
+	snprintf(path, sizeof(path), "%s/o/result.json", dir);
+	f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f)
+		fclose(f);
+	snprintf(want, sizeof(want), "'%s' holds an earlier result", path);
+	check_bad_option(args, want);
+}
+
+/* Run gpuperf with args in the background, and once it printed its first step,
+ * replace what sits at victim with a file: the write at the end then fails. */
+static int run_then_block(const char *args, const char *victim, char *out, size_t cap)
+{
+	char cmd[8192];
+	snprintf(cmd, sizeof(cmd),
+		 "%.500s %.1000s > %.300s.log 2>&1 & pid=$!; "
+		 "while ! grep -q 'step ' %.300s.log && kill -0 $pid 2>/dev/null; do sleep 0.01; done; "
+		 "rm -rf %.300s && touch %.300s; wait $pid; rc=$?; cat %.300s.log; exit $rc",
+		 test_bin(), args, victim, victim, victim, victim, victim);
+	return test_run(cmd, out, cap);
+}
+
+/* The folder of --save is gone when training ends: the result is written all the
+ * same, and the run ends with the save's error. */
+TEST(outputs_failed_save_keeps_the_result)
+{
+	const char *dir = test_tmpdir();
+	char args[1024], out[65536], victim[600], path[700];
+	snprintf(victim, sizeof(victim), "%s/sv", dir);
+	snprintf(args, sizeof(args), "train --device cpu --steps 100 --batch 1 --classes 10 "
+		 "--save %s/w.safetensors --out %s/o", victim, dir);
+	int rc = run_then_block(args, victim, out, sizeof(out));
+	CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
+	CHECK_MSG(strstr(out, "gpuperf train: error: ") != NULL, "said: %s", out);
+	snprintf(path, sizeof(path), "%s/o/train.json", dir);
+	json_error_t jerr;
+	json_t *res = json_load_file(path, 0, &jerr);
+	CHECK_MSG(res != NULL, "%s: %s", path, jerr.text);
+	CHECK(strstr(out, "wrote ") != NULL);
+	json_decref(res);
+}
+
+/* The result folder is gone when training ends: the result comes on stdout as JSON,
+ * then one error line. */
+TEST(outputs_failed_result_write_prints_the_result)
+{
+	const char *dir = test_tmpdir();
+	char args[1024], out[65536], victim[600];
+	snprintf(victim, sizeof(victim), "%s/o", dir);
+	snprintf(args, sizeof(args), "train --device cpu --steps 100 --batch 1 --classes 10 --out %s",
+		 victim);
+	int rc = run_then_block(args, victim, out, sizeof(out));
+	CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
+	const char *j = strstr(out, "\n{\n");
+	CHECK_MSG(j != NULL, "no JSON in: %s", out);
+	if (!j)
+		return;
+	json_error_t jerr;
+	json_t *res = json_loads(j + 1, JSON_DISABLE_EOF_CHECK, &jerr);
+	CHECK_MSG(res != NULL, "%s", jerr.text);
+	CHECK(json_is_string(json_object_get(res, "command")));
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(res, "measurements"), "steps")),
+		     100);
+	json_decref(res);
+	const char *e = strstr(j, "gpuperf train: error: cannot");
+	CHECK_MSG(e != NULL, "said: %s", j);
+	CHECK(e && test_count_lines(e) == 1);
 }

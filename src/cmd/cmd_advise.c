@@ -51,7 +51,7 @@ int cmd_advise(int argc, char **argv)
 {
 	struct train_opts base = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *data = "synthetic", *out = NULL;
-	int help = 0, size = 0;
+	int help = 0, size = 0, overwrite = 0;
 	base.model = "mobilenet_v2";
 	base.batch = 64;
 	base.steps = 30;
@@ -64,7 +64,8 @@ int cmd_advise(int argc, char **argv)
 		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2, ARGS_MAX_STEPS },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32", 0 },
-		{ "out", OPT_PATH, &out, "directory for advise.json (results)", 0 },
+		{ "out", OPT_PATH, &out, "directory for advise.json (default: a new results/advise_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the advise.json that --out DIR holds", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -73,8 +74,6 @@ int cmd_advise(int argc, char **argv)
 		args_print_help("gpuperf advise [--model M] [--batch B] [--data DIR] [--workers N] [--steps N]", opts);
 		return 0;
 	}
-	if (!out)
-		out = result_default_dir();
 	base.size = size;
 	base.classes = 0;
 	base.log_every = base.steps + 1;
@@ -86,6 +85,9 @@ int cmd_advise(int argc, char **argv)
 		return gp_error(GP_EINVAL, "--workers needs --data DIR or cifar10:DIR");
 	GP_TRY(train_pick_device(device, &base.backend, 0));
 	GP_TRY(train_parse_precision(precision, &base.precision));
+	char run_dir[4096];
+	GP_TRY(result_dir_prepare("advise", "advise", out, overwrite, run_dir, sizeof(run_dir)));
+	out = run_dir;
 
 	struct trial t[ADVISE_MAX];
 	int n = 0, rc;

@@ -13,6 +13,7 @@
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
 #include "report/profile_charts.h"
+#include "report/result.h"
 
 static int file_exists(const char *path)
 {
@@ -70,6 +71,7 @@ int cmd_analyze(int argc, char **argv)
 	struct analysis a;
 	int rc;
 	GP_TRY(trace_find(dir, path, sizeof(path)));
+	GP_TRY(path_dir_prepare(dir));
 	GP_TRY(chrome_trace_read(path, &t));
 	rc = analysis_run(&t, &a);
 	if (rc < 0) {

@@ -227,7 +227,7 @@ int cmd_compare(int argc, char **argv)
 {
 	const char *models = "simple_cnn,resnet18,mobilenet_v2", *device = "auto";
 	const char *precision = "fp32", *out_dir = NULL;
-	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0;
+	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0, overwrite = 0;
 	struct opt opts[] = {
 		{ "models", OPT_STR, &models, "comma-separated models (simple_cnn,resnet18,mobilenet_v2)", 0 },
 		{ "batch", OPT_INT, &batch, "batch size (32)", 1, ARGS_MAX_BATCH },
@@ -236,14 +236,13 @@ int cmd_compare(int argc, char **argv)
 		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_PATH, &out_dir, "directory for compare.json (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for compare.json (default: a new results/compare_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the compare.json that --out DIR holds", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the tables as CSV beside the result", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
-	if (!out_dir)
-		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf compare [--models a,b,c] [--batch B] [--steps N] [--size S] "
 				"[--device cpu|cuda] [--out DIR] [--csv]", opts);
@@ -256,6 +255,9 @@ int cmd_compare(int argc, char **argv)
 	GP_TRY(parse_models(models, names, &n_models));
 	GP_TRY(train_pick_device(device, &backend, 0));
 	GP_TRY(train_parse_precision(precision, &prec));
+	char run_dir[4096];
+	GP_TRY(result_dir_prepare("compare", "compare", out_dir, overwrite, run_dir, sizeof(run_dir)));
+	out_dir = run_dir;
 
 	struct compare_row rows[COMPARE_MAX_MODELS];
 	struct table main_t, cat_t;

@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "data/image.h"
+#include "report/result.h"
 
 struct make_job {
 	const char *out_dir;
@@ -226,8 +227,7 @@ int cmd_dataset(int argc, char **argv)
 	if (sscanf(size, "%dx%d%c", &w, &h, &extra) != 2 || w < 1 || h < 1 || w > 16384 ||
 	    h > 16384)
 		return gp_error(GP_EINVAL, "--size: '%s' is not WxH (like 500x375)", size);
-	if (quality > 100)
-		return gp_error(GP_EINVAL, "--quality must be 1..100 (got %d)", quality);
+	GP_TRY(path_dir_prepare(out));
 	struct make_job j = {
 		.out_dir = out, .classes = classes, .images = images, .w = w, .h = h,
 		.quality = quality, .threads = threads < 64 ? threads : 64,

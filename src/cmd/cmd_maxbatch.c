@@ -350,6 +350,7 @@ int cmd_maxbatch(int argc, char **argv)
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
 	const char *out_dir = NULL;
 	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0, recompute = 0;
+	int overwrite = 0;
 	int no_recompute = 0, measure_algos = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
@@ -359,7 +360,8 @@ int cmd_maxbatch(int argc, char **argv)
 		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1, 16777216 },
-		{ "out", OPT_PATH, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for maxbatch.json and the chart (default: a new results/maxbatch_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the maxbatch.json that --out DIR holds", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward (the default)", 0 },
 		{ "no-recompute", OPT_FLAG, &no_recompute, "keep BN+ReLU outputs for backward (as PyTorch does)", 0 },
@@ -368,8 +370,6 @@ int cmd_maxbatch(int argc, char **argv)
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
-	if (!out_dir)
-		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device cpu|cuda] "
 				"[--mem-limit-mib N] [--no-recompute] [--measure-algos] [--out DIR] [--csv]", opts);
@@ -394,6 +394,13 @@ int cmd_maxbatch(int argc, char **argv)
 	if (size)
 		mo.size = size;
 	GP_TRY(model_build(model, &mo, &s.net));
+	char run_dir[4096];
+	if ((rc = result_dir_prepare("maxbatch", "maxbatch", out_dir, overwrite, run_dir,
+				     sizeof(run_dir))) < 0) {
+		net_free(s.net);
+		return rc;
+	}
+	out_dir = run_dir;
 	s.net->recompute = recompute;
 	s.recompute = recompute;
 	s.measure_algos = measure_algos;

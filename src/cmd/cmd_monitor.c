@@ -42,13 +42,14 @@ static json_t *sample_json(const struct nvml_sample *s, double t0)
 int cmd_monitor(int argc, char **argv)
 {
 	double interval = 1.0;
-	int count = 0, dev = 0, help = 0;
+	int count = 0, dev = 0, help = 0, overwrite = 0;
 	const char *out = NULL;
 	struct opt opts[] = {
 		{ "interval", OPT_DOUBLE, &interval, "seconds between samples (1)", 0, 0, .min_d = 0.01, .max_d = 3600, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		{ "count", OPT_INT, &count, "stop after this many samples (default: until Ctrl-C)", 1, ARGS_MAX_STEPS },
 		{ "gpu", OPT_INT, &dev, "NVML device index (0)", 0, 63 },
-		{ "out", OPT_PATH, &out, "directory for monitor.json (results)", 0 },
+		{ "out", OPT_PATH, &out, "directory for monitor.json (default: a new results/monitor_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the monitor.json that --out DIR holds", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -57,8 +58,6 @@ int cmd_monitor(int argc, char **argv)
 		args_print_help("gpuperf monitor [--interval S] [--count N] [--gpu I] [--out DIR]", opts);
 		return 0;
 	}
-	if (!out)
-		out = result_default_dir();
 	GP_TRY(nvml_open());
 	int rc, n_dev = 0;
 	struct nvml_static_info info;
@@ -71,6 +70,11 @@ int cmd_monitor(int argc, char **argv)
 	}
 	if ((rc = nvml_static_info(dev, &info)) < 0)
 		goto out;
+	char run_dir[4096];
+	if ((rc = result_dir_prepare("monitor", "monitor", out, overwrite, run_dir,
+				     sizeof(run_dir))) < 0)
+		goto out;
+	out = run_dir;
 	printf("%s (driver %s), %.0f MiB, power limit %.0f W%s\n", info.name, info.driver_version,
 	       info.mem_total_bytes / GP_MIB, info.power_limit_mw / 1000.0,
 	       count ? "" : "; Ctrl-C to stop");

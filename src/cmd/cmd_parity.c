@@ -90,6 +90,7 @@ int cmd_parity(int argc, char **argv)
 	enum precision precision;
 	GP_TRY(train_pick_device(device, &bk, 1));
 	GP_TRY(train_parse_precision(prec, &precision));
+	GP_TRY(path_dir_prepare(out));
 #ifdef GP_HAVE_CUDA
 	/* Parity is about the arithmetic: FP32 convolutions by direct summation (no FFT or
 	 * Winograd, which round differently and which the speed measurement may pick by

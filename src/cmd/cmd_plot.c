@@ -41,7 +41,8 @@ int cmd_plot(int argc, char **argv)
 		out_dir = dirname(dir_buf);
 	}
 	GP_TRY(result_read(argv[1], &res));
-	rc = plots_draw(res, out_dir);
+	if ((rc = path_dir_prepare(out_dir)) == 0)
+		rc = plots_draw(res, out_dir);
 	if (rc == 0)
 		printf("wrote %s/%s\n", out_dir,
 		       plots_chart_name(json_string_value(json_object_get(res, "command"))));

@@ -101,6 +101,7 @@ int cmd_train(int argc, char **argv)
 	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic";
 	const char *layout = NULL;
 	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0, recompute_blocks = 0;
+	int overwrite = 0;
 	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
 	o.classes = 0;
 	long long seed = 0;
@@ -121,7 +122,9 @@ int cmd_train(int argc, char **argv)
 		{ "epoch-steps", OPT_INT, &epoch_steps, "steps per epoch (default: one pass over the data; --steps for synthetic data)", 1, ARGS_MAX_STEPS },
 		{ "profile-epochs", OPT_INT_LIST, &profile_epochs, "profile the first steps of these epochs (from 0)", 0, 1000000 },
 		{ "profile-steps", OPT_INT, &profile_steps, "steps profiled per listed epoch (default: the whole epoch)", 1, ARGS_MAX_STEPS },
-		{ "out", OPT_PATH, &out, "directory for train.json and profile_epoch_<e>_<timestamp>/ (results)", 0 },
+		{ "out", OPT_PATH, &out, "directory for train.json and profile_epoch_<e>_<timestamp>/ "
+		  "(default: a new results/train_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the train.json that --out DIR holds", 0 },
 		{ "lr", OPT_DOUBLE, &o.sgd.lr, "learning rate (0.01)", 0, 0, .min_d = 0, .range = OPT_MIN_EXCL },
 		{ "momentum", OPT_DOUBLE, &o.sgd.momentum, "SGD momentum (0.9)", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		{ "weight-decay", OPT_DOUBLE, &o.sgd.weight_decay, "SGD weight decay (0)", 0, 0, .min_d = 0, .range = OPT_MIN_INCL },
@@ -145,8 +148,6 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (recompute_blocks)
 		o.recompute = 2;
-	if (!out)
-		out = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf train --model NAME [--device cpu|cuda] [--batch B] [--size S] "
 				"[--steps N] [--data synthetic|DIR|cifar10:DIR] [--workers N] [--prefetch K] "
@@ -181,13 +182,28 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));
-	struct train_result res;
-	if (!profile_epochs.n) {
-		GP_TRY(train_run(&o, &res, stdout));
-	} else {
-		GP_TRY(train_run_profiled(&o, &profile_epochs, profile_steps, out, precision, argc,
-					  argv, &res));
-	}
-	return train_write_result(&o, &res, out, json, argc, argv);
+	/* every output is tried before the first step */
+	char dir[4096];
+	if (save)
+		GP_TRY(path_file_prepare(save));
+	GP_TRY(result_dir_prepare("train", "train", out, overwrite, dir, sizeof(dir)));
+	struct train_result res = { 0 };
+	int rc;
+	if (!profile_epochs.n)
+		rc = train_run(&o, &res, stdout);
+	else
+		rc = train_run_profiled(&o, &profile_epochs, profile_steps, dir, precision, argc,
+					argv, &res);
+	/* res.steps is set once training ended: what failed after it (--save, a profile
+	 * window) still leaves the measurements */
+	if (rc < 0 && res.steps == 0)
+		return rc;
+	char late_error[1024] = "";
+	if (rc < 0)
+		snprintf(late_error, sizeof(late_error), "%s", gp_errmsg());
+	int rc_result = train_write_result(&o, &res, dir, json, argc, argv);
+	if (rc_result < 0)
+		return rc_result;
+	return rc < 0 ? gp_error(rc, "%s", late_error) : 0;
 }
 

@@ -335,6 +335,7 @@ int cmd_workers(int argc, char **argv)
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
 	const char *data = NULL, *out_dir = NULL;
 	int batch = 64, steps = 100, size = 0, classes = 0, prefetch = 2, csv = 0, help = 0;
+	int overwrite = 0;
 	double interval_s = 0.5;
 	long long seed = 0;
 	struct int_list workers = { 4, { 0, 2, 4, 8 } };
@@ -351,14 +352,13 @@ int cmd_workers(int argc, char **argv)
 		{ "seed", OPT_I64, &seed, "seed for initialization and data order (0)", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_PATH, &out_dir, "directory for workers.json and the chart (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for workers.json and the chart (default: a new results/workers_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the workers.json that --out DIR holds", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the table as workers.csv", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
-	if (!out_dir)
-		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf workers --data DIR [--model mobilenet_v2] [--batch 64] "
 				"[--workers 0,2,4,8] [--steps 100] [--interval 0.5] [--device cuda|cpu] "
@@ -372,6 +372,9 @@ int cmd_workers(int argc, char **argv)
 	enum precision prec;
 	GP_TRY(train_pick_device(device, &backend, 0));
 	GP_TRY(train_parse_precision(precision, &prec));
+	char run_dir[4096];
+	GP_TRY(result_dir_prepare("workers", "workers", out_dir, overwrite, run_dir, sizeof(run_dir)));
+	out_dir = run_dir;
 
 	struct workers_run runs[ARGS_LIST_MAX];
 	struct table t;

@@ -12,6 +12,8 @@
 #include "core/memstat.h"
 #include "core/version.h"
 
+#define RESULT_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(10))
+
 json_t *result_real(double v)
 {
 	return isfinite(v) ? json_real(v) : json_null();
@@ -108,6 +110,105 @@ int path_mkdirs(const char *dir)
 	return 0;
 }
 
+int path_dir_prepare(const char *dir)
+{
+	char probe[4096];
+	GP_TRY(path_mkdirs(dir));
+	if (snprintf(probe, sizeof(probe), "%s/.gpuperf_probe.XXXXXX", dir) >= (int)sizeof(probe))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", dir);
+	int fd = mkstemp(probe);
+	if (fd < 0)
+		return gp_error(GP_EIO, "cannot write in '%s': %s", dir, strerror(errno));
+	close(fd);
+	unlink(probe);
+	return 0;
+}
+
+int path_file_prepare(const char *path)
+{
+	char dir[4096];
+	struct stat st;
+	const char *slash = strrchr(path, '/');
+	/* the folder part: "." without a slash, "/" for a file at the root */
+	size_t len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+	if ((slash && !slash[1]) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+		return gp_error(GP_EINVAL, "'%s' is a folder, not a file", path);
+	if (len >= sizeof(dir))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	if (slash) {
+		memcpy(dir, path, len);
+		dir[len] = 0;
+	} else {
+		snprintf(dir, sizeof(dir), ".");
+	}
+	return path_dir_prepare(dir);
+}
+
+/* Point <base>/latest at name: a symlink made under a temporary name, then renamed
+ * over the old one, so that readers always find a whole link. Relative, so that the
+ * results folder can be moved. */
+static int latest_link_update(const char *base, const char *name)
+{
+	char tmp[4096], link[4096];
+	if (snprintf(tmp, sizeof(tmp), "%s/.latest.%ld", base, (long)getpid()) >= (int)sizeof(tmp) ||
+	    snprintf(link, sizeof(link), "%s/latest", base) >= (int)sizeof(link))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", base);
+	unlink(tmp);
+	if (symlink(name, tmp) != 0)
+		return gp_error(GP_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+	if (rename(tmp, link) != 0) {
+		int err = errno;
+		unlink(tmp);
+		return gp_error(GP_EIO, "cannot replace '%s': %s", link, strerror(err));
+	}
+	return 0;
+}
+
+/* A new folder <base>/<command>_<stamp>[_<n>]: mkdir fails on a name that exists,
+ * so a concurrent run that took it makes this one try the next n. */
+static int run_dir_create(const char *base, const char *command, char *dir, size_t cap)
+{
+	char stamp[32], name[256];
+	time_t now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%d_%H%M%S", &tm);
+	GP_TRY(path_mkdirs(base));
+	for (int n = 1; n <= 1000; n++) {
+		if (n == 1)
+			snprintf(name, sizeof(name), "%s_%s", command, stamp);
+		else
+			snprintf(name, sizeof(name), "%s_%s_%d", command, stamp, n);
+		if (snprintf(dir, cap, "%s/%s", base, name) >= (int)cap)
+			return gp_error(GP_EINVAL, "path too long: '%.64s...'", base);
+		if (mkdir(dir, 0777) == 0) {
+			GP_TRY(path_dir_prepare(dir));
+			return latest_link_update(base, name);
+		}
+		if (errno != EEXIST)
+			return gp_error(GP_EIO, "cannot create directory '%s': %s", dir,
+					strerror(errno));
+	}
+	return gp_error(GP_EIO, "cannot create a new run folder in '%s': 1000 exist for %s",
+			base, stamp);
+}
+
+int result_dir_prepare(const char *command, const char *basename, const char *out,
+		       int overwrite, char *dir, size_t cap)
+{
+	char path[4096];
+	struct stat st;
+	if (!out)
+		return run_dir_create(result_default_dir(), command, dir, cap);
+	if (snprintf(dir, cap, "%s", out) >= (int)cap ||
+	    snprintf(path, sizeof(path), "%s/%s.json", out, basename) >= (int)sizeof(path))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", out);
+	if (!overwrite && lstat(path, &st) == 0)
+		return gp_error(GP_EINVAL, "'%s' holds an earlier result (--overwrite replaces it, "
+				"or leave out --out for a new run folder)", path);
+	return path_dir_prepare(dir);
+}
+
 int atomic_file_open(struct atomic_file *af, const char *path)
 {
 	const char *slash = strrchr(path, '/');
@@ -166,8 +267,8 @@ const char *result_default_dir(void)
 	return d && *d ? d : "results";
 }
 
-int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
-		 size_t cap)
+static int result_write_file(json_t *res, const char *dir, const char *basename, char *path_out,
+			     size_t cap)
 {
 	char path[4096], finished[32];
 	struct atomic_file af;
@@ -179,8 +280,7 @@ int result_write(json_t *res, const char *dir, const char *basename, char *path_
 	if (json_object_set_new(res, "finished_utc", json_string(finished)) < 0)
 		return gp_error(GP_ENOMEM, "cannot set the result's finish time");
 	GP_TRY(atomic_file_open(&af, path));
-	if (json_dumpf(res, af.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0 ||
-	    fputc('\n', af.f) == EOF) {
+	if (json_dumpf(res, af.f, RESULT_JSON_FLAGS) != 0 || fputc('\n', af.f) == EOF) {
 		atomic_file_abort(&af);
 		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
 	}
@@ -188,6 +288,20 @@ int result_write(json_t *res, const char *dir, const char *basename, char *path_
 	if (path_out)
 		snprintf(path_out, cap, "%s", path);
 	return 0;
+}
+
+int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
+		 size_t cap)
+{
+	int rc = result_write_file(res, dir, basename, path_out, cap);
+	if (rc < 0) {
+		/* the measurements took the work; stdout is their last way out */
+		fflush(stdout);
+		if (json_dumpf(res, stdout, RESULT_JSON_FLAGS) == 0)
+			fputc('\n', stdout);
+		fflush(stdout);
+	}
+	return rc;
 }
 
 int result_read(const char *path, json_t **out)
