@@ -365,3 +365,36 @@ TEST(outputs_failed_result_write_prints_the_result)
 	CHECK_MSG(e != NULL, "said: %s", j);
 	CHECK(e && test_count_lines(e) == 1);
 }
+
+/* A run that fails before writing anything leaves no empty run folder, and latest
+ * still names the last run that did. */
+TEST(outputs_failed_run_leaves_no_empty_folder)
+{
+	const char *dir = test_tmpdir();
+	char cmd[4096], out[65536], link[700], target[600], bin[PATH_MAX];
+	if (!realpath(test_bin(), bin))
+		snprintf(bin, sizeof(bin), "%s", test_bin());
+	snprintf(cmd, sizeof(cmd), "cd %.400s && GPUPERF_RESULTS=res %.1000s train --device cpu "
+		 "--model vgg16", dir, bin);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 2);
+	snprintf(cmd, sizeof(cmd), "cd %.400s && ls -A res", dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(out[0] == 0, "res/ holds: %s", out);
+	snprintf(cmd, sizeof(cmd), "cd %.400s && GPUPERF_RESULTS=res %.1000s train --device cpu "
+		 "--steps 1 --batch 2 --classes 10 && GPUPERF_RESULTS=res %.1000s train --device cpu "
+		 "--load nowhere.safetensors 2>&1; ls res", dir, bin, bin);
+	CHECK(test_run(cmd, out, sizeof(out)) == 0);
+	CHECK_MSG(strstr(out, "cannot open 'nowhere.safetensors'") != NULL, "said: %s", out);
+	snprintf(link, sizeof(link), "%s/res/latest", dir);
+	ssize_t len = readlink(link, target, sizeof(target) - 1);
+	CHECK(len > 0);
+	if (len > 0) {
+		target[len] = 0;
+		char want[700];
+		snprintf(want, sizeof(want), "wrote res/%s/train.json", target);
+		CHECK_MSG(strstr(out, want) != NULL, "latest -> %s: %s", target, out);
+		/* only the good run's folder and latest */
+		const char *ls = strstr(out, "latest\n");
+		CHECK(ls && test_count_lines(ls) == 2);
+	}
+}

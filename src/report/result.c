@@ -144,6 +144,12 @@ int path_file_prepare(const char *path)
 	return path_dir_prepare(dir);
 }
 
+/* The run folder this process made, and what latest named before, so that a run
+ * that fails before writing anything leaves no empty folder behind. */
+static struct {
+	char dir[4096], base[4096], old_latest[4096];
+} run_made;
+
 /* Point <base>/latest at name: a symlink made under a temporary name, then renamed
  * over the old one, so that readers always find a whole link. Relative, so that the
  * results folder can be moved. */
@@ -153,6 +159,10 @@ static int latest_link_update(const char *base, const char *name)
 	if (snprintf(tmp, sizeof(tmp), "%s/.latest.%ld", base, (long)getpid()) >= (int)sizeof(tmp) ||
 	    snprintf(link, sizeof(link), "%s/latest", base) >= (int)sizeof(link))
 		return gp_error(GP_EINVAL, "path too long: '%.64s...'", base);
+	if (!run_made.old_latest[0]) {
+		ssize_t n = readlink(link, run_made.old_latest, sizeof(run_made.old_latest) - 1);
+		run_made.old_latest[n > 0 ? n : 0] = 0;
+	}
 	unlink(tmp);
 	if (symlink(name, tmp) != 0)
 		return gp_error(GP_EIO, "cannot create '%s': %s", tmp, strerror(errno));
@@ -182,6 +192,8 @@ static int run_dir_create(const char *base, const char *command, char *dir, size
 		if (snprintf(dir, cap, "%s/%s", base, name) >= (int)cap)
 			return gp_error(GP_EINVAL, "path too long: '%.64s...'", base);
 		if (mkdir(dir, 0777) == 0) {
+			snprintf(run_made.dir, sizeof(run_made.dir), "%s", dir);
+			snprintf(run_made.base, sizeof(run_made.base), "%s", base);
 			GP_TRY(path_dir_prepare(dir));
 			return latest_link_update(base, name);
 		}
@@ -191,6 +203,19 @@ static int run_dir_create(const char *base, const char *command, char *dir, size
 	}
 	return gp_error(GP_EIO, "cannot create a new run folder in '%s': 1000 exist for %s",
 			base, stamp);
+}
+
+void result_run_dir_abandon(void)
+{
+	char link[sizeof(run_made.base) + 8];
+	if (!run_made.dir[0] || rmdir(run_made.dir) != 0)
+		return; /* something was written there: keep it */
+	snprintf(link, sizeof(link), "%s/latest", run_made.base);
+	if (run_made.old_latest[0])
+		latest_link_update(run_made.base, run_made.old_latest);
+	else
+		unlink(link);
+	run_made.dir[0] = 0;
 }
 
 int result_dir_prepare(const char *command, const char *basename, const char *out,

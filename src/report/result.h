@@ -33,6 +33,9 @@ const char *result_default_dir(void);
  * and proved writable; dir gets its path. */
 int result_dir_prepare(const char *command, const char *basename, const char *out,
 		       int overwrite, char *dir, size_t cap);
+/* A command that failed: remove the run folder result_dir_prepare made when it is
+ * still empty, and point latest back where it pointed. */
+void result_run_dir_abandon(void);
 /* Set "gpu" to an object (name, driver and library versions); takes the reference. */
 int result_set_gpu(json_t *res, json_t *gpu);
 /* {"name", "uuid", "driver_version", "cuda_driver_version": "12.4", "memory_mib",
