@@ -40,6 +40,7 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter \
+	  -Wno-missing-field-initializers \
 	  -Isrc -MMD -MP -pthread $(PKG_CFLAGS)
 LDLIBS += $(PKG_LIBS) -lm -ldl -pthread
 NVCCFLAGS ?= -O3 -arch=$(ARCH) -std=c++17 -Isrc -Xcompiler -Wall,-Wno-unused-parameter -Werror all-warnings

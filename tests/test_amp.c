@@ -30,8 +30,8 @@ TEST(amp_command_bad_input_one_clear_line)
 	test_check_bad("amp --device cpu --precisions fp32,fp32", "'fp32' is given twice");
 	test_check_bad("amp --device cpu --precisions fp32 --batches ,", "--batches: give at least one");
 	test_check_bad("amp --device cpu --precisions fp32 --batches ''", "--batches: give at least one");
-	test_check_bad("amp --device cpu --precisions fp32 --batches 64,0", "--batches: 0 is out of range");
-	test_check_bad("amp --device cpu --precisions fp32 --steps 0", "--steps must be at least 1");
+	test_check_bad("amp --device cpu --precisions fp32 --batches 64,0", "--batches must be between 1 and 65536 (got 0)");
+	test_check_bad("amp --device cpu --precisions fp32 --steps 0", "--steps must be between 1 and 10000000 (got 0)");
 	test_check_bad("amp --device cpu --model vgg16", "unknown model 'vgg16'");
 	test_check_bad("amp --device cpu --precisions fp32 --layout chwn", "--layout must be");
 	/* mixed precision needs the CUDA backend: said once, before anything runs */

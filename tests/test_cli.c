@@ -27,7 +27,7 @@ static void check_bad(const char *args, const char *needle)
 TEST(cli_bad_input_one_clear_line)
 {
 	check_bad("train --model vgg16 --device cpu", "unknown model 'vgg16'");
-	check_bad("train --model simple_cnn --device cpu --batch 0", "--batch must be at least 1");
+	check_bad("train --model simple_cnn --device cpu --batch 0", "--batch must be between 1 and 65536 (got 0)");
 	check_bad("train --model simple_cnn --device cpu --bogus 3", "unknown option '--bogus'");
 	check_bad("train --model simple_cnn --device cpu --batch abc", "'abc' is not an integer");
 	check_bad("train --model simple_cnn --device cpu --steps", "--steps needs a value");

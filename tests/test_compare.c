@@ -108,6 +108,6 @@ TEST(compare_bad_input_one_clear_line)
 {
 	test_check_bad("compare --models simple_cnn,vgg16 --device cpu", "unknown model 'vgg16'");
 	test_check_bad("compare --models simple_cnn,,resnet18 --device cpu", "--models");
-	test_check_bad("compare --steps 0 --device cpu", "--steps must be at least 1");
+	test_check_bad("compare --steps 0 --device cpu", "--steps must be between 1 and 10000000 (got 0)");
 	test_check_bad("compare --device cpu --precision fp8", "--precision must be");
 }

@@ -80,9 +80,9 @@ TEST(analyze_help_lists_its_argument)
 TEST(train_dropout_out_of_range_is_refused)
 {
 	test_check_bad("train --model simple_cnn --device cpu --dropout -0.5",
-		       "--dropout must be at least 0 and below 1 (got -0.5)");
+		       "--dropout must be at least 0 and less than 1 (got -0.5)");
 	test_check_bad("train --model simple_cnn --device cpu --dropout 1",
-		       "--dropout must be at least 0 and below 1 (got 1)");
+		       "--dropout must be at least 0 and less than 1 (got 1)");
 	char cmd[1024], out[8192];
 	snprintf(cmd, sizeof(cmd), "%s train --model simple_cnn --device cpu --dropout 0.25 --steps 1 "
 		 "--batch 2 --classes 10", test_bin());

@@ -234,9 +234,9 @@ TEST(maxbatch_start_too_large_bisects_down)
 TEST(maxbatch_bad_input_one_clear_line)
 {
 	test_check_bad("maxbatch --model vgg16 --device cpu --mem-limit-mib 40", "unknown model 'vgg16'");
-	test_check_bad("maxbatch --model simple_cnn --device cpu --start 0", "--start must be at least 1");
+	test_check_bad("maxbatch --model simple_cnn --device cpu --start 0", "--start must be between 1 and 65536 (got 0)");
 	test_check_bad("maxbatch --model simple_cnn --device cpu --mem-limit-mib 0",
-		  "--mem-limit-mib must be at least 1");
+		  "--mem-limit-mib must be between 1 and 16777216 (got 0)");
 	test_check_bad("maxbatch --model simple_cnn --device cpu --mem-limit-mib 40 --margin 100",
 		       "--margin must be a percent from 0 to below 100 (got 100)");
 	test_check_bad("maxbatch --model simple_cnn --device cpu --mem-limit-mib 40 --margin -1",
@@ -299,7 +299,7 @@ TEST(maxbatch_margin_and_no_confirmation)
 	json_decref(res);
 
 	snprintf(cmd, sizeof(cmd), "%s maxbatch --model simple_cnn --size 32 --device cpu "
-		 "--mem-limit-mib %d --confirm-steps 2 --margin 0 --out %s", test_bin(), LIMIT_MIB, dir);
+		 "--mem-limit-mib %d --confirm-steps 2 --margin 0 --out %s --overwrite", test_bin(), LIMIT_MIB, dir);
 	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
 	CHECK_EQ_INT(result_read(path, &res), 0);
 	if (!res)

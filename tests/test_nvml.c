@@ -259,3 +259,25 @@ TEST(monitor_command_prints_and_records_samples)
 	CHECK_EQ_INT(test_count_lines(out), 1);
 	CHECK(strstr(out, "NVML not available") != NULL);
 }
+
+/* monitor's output folder is tried before the first sample: a file in its place and
+ * an earlier monitor.json are each one error line, with nothing sampled. */
+TEST(monitor_tries_its_output_before_sampling)
+{
+	const char *why;
+	const char *lib = fake_nvml_build(&why);
+	if (!lib)
+		SKIP(why);
+	char cmd[2048], out[8192];
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "touch %s/afile && GPUPERF_NVML_LIB='%s' %s monitor --count 1000 "
+		 "--interval 1 --out %s/afile", dir, lib, test_bin(), dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 1 && test_count_lines(out) == 1, "exit %d: %s", rc, out);
+	CHECK(strstr(out, "cannot create directory") != NULL);
+	snprintf(cmd, sizeof(cmd), "touch %s/monitor.json && GPUPERF_NVML_LIB='%s' %s monitor "
+		 "--count 1000 --interval 1 --out %s", dir, lib, test_bin(), dir);
+	rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 2 && test_count_lines(out) == 1, "exit %d: %s", rc, out);
+	CHECK(strstr(out, "monitor.json' holds an earlier result") != NULL);
+}

@@ -196,7 +196,7 @@ TEST(workers_and_train_data_bad_input_one_clear_line)
 		  "dataset folder '/nonexistent/gp-ds' does not exist");
 	test_check_bad("workers --device cpu --workers 0", "--data DIR");
 	snprintf(args, sizeof(args), "workers --device cpu --workers -1 --data %s", ds);
-	test_check_bad(args, "--workers: -1 is out of range");
+	test_check_bad(args, "--workers must be between 0 and 256 (got -1)");
 	snprintf(args, sizeof(args), "workers --device cpu --workers , --data %s", ds);
 	test_check_bad(args, "--workers: give at least one worker count");
 	snprintf(args, sizeof(args), "workers --device cpu --workers 2,0,2 --data %s", ds);
@@ -206,7 +206,7 @@ TEST(workers_and_train_data_bad_input_one_clear_line)
 	test_check_bad("train --device cpu --model simple_cnn --data /nonexistent/gp-ds",
 		  "dataset folder '/nonexistent/gp-ds' does not exist");
 	snprintf(args, sizeof(args), "train --device cpu --model simple_cnn --data %s --workers -1", ds);
-	test_check_bad(args, "--workers must be at least 0");
+	test_check_bad(args, "--workers must be between 0 and 256 (got -1)");
 	test_check_bad("train --device cpu --model simple_cnn --workers 2", "need --data DIR");
 	snprintf(args, sizeof(args), "train --device cpu --model simple_cnn --data %s --classes 2", ds);
 	test_check_bad(args, "--classes 2 is fewer than the 3 classes");

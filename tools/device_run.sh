@@ -50,27 +50,27 @@ for s in "$@"; do
 			stage "speed32_${m}_eager" 120 $BIN train --model $m --device cuda --batch 32 --steps 200 --no-graphs
 		done
 		stage torch_speed32 300 python3 $TB train --models resnet18,mobilenet_v2 --modes fp32 --batch 32 --iters 50 ;;
-	compare) stage compare 300 $BIN compare --device cuda --out "$OUT/results" ;;
-	maxbatch) stage maxbatch 400 $BIN maxbatch --model mobilenet_v2 --device cuda --out "$OUT/results" ;;
-	maxbatchre) stage maxbatchre 400 $BIN maxbatch --model mobilenet_v2 --device cuda --recompute --out "$OUT/results_re" ;;
+	compare) stage compare 300 $BIN compare --device cuda --overwrite --out "$OUT/results" ;;
+	maxbatch) stage maxbatch 400 $BIN maxbatch --model mobilenet_v2 --device cuda --overwrite --out "$OUT/results" ;;
+	maxbatchre) stage maxbatchre 400 $BIN maxbatch --model mobilenet_v2 --device cuda --recompute --overwrite --out "$OUT/results_re" ;;
 	torchmaxbatch) stage torchmaxbatch 500 python3 $TB maxbatch --models mobilenet_v2 --modes fp32 ;;
 	loader)
 		stage dataset 120 $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1
 		stage loader 200 $BIN loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100
 		stage torch_loader 300 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100 ;;
 	profile)
-		stage profile 300 $BIN profile --model mobilenet_v2 --batch 64 --steps 20 --device cuda --out /tmp/gp_prof
+		stage profile 300 $BIN profile --model mobilenet_v2 --batch 64 --steps 20 --device cuda --overwrite --out /tmp/gp_prof
 		cp /tmp/gp_prof/profile_report.md /tmp/gp_prof/stage_breakdown.png "$OUT/" 2>/dev/null
 		ls -la /tmp/gp_prof /tmp/gp_prof/profiler_logs >> "$OUT/profile.log" ;;
 	workers)
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
-		stage workers 400 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --workers 0,2,4,8 --steps 100 --device cuda --out /tmp/gp_work
+		stage workers 400 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --workers 0,2,4,8 --steps 100 --device cuda --overwrite --out /tmp/gp_work
 		cp /tmp/gp_work/gpu_utilization_comparison.png /tmp/gp_work/workers.json "$OUT/" 2>/dev/null ;;
 	kprof)
 		# kernel time by kernel, ours (profile, eager) beside PyTorch's (torch.profiler)
 		for mb in ${KPROF:-resnet50:256 mobilenet_v2:256 mobilenet_v2:32}; do
 			m=${mb%:*} b=${mb#*:}
-			TAIL=0 stage "kprof_${m}_$b" 200 $BIN profile --model $m --batch $b --steps 5 --baseline-steps 5 --device cuda --out /tmp/gp_kprof_${m}_$b
+			TAIL=0 stage "kprof_${m}_$b" 200 $BIN profile --model $m --batch $b --steps 5 --baseline-steps 5 --device cuda --overwrite --out /tmp/gp_kprof_${m}_$b
 			TAIL=0 stage "torch_kprof_${m}_$b" 200 python3 tools/torch_profile.py --model $m --batch $b --mode fp32
 		done ;;
 	cudnn19)
@@ -91,12 +91,12 @@ for s in "$@"; do
 			GPUPERF_CONV_WORKSPACE_MIB=${WS_MIB:-1024} stage "speedws_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
 		done ;;
 	kprofamp)
-		TAIL=0 stage kprof_resnet50_bf16 200 $BIN profile --model resnet50 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --out /tmp/gp_kprof_amp
+		TAIL=0 stage kprof_resnet50_bf16 200 $BIN profile --model resnet50 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --overwrite --out /tmp/gp_kprof_amp
 		TAIL=0 stage torch_kprof_resnet50_bf16 200 python3 tools/torch_profile.py --model resnet50 --batch 256 --mode amp_bf16_cl
 		GPUPERF_BN_LEGACY=1 stage amp_resnet50_bf16_bnlegacy 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 20
 		stage amp_resnet50_bf16_nchw 180 $BIN train --model resnet50 --device cuda --precision bf16 --layout nchw --batch 256 --steps 20 ;;
 	kprofmnv2)
-		TAIL=0 stage kprof_mobilenet_v2_bf16 200 $BIN profile --model mobilenet_v2 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --out /tmp/gp_kprof_mnv2
+		TAIL=0 stage kprof_mobilenet_v2_bf16 200 $BIN profile --model mobilenet_v2 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --overwrite --out /tmp/gp_kprof_mnv2
 		cp /tmp/gp_kprof_mnv2/profiler_trace.json "$OUT/kprof_mobilenet_v2_bf16_trace.json" 2>/dev/null
 		TAIL=0 stage torch_kprof_mobilenet_v2_bf16 200 python3 tools/torch_profile.py --model mobilenet_v2 --batch 256 --mode amp_bf16_cl ;;
 	ampgraphs)
@@ -134,7 +134,7 @@ for s in "$@"; do
 		done
 		GPUTESTS=cuda_recompute TAIL=10 stage ampmem_tests 200 build/bundle/gpuperf_tests cuda_recompute ;;
 	ampcmd)
-		stage ampcmd 500 $BIN amp --model resnet50 --batches ${AMP_BATCHES:-64,128,256,512} --device cuda --out "$OUT/amp" --csv ;;
+		stage ampcmd 500 $BIN amp --model resnet50 --batches ${AMP_BATCHES:-64,128,256,512} --device cuda --overwrite --out "$OUT/amp" --csv ;;
 	fuse32)
 		# FP32 batch norm: the default (fused with ReLU (+ add) and the rest on the own
 		# kernels), the unfused ones on cuDNN (GPUPERF_BN_OWN=0), and no fusion with
@@ -148,7 +148,7 @@ for s in "$@"; do
 		done ;;
 	kprof32)
 		# resnet50 FP32 kernel times (ours, eager), and the trace for tools/dwsum.py
-		TAIL=0 stage kprof32_resnet50 200 $BIN profile --model resnet50 --batch 256 --steps 3 --baseline-steps 3 --device cuda --out /tmp/gp_kprof32
+		TAIL=0 stage kprof32_resnet50 200 $BIN profile --model resnet50 --batch 256 --steps 3 --baseline-steps 3 --device cuda --overwrite --out /tmp/gp_kprof32
 		TAIL=40 stage kprof32_sum 60 python3 tools/dwsum.py /tmp/gp_kprof32/profiler_trace.json 3 ;;
 	side32)
 		# FP32 weight gradients on the side stream (default) against the main stream

@@ -2,38 +2,87 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 
-static int parse_ll(const char *name, const char *s, long long *out)
+/* An integer in [min, max]; a value too large for long long is out of range too. */
+static int parse_bounded(const char *name, const char *s, size_t len, long long min,
+			 long long max, long long *out)
 {
-	char *end;
+	char tok[64], *end;
+	if (len == 0)
+		return gp_error(GP_EINVAL, "--%s: empty value", name);
+	if (len >= sizeof(tok))
+		return gp_error(GP_EINVAL, "--%s: '%.*s...' is not an integer", name, 20, s);
+	memcpy(tok, s, len);
+	tok[len] = 0;
 	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || end == s || *end)
-		return gp_error(GP_EINVAL, "--%s: '%s' is not an integer", name, s);
+	long long v = strtoll(tok, &end, 10);
+	if (end == tok || *end)
+		return gp_error(GP_EINVAL, "--%s: '%s' is not an integer", name, tok);
+	if (errno == ERANGE || v < min || v > max)
+		return gp_error(GP_EINVAL, "--%s must be between %lld and %lld (got %s)", name, min,
+				max, tok);
 	*out = v;
 	return 0;
 }
 
-int args_parse_int_list(const char *opt_name, const char *s, struct int_list *out, int min)
+int args_parse_int_list(const char *opt_name, const char *s, struct int_list *out, int min,
+			int max)
 {
-	char buf[512];
-	snprintf(buf, sizeof(buf), "%s", s);
-	for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-		long long v;
-		GP_TRY(parse_ll(opt_name, tok, &v));
-		if (v < min || v > INT_MAX)
-			return gp_error(GP_EINVAL, "--%s: %lld is out of range (at least %d)",
-					opt_name, v, min);
-		if (out->n >= ARGS_LIST_MAX)
-			return gp_error(GP_EINVAL, "--%s: more than %d values", opt_name,
-					ARGS_LIST_MAX);
-		out->v[out->n++] = (int)v;
+	/* Token by token in place: a list of any length is read whole or refused. */
+	for (const char *p = s; *p;) {
+		size_t len = strcspn(p, ",");
+		if (len > 0) {
+			long long v;
+			if (out->n >= ARGS_LIST_MAX)
+				return gp_error(GP_EINVAL, "--%s: more than %d values", opt_name,
+						ARGS_LIST_MAX);
+			GP_TRY(parse_bounded(opt_name, p, len, min, max, &v));
+			out->v[out->n++] = (int)v;
+		}
+		p += len;
+		if (*p == ',')
+			p++;
 	}
+	return 0;
+}
+
+/* "--lr must be greater than 0 (got -1)": the option's whole range in words. */
+static int double_out_of_range(const struct opt *o, const char *val)
+{
+	char lo[64] = "", hi[64] = "";
+	if (o->range & OPT_MIN_INCL)
+		snprintf(lo, sizeof(lo), "at least %g", o->min_d);
+	else if (o->range & OPT_MIN_EXCL)
+		snprintf(lo, sizeof(lo), "greater than %g", o->min_d);
+	if (o->range & OPT_MAX_INCL)
+		snprintf(hi, sizeof(hi), "at most %g", o->max_d);
+	else if (o->range & OPT_MAX_EXCL)
+		snprintf(hi, sizeof(hi), "less than %g", o->max_d);
+	return gp_error(GP_EINVAL, "--%s must be %s%s%s (got %s)", o->name, lo,
+			*lo && *hi ? " and " : "", hi, val);
+}
+
+static int parse_double(const struct opt *o, const char *val, double *out)
+{
+	char *end;
+	errno = 0;
+	double d = strtod(val, &end);
+	if (end == val || *end)
+		return gp_error(GP_EINVAL, "--%s: '%s' is not a number", o->name, val);
+	if (!isfinite(d) || errno == ERANGE)
+		return gp_error(GP_EINVAL, "--%s must be a finite number (got %s)", o->name, val);
+	if (((o->range & OPT_MIN_INCL) && !(d >= o->min_d)) ||
+	    ((o->range & OPT_MIN_EXCL) && !(d > o->min_d)) ||
+	    ((o->range & OPT_MAX_INCL) && !(d <= o->max_d)) ||
+	    ((o->range & OPT_MAX_EXCL) && !(d < o->max_d)))
+		return double_out_of_range(o, val);
+	*out = d;
 	return 0;
 }
 
@@ -75,35 +124,31 @@ int args_parse(int argc, char **argv, int first, const struct opt *opts)
 		long long v;
 		switch (o->type) {
 		case OPT_INT:
-			GP_TRY(parse_ll(o->name, val, &v));
-			if (v < o->min_int || v > INT_MAX)
-				return gp_error(GP_EINVAL, "--%s must be at least %d (got %s)",
-						o->name, o->min_int, val);
+			GP_TRY(parse_bounded(o->name, val, strlen(val), o->min_int, o->max_int, &v));
 			*(int *)o->dst = (int)v;
 			break;
 		case OPT_I64:
-			GP_TRY(parse_ll(o->name, val, &v));
+			GP_TRY(parse_bounded(o->name, val, strlen(val), LLONG_MIN, LLONG_MAX, &v));
 			*(long long *)o->dst = v;
 			break;
-		case OPT_DOUBLE: {
-			char *end;
-			errno = 0;
-			double d = strtod(val, &end);
-			if (errno || end == val || *end)
-				return gp_error(GP_EINVAL, "--%s: '%s' is not a number", o->name, val);
-			*(double *)o->dst = d;
+		case OPT_DOUBLE:
+			GP_TRY(parse_double(o, val, (double *)o->dst));
 			break;
-		}
+		case OPT_PATH:
+			if (!*val)
+				return gp_error(GP_EINVAL, "--%s: empty path", o->name);
+			/* fall through */
 		case OPT_STR:
 			*(const char **)o->dst = val;
 			break;
 		case OPT_INT_LIST: {
 			struct int_list *l = o->dst;
 			l->n = 0;
-			GP_TRY(args_parse_int_list(o->name, val, l, o->min_int));
+			GP_TRY(args_parse_int_list(o->name, val, l, o->min_int, o->max_int));
 			/* "--x 0 5 9": keep taking bare values */
 			while (!eq && i + 1 < argc && is_value_like(argv[i + 1]))
-				GP_TRY(args_parse_int_list(o->name, argv[++i], l, o->min_int));
+				GP_TRY(args_parse_int_list(o->name, argv[++i], l, o->min_int,
+							   o->max_int));
 			break;
 		}
 		case OPT_FLAG:
@@ -118,9 +163,22 @@ void args_print_help(const char *usage, const struct opt *opts)
 	printf("usage: %s\n\noptions:\n", usage);
 	for (const struct opt *o = opts; o->name; o++) {
 		const char *kind = o->type == OPT_FLAG ? "" : o->type == OPT_STR ? " S"
-				   : o->type == OPT_DOUBLE ? " X" : o->type == OPT_INT_LIST ? " N,.." : " N";
-		char left[64];
+				   : o->type == OPT_PATH ? " PATH" : o->type == OPT_DOUBLE ? " X"
+				   : o->type == OPT_INT_LIST ? " N,.." : " N";
+		char left[64], range[64] = "";
 		snprintf(left, sizeof(left), "--%s%s", o->name, kind);
-		printf("  %-24s %s\n", left, o->help ? o->help : "");
+		if (o->type == OPT_INT || o->type == OPT_INT_LIST)
+			snprintf(range, sizeof(range), " [%d..%d]", o->min_int, o->max_int);
+		else if (o->type == OPT_DOUBLE && o->range) {
+			char lo[24] = "-inf", hi[24] = "inf";
+			if (o->range & (OPT_MIN_INCL | OPT_MIN_EXCL))
+				snprintf(lo, sizeof(lo), "%g", o->min_d);
+			if (o->range & (OPT_MAX_INCL | OPT_MAX_EXCL))
+				snprintf(hi, sizeof(hi), "%g", o->max_d);
+			snprintf(range, sizeof(range), " %c%s..%s%c",
+				 o->range & OPT_MIN_INCL ? '[' : '(', lo, hi,
+				 o->range & OPT_MAX_INCL ? ']' : ')');
+		}
+		printf("  %-24s %s%s\n", left, o->help ? o->help : "", range);
 	}
 }

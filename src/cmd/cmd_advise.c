@@ -41,11 +41,11 @@ static int advise_measure(struct trial *t, int i, int n_planned)
 
 static json_t *trial_json(const struct trial *t, double base_img_s)
 {
-	return json_pack("{s:s, s:s, s:i, s:i, s:s, s:f, s:f, s:f, s:b}", "change", t->change,
+	return json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:b}", "change", t->change,
 			 "reason", t->reason, "batch", t->o.batch, "workers", t->o.workers,
-			 "precision", train_precision_name(t->o.precision), "img_s", t->r.img_s,
-			 "speedup", base_img_s > 0 ? t->r.img_s / base_img_s : 0.0, "data_wait_pct",
-			 t->r.data_wait_pct, "kept", t->kept);
+			 "precision", train_precision_name(t->o.precision), "img_s", result_real(t->r.img_s),
+			 "speedup", result_real(base_img_s > 0 ? t->r.img_s / base_img_s : 0.0), "data_wait_pct",
+			 result_real(t->r.data_wait_pct), "kept", t->kept);
 }
 
 /* The advice is the fastest of what the table keeps (each fix alone, or the kept
@@ -63,20 +63,21 @@ int cmd_advise(int argc, char **argv)
 {
 	struct train_opts base = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *data = "synthetic", *out = NULL;
-	int help = 0, size = 0;
+	int help = 0, size = 0, overwrite = 0;
 	base.model = "mobilenet_v2";
 	base.batch = 64;
 	base.steps = 30;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &base.model, "model (mobilenet_v2)", 0 },
-		{ "batch", OPT_INT, &base.batch, "batch size (64)", 1 },
-		{ "size", OPT_INT, &size, "input size (224; 32 for simple_cnn)", 8 },
-		{ "data", OPT_STR, &data, "synthetic | DIR | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &base.workers, "data-loader threads (0)", 0 },
-		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2 },
+		{ "batch", OPT_INT, &base.batch, "batch size (64)", 1, ARGS_MAX_BATCH },
+		{ "size", OPT_INT, &size, "input size (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "data", OPT_PATH, &data, "synthetic | DIR | cifar10:DIR", 0 },
+		{ "workers", OPT_INT, &base.workers, "data-loader threads (0)", 0, ARGS_MAX_WORKERS },
+		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2, ARGS_MAX_STEPS },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32", 0 },
-		{ "out", OPT_STR, &out, "directory for advise.json (results)", 0 },
+		{ "out", OPT_PATH, &out, "directory for advise.json (default: a new results/advise_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the advise.json that --out DIR holds", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -85,8 +86,6 @@ int cmd_advise(int argc, char **argv)
 		args_print_help("gpuperf advise [--model M] [--batch B] [--data DIR] [--workers N] [--steps N]", opts);
 		return 0;
 	}
-	if (!out)
-		out = result_default_dir();
 	base.size = size;
 	base.classes = 0;
 	base.log_every = base.steps + 1;
@@ -99,6 +98,9 @@ int cmd_advise(int argc, char **argv)
 	GP_TRY(model_name_check(base.model));
 	GP_TRY(train_pick_device(device, &base.backend, 0));
 	GP_TRY(train_parse_precision(precision, &base.precision));
+	char run_dir[4096];
+	GP_TRY(result_dir_prepare("advise", "advise", out, overwrite, run_dir, sizeof(run_dir)));
+	out = run_dir;
 
 	struct trial t[ADVISE_MAX];
 	int n = 0, rc;
@@ -213,8 +215,8 @@ int cmd_advise(int argc, char **argv)
 		json_array_append_new(trials, trial_json(&t[i], b->img_s));
 	json_object_set_new(res, "settings", json_pack("{s:s, s:i, s:s, s:i, s:i}", "model", base.model,
 			    "batch", base.batch, "data", data, "workers", base.workers, "steps", base.steps));
-	json_object_set_new(res, "measurements", json_pack("{s:o, s:s, s:f}", "trials", trials, "best",
-			    best->change, "best_img_s", best->r.img_s));
+	json_object_set_new(res, "measurements", json_pack("{s:o, s:s, s:o}", "trials", trials, "best",
+			    best->change, "best_img_s", result_real(best->r.img_s)));
 	char path[4096];
 	rc = result_write(res, out, "advise", path, sizeof(path));
 	if (rc == 0)

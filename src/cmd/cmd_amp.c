@@ -159,13 +159,13 @@ static int table_fill(struct table *t, const struct amp_cell *cells, int n)
 
 static json_t *real_or_null(int ok, double v)
 {
-	return ok ? json_real(v) : json_null();
+	return ok ? result_real(v) : json_null();
 }
 
 static json_t *cell_json(const struct amp_cell *c)
 {
 	int ok = !c->oom;
-	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:i}",
+	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}",
 		"batch", c->batch, "precision", train_precision_name(c->prec),
 		"layout", layout_name(c->layout), "status", ok ? "ok" : "oom",
 		"ms_per_step", real_or_null(ok, c->res.ms_per_step),
@@ -174,6 +174,8 @@ static json_t *cell_json(const struct amp_cell *c)
 		"peak_mib", real_or_null(ok, peak_mib(c)),
 		"first_loss", real_or_null(ok, c->res.first_loss),
 		"last_loss", real_or_null(ok, c->res.last_loss),
+		"nonfinite_loss_step", ok && c->res.nonfinite_step ? json_integer(c->res.nonfinite_step)
+								    : json_null(),
 		"timed_steps", ok ? c->res.timed_steps : 0);
 	if (j && c->oom && json_object_set_new(j, "error", json_string(c->error)) < 0) {
 		json_decref(j);
@@ -244,23 +246,22 @@ int cmd_amp(int argc, char **argv)
 	const char *model = "resnet50", *device = "auto", *precisions = "fp32,tf32,fp16,bf16";
 	const char *layout = NULL, *out_dir = NULL;
 	struct int_list batches = { 4, { 64, 128, 256, 512 } };
-	int steps = 30, size = 0, csv = 0, help = 0;
+	int steps = 30, size = 0, csv = 0, help = 0, overwrite = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (resnet50)", 0 },
-		{ "batches", OPT_INT_LIST, &batches, "batch sizes (64,128,256,512)", 1 },
+		{ "batches", OPT_INT_LIST, &batches, "batch sizes (64,128,256,512)", 1, ARGS_MAX_BATCH },
 		{ "precisions", OPT_STR, &precisions, "comma-separated, from fp32,tf32,fp16,bf16 (all four)", 0 },
-		{ "steps", OPT_INT, &steps, "training steps per cell, the first 10% (at most 10) untimed (30)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
+		{ "steps", OPT_INT, &steps, "training steps per cell, the first 10% (at most 10) untimed (30)", 1, ARGS_MAX_STEPS },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
 		{ "layout", OPT_STR, &layout, "nchw | nhwc for fp16/bf16 (default nhwc; fp32/tf32 run nchw)", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "out", OPT_STR, &out_dir, "directory for amp.json and the chart (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for amp.json and the chart (default: a new results/amp_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the amp.json that --out DIR holds", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the table as CSV beside the result", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
-	if (!out_dir)
-		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf amp [--model resnet50] [--batches 64,128,256,512] "
 				"[--precisions fp32,tf32,fp16,bf16] [--steps N] [--size S] "
@@ -286,6 +287,9 @@ int cmd_amp(int argc, char **argv)
 				!strcmp(device, "cpu") ? "" : ", no GPU found");
 	if (!size)
 		size = model_defaults(model).size;
+	char run_dir[4096];
+	GP_TRY(result_dir_prepare("amp", "amp", out_dir, overwrite, run_dir, sizeof(run_dir)));
+	out_dir = run_dir;
 
 	int n_cells = batches.n * n_precs, nvml_ok = 0, gpu_dev = 0, n_oom = 0, rc = 0;
 	struct amp_cell *cells = calloc(n_cells, sizeof(*cells));

@@ -108,6 +108,7 @@ int cmd_analyze(int argc, char **argv)
 	struct analysis a;
 	int rc;
 	GP_TRY(trace_find(dir, path, sizeof(path)));
+	GP_TRY(path_dir_prepare(dir));
 	GP_TRY(chrome_trace_read(path, &t));
 	rc = analysis_run(&t, &a);
 	if (rc < 0) {

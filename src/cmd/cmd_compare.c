@@ -111,7 +111,7 @@ static int parse_models(const char *list, char names[][32], int *n)
 
 static json_t *mib_or_null(int ok, size_t bytes)
 {
-	return ok ? json_real(bytes / GP_MIB) : json_null();
+	return ok ? result_real(bytes / GP_MIB) : json_null();
 }
 
 static json_t *row_json(const struct compare_row *r)
@@ -121,21 +121,23 @@ static json_t *row_json(const struct compare_row *r)
 	for (int c = 0; c < MEM_NCAT; c++)
 		json_object_set_new(cat, mem_cat_name(c),
 				    json_integer((json_int_t)t->mem_after_setup.cur_bytes[c]));
-	return json_pack("{s:s, s:i, s:i, s:i, s:I, s:f, s:f, s:o, s:o, s:I, s:I, s:I, s:f, s:f, s:f,"
-			 " s:f, s:f, s:f, s:f, s:f, s:o}",
+	return json_pack("{s:s, s:i, s:i, s:i, s:I, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:o, s:o, s:o,"
+			 " s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
 		"model", r->model, "size", r->size, "batch", r->batch, "steps", t->steps,
-		"params", (json_int_t)t->params, "params_m", t->params / 1e6,
-		"param_mib", t->params * sizeof(float) / GP_MIB,
+		"params", (json_int_t)t->params, "params_m", result_real(t->params / 1e6),
+		"param_mib", result_real(t->params * sizeof(float) / GP_MIB),
 		"process_setup_mib", mib_or_null(r->process_setup_ok, r->process_setup_bytes),
 		"process_peak_mib", mib_or_null(r->process_peak_ok, r->process_peak_bytes),
 		"alloc_bytes", (json_int_t)t->mem_after_setup.total_bytes,
 		"alloc_peak_bytes", (json_int_t)t->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)t->plan.total_bytes,
-		"alloc_mib", t->mem_after_setup.total_bytes / GP_MIB,
-		"alloc_peak_mib", t->mem.total_peak_bytes / GP_MIB,
-		"predicted_peak_mib", t->plan.total_bytes / GP_MIB,
-		"train_s", t->total_s, "ms_per_step", t->ms_per_step, "img_s", t->img_s,
-		"first_loss", t->first_loss, "last_loss", t->last_loss,
+		"alloc_mib", result_real(t->mem_after_setup.total_bytes / GP_MIB),
+		"alloc_peak_mib", result_real(t->mem.total_peak_bytes / GP_MIB),
+		"predicted_peak_mib", result_real(t->plan.total_bytes / GP_MIB),
+		"train_s", result_real(t->total_s), "ms_per_step", result_real(t->ms_per_step),
+		"img_s", result_real(t->img_s),
+		"first_loss", result_real(t->first_loss), "last_loss", result_real(t->last_loss),
+		"nonfinite_loss_step", t->nonfinite_step ? json_integer(t->nonfinite_step) : json_null(),
 		"category_bytes", cat);
 }
 
@@ -225,23 +227,22 @@ int cmd_compare(int argc, char **argv)
 {
 	const char *models = "simple_cnn,resnet18,mobilenet_v2", *device = "auto";
 	const char *precision = "fp32", *out_dir = NULL;
-	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0;
+	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0, overwrite = 0;
 	struct opt opts[] = {
 		{ "models", OPT_STR, &models, "comma-separated models (simple_cnn,resnet18,mobilenet_v2)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (32)", 1 },
-		{ "steps", OPT_INT, &steps, "training steps per model (100)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "batch", OPT_INT, &batch, "batch size (32)", 1, ARGS_MAX_BATCH },
+		{ "steps", OPT_INT, &steps, "training steps per model (100)", 1, ARGS_MAX_STEPS },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_STR, &out_dir, "directory for compare.json (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for compare.json (default: a new results/compare_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the compare.json that --out DIR holds", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the tables as CSV beside the result", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
-	if (!out_dir)
-		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf compare [--models a,b,c] [--batch B] [--steps N] [--size S] "
 				"[--device cpu|cuda] [--out DIR] [--csv]", opts);
@@ -254,6 +255,9 @@ int cmd_compare(int argc, char **argv)
 	GP_TRY(parse_models(models, names, &n_models));
 	GP_TRY(train_pick_device(device, &backend, 0));
 	GP_TRY(train_parse_precision(precision, &prec));
+	char run_dir[4096];
+	GP_TRY(result_dir_prepare("compare", "compare", out_dir, overwrite, run_dir, sizeof(run_dir)));
+	out_dir = run_dir;
 
 	struct compare_row rows[COMPARE_MAX_MODELS];
 	struct table main_t, cat_t;

@@ -19,6 +19,7 @@
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "data/image.h"
+#include "report/result.h"
 
 struct make_job {
 	const char *out_dir;
@@ -195,13 +196,13 @@ int cmd_dataset(int argc, char **argv)
 	int threads = ncpu > 0 ? (ncpu < 64 ? (int)ncpu : 64) : 1;
 	long long seed = 1;
 	const struct opt opts[] = {
-		{ "out", OPT_STR, &out, "folder to write (created)", 0 },
-		{ "classes", OPT_INT, &classes, "classes (default 10)", 1 },
-		{ "images", OPT_INT, &images, "images in all (default 100)", 1 },
+		{ "out", OPT_PATH, &out, "folder to write (created)", 0 },
+		{ "classes", OPT_INT, &classes, "classes (default 10)", 1, ARGS_MAX_CLASSES },
+		{ "images", OPT_INT, &images, "images in all (default 100)", 1, 10000000 },
 		{ "size", OPT_STR, &size, "WxH (default 500x375)", 0 },
 		{ "seed", OPT_I64, &seed, "random seed (default 1)", 0 },
-		{ "quality", OPT_INT, &quality, "JPEG quality 1..100 (default 90)", 1 },
-		{ "threads", OPT_INT, &threads, "threads (default: all cores, at most 64)", 1 },
+		{ "quality", OPT_INT, &quality, "JPEG quality 1..100 (default 90)", 1, 100 },
+		{ "threads", OPT_INT, &threads, "threads (default: all cores, at most 64)", 1, 64 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -226,8 +227,7 @@ int cmd_dataset(int argc, char **argv)
 	if (sscanf(size, "%dx%d%c", &w, &h, &extra) != 2 || w < 1 || h < 1 || w > 16384 ||
 	    h > 16384)
 		return gp_error(GP_EINVAL, "--size: '%s' is not WxH (like 500x375)", size);
-	if (quality > 100)
-		return gp_error(GP_EINVAL, "--quality must be 1..100 (got %d)", quality);
+	GP_TRY(path_dir_prepare(out));
 	struct make_job j = {
 		.out_dir = out, .classes = classes, .images = images, .w = w, .h = h,
 		.quality = quality, .threads = threads < 64 ? threads : 64,

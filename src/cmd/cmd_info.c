@@ -13,6 +13,7 @@
 #include "gpu/devinfo.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
+#include "report/result.h"
 
 static double mib(size_t b)
 {
@@ -80,9 +81,9 @@ int cmd_info(int argc, char **argv)
 	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0, recompute_blocks = 0;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1, ARGS_MAX_BATCH },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "plan with BN+ReLU outputs recomputed in backward", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks, "and residual blocks' outputs too", 0 },
@@ -119,14 +120,14 @@ int cmd_info(int argc, char **argv)
 		json_t *layers = json_array();
 		for (int i = 1; i < net->n_nodes; i++) {
 			const struct node *nd = &net->nodes[i];
-			json_array_append_new(layers, json_pack("{s:s, s:s, s:[i,i,i], s:I, s:f}",
+			json_array_append_new(layers, json_pack("{s:s, s:s, s:[i,i,i], s:I, s:o}",
 				"name", nd->name, "op", op_name(nd->op), "output", nd->out.c, nd->out.h,
-				nd->out.w, "params", (json_int_t)node_params(net, nd), "macs", nd->macs / batch));
+				nd->out.w, "params", (json_int_t)node_params(net, nd), "macs", result_real(nd->macs / batch)));
 		}
-		json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:s, s:I, s:f, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
+		json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:s, s:I, s:o, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
 			"model", model, "size", mo.size, "classes", classes, "batch", batch,
 			"precision", train_precision_name(prec),
-			"params", (json_int_t)params, "forward_macs_per_image", macs1,
+			"params", (json_int_t)params, "forward_macs_per_image", result_real(macs1),
 			"macs_count", "conv2d and linear layers (multiply-accumulates, bias adds excluded)",
 			"training_bytes", "weights", (json_int_t)net->plan.weights_bytes,
 			"gradients", (json_int_t)net->plan.grads_bytes,

@@ -388,11 +388,11 @@ static int predict_max_batch(struct search *s, size_t budget, int *out)
 static json_t *trial_json(const struct trial *t)
 {
 	if (t->ok)
-		return json_pack("{s:i, s:b, s:f, s:f, s:f, s:f}", "batch", t->batch, "ok", 1,
-				 "peak_alloc_mib", t->peak_alloc_mib, "process_mib", t->process_mib,
-				 "predicted_mib", t->predicted_mib, "step_ms", t->step_ms);
-	return json_pack("{s:i, s:b, s:f, s:s}", "batch", t->batch, "ok", 0, "predicted_mib",
-			 t->predicted_mib, "error", t->error);
+		return json_pack("{s:i, s:b, s:o, s:o, s:o, s:o}", "batch", t->batch, "ok", 1,
+				 "peak_alloc_mib", result_real(t->peak_alloc_mib), "process_mib", result_real(t->process_mib),
+				 "predicted_mib", result_real(t->predicted_mib), "step_ms", result_real(t->step_ms));
+	return json_pack("{s:i, s:b, s:o, s:s}", "batch", t->batch, "ok", 0, "predicted_mib",
+			 result_real(t->predicted_mib), "error", t->error);
 }
 
 static int trials_table(const struct search *s, struct table *t)
@@ -436,20 +436,20 @@ static json_t *search_result(const struct search *s, int argc, char **argv, cons
 	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "model", model,
 		"precision", prec, "image_size", size, "start", start,
 		"device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
-		"mem_limit_mib", limit_bytes ? json_real(limit_bytes / GP_MIB) : json_null(),
+		"mem_limit_mib", limit_bytes ? result_real(limit_bytes / GP_MIB) : json_null(),
 		"search", "double from start, then bisect to the exact batch",
 		"recompute", s->recompute, "conv_algorithms", s->measure_algos ? "measured" : "heuristic");
-	json_t *m = json_pack("{s:s, s:s, s:s, s:f, s:O, s:i, s:i, s:f}", "model", model,
+	json_t *m = json_pack("{s:s, s:s, s:s, s:o, s:O, s:i, s:i, s:o}", "model", model,
 		"precision", prec, "device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
-		"capacity_mib", capacity_mib, "trials", trials, "max_batch", max_batch,
-		"predicted_max_batch", predicted, "search_s", search_s);
-	answer = json_pack("{s:i, s:b, s:o, s:i, s:O, s:i, s:b, s:o, s:f, s:f, s:s}",
+		"capacity_mib", result_real(capacity_mib), "trials", trials, "max_batch", max_batch,
+		"predicted_max_batch", predicted, "search_s", result_real(search_s));
+	answer = json_pack("{s:i, s:b, s:o, s:i, s:O, s:i, s:b, s:o, s:o, s:o, s:s}",
 		"largest_batch", a->largest, "confirmed", a->confirmed,
-		"largest_mib", a->largest_mib > 0 ? json_real(a->largest_mib) : json_null(),
+		"largest_mib", a->largest_mib > 0 ? result_real(a->largest_mib) : json_null(),
 		"confirm_steps", a->steps, "confirmations", confirms,
 		"recommended_batch", a->recommended, "recommended_confirmed", a->rec_confirmed,
-		"recommended_mib", a->recommended_mib > 0 ? json_real(a->recommended_mib) : json_null(),
-		"margin_pct", a->margin_pct, "margin_mib", a->margin_mib,
+		"recommended_mib", a->recommended_mib > 0 ? result_real(a->recommended_mib) : json_null(),
+		"margin_pct", result_real(a->margin_pct), "margin_mib", result_real(a->margin_mib),
 		"memory_compared", s->peak_is_process ? "process_mib" : "peak_alloc_mib");
 	if (!settings || !m || !answer || json_object_update(m, answer) < 0 ||
 	    json_object_set_new(res, "settings", settings) < 0 ||
@@ -557,19 +557,21 @@ int cmd_maxbatch(int argc, char **argv)
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
 	const char *out_dir = NULL;
 	int start = 8, size = 0, classes = 1000, limit_mib = 0, csv = 0, help = 0, recompute = 0;
+	int overwrite = 0;
 	int no_recompute = 0, measure_algos = 0, confirm_steps = 5;
 	double margin_pct = 5;
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
-		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1 },
+		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1, ARGS_MAX_BATCH },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1 },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1 },
-		{ "margin", OPT_DOUBLE, &margin_pct, "percent of the memory the recommended batch leaves free (5)", 0 },
-		{ "confirm-steps", OPT_INT, &confirm_steps, "steps run at the answer and at the recommended batch to confirm them; 0 skips (5)", 0 },
-		{ "out", OPT_STR, &out_dir, "directory for maxbatch.json and the chart (results)", 0 },
+		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1, 16777216 },
+		{ "margin", OPT_DOUBLE, &margin_pct, "percent of the memory the recommended batch leaves free (5)", 0, 0 },
+		{ "confirm-steps", OPT_INT, &confirm_steps, "steps run at the answer and at the recommended batch to confirm them; 0 skips (5)", 0, 1000 },
+		{ "out", OPT_PATH, &out_dir, "directory for maxbatch.json and the chart (default: a new results/maxbatch_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the maxbatch.json that --out DIR holds", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
 		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward (the default)", 0 },
 		{ "no-recompute", OPT_FLAG, &no_recompute, "keep BN+ReLU outputs for backward (as PyTorch does)", 0 },
@@ -578,8 +580,6 @@ int cmd_maxbatch(int argc, char **argv)
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
-	if (!out_dir)
-		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device cpu|cuda] "
 				"[--mem-limit-mib N] [--margin PCT] [--confirm-steps N] [--no-recompute] "
@@ -608,6 +608,13 @@ int cmd_maxbatch(int argc, char **argv)
 	if (size)
 		mo.size = size;
 	GP_TRY(model_build(model, &mo, &s.net));
+	char run_dir[4096];
+	if ((rc = result_dir_prepare("maxbatch", "maxbatch", out_dir, overwrite, run_dir,
+				     sizeof(run_dir))) < 0) {
+		net_free(s.net);
+		return rc;
+	}
+	out_dir = run_dir;
 	s.net->recompute = recompute;
 	s.recompute = recompute;
 	s.measure_algos = measure_algos;

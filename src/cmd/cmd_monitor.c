@@ -31,10 +31,10 @@ static void sleep_s(double s)
 static json_t *sample_json(const struct nvml_sample *s, double t0)
 {
 	char why[160];
-	return json_pack("{s:f, s:i, s:i, s:f, s:f, s:f, s:i, s:i, s:i, s:s}", "t_s", s->t_s - t0,
+	return json_pack("{s:o, s:i, s:i, s:o, s:o, s:o, s:i, s:i, s:i, s:s}", "t_s", result_real(s->t_s - t0),
 			 "util_gpu_pct", s->util_gpu_pct, "util_mem_pct", s->util_mem_pct,
-			 "mem_used_mib", s->mem_used_bytes / GP_MIB, "mem_total_mib",
-			 s->mem_total_bytes / GP_MIB, "power_w", s->power_mw / 1000.0, "temp_c",
+			 "mem_used_mib", result_real(s->mem_used_bytes / GP_MIB), "mem_total_mib",
+			 result_real(s->mem_total_bytes / GP_MIB), "power_w", result_real(s->power_mw / 1000.0), "temp_c",
 			 s->temp_c, "sm_clock_mhz", s->sm_clock_mhz, "mem_clock_mhz", s->mem_clock_mhz,
 			 "throttle", nvml_throttle_reason_str(s->throttle_reasons, why, sizeof(why)));
 }
@@ -42,13 +42,14 @@ static json_t *sample_json(const struct nvml_sample *s, double t0)
 int cmd_monitor(int argc, char **argv)
 {
 	double interval = 1.0;
-	int count = 0, dev = 0, help = 0;
+	int count = 0, dev = 0, help = 0, overwrite = 0;
 	const char *out = NULL;
 	struct opt opts[] = {
-		{ "interval", OPT_DOUBLE, &interval, "seconds between samples (1)", 0 },
-		{ "count", OPT_INT, &count, "stop after this many samples (default: until Ctrl-C)", 1 },
-		{ "gpu", OPT_INT, &dev, "NVML device index (0)", 0 },
-		{ "out", OPT_STR, &out, "directory for monitor.json (results)", 0 },
+		{ "interval", OPT_DOUBLE, &interval, "seconds between samples (1)", 0, 0, .min_d = 0.01, .max_d = 3600, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "count", OPT_INT, &count, "stop after this many samples (default: until Ctrl-C)", 1, ARGS_MAX_STEPS },
+		{ "gpu", OPT_INT, &dev, "NVML device index (0)", 0, 63 },
+		{ "out", OPT_PATH, &out, "directory for monitor.json (default: a new results/monitor_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the monitor.json that --out DIR holds", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -57,10 +58,6 @@ int cmd_monitor(int argc, char **argv)
 		args_print_help("gpuperf monitor [--interval S] [--count N] [--gpu I] [--out DIR]", opts);
 		return 0;
 	}
-	if (!out)
-		out = result_default_dir();
-	if (!(interval >= 0.01 && interval <= 3600))
-		return gp_error(GP_EINVAL, "--interval must be between 0.01 and 3600 seconds (got %g)", interval);
 	GP_TRY(nvml_open());
 	int rc, n_dev = 0;
 	struct nvml_static_info info;
@@ -73,6 +70,11 @@ int cmd_monitor(int argc, char **argv)
 	}
 	if ((rc = nvml_static_info(dev, &info)) < 0)
 		goto out;
+	char run_dir[4096];
+	if ((rc = result_dir_prepare("monitor", "monitor", out, overwrite, run_dir,
+				     sizeof(run_dir))) < 0)
+		goto out;
+	out = run_dir;
 	printf("%s (driver %s), %.0f MiB, power limit %.0f W%s\n", info.name, info.driver_version,
 	       info.mem_total_bytes / GP_MIB, info.power_limit_mw / 1000.0,
 	       count ? "" : "; Ctrl-C to stop");
@@ -104,7 +106,7 @@ int cmd_monitor(int argc, char **argv)
 		goto out;
 	}
 	result_set_gpu(res, result_gpu_from_nvml(&info));
-	json_object_set_new(res, "settings", json_pack("{s:f, s:i}", "interval_s", interval, "gpu", dev));
+	json_object_set_new(res, "settings", json_pack("{s:o, s:i}", "interval_s", result_real(interval), "gpu", dev));
 	json_object_set_new(res, "measurements", json_pack("{s:O}", "samples", samples));
 	char path[4096];
 	if ((rc = result_write(res, out, "monitor", path, sizeof(path))) == 0)

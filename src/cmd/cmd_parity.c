@@ -15,6 +15,7 @@
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
+#include "report/result.h"
 
 static int read_raw(const char *dir, const char *name, void *dst, size_t bytes)
 {
@@ -63,18 +64,18 @@ int cmd_parity(int argc, char **argv)
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model name", 0 },
-		{ "load", OPT_STR, &load, "weights written by PyTorch (safetensors)", 0 },
-		{ "input", OPT_STR, &input, "directory with x.f32 (N x 3 x S x S) and y.i32 (N)", 0 },
-		{ "out", OPT_STR, &out, "directory for logits.f32, grads.safetensors, after.safetensors, losses.json", 0 },
+		{ "load", OPT_PATH, &load, "weights written by PyTorch (safetensors)", 0 },
+		{ "input", OPT_PATH, &input, "directory with x.f32 (N x 3 x S x S) and y.i32 (N)", 0 },
+		{ "out", OPT_PATH, &out, "directory for logits.f32, grads.safetensors, after.safetensors, losses.json", 0 },
 		{ "device", OPT_STR, &device, "cpu | cuda", 0 },
 		{ "precision", OPT_STR, &prec, "fp32 | tf32 | fp16 | bf16", 0 },
-		{ "batch", OPT_INT, &batch, "batch size", 1 },
-		{ "size", OPT_INT, &size, "input size", 8 },
-		{ "classes", OPT_INT, &classes, "classes", 1 },
-		{ "steps", OPT_INT, &steps, "SGD steps (3)", 1 },
-		{ "lr", OPT_DOUBLE, &sgd.lr, "learning rate", 0 },
-		{ "momentum", OPT_DOUBLE, &sgd.momentum, "momentum", 0 },
-		{ "weight-decay", OPT_DOUBLE, &sgd.weight_decay, "weight decay", 0 },
+		{ "batch", OPT_INT, &batch, "batch size", 1, ARGS_MAX_BATCH },
+		{ "size", OPT_INT, &size, "input size", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "classes", 1, ARGS_MAX_CLASSES },
+		{ "steps", OPT_INT, &steps, "SGD steps (3)", 1, ARGS_MAX_STEPS },
+		{ "lr", OPT_DOUBLE, &sgd.lr, "learning rate", 0, 0, .min_d = 0, .range = OPT_MIN_EXCL },
+		{ "momentum", OPT_DOUBLE, &sgd.momentum, "momentum", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "weight-decay", OPT_DOUBLE, &sgd.weight_decay, "weight decay", 0, 0, .min_d = 0, .range = OPT_MIN_INCL },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -89,6 +90,7 @@ int cmd_parity(int argc, char **argv)
 	enum precision precision;
 	GP_TRY(train_pick_device(device, &bk, 1));
 	GP_TRY(train_parse_precision(prec, &precision));
+	GP_TRY(path_dir_prepare(out));
 #ifdef GP_HAVE_CUDA
 	/* Parity is about the arithmetic: FP32 convolutions by direct summation (no FFT or
 	 * Winograd, which round differently and which the speed measurement may pick by
@@ -132,7 +134,7 @@ int cmd_parity(int argc, char **argv)
 			goto out;
 		if ((rc = net_backward(net)) < 0)
 			goto out;
-		json_array_append_new(losses, json_real(loss));
+		json_array_append_new(losses, result_real(loss));
 		if (s == 0) {
 			snprintf(path, sizeof(path), "%s/grads.safetensors", out);
 			if ((rc = net_grads_to_host(net, buf)) < 0 || (rc = save_grads(net, buf, path)) < 0)

@@ -17,7 +17,7 @@ int cmd_plot(int argc, char **argv)
 	const char *out_dir = NULL;
 	int help = 0;
 	const struct opt opts[] = {
-		{ "out", OPT_STR, &out_dir, "directory for the charts (default: the result's)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for the charts (default: the result's)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -41,7 +41,8 @@ int cmd_plot(int argc, char **argv)
 		out_dir = dirname(dir_buf);
 	}
 	GP_TRY(result_read(argv[1], &res));
-	rc = plots_draw(res, out_dir);
+	if ((rc = path_dir_prepare(out_dir)) == 0)
+		rc = plots_draw(res, out_dir);
 	if (rc == 0)
 		printf("wrote %s/%s\n", out_dir,
 		       plots_chart_name(json_string_value(json_object_get(res, "command"))));

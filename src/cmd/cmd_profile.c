@@ -4,7 +4,6 @@
  * loader's wait for each batch is recorded in the data stage. */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
@@ -13,15 +12,6 @@
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "report/profiler.h"
-
-/* "20250301_140509" (local time), for default output directories. */
-static void stamp_now(char *buf, size_t cap)
-{
-	time_t now = time(NULL);
-	struct tm tm;
-	localtime_r(&now, &tm);
-	strftime(buf, cap, "%Y%m%d_%H%M%S", &tm);
-}
 
 /* An unknown model fails here, before the plan is printed. */
 static int model_check_name(const char *name)
@@ -39,6 +29,7 @@ int cmd_profile(int argc, char **argv)
 	struct train_opts o = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *out = NULL, *data = "synthetic";
 	int help = 0, size = 0, wait = 1, warmup = 1, baseline = -1, workers = 4, classes = 0;
+	int overwrite = 0;
 	long long seed = 0;
 	o.model = "mobilenet_v2";
 	o.batch = 64;
@@ -46,17 +37,18 @@ int cmd_profile(int argc, char **argv)
 		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "batch", OPT_INT, &o.batch, "batch size (64)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's; 1000 for synthetic)", 1 },
-		{ "steps", OPT_INT, &o.steps, "recorded (active) steps (20)", 1 },
-		{ "wait", OPT_INT, &wait, "steps run first, neither timed nor recorded (1)", 0 },
-		{ "warmup", OPT_INT, &warmup, "steps recorded and dropped before the active ones (1)", 0 },
-		{ "baseline-steps", OPT_INT, &baseline, "unprofiled steps timed for the overhead ratio (default: --steps)", 1 },
+		{ "batch", OPT_INT, &o.batch, "batch size (64)", 1, ARGS_MAX_BATCH },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's; 1000 for synthetic)", 1, ARGS_MAX_CLASSES },
+		{ "steps", OPT_INT, &o.steps, "recorded (active) steps (20)", 1, ARGS_MAX_STEPS },
+		{ "wait", OPT_INT, &wait, "steps run first, neither timed nor recorded (1)", 0, ARGS_MAX_STEPS },
+		{ "warmup", OPT_INT, &warmup, "steps recorded and dropped before the active ones (1)", 0, ARGS_MAX_STEPS },
+		{ "baseline-steps", OPT_INT, &baseline, "unprofiled steps timed for the overhead ratio (default: --steps)", 1, ARGS_MAX_STEPS },
 		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
-		{ "data", OPT_STR, &data, "synthetic | DIR (ImageFolder) | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &workers, "data-loader threads with --data (4)", 0 },
-		{ "out", OPT_STR, &out, "output directory (results/profile_<model>_<timestamp>)", 0 },
+		{ "data", OPT_PATH, &data, "synthetic | DIR (ImageFolder) | cifar10:DIR", 0 },
+		{ "workers", OPT_INT, &workers, "data-loader threads with --data (4)", 0, ARGS_MAX_WORKERS },
+		{ "out", OPT_PATH, &out, "output directory (default: a new results/profile_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the result.json that --out DIR holds", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -81,15 +73,11 @@ int cmd_profile(int argc, char **argv)
 
 	struct profile_session s;
 	profile_session_init(&s);
-	char stamp[32];
-	stamp_now(stamp, sizeof(stamp));
 	struct profile_window *w = &s.w[0];
 	*w = (struct profile_window){ .first = wait + baseline, .warmup = warmup, .active = o.steps,
 				      .epoch = -1 };
-	if (out)
-		snprintf(w->dir, sizeof(w->dir), "%s", out);
-	else
-		snprintf(w->dir, sizeof(w->dir), "%s/profile_%s_%s", result_default_dir(), o.model, stamp);
+	/* the trace, charts and result.json go here: tried before the first step */
+	GP_TRY(result_dir_prepare("profile", "result", out, overwrite, w->dir, sizeof(w->dir)));
 	s.n_windows = 1;
 	s.baseline_first = wait;
 	s.baseline_steps = baseline;

@@ -103,42 +103,43 @@ int cmd_train(int argc, char **argv)
 	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic";
 	const char *layout = NULL;
 	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0, recompute_blocks = 0;
+	int overwrite = 0;
 	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
 	o.classes = 0;
 	long long seed = 0;
 	int epochs = 0, epoch_steps = 0, profile_steps = 0;
 	struct int_list profile_epochs = { 0 };
 	const char *out = NULL;
-	/* NaN until given, so that a negative --dropout is refused instead of read as
-	 * "the model's own" (which train_opts spells -1) */
-	o.dropout = NAN;
+	o.dropout = -1; /* the model's own; the option's range refuses negative values */
 	struct opt opts[] = {
 		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 | fp16 | bf16 (GPU; fp16/bf16: mixed precision)", 0 },
 		{ "layout", OPT_STR, &layout, "nchw | nhwc (GPU activations; default nhwc under fp16/bf16)", 0 },
-		{ "batch", OPT_INT, &o.batch, "batch size (32)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &o.classes, "output classes (default: the dataset's; 1000 for synthetic)", 1 },
-		{ "steps", OPT_INT, &o.steps, "training steps (20)", 1 },
-		{ "warmup", OPT_INT, &warmup, "steps left out of the img/s figure (default: 10% of steps, at most 10)", 0 },
-		{ "epochs", OPT_INT, &epochs, "train this many epochs instead of --steps", 1 },
-		{ "epoch-steps", OPT_INT, &epoch_steps, "steps per epoch (default: one pass over the data; --steps for synthetic data)", 1 },
-		{ "profile-epochs", OPT_INT_LIST, &profile_epochs, "profile the first steps of these epochs (from 0)", 0 },
-		{ "profile-steps", OPT_INT, &profile_steps, "steps profiled per listed epoch (default: the whole epoch)", 1 },
-		{ "out", OPT_STR, &out, "directory for train.json and profile_epoch_<e>_<timestamp>/ (results)", 0 },
-		{ "lr", OPT_DOUBLE, &o.sgd.lr, "learning rate (0.01)", 0 },
-		{ "momentum", OPT_DOUBLE, &o.sgd.momentum, "SGD momentum (0.9)", 0 },
-		{ "weight-decay", OPT_DOUBLE, &o.sgd.weight_decay, "SGD weight decay (0)", 0 },
+		{ "batch", OPT_INT, &o.batch, "batch size (32)", 1, ARGS_MAX_BATCH },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &o.classes, "output classes (default: the dataset's; 1000 for synthetic)", 1, ARGS_MAX_CLASSES },
+		{ "steps", OPT_INT, &o.steps, "training steps (20)", 1, ARGS_MAX_STEPS },
+		{ "warmup", OPT_INT, &warmup, "steps left out of the img/s figure (default: 10% of steps, at most 10)", 0, ARGS_MAX_STEPS },
+		{ "epochs", OPT_INT, &epochs, "train this many epochs instead of --steps", 1, 1000000 },
+		{ "epoch-steps", OPT_INT, &epoch_steps, "steps per epoch (default: one pass over the data; --steps for synthetic data)", 1, ARGS_MAX_STEPS },
+		{ "profile-epochs", OPT_INT_LIST, &profile_epochs, "profile the first steps of these epochs (from 0)", 0, 1000000 },
+		{ "profile-steps", OPT_INT, &profile_steps, "steps profiled per listed epoch (default: the whole epoch)", 1, ARGS_MAX_STEPS },
+		{ "out", OPT_PATH, &out, "directory for train.json and profile_epoch_<e>_<timestamp>/ "
+		  "(default: a new results/train_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the train.json that --out DIR holds", 0 },
+		{ "lr", OPT_DOUBLE, &o.sgd.lr, "learning rate (0.01)", 0, 0, .min_d = 0, .range = OPT_MIN_EXCL },
+		{ "momentum", OPT_DOUBLE, &o.sgd.momentum, "SGD momentum (0.9)", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "weight-decay", OPT_DOUBLE, &o.sgd.weight_decay, "SGD weight decay (0)", 0, 0, .min_d = 0, .range = OPT_MIN_INCL },
 		{ "nesterov", OPT_FLAG, &o.sgd.nesterov, "Nesterov momentum", 0 },
-		{ "dropout", OPT_DOUBLE, &o.dropout, "override the model's dropout probability (0 disables)", 0 },
+		{ "dropout", OPT_DOUBLE, &o.dropout, "override the model's dropout probability (0 disables)", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_EXCL },
 		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
-		{ "data", OPT_STR, &data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &o.workers, "data-loader threads (0: decode in the training thread)", 0 },
-		{ "prefetch", OPT_INT, &o.prefetch, "batches in flight per loader worker (2)", 1 },
-		{ "load", OPT_STR, &load, "load weights (safetensors, torchvision names) before training", 0 },
-		{ "save", OPT_STR, &save, "save weights after training", 0 },
-		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1 },
+		{ "data", OPT_PATH, &data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR", 0 },
+		{ "workers", OPT_INT, &o.workers, "data-loader threads (0: decode in the training thread)", 0, ARGS_MAX_WORKERS },
+		{ "prefetch", OPT_INT, &o.prefetch, "batches in flight per loader worker (2)", 1, ARGS_MAX_PREFETCH },
+		{ "load", OPT_PATH, &load, "load weights (safetensors, torchvision names) before training", 0 },
+		{ "save", OPT_PATH, &save, "save weights after training", 0 },
+		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1, ARGS_MAX_STEPS },
 		{ "no-graphs", OPT_FLAG, &o.no_graphs, "run each step op by op (no CUDA graph replay)", 0 },
 		{ "recompute", OPT_FLAG, &o.recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks,
@@ -150,24 +151,16 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (recompute_blocks)
 		o.recompute = 2;
-	if (!out)
-		out = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf train --model NAME [--device cpu|cuda] [--batch B] [--size S] "
 				"[--steps N] [--data synthetic|DIR|cifar10:DIR] [--workers N] [--prefetch K] "
 				"[--epochs E]", opts);
 		return 0;
 	}
-	if (isnan(o.dropout))
-		o.dropout = -1;
-	else if (!(o.dropout >= 0 && o.dropout < 1))
-		return gp_error(GP_EINVAL, "--dropout must be at least 0 and below 1 (got %g)", o.dropout);
 	int synthetic = !strcmp(data, "synthetic");
 	if (synthetic && (o.workers || o.prefetch))
 		return gp_error(GP_EINVAL, "--workers and --prefetch need --data DIR or cifar10:DIR");
 	o.data = data;
-	if (!(o.sgd.lr > 0) || o.sgd.momentum < 0 || o.sgd.weight_decay < 0)
-		return gp_error(GP_EINVAL, "--lr must be positive, --momentum and --weight-decay not negative");
 	if (o.sgd.nesterov && !(o.sgd.momentum > 0))
 		return gp_error(GP_EINVAL, "--nesterov needs a positive --momentum");
 	o.seed = (uint64_t)seed;
@@ -193,13 +186,28 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));
-	struct train_result res;
-	if (!profile_epochs.n) {
-		GP_TRY(train_run(&o, &res, stdout));
-	} else {
-		GP_TRY(train_run_profiled(&o, &profile_epochs, profile_steps, out, precision, argc,
-					  argv, &res));
-	}
-	return train_write_result(&o, &res, out, json, argc, argv);
+	/* every output is tried before the first step */
+	char dir[4096];
+	if (save)
+		GP_TRY(path_file_prepare(save));
+	GP_TRY(result_dir_prepare("train", "train", out, overwrite, dir, sizeof(dir)));
+	struct train_result res = { 0 };
+	int rc;
+	if (!profile_epochs.n)
+		rc = train_run(&o, &res, stdout);
+	else
+		rc = train_run_profiled(&o, &profile_epochs, profile_steps, dir, precision, argc,
+					argv, &res);
+	/* res.steps is set once training ended: what failed after it (--save, a profile
+	 * window) still leaves the measurements */
+	if (rc < 0 && res.steps == 0)
+		return rc;
+	char late_error[1024] = "";
+	if (rc < 0)
+		snprintf(late_error, sizeof(late_error), "%s", gp_errmsg());
+	int rc_result = train_write_result(&o, &res, dir, json, argc, argv);
+	if (rc_result < 0)
+		return rc_result;
+	return rc < 0 ? gp_error(rc, "%s", late_error) : 0;
 }
 

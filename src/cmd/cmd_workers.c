@@ -203,7 +203,7 @@ static int recommend(const struct workers_run *runs, int n, int *best_i)
 
 static json_t *real_or_null(int ok, double v)
 {
-	return ok ? json_real(v) : json_null();
+	return ok ? result_real(v) : json_null();
 }
 
 static json_t *run_json(const struct workers_run *r)
@@ -212,18 +212,18 @@ static json_t *run_json(const struct workers_run *r)
 	int ok = r->util != NULL;
 	json_t *samples = json_array();
 	for (int i = 0; ok && samples && i < r->util->n; i++)
-		if (json_array_append_new(samples, json_pack("[f, f]", r->util->t_s[i],
-							     r->util->pct[i])) < 0) {
+		if (json_array_append_new(samples, json_pack("[o, o]", result_real(r->util->t_s[i]),
+							     result_real(r->util->pct[i]))) < 0) {
 			json_decref(samples);
 			return NULL;
 		}
-	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:f, s:f, s:f, s:o, s:f, s:f, s:I, s:i}",
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i}",
 		"workers", r->workers, "samples", samples,
 		"mean_util", real_or_null(ok, r->mean_util), "std_util", real_or_null(ok, r->std_util),
-		"idle_share", real_or_null(ok, r->idle_share), "total_s", t->total_s,
-		"img_s", t->img_s, "data_wait_ms", t->data_wait_ms,
+		"idle_share", real_or_null(ok, r->idle_share), "total_s", result_real(t->total_s),
+		"img_s", result_real(t->img_s), "data_wait_ms", result_real(t->data_wait_ms),
 		"util_source", ok ? json_string(r->util_source) : json_null(),
-		"data_wait_pct", t->data_wait_pct, "copy_ms", t->copy_ms,
+		"data_wait_pct", result_real(t->data_wait_pct), "copy_ms", result_real(t->copy_ms),
 		"skipped_corrupt", (json_int_t)t->skipped_corrupt, "steps", t->steps);
 }
 
@@ -335,30 +335,30 @@ int cmd_workers(int argc, char **argv)
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
 	const char *data = NULL, *out_dir = NULL;
 	int batch = 64, steps = 100, size = 0, classes = 0, prefetch = 2, csv = 0, help = 0;
+	int overwrite = 0;
 	double interval_s = 0.5;
 	long long seed = 0;
 	struct int_list workers = { 4, { 0, 2, 4, 8 } };
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
-		{ "data", OPT_STR, &data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (64)", 1 },
-		{ "workers", OPT_INT_LIST, &workers, "worker counts to try (0,2,4,8)", 0 },
-		{ "steps", OPT_INT, &steps, "training steps per worker count (100)", 1 },
-		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0 },
-		{ "prefetch", OPT_INT, &prefetch, "batches in flight per worker (2)", 1 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8 },
-		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's)", 1 },
+		{ "data", OPT_PATH, &data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)", 0 },
+		{ "batch", OPT_INT, &batch, "batch size (64)", 1, ARGS_MAX_BATCH },
+		{ "workers", OPT_INT_LIST, &workers, "worker counts to try (0,2,4,8)", 0, ARGS_MAX_WORKERS },
+		{ "steps", OPT_INT, &steps, "training steps per worker count (100)", 1, ARGS_MAX_STEPS },
+		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "prefetch", OPT_INT, &prefetch, "batches in flight per worker (2)", 1, ARGS_MAX_PREFETCH },
+		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
+		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's)", 1, ARGS_MAX_CLASSES },
 		{ "seed", OPT_I64, &seed, "seed for initialization and data order (0)", 0 },
 		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
 		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_STR, &out_dir, "directory for workers.json and the chart (results)", 0 },
+		{ "out", OPT_PATH, &out_dir, "directory for workers.json and the chart (default: a new results/workers_<timestamp>/)", 0 },
+		{ "overwrite", OPT_FLAG, &overwrite, "replace the workers.json that --out DIR holds", 0 },
 		{ "csv", OPT_FLAG, &csv, "also write the table as workers.csv", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
-	if (!out_dir)
-		out_dir = result_default_dir();
 	if (help) {
 		args_print_help("gpuperf workers --data DIR [--model mobilenet_v2] [--batch 64] "
 				"[--workers 0,2,4,8] [--steps 100] [--interval 0.5] [--device cuda|cpu] "
@@ -367,15 +367,15 @@ int cmd_workers(int argc, char **argv)
 	}
 	if (!data || !strcmp(data, "synthetic"))
 		return gp_error(GP_EINVAL, "--data DIR (an ImageFolder) or cifar10:DIR is required");
-	if (!(interval_s >= 0.01 && interval_s <= 60))
-		return gp_error(GP_EINVAL, "--interval must be between 0.01 and 60 seconds (got %g)",
-				interval_s);
 	GP_TRY(check_workers(&workers));
 	enum backend_kind backend;
 	enum precision prec;
 	GP_TRY(model_name_check(model));
 	GP_TRY(train_pick_device(device, &backend, 0));
 	GP_TRY(train_parse_precision(precision, &prec));
+	char run_dir[4096];
+	GP_TRY(result_dir_prepare("workers", "workers", out_dir, overwrite, run_dir, sizeof(run_dir)));
+	out_dir = run_dir;
 
 	struct workers_run runs[ARGS_LIST_MAX];
 	struct table t;
@@ -427,10 +427,10 @@ int cmd_workers(int argc, char **argv)
 	}
 	int best_i, rec = recommend(runs, workers.n, &best_i);
 
-	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:f, s:i, s:I, s:s, s:s}",
+	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o, s:i, s:I, s:s, s:s}",
 		"model", model, "data", data, "batch", batch, "steps", steps,
 		"size", size ? size : model_defaults(model).size, "classes", runs[0].res.classes,
-		"interval_s", interval_s, "prefetch", prefetch, "seed", (json_int_t)seed,
+		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
 		"device", backend == BACKEND_CUDA ? "cuda" : "cpu",
 		"precision", train_precision_name(prec));
 	json_t *list = json_array();

@@ -6,6 +6,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/version.h"
+#include "report/result.h"
 
 struct command {
 	const char *name;
@@ -65,6 +66,7 @@ int main(int argc, char **argv)
 			continue;
 		int rc = c->fn(argc - 1, argv + 1);
 		if (rc < 0) {
+			result_run_dir_abandon();
 			fprintf(stderr, "gpuperf %s: error: %s\n", c->name, gp_errmsg());
 			return rc == GP_EINVAL ? 2 : 1;
 		}

@@ -9,6 +9,11 @@ int dataset_open(const char *spec, int train, int size, struct dataset **out)
 {
 	if (size < 1)
 		return gp_error(GP_EINVAL, "image size must be at least 1 (got %d)", size);
+	/* an empty folder name would read from '/' */
+	if (!*spec)
+		return gp_error(GP_EINVAL, "empty dataset path");
+	if (!strcmp(spec, "cifar10:"))
+		return gp_error(GP_EINVAL, "dataset 'cifar10:' names no folder (cifar10:DIR)");
 	struct dataset *ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return gp_error(GP_ENOMEM, "out of memory");

@@ -17,6 +17,8 @@
 #include "data/transform.h"
 
 #define LOADER_WORKERS_MAX 256
+/* keeps the slot count (workers x prefetch) far from int overflow */
+#define LOADER_PREFETCH_MAX 64
 /* How many replacements a bad sample may go through before the loader gives up
  * (only a dataset made almost entirely of bad files gets there). */
 #define REPLACE_TRIES_MAX 64
@@ -194,6 +196,9 @@ static int config_check(const struct dataset *ds, const struct loader_config *c)
 	if (c->workers < 0 || c->workers > LOADER_WORKERS_MAX)
 		return gp_error(GP_EINVAL, "loader workers must be 0..%d (got %d)",
 				LOADER_WORKERS_MAX, c->workers);
+	if (c->prefetch > LOADER_PREFETCH_MAX)
+		return gp_error(GP_EINVAL, "loader prefetch must be 1..%d (got %d)",
+				LOADER_PREFETCH_MAX, c->prefetch);
 	if (c->size != dataset_size(ds))
 		return gp_error(GP_EINVAL, "loader size %d differs from the dataset's %d",
 				c->size, dataset_size(ds));

@@ -281,6 +281,12 @@ out:
 	return arena;
 }
 
+static int plan_overflow(const struct net *net)
+{
+	return gp_error(GP_EINVAL, "the memory plan at batch %d, %dx%d exceeds 64-bit byte counts",
+			net->batch, net->in_h, net->in_w);
+}
+
 int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes)
 {
 	int n = net->n_nodes, loss_step = n;
@@ -399,9 +405,12 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 	}
 	struct mem_plan *p = &net->plan;
 	memset(p, 0, sizeof(*p));
+	/* The arena is at most the sum without reuse: once that sum is known to fit in
+	 * 64 bits, so does every offset placement computes. */
 	for (int i = 0; i < net->n_tensors; i++)
-		if (net->tensors[i].alias_of < 0)
-			p->no_reuse_bytes += net->tensors[i].bytes;
+		if (net->tensors[i].alias_of < 0 &&
+		    __builtin_add_overflow(p->no_reuse_bytes, net->tensors[i].bytes, &p->no_reuse_bytes))
+			return plan_overflow(net);
 	p->arena_bytes = place_tensors(net);
 	/* 16-bit activations (mixed precision): float master weights, gradients and
 	 * momentum, plus 16-bit copies of the weights and of their gradients, and the
@@ -409,13 +418,21 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 	size_t master = elem_bytes < sizeof(float) ? sizeof(float) : elem_bytes;
 	size_t half = elem_bytes < sizeof(float) ? elem_bytes : 0;
 	size_t image = (size_t)net->batch * net->in_c * net->in_h * net->in_w;
+	size_t image_bytes, total;
+	if (__builtin_mul_overflow(image, master + half, &image_bytes))
+		return plan_overflow(net);
 	p->weights_bytes = (net->params_count + net->running_count) * master + net->params_count * half;
 	p->grads_bytes = training ? net->params_count * (master + half) : 0;
 	p->optim_bytes = training ? net->params_count * master : 0;
 	p->workspace_bytes = workspace_bytes;
-	p->other_bytes = image * (master + half) + (size_t)net->batch * sizeof(int32_t) + 64;
-	p->total_bytes = p->arena_bytes + p->weights_bytes + p->grads_bytes + p->optim_bytes +
-			 p->workspace_bytes + p->other_bytes;
+	p->other_bytes = image_bytes + (size_t)net->batch * sizeof(int32_t) + 64;
+	if (__builtin_add_overflow(p->arena_bytes, p->weights_bytes, &total) ||
+	    __builtin_add_overflow(total, p->grads_bytes, &total) ||
+	    __builtin_add_overflow(total, p->optim_bytes, &total) ||
+	    __builtin_add_overflow(total, p->workspace_bytes, &total) ||
+	    __builtin_add_overflow(total, p->other_bytes, &total))
+		return plan_overflow(net);
+	p->total_bytes = total;
 	net->training = training;
 	return 0;
 }

@@ -3,6 +3,7 @@
  * data loader, time it (and the data wait), report memory. */
 #include "nn/trainer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +321,13 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			goto out;
 		if (step == 0)
 			res->first_loss = loss;
+		if (want_loss && !isfinite(loss) && !res->nonfinite_step) {
+			/* said once, on stderr, so that it shows also when the log is off */
+			res->nonfinite_step = step + 1;
+			fprintf(stderr, "warning: the loss became %s at step %d: training diverged "
+				"(try a smaller --lr); results record it as null\n",
+				isnan(loss) ? "NaN" : "infinite", step + 1);
+		}
 		if (want_loss) {
 			res->last_loss = loss;
 			double el = gp_now_s() - t0;
@@ -388,11 +396,14 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 	json_t *mem = json_object();
 	for (int c = 0; c < MEM_NCAT; c++)
 		json_object_set_new(mem, mem_cat_name(c), json_integer((json_int_t)r->mem.peak_bytes[c]));
-	json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:o, s:I, s:I}",
+	json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:I, s:I}",
 		"model", o->model, "device", o->backend == BACKEND_CUDA ? "cuda" : "cpu",
 		"precision", train_precision_name(o->precision), "batch", o->batch, "steps", r->steps,
-		"ms_per_step", r->ms_per_step, "img_s", r->img_s, "total_s", r->total_s,
-		"first_loss", r->first_loss, "last_loss", r->last_loss, "params", (json_int_t)r->params,
+		"ms_per_step", result_real(r->ms_per_step), "img_s", result_real(r->img_s),
+		"total_s", result_real(r->total_s),
+		"first_loss", result_real(r->first_loss), "last_loss", result_real(r->last_loss),
+		"nonfinite_loss_step", r->nonfinite_step ? json_integer(r->nonfinite_step) : json_null(),
+		"params", (json_int_t)r->params,
 		"peak_bytes_by_category", mem, "peak_bytes", (json_int_t)r->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
 	if (j && o->backend == BACKEND_CUDA)
@@ -401,10 +412,11 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 							     ? "nhwc" : "nchw"));
 	/* A run on a dataset also says where its data came from and what it cost. */
 	if (j && train_uses_dataset(o)) {
-		json_t *d = json_pack("{s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:I}", "data", o->data,
+		json_t *d = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", o->data,
 			"classes", r->classes, "workers", o->workers, "batches_per_epoch", r->batches_per_epoch,
-			"data_wait_ms", r->data_wait_ms, "copy_ms", r->copy_ms,
-			"data_wait_pct", r->data_wait_pct, "skipped_corrupt", (json_int_t)r->skipped_corrupt);
+			"data_wait_ms", result_real(r->data_wait_ms), "copy_ms", result_real(r->copy_ms),
+			"data_wait_pct", result_real(r->data_wait_pct),
+			"skipped_corrupt", (json_int_t)r->skipped_corrupt);
 		if (!d || json_object_update(j, d) < 0) {
 			json_decref(j);
 			j = NULL;
@@ -470,8 +482,8 @@ json_t *train_gpu_json(enum backend_kind backend, int dev)
 		gp_error_clear();
 		devinfo_query(&d);
 		if (d.gpu_count > 0)
-			gpu = json_pack("{s:s, s:f}", "name", d.gpu_name, "memory_mib",
-					d.mem_total_bytes / GP_MIB);
+			gpu = json_pack("{s:s, s:o}", "name", d.gpu_name, "memory_mib",
+					result_real(d.mem_total_bytes / GP_MIB));
 	}
 	if (gpu)
 		gpu_json_add_versions(gpu);

@@ -58,6 +58,9 @@ struct train_opts {
 struct train_result {
 	int steps, timed_steps;
 	double first_loss, last_loss;
+	/* The first step (from 1) whose loss read NaN or infinite, 0 if none did; the
+	 * loss is read at the logged steps (every step when --log-every 1). */
+	int nonfinite_step;
 	double ms_per_step, img_s, total_s;
 	size_t params;
 	struct mem_plan plan;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "report/result.h"
 
 static const char *const part_names[PART_COUNT] = {
 	"kernel", "memcpy", "memset", "runtime", "data", "cpu", "idle",
@@ -515,24 +516,24 @@ static json_t *ops_json(const struct analysis_op *ops, int n, const char *unit)
 	snprintf(total, sizeof(total), "total_%s", unit);
 	snprintf(mean, sizeof(mean), "mean_%s", unit);
 	for (int i = 0; arr && i < n; i++)
-		json_array_append_new(arr, json_pack("{s:s, s:I, s:f, s:f}", "name", ops[i].name,
+		json_array_append_new(arr, json_pack("{s:s, s:I, s:o, s:o}", "name", ops[i].name,
 						     "count", (json_int_t)ops[i].count, total,
-						     ops[i].total, mean, ops[i].mean));
+						     result_real(ops[i].total), mean, result_real(ops[i].mean)));
 	return arr;
 }
 
 static json_t *step_json(const struct analysis_step *s)
 {
-	json_t *o = json_pack("{s:i, s:f, s:f, s:f}", "step", s->step, "dur_ms", s->dur_ms,
-			      "gpu_busy_ms", s->gpu_busy_ms, "data_wait_ms", s->data_wait_ms);
+	json_t *o = json_pack("{s:i, s:o, s:o, s:o}", "step", s->step, "dur_ms", result_real(s->dur_ms),
+			      "gpu_busy_ms", result_real(s->gpu_busy_ms), "data_wait_ms", result_real(s->data_wait_ms));
 	char key[32];
 	for (int p = 0; o && p < PART_COUNT; p++) {
 		snprintf(key, sizeof(key), "%s_ms", part_names[p]);
-		json_object_set_new(o, key, json_real(s->part_ms[p]));
+		json_object_set_new(o, key, result_real(s->part_ms[p]));
 	}
 	for (int st = 0; o && st < STAGE_COUNT; st++) {
 		snprintf(key, sizeof(key), "stage_%s_ms", stage_names[st]);
-		json_object_set_new(o, key, json_real(s->stage_ms[st]));
+		json_object_set_new(o, key, result_real(s->stage_ms[st]));
 	}
 	return o;
 }
@@ -543,25 +544,25 @@ json_t *analysis_to_json(const struct analysis *a)
 	for (int i = 0; steps && i < a->n_steps; i++)
 		json_array_append_new(steps, step_json(&a->steps[i]));
 	for (int i = 0; advice && i < a->n_advice; i++)
-		json_array_append_new(advice, json_pack("{s:s, s:f, s:f, s:s}", "rule",
+		json_array_append_new(advice, json_pack("{s:s, s:o, s:o, s:s}", "rule",
 							a->advice[i].rule, "value",
-							a->advice[i].value, "threshold",
-							a->advice[i].threshold, "text",
+							result_real(a->advice[i].value), "threshold",
+							result_real(a->advice[i].threshold), "text",
 							a->advice[i].text));
-	return json_pack("{s:{s:s, s:i, s:s, s:s}, s:o, s:o, s:f, s:f, s:f, s:I, s:f, s:f, "
-			 "s:o, s:o, s:o, s:o, s:f, s:o}",
+	return json_pack("{s:{s:s, s:i, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
+			 "s:o, s:o, s:o, s:o, s:o, s:o}",
 			 "meta", "model", a->meta.model, "batch", a->meta.batch, "precision",
 			 a->meta.precision, "gpu", a->meta.gpu_name,
 			 "steps", steps, "mean_step", step_json(&a->mean),
-			 "gpu_busy_share", a->gpu_busy_share, "gpu_idle_share", a->gpu_idle_share,
-			 "data_wait_share", a->data_wait_share,
-			 "kernels", (json_int_t)a->n_kernels, "kernel_total_ms", a->kernel_total_ms,
-			 "kernel_median_us", a->kernel_median_us,
+			 "gpu_busy_share", result_real(a->gpu_busy_share), "gpu_idle_share", result_real(a->gpu_idle_share),
+			 "data_wait_share", result_real(a->data_wait_share),
+			 "kernels", (json_int_t)a->n_kernels, "kernel_total_ms", result_real(a->kernel_total_ms),
+			 "kernel_median_us", result_real(a->kernel_median_us),
 			 "top_cpu_ops", ops_json(a->top_cpu, a->n_top_cpu, "ms"),
 			 "top_gpu_layers", ops_json(a->top_gpu, a->n_top_gpu, "ms"),
 			 "top_kernels", ops_json(a->top_kernels, a->n_top_kernels, "ms"),
 			 "top_memory_layers", ops_json(a->top_mem, a->n_top_mem, "bytes"),
-			 "memory_peak_bytes", a->mem_peak_bytes, "advice", advice);
+			 "memory_peak_bytes", result_real(a->mem_peak_bytes), "advice", advice);
 }
 
 static void md_ops(FILE *f, const char *title, const struct analysis_op *ops, int n, int bytes)

@@ -369,11 +369,11 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	if (settings)
 		json_object_update(json_object_get(res, "settings"), settings);
 	json_t *m = json_object_get(res, "measurements");
-	json_object_set_new(m, "baseline_ms_per_step", json_real(ov->baseline_ms));
+	json_object_set_new(m, "baseline_ms_per_step", result_real(ov->baseline_ms));
 	json_object_set_new(m, "baseline_steps", json_integer(ov->baseline_steps));
-	json_object_set_new(m, "profiled_ms_per_step", json_real(ov->profiled_ms));
+	json_object_set_new(m, "profiled_ms_per_step", result_real(ov->profiled_ms));
 	json_object_set_new(m, "profiled_steps", json_integer(ov->profiled_steps));
-	json_object_set_new(m, "overhead_ratio", ov->baseline_steps > 0 ? json_real(ov->ratio)
+	json_object_set_new(m, "overhead_ratio", ov->baseline_steps > 0 ? result_real(ov->ratio)
 									 : json_null());
 	json_object_set_new(m, "trace_bytes", json_integer(trace_bytes));
 	json_object_set_new(m, "trace_events", json_integer((json_int_t)(t->n_ranges + t->n_gpu +

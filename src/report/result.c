@@ -2,6 +2,7 @@
 #include "report/result.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,6 +11,13 @@
 #include "core/error.h"
 #include "core/memstat.h"
 #include "core/version.h"
+
+#define RESULT_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(10))
+
+json_t *result_real(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
+}
 
 void result_utc_str(time_t t, char *buf, size_t cap)
 {
@@ -62,13 +70,13 @@ json_t *result_gpu_from_nvml(const struct nvml_static_info *info)
 	char cuda[16];
 	snprintf(cuda, sizeof(cuda), "%d.%d", info->cuda_driver_version / 1000,
 		 info->cuda_driver_version % 1000 / 10);
-	return json_pack("{s:s, s:s, s:s, s:s, s:f, s:f, s:i, s:i}",
+	return json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:i}",
 			 "name", info->name,
 			 "uuid", info->uuid,
 			 "driver_version", info->driver_version,
 			 "cuda_driver_version", cuda,
-			 "memory_mib", info->mem_total_bytes / GP_MIB,
-			 "power_limit_w", info->power_limit_mw / 1000.0,
+			 "memory_mib", result_real(info->mem_total_bytes / GP_MIB),
+			 "power_limit_w", result_real(info->power_limit_mw / 1000.0),
 			 "max_sm_clock_mhz", (json_int_t)info->max_sm_clock_mhz,
 			 "max_mem_clock_mhz", (json_int_t)info->max_mem_clock_mhz);
 }
@@ -100,6 +108,130 @@ int path_mkdirs(const char *dir)
 		return gp_error(GP_EIO, "cannot create directory '%s': %s", dir,
 				strerror(ENOTDIR));
 	return 0;
+}
+
+int path_dir_prepare(const char *dir)
+{
+	char probe[4096];
+	GP_TRY(path_mkdirs(dir));
+	if (snprintf(probe, sizeof(probe), "%s/.gpuperf_probe.XXXXXX", dir) >= (int)sizeof(probe))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", dir);
+	int fd = mkstemp(probe);
+	if (fd < 0)
+		return gp_error(GP_EIO, "cannot write in '%s': %s", dir, strerror(errno));
+	close(fd);
+	unlink(probe);
+	return 0;
+}
+
+int path_file_prepare(const char *path)
+{
+	char dir[4096];
+	struct stat st;
+	const char *slash = strrchr(path, '/');
+	/* the folder part: "." without a slash, "/" for a file at the root */
+	size_t len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+	if ((slash && !slash[1]) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+		return gp_error(GP_EINVAL, "'%s' is a folder, not a file", path);
+	if (len >= sizeof(dir))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	if (slash) {
+		memcpy(dir, path, len);
+		dir[len] = 0;
+	} else {
+		snprintf(dir, sizeof(dir), ".");
+	}
+	return path_dir_prepare(dir);
+}
+
+/* The run folder this process made, and what latest named before, so that a run
+ * that fails before writing anything leaves no empty folder behind. */
+static struct {
+	char dir[4096], base[4096], old_latest[4096];
+} run_made;
+
+/* Point <base>/latest at name: a symlink made under a temporary name, then renamed
+ * over the old one, so that readers always find a whole link. Relative, so that the
+ * results folder can be moved. */
+static int latest_link_update(const char *base, const char *name)
+{
+	char tmp[4096], link[4096];
+	if (snprintf(tmp, sizeof(tmp), "%s/.latest.%ld", base, (long)getpid()) >= (int)sizeof(tmp) ||
+	    snprintf(link, sizeof(link), "%s/latest", base) >= (int)sizeof(link))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", base);
+	if (!run_made.old_latest[0]) {
+		ssize_t n = readlink(link, run_made.old_latest, sizeof(run_made.old_latest) - 1);
+		run_made.old_latest[n > 0 ? n : 0] = 0;
+	}
+	unlink(tmp);
+	if (symlink(name, tmp) != 0)
+		return gp_error(GP_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+	if (rename(tmp, link) != 0) {
+		int err = errno;
+		unlink(tmp);
+		return gp_error(GP_EIO, "cannot replace '%s': %s", link, strerror(err));
+	}
+	return 0;
+}
+
+/* A new folder <base>/<command>_<stamp>[_<n>]: mkdir fails on a name that exists,
+ * so a concurrent run that took it makes this one try the next n. */
+static int run_dir_create(const char *base, const char *command, char *dir, size_t cap)
+{
+	char stamp[32], name[256];
+	time_t now = time(NULL);
+	struct tm tm;
+	localtime_r(&now, &tm);
+	strftime(stamp, sizeof(stamp), "%Y%m%d_%H%M%S", &tm);
+	GP_TRY(path_mkdirs(base));
+	for (int n = 1; n <= 1000; n++) {
+		if (n == 1)
+			snprintf(name, sizeof(name), "%s_%s", command, stamp);
+		else
+			snprintf(name, sizeof(name), "%s_%s_%d", command, stamp, n);
+		if (snprintf(dir, cap, "%s/%s", base, name) >= (int)cap)
+			return gp_error(GP_EINVAL, "path too long: '%.64s...'", base);
+		if (mkdir(dir, 0777) == 0) {
+			snprintf(run_made.dir, sizeof(run_made.dir), "%s", dir);
+			snprintf(run_made.base, sizeof(run_made.base), "%s", base);
+			GP_TRY(path_dir_prepare(dir));
+			return latest_link_update(base, name);
+		}
+		if (errno != EEXIST)
+			return gp_error(GP_EIO, "cannot create directory '%s': %s", dir,
+					strerror(errno));
+	}
+	return gp_error(GP_EIO, "cannot create a new run folder in '%s': 1000 exist for %s",
+			base, stamp);
+}
+
+void result_run_dir_abandon(void)
+{
+	char link[sizeof(run_made.base) + 8];
+	if (!run_made.dir[0] || rmdir(run_made.dir) != 0)
+		return; /* something was written there: keep it */
+	snprintf(link, sizeof(link), "%s/latest", run_made.base);
+	if (run_made.old_latest[0])
+		latest_link_update(run_made.base, run_made.old_latest);
+	else
+		unlink(link);
+	run_made.dir[0] = 0;
+}
+
+int result_dir_prepare(const char *command, const char *basename, const char *out,
+		       int overwrite, char *dir, size_t cap)
+{
+	char path[4096];
+	struct stat st;
+	if (!out)
+		return run_dir_create(result_default_dir(), command, dir, cap);
+	if (snprintf(dir, cap, "%s", out) >= (int)cap ||
+	    snprintf(path, sizeof(path), "%s/%s.json", out, basename) >= (int)sizeof(path))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", out);
+	if (!overwrite && lstat(path, &st) == 0)
+		return gp_error(GP_EINVAL, "'%s' holds an earlier result (--overwrite replaces it, "
+				"or leave out --out for a new run folder)", path);
+	return path_dir_prepare(dir);
 }
 
 int atomic_file_open(struct atomic_file *af, const char *path)
@@ -160,8 +292,8 @@ const char *result_default_dir(void)
 	return d && *d ? d : "results";
 }
 
-int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
-		 size_t cap)
+static int result_write_file(json_t *res, const char *dir, const char *basename, char *path_out,
+			     size_t cap)
 {
 	char path[4096], finished[32];
 	struct atomic_file af;
@@ -173,8 +305,7 @@ int result_write(json_t *res, const char *dir, const char *basename, char *path_
 	if (json_object_set_new(res, "finished_utc", json_string(finished)) < 0)
 		return gp_error(GP_ENOMEM, "cannot set the result's finish time");
 	GP_TRY(atomic_file_open(&af, path));
-	if (json_dumpf(res, af.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0 ||
-	    fputc('\n', af.f) == EOF) {
+	if (json_dumpf(res, af.f, RESULT_JSON_FLAGS) != 0 || fputc('\n', af.f) == EOF) {
 		atomic_file_abort(&af);
 		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
 	}
@@ -182,6 +313,20 @@ int result_write(json_t *res, const char *dir, const char *basename, char *path_
 	if (path_out)
 		snprintf(path_out, cap, "%s", path);
 	return 0;
+}
+
+int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
+		 size_t cap)
+{
+	int rc = result_write_file(res, dir, basename, path_out, cap);
+	if (rc < 0) {
+		/* the measurements took the work; stdout is their last way out */
+		fflush(stdout);
+		if (json_dumpf(res, stdout, RESULT_JSON_FLAGS) == 0)
+			fputc('\n', stdout);
+		fflush(stdout);
+	}
+	return rc;
 }
 
 int result_read(const char *path, json_t **out)
