@@ -343,5 +343,5 @@ TEST(cmd_plot_runs)
 	CHECK_MSG(strstr(out, "usage: gpuperf plot") != NULL, "output: %s", out);
 	snprintf(cmd, sizeof(cmd), "%s plot /nonexistent.json", test_bin());
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 1);
-	CHECK_MSG(strstr(out, "cannot read '/nonexistent.json'") != NULL, "output: %s", out);
+	CHECK_MSG(strstr(out, "cannot open '/nonexistent.json': No such file") != NULL, "output: %s", out);
 }

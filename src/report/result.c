@@ -1,4 +1,4 @@
-/* JSON results and the atomic file writes that every report output goes through. */
+/* JSON results: written atomically (core/file.h), read back with their schema checked. */
 #include "report/result.h"
 
 #include <errno.h>
@@ -102,58 +102,6 @@ int path_mkdirs(const char *dir)
 	return 0;
 }
 
-int atomic_file_open(struct atomic_file *af, const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	int dir_len = slash ? (int)(slash - path + 1) : 0;
-	int fd;
-
-	af->f = NULL;
-	if (snprintf(af->path, sizeof(af->path), "%s", path) >= (int)sizeof(af->path) ||
-	    snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.XXXXXX", dir_len, path,
-		     path + dir_len) >= (int)sizeof(af->tmp_path))
-		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
-	fd = mkstemp(af->tmp_path);
-	if (fd < 0)
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
-	fchmod(fd, 0644);
-	af->f = fdopen(fd, "w");
-	if (!af->f) {
-		int err = errno;
-		close(fd);
-		unlink(af->tmp_path);
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(err));
-	}
-	return 0;
-}
-
-int atomic_file_commit(struct atomic_file *af)
-{
-	int err = 0;
-	if (fflush(af->f) != 0 || ferror(af->f))
-		err = errno ? errno : EIO;
-	else if (fsync(fileno(af->f)) != 0)
-		err = errno;
-	if (fclose(af->f) != 0 && !err)
-		err = errno;
-	af->f = NULL;
-	if (!err && rename(af->tmp_path, af->path) != 0)
-		err = errno;
-	if (err) {
-		unlink(af->tmp_path);
-		return gp_error(GP_EIO, "cannot write '%s': %s", af->path, strerror(err));
-	}
-	return 0;
-}
-
-void atomic_file_abort(struct atomic_file *af)
-{
-	if (af->f)
-		fclose(af->f);
-	af->f = NULL;
-	unlink(af->tmp_path);
-}
-
 const char *result_default_dir(void)
 {
 	const char *d = getenv("GPUPERF_RESULTS");
@@ -164,7 +112,6 @@ int result_write(json_t *res, const char *dir, const char *basename, char *path_
 		 size_t cap)
 {
 	char path[4096], finished[32];
-	struct atomic_file af;
 
 	GP_TRY(path_mkdirs(dir));
 	if (snprintf(path, sizeof(path), "%s/%s.json", dir, basename) >= (int)sizeof(path))
@@ -172,24 +119,33 @@ int result_write(json_t *res, const char *dir, const char *basename, char *path_
 	result_utc_str(time(NULL), finished, sizeof(finished));
 	if (json_object_set_new(res, "finished_utc", json_string(finished)) < 0)
 		return gp_error(GP_ENOMEM, "cannot set the result's finish time");
-	GP_TRY(atomic_file_open(&af, path));
-	if (json_dumpf(res, af.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0 ||
-	    fputc('\n', af.f) == EOF) {
-		atomic_file_abort(&af);
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
-	}
-	GP_TRY(atomic_file_commit(&af));
+	GP_TRY(json_write_atomic(res, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10)));
 	if (path_out)
 		snprintf(path_out, cap, "%s", path);
 	return 0;
 }
 
+int json_write_atomic(const json_t *j, const char *path, size_t flags)
+{
+	struct atomic_file af;
+	GP_TRY(atomic_file_open(&af, path));
+	if (json_dumpf(j, af.f, flags) != 0 || fputc('\n', af.f) == EOF) {
+		atomic_file_abort(&af);
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
+	}
+	return atomic_file_commit(&af);
+}
+
 int result_read(const char *path, json_t **out)
 {
 	json_error_t jerr;
-	json_t *res = json_load_file(path, 0, &jerr);
+	FILE *f;
+	GP_TRY(file_fopen_read(path, &f, NULL));
+	json_t *res = json_loadf(f, 0, &jerr);
+	int read_err = ferror(f);
+	fclose(f);
 	if (!res) {
-		if (jerr.line < 0)
+		if (read_err || jerr.line < 0)
 			return gp_error(GP_EIO, "cannot read '%s': %s", path, jerr.text);
 		return gp_error(GP_EFORMAT, "'%s' line %d: %s", path, jerr.line, jerr.text);
 	}

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "core/file.h"
 #include "gpu/nvml.h"
 
 #define RESULT_SCHEMA "gpuperf.result/1"
@@ -31,6 +32,8 @@ json_t *result_gpu_from_nvml(const struct nvml_static_info *info);
  * needed); the path written goes to path_out when that is not NULL. */
 int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
 		 size_t cap);
+/* Write any JSON document as path, atomically (flags as for json_dumpf). */
+int json_write_atomic(const json_t *j, const char *path, size_t flags);
 /* Read a result and check its schema; *out is a new reference. */
 int result_read(const char *path, json_t **out);
 
@@ -39,19 +42,5 @@ void result_utc_str(time_t t, char *buf, size_t cap);
 
 /* mkdir -p. */
 int path_mkdirs(const char *dir);
-
-/* A file that appears complete or not at all: written to a temporary file in the
- * same directory, then flushed, fsync'ed and renamed over path on commit. */
-struct atomic_file {
-	FILE *f;
-	char path[4096];
-	char tmp_path[4096];
-};
-
-int atomic_file_open(struct atomic_file *af, const char *path);
-/* Close and rename into place; on any failure the temporary file is removed. */
-int atomic_file_commit(struct atomic_file *af);
-/* Give up: close and remove the temporary file. */
-void atomic_file_abort(struct atomic_file *af);
 
 #endif
