@@ -83,6 +83,105 @@ TEST(file_open_read_refuses_fifo_and_directory)
 	close(fd);
 }
 
+/* A FIFO where a user file belongs is one line at once, not a hang: as weights to
+ * load, as a CIFAR-10 batch, as a result to plot and as a trace to analyze. */
+TEST(file_fifo_inputs_refused_at_once)
+{
+	const char *dir = test_tmpdir();
+	char path[600], cmd[2048], out[4096];
+	snprintf(path, sizeof(path), "%s/w.safetensors", dir);
+	CHECK_EQ_INT(mkfifo(path, 0644), 0);
+	snprintf(path, sizeof(path), "%s/data_batch_1.bin", dir);
+	CHECK_EQ_INT(mkfifo(path, 0644), 0);
+	snprintf(path, sizeof(path), "%s/r.json", dir);
+	CHECK_EQ_INT(mkfifo(path, 0644), 0);
+	snprintf(path, sizeof(path), "%s/profiler_trace.json", dir);
+	CHECK_EQ_INT(mkfifo(path, 0644), 0);
+	const char *runs[][2] = {
+		{ "train --model simple_cnn --device cpu --steps 1 --batch 2 --load '%s/w.safetensors'",
+		  "w.safetensors' is not a regular file (a FIFO)" },
+		{ "train --model simple_cnn --device cpu --steps 1 --batch 2 --data 'cifar10:%s'",
+		  "data_batch_1.bin' is not a regular file (a FIFO)" },
+		{ "plot '%s/r.json'", "r.json' is not a regular file (a FIFO)" },
+		{ "analyze '%s'", "profiler_trace.json' is not a regular file (a FIFO)" },
+	};
+	for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+		char args[1024];
+		snprintf(args, sizeof(args), runs[i][0], dir);
+		snprintf(cmd, sizeof(cmd), "timeout 20 %s %s", test_bin(), args);
+		int rc = test_run(cmd, out, sizeof(out));
+		CHECK_MSG(rc != 0 && rc != 124, "'%s' exited %d", args, rc);
+		CHECK_MSG(test_count_lines(out) == 1, "'%s' printed: %s", args, out);
+		CHECK_MSG(strstr(out, runs[i][1]) != NULL, "'%s' said: %s", args, out);
+	}
+}
+
+/* A FIFO named like an image in an ImageFolder is skipped and counted as a corrupt
+ * file, and the run goes on. */
+TEST(file_fifo_image_skipped)
+{
+	const char *dir = test_tmpdir();
+	char path[700], cmd[2048], out[8192];
+	snprintf(cmd, sizeof(cmd), "cp -r tests/data/bad/class_000 tests/data/bad/class_001 '%s/'",
+		 dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	snprintf(path, sizeof(path), "%s/class_000/fifo.jpg", dir);
+	CHECK_EQ_INT(mkfifo(path, 0644), 0);
+	snprintf(cmd, sizeof(cmd), "timeout 20 %s loader --data '%s' --batch 4 --workers 0 "
+		 "--batches 6 --size 16", test_bin(), dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "fifo.jpg': '") && strstr(out, "is not a regular file (a FIFO)"),
+		  "%s", out);
+}
+
+/* Sizes from the header, refused before any pixel is decoded: a PNG's IHDR and a
+ * JPEG's SOF claiming 20000 x 20000 (400 M pixels, 1.2 GB decoded). */
+TEST(file_image_pixel_cap)
+{
+	struct image_ctx ctx;
+	enum image_kind kind;
+	int w, h;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	uint8_t png[64] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13,
+			    'I', 'H', 'D', 'R' };
+	const uint32_t sides[3][2] = { { 20000, 20000 }, { 9459, 9460 }, { 9459, 9459 } };
+	for (int i = 0; i < 3; i++) {
+		for (int k = 0; k < 4; k++) {
+			png[16 + k] = (uint8_t)(sides[i][0] >> (24 - 8 * k));
+			png[20 + k] = (uint8_t)(sides[i][1] >> (24 - 8 * k));
+		}
+		int rc = image_header(&ctx, png, sizeof(png), &kind, &w, &h);
+		/* 9459 x 9459 = 89,472,681 is under PIL's 89,478,485; 9459 x 9460 is over */
+		CHECK_EQ_INT(rc, i < 2 ? GP_EFORMAT : 0);
+		if (i < 2)
+			CHECK_MSG(strstr(gp_errmsg(), "pixels is over the limit of 89478485"), "%s",
+				  gp_errmsg());
+	}
+	uint8_t rgb[16 * 8 * 3] = { 0 }, *jpeg;
+	size_t len;
+	CHECK_EQ_INT(image_encode_jpeg(rgb, 16, 8, 90, &jpeg, &len), 0);
+	if (test_failed())
+		goto out_ctx;
+	CHECK_EQ_INT(image_header(&ctx, jpeg, len, &kind, &w, &h), 0);
+	CHECK_EQ_INT(w * 1000 + h, 16008);
+	size_t sof = 0;
+	for (size_t i = 2; i + 9 < len && !sof; i++)
+		if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0)
+			sof = i;
+	CHECK(sof > 0);
+	if (sof) {
+		/* SOF0: marker, length (2), precision (1), height (2), width (2) */
+		jpeg[sof + 5] = jpeg[sof + 7] = 20000 >> 8;
+		jpeg[sof + 6] = jpeg[sof + 8] = 20000 & 255;
+		CHECK_EQ_INT(image_header(&ctx, jpeg, len, &kind, &w, &h), GP_EFORMAT);
+		CHECK_MSG(strstr(gp_errmsg(), "20000x20000 pixels is over the limit"), "%s",
+			  gp_errmsg());
+	}
+	image_jpeg_free(jpeg);
+out_ctx:
+	image_ctx_free(&ctx);
+}
+
 TEST(file_atomic_tmp_names_owner)
 {
 	const char *dir = test_tmpdir();

@@ -13,11 +13,14 @@
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
 #include "report/profile_charts.h"
+#include "report/result.h"
 
+/* Whatever sits at path counts: a FIFO or a folder there is refused when read, in
+ * one line that names it, rather than passed over. */
 static int file_exists(const char *path)
 {
 	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+	return lstat(path, &st) == 0;
 }
 
 /* DIR/profiler_trace.json, else the first by name of profiler_logs/NAME.pt.trace.json. */
@@ -91,8 +94,7 @@ int cmd_analyze(int argc, char **argv)
 		goto free_analysis;
 	}
 	snprintf(path, sizeof(path), "%s/analysis.json", dir);
-	if (json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0)
-		rc = gp_error(GP_EIO, "cannot write '%s'", path);
+	rc = json_write_atomic(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
 	json_decref(j);
 	if (rc == 0)
 		printf("\nwrote %s/profile_report.md, %s/analysis.json, %s/stage_breakdown.png and "

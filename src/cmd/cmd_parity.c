@@ -11,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
@@ -20,9 +21,8 @@ static int read_raw(const char *dir, const char *name, void *dst, size_t bytes)
 {
 	char path[1024];
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return gp_error(GP_EIO, "cannot open '%s'", path);
+	FILE *f;
+	GP_TRY(file_fopen_read(path, &f, NULL));
 	size_t got = fread(dst, 1, bytes, f);
 	int extra = fgetc(f) != EOF;
 	fclose(f);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 /* Tensor data goes between memory and file with memcpy, which keeps the file's byte
  * order only on a little-endian host (every machine this tool targets). */
@@ -402,7 +403,6 @@ static void file_close(struct ckpt_file *cf)
 /* Open path and check everything about it that does not depend on a net. */
 static int file_open(struct ckpt_file *cf, const char *path)
 {
-	struct stat st;
 	uint64_t header_bytes;
 	char *text = NULL;
 	json_error_t jerr;
@@ -410,18 +410,9 @@ static int file_open(struct ckpt_file *cf, const char *path)
 
 	memset(cf, 0, sizeof(*cf));
 	cf->path = path;
-	cf->f = fopen(path, "rb");
-	if (!cf->f)
-		return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno));
-	if (fstat(fileno(cf->f), &st)) {
-		rc = gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(errno));
-		goto close_file;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = gp_error(GP_EIO, "cannot read '%s': not a regular file", path);
-		goto close_file;
-	}
-	uint64_t file_bytes = (uint64_t)st.st_size;
+	long long size;
+	GP_TRY(file_fopen_read(path, &cf->f, &size));
+	uint64_t file_bytes = (uint64_t)size;
 	if (file_bytes < 8) {
 		rc = gp_error(GP_EFORMAT, "'%s' is not a safetensors file (%llu bytes, shorter "
 			      "than the 8-byte header length)", path, (unsigned long long)file_bytes);

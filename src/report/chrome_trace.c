@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 /* One line of traceEvents, sorted by time before writing. */
 enum ev_kind { EV_RANGE = 0, EV_GPU, EV_FLOW_START, EV_FLOW_END, EV_MEM };
@@ -486,12 +487,14 @@ int chrome_trace_read(const char *path, struct trace *t)
 	json_error_t jerr;
 	int rc;
 	trace_init(t);
-	json_t *root = json_load_file(path, 0, &jerr);
+	FILE *f;
+	GP_TRY(file_fopen_read(path, &f, NULL));
+	json_t *root = json_loadf(f, 0, &jerr);
+	int read_err = ferror(f);
+	fclose(f);
 	if (!root) {
-		FILE *f = fopen(path, "r");
-		if (!f)
-			return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno));
-		fclose(f);
+		if (read_err)
+			return gp_error(GP_EIO, "cannot read '%s'", path);
 		return gp_error(GP_EFORMAT, "'%s' is not valid JSON (line %d: %s)", path,
 				jerr.line, jerr.text);
 	}
