@@ -243,3 +243,59 @@ TEST(file_signal_removes_live_tmp)
 		CHECK_EQ_INT(dir_count(dir, &hidden), 0);
 	}
 }
+
+/* analyze replaces its outputs whole: a hard link to the old report keeps the old
+ * bytes (a write in place would change them), and no temporary file remains. */
+TEST(file_analyze_outputs_replaced_whole)
+{
+	const char *dir = test_tmpdir();
+	char cmd[2048], out[16384], path[600], keep[600], buf[64];
+	const char *names[2] = { "profile_report.md", "analysis.json" };
+	snprintf(cmd, sizeof(cmd), "cp " SAMPLE_TRACE " '%s/'", dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		snprintf(keep, sizeof(keep), "%s/keep%d", dir, i);
+		file_put(path, "old");
+		CHECK_EQ_INT(link(path, keep), 0);
+	}
+	snprintf(cmd, sizeof(cmd), "%s analyze '%s'", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		snprintf(keep, sizeof(keep), "%s/keep%d", dir, i);
+		file_get(keep, buf, sizeof(buf));
+		CHECK_MSG(!strcmp(buf, "old"), "%s was written in place", names[i]);
+		file_get(path, buf, sizeof(buf));
+		CHECK_MSG(strcmp(buf, "old") != 0, "%s not rewritten", names[i]);
+	}
+	int hidden;
+	dir_count(dir, &hidden);
+	CHECK_EQ_INT(hidden, 0);
+}
+
+/* dataset make over an earlier one replaces each image whole too. */
+TEST(file_dataset_images_replaced_whole)
+{
+	const char *dir = test_tmpdir();
+	char cmd[2048], out[4096], path[600], keep[600];
+	struct stat a, b;
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out '%s/d' --classes 1 --images 2 "
+		 "--size 16x16 --threads 1", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	snprintf(path, sizeof(path), "%s/d/class_000/img_0000000.jpg", dir);
+	snprintf(keep, sizeof(keep), "%s/keep.jpg", dir);
+	CHECK_EQ_INT(link(path, keep), 0);
+	file_put(keep, "old");
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out '%s/d' --classes 1 --images 2 "
+		 "--size 16x16 --threads 1 --seed 7", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	CHECK_EQ_INT(stat(keep, &a), 0);
+	CHECK_EQ_INT(stat(path, &b), 0);
+	CHECK_EQ_INT(a.st_size, 3); /* the old inode untouched */
+	CHECK(a.st_ino != b.st_ino && b.st_size > 100);
+	int hidden;
+	snprintf(path, sizeof(path), "%s/d/class_000", dir);
+	CHECK_EQ_INT(dir_count(path, &hidden), 2);
+	CHECK_EQ_INT(hidden, 0);
+}

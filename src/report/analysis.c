@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 static const char *const part_names[PART_COUNT] = {
 	"kernel", "memcpy", "memset", "runtime", "data", "cpu", "idle",
@@ -574,11 +575,8 @@ static void md_ops(FILE *f, const char *title, const struct analysis_op *ops, in
 			ops[i].total * s, ops[i].mean * s);
 }
 
-int analysis_write_markdown(const struct analysis *a, const char *path)
+void analysis_markdown_print(const struct analysis *a, FILE *f)
 {
-	FILE *f = fopen(path, "w");
-	if (!f)
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
 	fprintf(f, "# Profile report\n\nModel **%s**, batch %d, precision %s, GPU %s.\n\n",
 		a->meta.model[0] ? a->meta.model : "?", a->meta.batch, a->meta.precision,
 		a->meta.gpu_name[0] ? a->meta.gpu_name : "none");
@@ -619,7 +617,12 @@ int analysis_write_markdown(const struct analysis *a, const char *path)
 	for (int i = 0; i < a->n_advice; i++)
 		fprintf(f, "- **%s** (measured %.3g, threshold %.3g): %s\n", a->advice[i].rule,
 			a->advice[i].value, a->advice[i].threshold, a->advice[i].text);
-	if (ferror(f) | (fclose(f) != 0))
-		return gp_error(GP_EIO, "cannot write '%s'", path);
-	return 0;
+}
+
+int analysis_write_markdown(const struct analysis *a, const char *path)
+{
+	struct atomic_file af;
+	GP_TRY(atomic_file_open(&af, path));
+	analysis_markdown_print(a, af.f);
+	return atomic_file_commit(&af);
 }

@@ -309,21 +309,17 @@ int chrome_trace_write(const struct trace *t, const char *path)
 	struct writer w = { .t = t, .base_ns = trace_first_ns(t) };
 	struct ev *ev = NULL;
 	size_t n_ev = 0;
-	char tmp[4096];
+	struct atomic_file af;
 	int rc;
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-		return gp_error(GP_EINVAL, "trace path too long: '%s'", path);
 	rc = corr_build(&w);
 	if (rc < 0)
 		return rc;
 	rc = events_build(&w, &ev, &n_ev);
 	if (rc < 0)
 		goto free_corr;
-	w.f = fopen(tmp, "w");
-	if (!w.f) {
-		rc = gp_error(GP_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+	if ((rc = atomic_file_open(&af, path)) < 0)
 		goto free_ev;
-	}
+	w.f = af.f;
 	write_header(&w, path);
 	write_names(&w);
 	for (size_t i = 0; i < n_ev; i++) {
@@ -338,17 +334,7 @@ int chrome_trace_write(const struct trace *t, const char *path)
 	fputs("{\"name\":\"Record Window End\",\"ph\":\"i\",\"s\":\"g\",\"pid\":\"\",\"tid\":\"\",\"ts\":", w.f);
 	json_us(w.f, n_ev ? ev[n_ev - 1].ts_ns - w.base_ns : 0);
 	fputs("}\n]}\n", w.f);
-	if (ferror(w.f) | (fclose(w.f) != 0)) {
-		rc = gp_error(GP_EIO, "cannot write '%s'", tmp);
-		remove(tmp);
-		goto free_ev;
-	}
-	if (rename(tmp, path) != 0) {
-		rc = gp_error(GP_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-		remove(tmp);
-		goto free_ev;
-	}
-	rc = 0;
+	rc = atomic_file_commit(&af);
 free_ev:
 	free(ev);
 free_corr:
