@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,6 +66,48 @@ int file_fopen_read(const char *path, FILE **out, long long *size_bytes)
 		return gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(err));
 	}
 	*out = f;
+	return 0;
+}
+
+int file_read_all(const char *path, char **buf, size_t *len_bytes)
+{
+	int fd;
+	long long size;
+	GP_TRY(file_open_read(path, &fd, &size));
+	size_t cap = (size_t)size + 1, len = 0;
+	char *b = malloc(cap);
+	if (!b) {
+		close(fd);
+		return gp_error(GP_ENOMEM, "out of memory reading '%s' (%lld bytes)", path, size);
+	}
+	for (;;) {
+		if (len + 1 == cap) { /* the file grew since fstat */
+			char *nb = realloc(b, cap * 2);
+			if (!nb) {
+				free(b);
+				close(fd);
+				return gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
+			}
+			b = nb;
+			cap *= 2;
+		}
+		ssize_t got = read(fd, b + len, cap - 1 - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			int err = errno;
+			free(b);
+			close(fd);
+			return gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(err));
+		}
+		if (got == 0)
+			break;
+		len += (size_t)got;
+	}
+	close(fd);
+	b[len] = 0;
+	*buf = b;
+	*len_bytes = len;
 	return 0;
 }
 

@@ -15,6 +15,9 @@
 int file_open_read(const char *path, int *fd_out, long long *size_bytes);
 /* The same, as a stdio stream ("rb"). */
 int file_fopen_read(const char *path, FILE **out, long long *size_bytes);
+/* The whole file in one malloc'ed buffer (free it), NUL-terminated: parsing from
+ * memory is several times faster than stdio's getc for large JSON documents. */
+int file_read_all(const char *path, char **buf, size_t *len_bytes);
 
 /* A file that appears complete or not at all: written to ".NAME.tmp.PID" in the same
  * folder, then flushed, fsync'ed and renamed over path on commit. While open, the

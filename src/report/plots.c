@@ -2,6 +2,7 @@
  * out in docs/results.md and checks every field it uses. */
 #include "report/plots.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,8 +297,10 @@ static int plot_amp(json_t *m, const char *path)
 		snprintf(where, sizeof(where), "amp cell %zu", i);
 		if ((rc = json_number_get(c, "batch", where, &batch)) < 0)
 			goto free_all;
-		if (!(batch >= 1)) {
-			rc = gp_error(GP_EFORMAT, "%s: \"batch\" must be at least 1", where);
+		/* a batch is an int; larger values overflow the conversions below */
+		if (!(batch >= 1 && batch <= INT_MAX)) {
+			rc = gp_error(GP_EFORMAT, "%s: \"batch\" must be from 1 to %d (got %g)", where,
+				      INT_MAX, batch);
 			goto free_all;
 		}
 		if (!prec || strlen(prec) >= sizeof(series[0].name)) {

@@ -139,16 +139,13 @@ int json_write_atomic(const json_t *j, const char *path, size_t flags)
 int result_read(const char *path, json_t **out)
 {
 	json_error_t jerr;
-	FILE *f;
-	GP_TRY(file_fopen_read(path, &f, NULL));
-	json_t *res = json_loadf(f, 0, &jerr);
-	int read_err = ferror(f);
-	fclose(f);
-	if (!res) {
-		if (read_err || jerr.line < 0)
-			return gp_error(GP_EIO, "cannot read '%s': %s", path, jerr.text);
+	char *text;
+	size_t len;
+	GP_TRY(file_read_all(path, &text, &len));
+	json_t *res = json_loadb(text, len, 0, &jerr);
+	free(text);
+	if (!res)
 		return gp_error(GP_EFORMAT, "'%s' line %d: %s", path, jerr.line, jerr.text);
-	}
 	const char *schema = json_string_value(json_object_get(res, "schema"));
 	if (!schema || strcmp(schema, RESULT_SCHEMA) != 0) {
 		int rc = gp_error(GP_EFORMAT, "'%s' is not a gpuperf result (schema '%s', expected '%s')",
