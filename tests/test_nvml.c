@@ -281,3 +281,29 @@ TEST(monitor_tries_its_output_before_sampling)
 	CHECK_MSG(rc == 2 && test_count_lines(out) == 1, "exit %d: %s", rc, out);
 	CHECK(strstr(out, "monitor.json' holds an earlier result") != NULL);
 }
+
+/* SIGTERM (what timeout and job schedulers send) stops monitor as Ctrl-C does: the
+ * samples so far are written, and the exit is clean. */
+TEST(monitor_sigterm_writes_samples)
+{
+	const char *why;
+	const char *lib = fake_nvml_build(&why);
+	if (!lib)
+		SKIP(why);
+	char cmd[2048], out[8192], res[700];
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --interval 0.05 --out '%s' "
+		 "> '%s/log' & pid=$!; sleep 0.6; kill -TERM $pid; wait $pid",
+		 lib, test_bin(), dir, dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	snprintf(res, sizeof(res), "%s/monitor.json", dir);
+	json_error_t e;
+	json_t *j = json_load_file(res, 0, &e);
+	CHECK_MSG(j != NULL, "%s: %s", res, e.text);
+	if (!j)
+		return;
+	json_t *samples = json_object_get(json_object_get(j, "measurements"), "samples");
+	CHECK_MSG(json_array_size(samples) >= 2, "%zu samples", json_array_size(samples));
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(samples, 0), "util_gpu_pct")), 87);
+	json_decref(j);
+}

@@ -16,6 +16,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "data/image.h"
@@ -107,18 +108,9 @@ static int image_write(struct make_job *j, int i, uint8_t *rgb)
 	GP_TRY(image_encode_jpeg(rgb, j->w, j->h, j->quality, &jpeg, &len));
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/class_%03d/img_%07d.jpg", j->out_dir, c, i);
-	int rc = 0;
-	FILE *f = fopen(path, "wb");
-	if (!f) {
-		rc = gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
-		goto out_jpeg;
-	}
-	if (fwrite(jpeg, 1, len, f) != len)
-		rc = gp_error(GP_EIO, "cannot write '%s'", path);
-	if (fclose(f) != 0 && rc == 0)
-		rc = gp_error(GP_EIO, "cannot write '%s'", path);
-	atomic_fetch_add(&j->bytes, (long long)len);
-out_jpeg:
+	int rc = atomic_file_write(path, jpeg, len);
+	if (rc == 0)
+		atomic_fetch_add(&j->bytes, (long long)len);
 	image_jpeg_free(jpeg);
 	return rc;
 }

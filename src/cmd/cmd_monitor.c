@@ -1,9 +1,10 @@
 /* gpuperf monitor: a live NVML view of one GPU (utilization, memory, power,
  * temperature, clocks, throttle reasons), one line per interval, until --count
- * samples or Ctrl-C; the samples become a JSON result like any measurement. */
+ * samples, Ctrl-C or SIGTERM; the samples become a JSON result like any measurement. */
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "cmd/args.h"
@@ -16,7 +17,7 @@
 
 static volatile sig_atomic_t monitor_stop;
 
-static void monitor_on_sigint(int sig)
+static void monitor_on_signal(int sig)
 {
 	(void)sig;
 	monitor_stop = 1;
@@ -80,12 +81,22 @@ int cmd_monitor(int argc, char **argv)
 	       count ? "" : "; Ctrl-C to stop");
 	printf("%8s %6s %6s %17s %9s %6s %9s %9s  %s\n", "time s", "gpu %", "mem %", "memory MiB",
 	       "power W", "temp C", "SM MHz", "mem MHz", "throttle");
+	/* SIGTERM (timeout, job schedulers) ends the run as Ctrl-C does: the samples so
+	 * far are written. The handlers before (main's temporary-file cleanup) return
+	 * after the loop. */
+	struct sigaction stop, old_int, old_term;
+	memset(&stop, 0, sizeof(stop));
+	stop.sa_handler = monitor_on_signal;
+	sigemptyset(&stop.sa_mask);
 	monitor_stop = 0;
-	signal(SIGINT, monitor_on_sigint);
+	sigaction(SIGINT, &stop, &old_int);
+	sigaction(SIGTERM, &stop, &old_term);
 	double t0 = gp_now_s();
 	for (int i = 0; (!count || i < count) && !monitor_stop; i++) {
 		if (i)
 			sleep_s(interval);
+		if (monitor_stop)
+			break;
 		struct nvml_sample s;
 		if ((rc = nvml_sample(dev, &s)) < 0)
 			break;
@@ -97,7 +108,8 @@ int cmd_monitor(int argc, char **argv)
 		fflush(stdout);
 		json_array_append_new(samples, sample_json(&s, t0));
 	}
-	signal(SIGINT, SIG_DFL);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
 	if (rc < 0)
 		goto out;
 	res = result_new("monitor", argc, argv);

@@ -11,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
@@ -21,9 +22,8 @@ static int read_raw(const char *dir, const char *name, void *dst, size_t bytes)
 {
 	char path[1024];
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return gp_error(GP_EIO, "cannot open '%s'", path);
+	FILE *f;
+	GP_TRY(file_fopen_read(path, &f, NULL));
 	size_t got = fread(dst, 1, bytes, f);
 	int extra = fgetc(f) != EOF;
 	fclose(f);
@@ -36,14 +36,9 @@ static int read_raw(const char *dir, const char *name, void *dst, size_t bytes)
 static int write_raw(const char *dir, const char *name, const void *src, size_t bytes)
 {
 	char path[1024];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *f = fopen(path, "wb");
-	if (!f)
-		return gp_error(GP_EIO, "cannot create '%s'", path);
-	size_t put = fwrite(src, 1, bytes, f);
-	if (fclose(f) != 0 || put != bytes)
-		return gp_error(GP_EIO, "cannot write '%s'", path);
-	return 0;
+	if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+		return gp_error(GP_EINVAL, "path too long: '%s/%s'", dir, name);
+	return atomic_file_write(path, src, bytes);
 }
 
 /* Save the gradients under the parameter names: swap them into the host master for
@@ -147,8 +142,7 @@ int cmd_parity(int argc, char **argv)
 	if ((rc = net_sync_to_host(net)) < 0 || (rc = checkpoint_save(net, path)) < 0)
 		goto out;
 	snprintf(path, sizeof(path), "%s/losses.json", out);
-	if (json_dump_file(losses, path, 0) != 0)
-		rc = gp_error(GP_EIO, "cannot write '%s'", path);
+	rc = json_write_atomic(losses, path, 0);
 out:
 	json_decref(losses);
 	free(x);

@@ -5,6 +5,7 @@
 
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/version.h"
 #include "report/result.h"
 
@@ -44,6 +45,11 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	/* An interrupted run leaves no half-written temporary files behind. */
+	if (file_cleanup_on_signals() < 0) {
+		fprintf(stderr, "gpuperf: error: %s\n", gp_errmsg());
+		return 1;
+	}
 	if (argc < 2) {
 		/* a person at a terminal gets the menu; scripts and pipes the usage */
 		if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) {

@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/rng.h"
 
 #define CIFAR_SIDE 32
@@ -29,16 +31,16 @@ static const char *const cifar_names[10] = {
 /* Append the records of one batch file to ds->labels and ds->cifar. */
 static int read_batch_file(struct dataset *ds, const char *path)
 {
-	int rc = 0;
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	long long len;
+	FILE *f;
+	if (access(path, F_OK) != 0 && errno == ENOENT)
 		return gp_error(GP_ENOTFOUND, "cannot open CIFAR-10 file '%s': %s", path,
 				strerror(errno));
-	long len = -1;
-	if (fseek(f, 0, SEEK_END) == 0)
-		len = ftell(f);
+	int rc = file_fopen_read(path, &f, &len);
+	if (rc < 0)
+		return gp_error_wrap(rc, "CIFAR-10");
 	if (len <= 0 || len % CIFAR_RECORD != 0) {
-		rc = gp_error(GP_EFORMAT, "CIFAR-10 file '%s' is %ld bytes, not a positive "
+		rc = gp_error(GP_EFORMAT, "CIFAR-10 file '%s' is %lld bytes, not a positive "
 			      "multiple of %d (1 label byte + %d pixel bytes per image)",
 			      path, len, CIFAR_RECORD, CIFAR_PIXELS);
 		goto out_close;
@@ -54,7 +56,6 @@ static int read_batch_file(struct dataset *ds, const char *path)
 		rc = gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
 		goto out_close;
 	}
-	rewind(f);
 	for (int i = 0; i < n; i++) {
 		uint8_t label;
 		uint8_t *dst = ds->cifar + (size_t)CIFAR_PIXELS * ds->count;

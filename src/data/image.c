@@ -9,6 +9,7 @@
 #include <turbojpeg.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 int image_ctx_init(struct image_ctx *c)
 {
@@ -49,18 +50,9 @@ static int buffer_reserve(void **buf, size_t *cap_bytes, size_t need)
 int image_read_file(struct image_ctx *c, const char *path, size_t *len_bytes)
 {
 	int rc = 0;
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno));
-	if (fseek(f, 0, SEEK_END) != 0) {
-		rc = gp_error(GP_EIO, "cannot seek '%s': %s", path, strerror(errno));
-		goto out_close;
-	}
-	long len = ftell(f);
-	if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
-		rc = gp_error(GP_EIO, "cannot seek '%s': %s", path, strerror(errno));
-		goto out_close;
-	}
+	long long len;
+	FILE *f;
+	GP_TRY(file_fopen_read(path, &f, &len));
 	rc = buffer_reserve((void **)&c->file, &c->file_cap_bytes, (size_t)len + 1);
 	if (rc < 0)
 		goto out_close;
@@ -96,6 +88,16 @@ static uint32_t read_be32(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* Refused before decoding, so that a small file that unpacks to gigabytes costs
+ * only its header. */
+static int image_size_check(int w, int h)
+{
+	if ((long long)w * h > IMAGE_MAX_PIXELS)
+		return gp_error(GP_EFORMAT, "image of %dx%d pixels is over the limit of %lld "
+				"(a decompression bomb?)", w, h, (long long)IMAGE_MAX_PIXELS);
+	return 0;
+}
+
 int image_header(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 		 enum image_kind *kind, int *w, int *h)
 {
@@ -106,7 +108,7 @@ int image_header(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 		*h = (int)read_be32(data + 20);
 		if (*w <= 0 || *h <= 0)
 			return gp_error(GP_EFORMAT, "PNG with a bad size");
-		return 0;
+		return image_size_check(*w, *h);
 	}
 	int subsamp, colorspace;
 	*w = *h = 0;
@@ -116,7 +118,7 @@ int image_header(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 	if (*w <= 0 || *h <= 0)
 		return gp_error(GP_EFORMAT, "JPEG header without an image size");
 	*kind = IMAGE_JPEG;
-	return 0;
+	return image_size_check(*w, *h);
 }
 
 void image_pick_scale(int w, int h, double need_w, double need_h, int *scaled_w,

@@ -32,9 +32,15 @@ struct image_ctx {
 int image_ctx_init(struct image_ctx *c);
 void image_ctx_free(struct image_ctx *c);
 
-/* Read a whole file into c->file; *len_bytes receives its size. */
+/* Read a whole file into c->file; *len_bytes receives its size. What is not a
+ * regular file (a FIFO named a.jpg) is GP_EFORMAT, so the loader skips it. */
 int image_read_file(struct image_ctx *c, const char *path, size_t *len_bytes);
-/* Kind and full size from the file's first bytes; GP_EFORMAT if it is neither. */
+/* The most pixels an image may have (PIL's MAX_IMAGE_PIXELS): a 1 MB PNG can claim
+ * 20000 x 20000, gigabytes per decode per worker. */
+#define IMAGE_MAX_PIXELS 89478485LL
+
+/* Kind and full size from the file's first bytes; GP_EFORMAT if it is neither, or if
+ * it has more than IMAGE_MAX_PIXELS pixels. */
 int image_header(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 		 enum image_kind *kind, int *w, int *h);
 /* The smallest TurboJPEG scale (largest reduction, at most 1) whose decode of a

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 /* Tensor data goes between memory and file with memcpy, which keeps the file's byte
  * order only on a little-endian host (every machine this tool targets). */
@@ -201,62 +202,33 @@ static int data_write(const struct net *net, FILE *f)
 int checkpoint_save(const struct net *net, const char *path)
 {
 	json_t *header = NULL;
-	char *json = NULL, *tmp_path = NULL;
-	FILE *f = NULL;
+	char *json = NULL;
+	struct atomic_file af;
 	int rc;
 
 	GP_TRY(net_check(net));
 	GP_TRY(header_build(net, &header));
 	json = json_dumps(header, JSON_COMPACT);
-	tmp_path = malloc(strlen(path) + sizeof(".tmp.XXXXXX"));
-	if (!json || !tmp_path) {
+	if (!json) {
 		rc = gp_error(GP_ENOMEM, "out of memory writing '%s'", path);
 		goto free_json;
 	}
-	sprintf(tmp_path, "%s.tmp.XXXXXX", path);
-	int fd = mkstemp(tmp_path);
-	if (fd < 0) {
-		rc = gp_error(GP_EIO, "cannot create '%s': %s", tmp_path, strerror(errno));
+	if ((rc = atomic_file_open(&af, path)) < 0)
 		goto free_json;
-	}
-	/* mkstemp makes the file private (0600); a checkpoint is an ordinary file. */
-	if (fchmod(fd, 0644) || !(f = fdopen(fd, "wb"))) {
-		rc = gp_error(GP_EIO, "cannot write '%s': %s", tmp_path, strerror(errno));
-		close(fd);
-		goto remove_tmp;
-	}
-
 	/* The header is padded with spaces to a multiple of 8 so that the data starts
 	 * aligned, as the Python writer does. */
 	size_t json_bytes = strlen(json);
 	size_t pad_bytes = (8 - json_bytes % 8) % 8;
 	uint64_t header_bytes = json_bytes + pad_bytes;
-	if (fwrite(&header_bytes, 8, 1, f) != 1 || fwrite(json, 1, json_bytes, f) != json_bytes ||
-	    fwrite("       ", 1, pad_bytes, f) != pad_bytes || data_write(net, f) ||
-	    fflush(f) || fsync(fileno(f))) {
-		rc = gp_error(GP_EIO, "cannot write '%s': %s", tmp_path, strerror(errno));
-		goto remove_tmp;
+	if (fwrite(&header_bytes, 8, 1, af.f) != 1 ||
+	    fwrite(json, 1, json_bytes, af.f) != json_bytes ||
+	    fwrite("       ", 1, pad_bytes, af.f) != pad_bytes || data_write(net, af.f)) {
+		rc = gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
+		atomic_file_abort(&af);
+		goto free_json;
 	}
-	int close_rc = fclose(f);
-	f = NULL;
-	if (close_rc) {
-		rc = gp_error(GP_EIO, "cannot write '%s': %s", tmp_path, strerror(errno));
-		goto remove_tmp;
-	}
-	if (rename(tmp_path, path)) {
-		rc = gp_error(GP_EIO, "cannot rename '%s' to '%s': %s", tmp_path, path,
-			      strerror(errno));
-		goto remove_tmp;
-	}
-	rc = 0;
-	goto free_json;
-
-remove_tmp:
-	if (f)
-		fclose(f);
-	unlink(tmp_path);
+	rc = atomic_file_commit(&af);
 free_json:
-	free(tmp_path);
 	free(json);
 	json_decref(header);
 	return rc;
@@ -402,7 +374,6 @@ static void file_close(struct ckpt_file *cf)
 /* Open path and check everything about it that does not depend on a net. */
 static int file_open(struct ckpt_file *cf, const char *path)
 {
-	struct stat st;
 	uint64_t header_bytes;
 	char *text = NULL;
 	json_error_t jerr;
@@ -410,18 +381,9 @@ static int file_open(struct ckpt_file *cf, const char *path)
 
 	memset(cf, 0, sizeof(*cf));
 	cf->path = path;
-	cf->f = fopen(path, "rb");
-	if (!cf->f)
-		return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno));
-	if (fstat(fileno(cf->f), &st)) {
-		rc = gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(errno));
-		goto close_file;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = gp_error(GP_EIO, "cannot read '%s': not a regular file", path);
-		goto close_file;
-	}
-	uint64_t file_bytes = (uint64_t)st.st_size;
+	long long size;
+	GP_TRY(file_fopen_read(path, &cf->f, &size));
+	uint64_t file_bytes = (uint64_t)size;
 	if (file_bytes < 8) {
 		rc = gp_error(GP_EFORMAT, "'%s' is not a safetensors file (%llu bytes, shorter "
 			      "than the 8-byte header length)", path, (unsigned long long)file_bytes);

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "report/result.h"
+#include "core/file.h"
 
 static const char *const part_names[PART_COUNT] = {
 	"kernel", "memcpy", "memset", "runtime", "data", "cpu", "idle",
@@ -51,17 +52,6 @@ static int64_t union_ns(struct iv *iv, size_t n)
 	return open ? total + hi - lo : total;
 }
 
-/* Append [lo, hi) clipped to the step window when they overlap. */
-static void iv_add(struct iv *iv, size_t *n, int64_t lo, int64_t hi, const struct trace_step *s)
-{
-	if (lo < s->start_ns)
-		lo = s->start_ns;
-	if (hi > s->end_ns)
-		hi = s->end_ns;
-	if (hi > lo)
-		iv[(*n)++] = (struct iv){ lo, hi };
-}
-
 /* Which breakdown level a host range joins: runtime calls, data loading, other CPU
  * work; the step annotation itself joins none. */
 static int range_part(const struct trace_range *r)
@@ -81,25 +71,151 @@ static int gpu_part(const struct trace_gpu *g)
 										  : PART_MEMSET;
 }
 
-/* Each instant of the step goes to the first part that covers it, so the parts sum
- * to the step: the union of levels 0..k minus the union of levels 0..k-1. */
-static void step_breakdown(const struct trace *t, const struct trace_step *s, struct iv *buf,
-			   struct iv *tmp, struct analysis_step *out)
+static int stage_of(const struct trace_range *r)
 {
-	size_t n = 0;
+	if (r->cat != TRACE_USER_ANNOTATION)
+		return -1;
+	for (int st = 0; st < STAGE_COUNT; st++)
+		if (!strcmp(r->name, stage_names[st]))
+			return st;
+	return -1;
+}
+
+/* One event's interval clipped to one step, and what it counts towards: a part
+ * (0 .. PART_IDLE - 1) or a stage (PART_IDLE + stage). */
+struct step_iv {
+	uint32_t step;
+	uint32_t kind;
+	struct iv iv;
+};
+
+static int step_iv_cmp(const void *a, const void *b)
+{
+	const struct step_iv *x = a, *y = b;
+	if (x->step != y->step)
+		return x->step < y->step ? -1 : 1;
+	return (x->kind > y->kind) - (x->kind < y->kind);
+}
+
+/* Steps by start, with the running maximum of their ends, so that the steps an
+ * interval overlaps are found by a binary search (steps may overlap). */
+struct step_pos {
+	int64_t start_ns, end_ns;
+	int64_t max_end_ns; /* max of end_ns over positions 0..this */
+	size_t step;
+};
+
+static int step_pos_cmp(const void *a, const void *b)
+{
+	const struct step_pos *x = a, *y = b;
+	if (x->start_ns != y->start_ns)
+		return x->start_ns < y->start_ns ? -1 : 1;
+	return (x->step > y->step) - (x->step < y->step);
+}
+
+static struct step_pos *step_index_build(const struct trace *t)
+{
+	struct step_pos *x = malloc((t->n_steps ? t->n_steps : 1) * sizeof(*x));
+	if (!x)
+		return NULL;
+	for (size_t i = 0; i < t->n_steps; i++)
+		x[i] = (struct step_pos){ t->steps[i].start_ns, t->steps[i].end_ns, 0, i };
+	qsort(x, t->n_steps, sizeof(*x), step_pos_cmp);
+	for (size_t i = 0; i < t->n_steps; i++)
+		x[i].max_end_ns = i && x[i - 1].max_end_ns > x[i].end_ns ? x[i - 1].max_end_ns
+									 : x[i].end_ns;
+	return x;
+}
+
+struct iv_list {
+	struct step_iv *v;
+	size_t n, cap;
+};
+
+/* Add [lo, hi) clipped to every step it overlaps: those that start before hi (a
+ * prefix of the sorted steps) and end after lo (none before the first position
+ * whose running maximum end passes lo). */
+static int iv_list_add(struct iv_list *l, const struct step_pos *x, size_t n_steps, int kind,
+		       int64_t lo, int64_t hi)
+{
+	if (hi <= lo)
+		return 0;
+	size_t a = 0, b = n_steps;
+	while (a < b) { /* first position whose running maximum end passes lo */
+		size_t m = a + (b - a) / 2;
+		if (x[m].max_end_ns > lo)
+			b = m;
+		else
+			a = m + 1;
+	}
+	for (size_t i = a; i < n_steps && x[i].start_ns < hi; i++) {
+		int64_t clo = lo > x[i].start_ns ? lo : x[i].start_ns;
+		int64_t chi = hi < x[i].end_ns ? hi : x[i].end_ns;
+		if (chi <= clo)
+			continue;
+		if (l->n == l->cap) {
+			size_t cap = 2 * l->cap;
+			struct step_iv *v = realloc(l->v, cap * sizeof(*v));
+			if (!v)
+				return gp_error(GP_ENOMEM, "analysis: out of memory");
+			l->v = v;
+			l->cap = cap;
+		}
+		l->v[l->n++] = (struct step_iv){ (uint32_t)x[i].step, (uint32_t)kind, { clo, chi } };
+	}
+	return 0;
+}
+
+/* Every event's intervals, clipped to the steps they overlap, sorted by step and
+ * kind: one pass over the events instead of one per step. */
+static int step_ivs_collect(const struct trace *t, struct iv_list *l)
+{
+	size_t ns = t->n_steps;
+	int rc = 0;
+	/* never NULL, so that an empty list still sorts and slices cleanly */
+	l->n = 0;
+	l->cap = 1024;
+	l->v = malloc(l->cap * sizeof(*l->v));
+	struct step_pos *x = step_index_build(t);
+	if (!x || !l->v) {
+		free(x);
+		free(l->v);
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	}
+	for (size_t i = 0; i < t->n_gpu && rc == 0; i++)
+		rc = iv_list_add(l, x, ns, gpu_part(&t->gpu[i]), t->gpu[i].start_ns,
+				 t->gpu[i].end_ns);
+	for (size_t i = 0; i < t->n_ranges && rc == 0; i++) {
+		const struct trace_range *r = &t->ranges[i];
+		int part = range_part(r), st = stage_of(r);
+		if (part >= 0)
+			rc = iv_list_add(l, x, ns, part, r->start_ns, r->end_ns);
+		if (rc == 0 && st >= 0)
+			rc = iv_list_add(l, x, ns, PART_IDLE + st, r->start_ns, r->end_ns);
+	}
+	free(x);
+	if (rc < 0) {
+		free(l->v);
+		l->v = NULL;
+		return rc;
+	}
+	qsort(l->v, l->n, sizeof(*l->v), step_iv_cmp);
+	return 0;
+}
+
+/* Each instant of the step goes to the first part that covers it, so the parts sum
+ * to the step: the union of levels 0..k minus the union of levels 0..k-1. iv[0..n)
+ * are the step's intervals sorted by kind. */
+static void step_breakdown(const struct trace_step *s, const struct step_iv *iv, size_t n,
+			   struct iv *buf, struct iv *tmp, struct analysis_step *out)
+{
+	size_t m = 0, k = 0;
 	int64_t prev = 0;
 	for (int part = PART_KERNEL; part < PART_IDLE; part++) {
-		if (part <= PART_MEMSET) {
-			for (size_t i = 0; i < t->n_gpu; i++)
-				if (gpu_part(&t->gpu[i]) == part)
-					iv_add(buf, &n, t->gpu[i].start_ns, t->gpu[i].end_ns, s);
-		} else {
-			for (size_t i = 0; i < t->n_ranges; i++)
-				if (range_part(&t->ranges[i]) == part)
-					iv_add(buf, &n, t->ranges[i].start_ns, t->ranges[i].end_ns, s);
-		}
-		memcpy(tmp, buf, n * sizeof(*buf));
-		int64_t cum = union_ns(tmp, n);
+		for (; k < n && iv[k].kind == (uint32_t)part; k++)
+			buf[m++] = iv[k].iv;
+		memcpy(tmp, buf, m * sizeof(*buf));
+		int64_t cum = union_ns(tmp, m);
 		out->part_ms[part] = (cum - prev) / 1e6;
 		if (part == PART_MEMSET)
 			out->gpu_busy_ms = cum / 1e6;
@@ -107,13 +223,10 @@ static void step_breakdown(const struct trace *t, const struct trace_step *s, st
 	}
 	out->part_ms[PART_IDLE] = (s->end_ns - s->start_ns - prev) / 1e6;
 	for (int st = 0; st < STAGE_COUNT; st++) {
-		size_t m = 0;
-		for (size_t i = 0; i < t->n_ranges; i++) {
-			const struct trace_range *r = &t->ranges[i];
-			if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, stage_names[st]))
-				iv_add(tmp, &m, r->start_ns, r->end_ns, s);
-		}
-		out->stage_ms[st] = union_ns(tmp, m) / 1e6;
+		size_t c = 0;
+		for (; k < n && iv[k].kind == (uint32_t)(PART_IDLE + st); k++)
+			tmp[c++] = iv[k].iv;
+		out->stage_ms[st] = union_ns(tmp, c) / 1e6;
 	}
 }
 
@@ -369,23 +482,38 @@ static int memory_trend(const struct trace *t, struct analysis *a, struct keyed 
 
 static int steps_analyse(const struct trace *t, struct analysis *a)
 {
-	size_t cap = t->n_gpu + t->n_ranges + 1;
-	struct iv *buf = malloc(cap * sizeof(*buf)), *tmp = malloc(cap * sizeof(*tmp));
+	struct iv_list l;
+	struct iv *buf = NULL, *tmp = NULL;
+	int rc = step_ivs_collect(t, &l);
+	if (rc < 0)
+		return rc;
+	size_t cap = 1;
+	for (size_t k = 0, j; k < l.n; k = j) {
+		for (j = k; j < l.n && l.v[j].step == l.v[k].step; j++)
+			;
+		cap = j - k > cap ? j - k : cap;
+	}
+	buf = malloc(cap * sizeof(*buf));
+	tmp = malloc(cap * sizeof(*tmp));
 	a->steps = calloc(t->n_steps, sizeof(*a->steps));
-	int rc = 0;
 	if (!buf || !tmp || !a->steps) {
 		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
 		goto free_bufs;
 	}
 	a->n_steps = (int)t->n_steps;
 	double dur = 0, busy = 0, wait = 0;
+	size_t k = 0;
 	for (size_t i = 0; i < t->n_steps; i++) {
 		const struct trace_step *s = &t->steps[i];
 		struct analysis_step *o = &a->steps[i];
+		size_t j = k;
+		while (j < l.n && l.v[j].step == i)
+			j++;
 		o->step = s->step;
 		o->dur_ms = (s->end_ns - s->start_ns) / 1e6;
 		o->data_wait_ms = s->data_wait_ns / 1e6;
-		step_breakdown(t, s, buf, tmp, o);
+		step_breakdown(s, l.v + k, j - k, buf, tmp, o);
+		k = j;
 		dur += o->dur_ms;
 		busy += o->gpu_busy_ms;
 		wait += o->data_wait_ms;
@@ -401,6 +529,7 @@ static int steps_analyse(const struct trace *t, struct analysis *a)
 	a->gpu_idle_share = 1 - a->gpu_busy_share;
 	a->data_wait_share = dur > 0 ? wait / dur : 0;
 free_bufs:
+	free(l.v);
 	free(buf);
 	free(tmp);
 	return rc;
@@ -575,11 +704,8 @@ static void md_ops(FILE *f, const char *title, const struct analysis_op *ops, in
 			ops[i].total * s, ops[i].mean * s);
 }
 
-int analysis_write_markdown(const struct analysis *a, const char *path)
+void analysis_markdown_print(const struct analysis *a, FILE *f)
 {
-	FILE *f = fopen(path, "w");
-	if (!f)
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
 	fprintf(f, "# Profile report\n\nModel **%s**, batch %d, precision %s, GPU %s.\n\n",
 		a->meta.model[0] ? a->meta.model : "?", a->meta.batch, a->meta.precision,
 		a->meta.gpu_name[0] ? a->meta.gpu_name : "none");
@@ -620,7 +746,12 @@ int analysis_write_markdown(const struct analysis *a, const char *path)
 	for (int i = 0; i < a->n_advice; i++)
 		fprintf(f, "- **%s** (measured %.3g, threshold %.3g): %s\n", a->advice[i].rule,
 			a->advice[i].value, a->advice[i].threshold, a->advice[i].text);
-	if (ferror(f) | (fclose(f) != 0))
-		return gp_error(GP_EIO, "cannot write '%s'", path);
-	return 0;
+}
+
+int analysis_write_markdown(const struct analysis *a, const char *path)
+{
+	struct atomic_file af;
+	GP_TRY(atomic_file_open(&af, path));
+	analysis_markdown_print(a, af.f);
+	return atomic_file_commit(&af);
 }

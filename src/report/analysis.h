@@ -89,7 +89,9 @@ void analysis_free(struct analysis *a);
 void analysis_print(const struct analysis *a, FILE *f);
 /* A JSON summary (new reference), or NULL when out of memory. */
 json_t *analysis_to_json(const struct analysis *a);
-/* profile_report.md: key figures, tables and advice. */
+/* profile_report.md: key figures, tables and advice, written atomically. */
 int analysis_write_markdown(const struct analysis *a, const char *path);
+/* The same report to an open stream (for a writer that adds sections of its own). */
+void analysis_markdown_print(const struct analysis *a, FILE *f);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
 /* One line of traceEvents, sorted by time before writing. */
 enum ev_kind { EV_RANGE = 0, EV_GPU, EV_FLOW_START, EV_FLOW_END, EV_MEM };
@@ -84,6 +86,13 @@ struct writer {
 	size_t n_corr;
 };
 
+/* N of "ProfilerStep#N", saturated to int's range (atoi's overflow is undefined). */
+static int step_number(const char *digits)
+{
+	long long v = strtoll(digits, NULL, 10);
+	return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
+}
+
 static void write_range(struct writer *w, const struct trace_range *r)
 {
 	FILE *f = w->f;
@@ -97,7 +106,7 @@ static void write_range(struct writer *w, const struct trace_range *r)
 	if (r->cat == TRACE_CUDA_RUNTIME)
 		fprintf(f, ",\"correlation\":%" PRIu64, r->correlation);
 	if (r->cat == TRACE_USER_ANNOTATION && !strncmp(r->name, "ProfilerStep#", 13)) {
-		int step = atoi(r->name + 13);
+		int step = step_number(r->name + 13);
 		for (size_t i = 0; i < w->t->n_steps; i++)
 			if (w->t->steps[i].step == step)
 				fprintf(f, ",\"data_wait_ns\":%" PRId64, w->t->steps[i].data_wait_ns);
@@ -308,21 +317,17 @@ int chrome_trace_write(const struct trace *t, const char *path)
 	struct writer w = { .t = t, .base_ns = trace_first_ns(t) };
 	struct ev *ev = NULL;
 	size_t n_ev = 0;
-	char tmp[4096];
+	struct atomic_file af;
 	int rc;
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-		return gp_error(GP_EINVAL, "trace path too long: '%s'", path);
 	rc = corr_build(&w);
 	if (rc < 0)
 		return rc;
 	rc = events_build(&w, &ev, &n_ev);
 	if (rc < 0)
 		goto free_corr;
-	w.f = fopen(tmp, "w");
-	if (!w.f) {
-		rc = gp_error(GP_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+	if ((rc = atomic_file_open(&af, path)) < 0)
 		goto free_ev;
-	}
+	w.f = af.f;
 	write_header(&w, path);
 	write_names(&w);
 	for (size_t i = 0; i < n_ev; i++) {
@@ -337,17 +342,7 @@ int chrome_trace_write(const struct trace *t, const char *path)
 	fputs("{\"name\":\"Record Window End\",\"ph\":\"i\",\"s\":\"g\",\"pid\":\"\",\"tid\":\"\",\"ts\":", w.f);
 	json_us(w.f, n_ev ? ev[n_ev - 1].ts_ns - w.base_ns : 0);
 	fputs("}\n]}\n", w.f);
-	if (ferror(w.f) | (fclose(w.f) != 0)) {
-		rc = gp_error(GP_EIO, "cannot write '%s'", tmp);
-		remove(tmp);
-		goto free_ev;
-	}
-	if (rename(tmp, path) != 0) {
-		rc = gp_error(GP_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-		remove(tmp);
-		goto free_ev;
-	}
-	rc = 0;
+	rc = atomic_file_commit(&af);
 free_ev:
 	free(ev);
 free_corr:
@@ -384,14 +379,31 @@ int chrome_trace_write_dir(const struct trace *t, const char *dir, char *log_pat
 
 /* --- reading -------------------------------------------------------------------------- */
 
+/* Limits on the numbers of a trace read back, so that no time sum or difference
+ * below (nor in the analysis) can overflow: the base is Unix time in ns up to the
+ * year 2096, event times lie within 1e15 us of it and durations are 0 to 1e13 us
+ * (115 days). Every time then lies within +-5.1e18 ns, inside int64_t. */
+#define TRACE_BASE_NS_MAX 4000000000000000000LL
+#define TRACE_TS_US_MAX 1e15
+#define TRACE_DUR_US_MAX 1e13
+
+/* An integer field, dflt when it is missing, not a number or beyond long long (a
+ * real such as 1e300 would convert to undefined behaviour). */
 static long long jint(json_t *obj, const char *key, long long dflt)
 {
 	json_t *v = json_object_get(obj, key);
 	if (json_is_integer(v))
 		return json_integer_value(v);
-	if (json_is_real(v))
+	if (json_is_real(v) && fabs(json_real_value(v)) < 9.2e18)
 		return (long long)json_real_value(v);
 	return dflt;
+}
+
+/* The same within int's range. */
+static int jint32(json_t *obj, const char *key, int dflt)
+{
+	long long v = jint(obj, key, dflt);
+	return v >= INT_MIN && v <= INT_MAX ? (int)v : dflt;
 }
 
 static const char *jstr(json_t *obj, const char *key, const char *dflt)
@@ -400,9 +412,19 @@ static const char *jstr(json_t *obj, const char *key, const char *dflt)
 	return s ? s : dflt;
 }
 
-static int64_t jtime_ns(json_t *ev, const char *key)
+/* A time field in microseconds as nanoseconds (0 when missing), refused outside
+ * -max_us .. max_us, or below 0 for a duration. */
+static int jtime_ns(json_t *ev, const char *key, double max_us, size_t idx, int64_t *out)
 {
-	return (int64_t)llround(json_number_value(json_object_get(ev, key)) * 1000.0);
+	json_t *v = json_object_get(ev, key);
+	double us = json_is_number(v) ? json_number_value(v) : 0;
+	int is_dur = !strcmp(key, "dur");
+	if (!(fabs(us) <= max_us) || (is_dur && us < 0))
+		return gp_error(GP_EFORMAT, "event %zu (\"%.60s\"): \"%s\" of %g us is outside "
+				"%g .. %g", idx, jstr(ev, "name", ""), key, us, is_dur ? 0 : -max_us,
+				max_us);
+	*out = (int64_t)llround(us * 1000.0);
+	return 0;
 }
 
 static void read_meta(json_t *root, struct trace *t)
@@ -410,11 +432,11 @@ static void read_meta(json_t *root, struct trace *t)
 	json_t *dev = json_array_get(json_object_get(root, "deviceProperties"), 0);
 	if (json_is_object(dev)) {
 		snprintf(t->meta.gpu_name, sizeof(t->meta.gpu_name), "%s", jstr(dev, "name", ""));
-		t->meta.device = (int)jint(dev, "id", 0);
+		t->meta.device = jint32(dev, "id", 0);
 		t->meta.gpu_mem_bytes = (uint64_t)jint(dev, "totalGlobalMem", 0);
-		t->meta.cc_major = (int)jint(dev, "computeMajor", 0);
-		t->meta.cc_minor = (int)jint(dev, "computeMinor", 0);
-		t->meta.sm_count = (int)jint(dev, "numSms", 0);
+		t->meta.cc_major = jint32(dev, "computeMajor", 0);
+		t->meta.cc_minor = jint32(dev, "computeMinor", 0);
+		t->meta.sm_count = jint32(dev, "numSms", 0);
 	}
 	json_t *g = json_object_get(root, "gpuperf");
 	if (json_is_object(g)) {
@@ -422,27 +444,29 @@ static void read_meta(json_t *root, struct trace *t)
 		snprintf(t->meta.precision, sizeof(t->meta.precision), "%s",
 			 jstr(g, "precision", "fp32"));
 		snprintf(t->meta.host, sizeof(t->meta.host), "%s", jstr(g, "host", t->meta.host));
-		t->meta.batch = (int)jint(g, "batch", 0);
-		t->meta.pid = (int)jint(g, "pid", t->meta.pid);
+		t->meta.batch = jint32(g, "batch", 0);
+		t->meta.pid = jint32(g, "pid", t->meta.pid);
 	}
 }
 
-static int read_x(struct trace *t, json_t *ev, int cat, int64_t base_ns)
+static int read_x(struct trace *t, json_t *ev, size_t idx, int cat, int64_t base_ns)
 {
 	json_t *args = json_object_get(ev, "args");
 	const char *name = jstr(ev, "name", "");
-	int64_t start = base_ns + jtime_ns(ev, "ts");
-	int64_t end = start + jtime_ns(ev, "dur");
+	int64_t ts, dur;
+	GP_TRY(jtime_ns(ev, "ts", TRACE_TS_US_MAX, idx, &ts));
+	GP_TRY(jtime_ns(ev, "dur", TRACE_DUR_US_MAX, idx, &dur));
+	int64_t start = base_ns + ts, end = start + dur;
 	if (cat <= TRACE_CUDA_RUNTIME) {
 		struct trace_range r = {
-			.name = name, .cat = (enum trace_cat)cat, .tid = (int)jint(ev, "tid", 0),
+			.name = name, .cat = (enum trace_cat)cat, .tid = jint32(ev, "tid", 0),
 			.start_ns = start, .end_ns = end,
 			.correlation = (uint64_t)jint(args, "correlation", 0),
 			.external_id = (uint64_t)jint(args, "External id", 0),
 		};
 		GP_TRY(trace_add_range(t, &r));
 		if (cat == TRACE_USER_ANNOTATION && !strncmp(name, "ProfilerStep#", 13)) {
-			struct trace_step s = { atoi(name + 13), start, end,
+			struct trace_step s = { step_number(name + 13), start, end,
 						jint(args, "data_wait_ns", -1) };
 			GP_TRY(trace_add_step(t, &s));
 		}
@@ -450,8 +474,8 @@ static int read_x(struct trace *t, json_t *ev, int cat, int64_t base_ns)
 	}
 	struct trace_gpu g = {
 		.name = name, .cat = (enum trace_cat)cat,
-		.device = (int)jint(args, "device", jint(ev, "pid", 0)),
-		.stream = (int)jint(args, "stream", jint(ev, "tid", 0)),
+		.device = jint32(args, "device", jint32(ev, "pid", 0)),
+		.stream = jint32(args, "stream", jint32(ev, "tid", 0)),
 		.start_ns = start, .end_ns = end,
 		.correlation = (uint64_t)jint(args, "correlation", 0),
 		.external_id = (uint64_t)jint(args, "External id", 0),
@@ -464,75 +488,255 @@ static int read_x(struct trace *t, json_t *ev, int cat, int64_t base_ns)
 	return trace_add_gpu(t, &g);
 }
 
-/* Steps from a trace without our data_wait_ns field: the "data" annotations inside. */
-static void steps_fill_data_wait(struct trace *t)
+struct span {
+	int64_t start_ns, end_ns;
+};
+
+static int span_cmp(const void *a, const void *b)
 {
+	const struct span *x = a, *y = b;
+	return (x->start_ns > y->start_ns) - (x->start_ns < y->start_ns);
+}
+
+/* Steps from a trace without our data_wait_ns field: the "data" annotations that
+ * start inside, up to the step's end. One sort, then a binary search per step. */
+static int steps_fill_data_wait(struct trace *t)
+{
+	size_t n = 0;
+	struct span *d = malloc((t->n_ranges ? t->n_ranges : 1) * sizeof(*d));
+	if (!d)
+		return gp_error(GP_ENOMEM, "out of memory reading the trace");
+	for (size_t j = 0; j < t->n_ranges; j++) {
+		const struct trace_range *r = &t->ranges[j];
+		if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, "data"))
+			d[n++] = (struct span){ r->start_ns, r->end_ns };
+	}
+	qsort(d, n, sizeof(*d), span_cmp);
 	for (size_t i = 0; i < t->n_steps; i++) {
 		struct trace_step *s = &t->steps[i];
 		if (s->data_wait_ns >= 0)
 			continue;
 		s->data_wait_ns = 0;
-		for (size_t j = 0; j < t->n_ranges; j++) {
-			const struct trace_range *r = &t->ranges[j];
-			if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, "data") &&
-			    r->start_ns >= s->start_ns && r->start_ns < s->end_ns)
-				s->data_wait_ns += r->end_ns - r->start_ns;
+		size_t lo = 0, hi = n;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (d[mid].start_ns < s->start_ns)
+				lo = mid + 1;
+			else
+				hi = mid;
 		}
+		for (size_t k = lo; k < n && d[k].start_ns < s->end_ns; k++)
+			s->data_wait_ns += (d[k].end_ns < s->end_ns ? d[k].end_ns : s->end_ns) -
+					   d[k].start_ns;
+	}
+	free(d);
+	return 0;
+}
+
+static int read_event(struct trace *t, json_t *ev, size_t i, int64_t base_ns)
+{
+	const char *ph = jstr(ev, "ph", "");
+	if (!strcmp(ph, "X")) {
+		int cat = trace_cat_parse(jstr(ev, "cat", ""));
+		return cat < 0 ? 0 : read_x(t, ev, i, cat, base_ns);
+	}
+	if (strcmp(ph, "i") || strcmp(jstr(ev, "name", ""), "[memory]"))
+		return 0;
+	json_t *args = json_object_get(ev, "args");
+	int64_t ts = 0;
+	GP_TRY(jtime_ns(ev, "ts", TRACE_TS_US_MAX, i, &ts));
+	if (!t->tid)
+		t->tid = jint32(ev, "tid", 0);
+	return trace_add_mem(t, base_ns + ts, jint(args, "Total Allocated", 0),
+			     jint(args, "Bytes", 0), jstr(args, "Category", "other"),
+			     jstr(args, "Layer", NULL));
+}
+
+/* --- the document, one event at a time ---------------------------------------------
+ * A trace is mostly its traceEvents array. Parsing it whole built a tree of millions
+ * of small allocations (most of the time of `analyze` went to malloc and page
+ * faults); instead the top level is parsed key by key, the array is skipped, and
+ * its events are parsed and dropped one by one. Kineto writes baseTimeNanoseconds
+ * after the events, so they are read in a second pass. */
+
+struct doc {
+	const char *path, *text, *end;
+};
+
+static const char *skip_ws(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* The one-line error for a document that stops being JSON at p. */
+static int doc_bad(const struct doc *d, const char *p, const char *what)
+{
+	int line = 1;
+	for (const char *q = d->text; q < p && q < d->end; q++)
+		line += *q == '\n';
+	return gp_error(GP_EFORMAT, "'%s' is not valid JSON (line %d: %s)", d->path, line, what);
+}
+
+/* One JSON value at *p (any kind), *p moved past it. */
+static int doc_value(const struct doc *d, const char **p, json_t **out)
+{
+	json_error_t jerr;
+	*out = json_loadb(*p, (size_t)(d->end - *p), JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY,
+			  &jerr);
+	if (!*out)
+		return doc_bad(d, *p + (jerr.position > 0 ? jerr.position : 0), jerr.text);
+	*p += jerr.position;
+	return 0;
+}
+
+/* Past the array or object at p, following nesting and strings only (its content
+ * is parsed in the second pass); NULL when it does not end. */
+static const char *skip_nested(const char *p, const char *end)
+{
+	long depth = 0;
+	for (; p < end; p++) {
+		char c = *p;
+		if (c == '"') {
+			for (p++; p < end && *p != '"'; p++)
+				if (*p == '\\')
+					p++;
+			if (p >= end)
+				return NULL;
+		} else if (c == '[' || c == '{') {
+			depth++;
+		} else if (c == ']' || c == '}') {
+			if (--depth == 0)
+				return p + 1;
+		}
+	}
+	return NULL;
+}
+
+/* The top-level members other than traceEvents into *root; [*ev_begin, *ev_end)
+ * is the traceEvents array, or NULL when there is none. */
+static int doc_top(const struct doc *d, json_t *root, const char **ev_begin, const char **ev_end)
+{
+	const char *p = skip_ws(d->text, d->end);
+	*ev_begin = *ev_end = NULL;
+	if (p == d->end || *p != '{')
+		return doc_bad(d, p, "not an object");
+	p = skip_ws(p + 1, d->end);
+	if (p < d->end && *p == '}')
+		p++;
+	else
+		for (;;) {
+			json_t *key, *value;
+			GP_TRY(doc_value(d, &p, &key));
+			int is_events = json_is_string(key) &&
+					!strcmp(json_string_value(key), "traceEvents");
+			if (!json_is_string(key)) {
+				json_decref(key);
+				return doc_bad(d, p, "object key is not a string");
+			}
+			p = skip_ws(p, d->end);
+			if (p == d->end || *p != ':') {
+				json_decref(key);
+				return doc_bad(d, p, "':' expected");
+			}
+			p = skip_ws(p + 1, d->end);
+			if (is_events && p < d->end && *p == '[') {
+				*ev_begin = p;
+				if (!(p = skip_nested(p, d->end))) {
+					json_decref(key);
+					return doc_bad(d, d->end, "unterminated traceEvents array");
+				}
+				*ev_end = p;
+			} else {
+				int rc = doc_value(d, &p, &value);
+				if (rc == 0)
+					json_object_set_new(root, json_string_value(key), value);
+				if (rc < 0) {
+					json_decref(key);
+					return rc;
+				}
+			}
+			json_decref(key);
+			p = skip_ws(p, d->end);
+			if (p < d->end && *p == ',') {
+				p = skip_ws(p + 1, d->end);
+				continue;
+			}
+			if (p < d->end && *p == '}') {
+				p++;
+				break;
+			}
+			return doc_bad(d, p, "',' or '}' expected");
+		}
+	if (skip_ws(p, d->end) != d->end)
+		return doc_bad(d, p, "end of file expected");
+	return 0;
+}
+
+/* The events of [begin, end), the traceEvents array, one at a time. */
+static int doc_events(const struct doc *d, const char *begin, const char *end,
+		      struct trace *t, int64_t base_ns)
+{
+	const char *p = skip_ws(begin + 1, end);
+	if (p < end && *p == ']')
+		return 0;
+	for (size_t i = 0;; i++) {
+		json_t *ev;
+		GP_TRY(doc_value(d, &p, &ev));
+		int rc = read_event(t, ev, i, base_ns);
+		json_decref(ev);
+		if (rc < 0)
+			return gp_error_wrap(rc, "reading '%s'", d->path);
+		p = skip_ws(p, end);
+		if (p < end && *p == ',') {
+			p = skip_ws(p + 1, end);
+			continue;
+		}
+		if (p < end && *p == ']')
+			return 0;
+		return doc_bad(d, p, "',' or ']' expected");
 	}
 }
 
 int chrome_trace_read(const char *path, struct trace *t)
 {
-	json_error_t jerr;
+	char *text;
+	size_t len;
+	const char *ev_begin, *ev_end;
 	int rc;
 	trace_init(t);
-	json_t *root = json_load_file(path, 0, &jerr);
+	GP_TRY(file_read_all(path, &text, &len));
+	struct doc d = { path, text, text + len };
+	json_t *root = json_object();
 	if (!root) {
-		FILE *f = fopen(path, "r");
-		if (!f)
-			return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno));
-		fclose(f);
-		return gp_error(GP_EFORMAT, "'%s' is not valid JSON (line %d: %s)", path,
-				jerr.line, jerr.text);
+		rc = gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
+		goto free_text;
 	}
-	json_t *events = json_object_get(root, "traceEvents");
-	if (!json_is_array(events)) {
+	if ((rc = doc_top(&d, root, &ev_begin, &ev_end)) < 0)
+		goto free_root;
+	if (!ev_begin) {
 		rc = gp_error(GP_EFORMAT, "'%s' is not a Chrome trace (no traceEvents array)", path);
 		goto free_root;
 	}
-	int64_t base_ns = jint(root, "baseTimeNanoseconds", 0);
+	json_t *base = json_object_get(root, "baseTimeNanoseconds");
+	int64_t base_ns = 0;
+	if (base && !(json_is_integer(base) && json_integer_value(base) >= 0 &&
+		      json_integer_value(base) <= TRACE_BASE_NS_MAX)) {
+		rc = gp_error(GP_EFORMAT, "'%s': \"baseTimeNanoseconds\" must be an integer from "
+			      "0 to %lld", path, TRACE_BASE_NS_MAX);
+		goto free_root;
+	}
+	if (base)
+		base_ns = json_integer_value(base);
 	t->base_ns = base_ns;
 	read_meta(root, t);
-	size_t i;
-	json_t *ev;
-	json_array_foreach(events, i, ev) {
-		const char *ph = jstr(ev, "ph", "");
-		if (!strcmp(ph, "X")) {
-			int cat = trace_cat_parse(jstr(ev, "cat", ""));
-			if (cat < 0)
-				continue;
-			rc = read_x(t, ev, cat, base_ns);
-		} else if (!strcmp(ph, "i") && !strcmp(jstr(ev, "name", ""), "[memory]")) {
-			json_t *args = json_object_get(ev, "args");
-			rc = trace_add_mem(t, base_ns + jtime_ns(ev, "ts"),
-					   jint(args, "Total Allocated", 0), jint(args, "Bytes", 0),
-					   jstr(args, "Category", "other"), jstr(args, "Layer", NULL));
-			if (!t->tid)
-				t->tid = (int)jint(ev, "tid", 0);
-		} else {
-			continue;
-		}
-		if (rc < 0) {
-			gp_error_wrap(rc, "reading '%s'", path);
-			goto free_trace;
-		}
-	}
-	steps_fill_data_wait(t);
-	rc = 0;
-	goto free_root;
-free_trace:
-	trace_free(t);
+	if ((rc = doc_events(&d, ev_begin, ev_end, t, base_ns)) < 0 ||
+	    (rc = steps_fill_data_wait(t)) < 0)
+		trace_free(t);
 free_root:
 	json_decref(root);
+free_text:
+	free(text);
 	return rc;
 }

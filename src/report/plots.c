@@ -2,6 +2,7 @@
  * out in docs/results.md and checks every field it uses. */
 #include "report/plots.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,18 +295,35 @@ struct amp_series {
 
 #define AMP_MAX_SERIES 8
 
-/* Sort the pairs (x[i], y[i]) by x: insertion sort, a handful of points. */
-static void pairs_sort(double *x, double *y, int n)
+struct xy {
+	double x, y;
+	int i;
+};
+
+/* By x, then by position: stable, as repeated batches keep their order. */
+static int xy_by_x(const void *a, const void *b)
 {
-	for (int i = 1; i < n; i++)
-		for (int k = i; k > 0 && x[k - 1] > x[k]; k--) {
-			double t = x[k];
-			x[k] = x[k - 1];
-			x[k - 1] = t;
-			t = y[k];
-			y[k] = y[k - 1];
-			y[k - 1] = t;
-		}
+	const struct xy *p = a, *q = b;
+	if (p->x != q->x)
+		return p->x < q->x ? -1 : 1;
+	return (p->i > q->i) - (p->i < q->i);
+}
+
+/* Sort the pairs (x[i], y[i]) by x; a result may hold any number of cells. */
+static int pairs_sort(double *x, double *y, int n)
+{
+	struct xy *v = malloc((n ? n : 1) * sizeof(*v));
+	if (!v)
+		return gp_error(GP_ENOMEM, "no memory to sort %d points", n);
+	for (int i = 0; i < n; i++)
+		v[i] = (struct xy){ x[i], y[i], i };
+	qsort(v, n, sizeof(*v), xy_by_x);
+	for (int i = 0; i < n; i++) {
+		x[i] = v[i].x;
+		y[i] = v[i].y;
+	}
+	free(v);
+	return 0;
 }
 
 /* A fixed colour per precision, so charts of different runs read alike. */
@@ -344,8 +362,10 @@ static int plot_amp(json_t *m, const char *path)
 		snprintf(where, sizeof(where), "amp cell %zu", i);
 		if ((rc = json_number_get(c, "batch", where, &batch)) < 0)
 			goto free_all;
-		if (!(batch >= 1)) {
-			rc = gp_error(GP_EFORMAT, "%s: \"batch\" must be at least 1", where);
+		/* a batch is an int; larger values overflow the conversions below */
+		if (!(batch >= 1 && batch <= INT_MAX)) {
+			rc = gp_error(GP_EFORMAT, "%s: \"batch\" must be from 1 to %d (got %g)", where,
+				      INT_MAX, batch);
 			goto free_all;
 		}
 		if (!prec || strlen(prec) >= sizeof(series[0].name)) {
@@ -445,8 +465,9 @@ static int plot_amp(json_t *m, const char *path)
 	for (int s = 0; s < n_series; s++) {
 		struct amp_series *sr = &series[s];
 		struct chart_line_style st = { .color = amp_color(sr->name, s), .markers = 1 };
-		pairs_sort(sr->batch, sr->img_s, sr->n);
-		pairs_sort(sr->speedup_batch, sr->speedup, sr->n_speedup);
+		if ((rc = pairs_sort(sr->batch, sr->img_s, sr->n)) < 0 ||
+		    (rc = pairs_sort(sr->speedup_batch, sr->speedup, sr->n_speedup)) < 0)
+			goto free_fig;
 		if (sr->oom_batch > 0)
 			snprintf(label, sizeof(label), "%.15s (out of memory at %.0f)", sr->name,
 				 sr->oom_batch);

@@ -307,12 +307,9 @@ static int tb_write_steps(const struct trace *t, const char *logdir, char *path,
 	return rc < 0 ? rc : rc2;
 }
 
-int profile_report_append_overhead(const char *path, const struct profile_overhead *ov,
-				    long long trace_bytes)
+static void report_overhead_print(FILE *f, const struct profile_overhead *ov,
+				  long long trace_bytes)
 {
-	FILE *f = fopen(path, "a");
-	if (!f)
-		return gp_error(GP_EIO, "cannot append to '%s': %s", path, strerror(errno));
 	fprintf(f, "\n## Profiler overhead\n\n");
 	if (ov->baseline_steps > 0)
 		fprintf(f, "- overhead ratio: %.3fx (profiled step %.3f ms over %d steps, "
@@ -323,9 +320,17 @@ int profile_report_append_overhead(const char *path, const struct profile_overhe
 		fprintf(f, "- overhead ratio: n/a (no unprofiled steps were timed before this window; "
 			   "profiled step %.3f ms over %d steps)\n", ov->profiled_ms, ov->profiled_steps);
 	fprintf(f, "- trace size: %.2f MB (profiler_trace.json)\n", trace_bytes / 1e6);
-	if (fclose(f) != 0)
-		return gp_error(GP_EIO, "cannot write '%s'", path);
-	return 0;
+}
+
+int profile_report_write(const struct analysis *a, const char *path,
+			 const struct profile_overhead *ov, long long trace_bytes)
+{
+	struct atomic_file af;
+	GP_TRY(atomic_file_open(&af, path));
+	analysis_markdown_print(a, af.f);
+	if (ov)
+		report_overhead_print(af.f, ov, trace_bytes);
+	return atomic_file_commit(&af);
 }
 
 int profile_write_outputs(struct trace *t, const char *dir, const struct profile_overhead *ov,
@@ -345,8 +350,7 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	GP_TRY(analysis_run(t, &a));
 	analysis_print(&a, stdout);
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
-	if ((rc = analysis_write_markdown(&a, path)) < 0 ||
-	    (rc = profile_report_append_overhead(path, ov, trace_bytes)) < 0)
+	if ((rc = profile_report_write(&a, path, ov, trace_bytes)) < 0)
 		goto free_analysis;
 	aj = analysis_to_json(&a);
 	if (!aj) {
@@ -354,10 +358,8 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 		goto free_analysis;
 	}
 	snprintf(path, sizeof(path), "%s/analysis.json", dir);
-	if (json_dump_file(aj, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0) {
-		rc = gp_error(GP_EIO, "cannot write '%s'", path);
+	if ((rc = json_write_atomic(aj, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6))) < 0)
 		goto free_json;
-	}
 	if ((rc = profile_charts_draw(&a, dir, stdout)) < 0)
 		goto free_json;
 

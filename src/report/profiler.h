@@ -16,6 +16,8 @@
 #include "nn/trainer.h"
 #include "report/trace.h"
 
+struct analysis;
+
 struct profiler {
 	struct trace trace;
 	struct net *net;
@@ -58,9 +60,10 @@ struct profile_overhead {
 	double ratio;         /* profiled / baseline; 0 when there is no baseline */
 };
 
-/* Append the "Profiler overhead" section to the report at path (profile_report.md). */
-int profile_report_append_overhead(const char *path, const struct profile_overhead *ov,
-				    long long trace_bytes);
+/* profile_report.md at path: the analysis, then (ov not NULL) the profiler's own
+ * cost, in one atomic write. */
+int profile_report_write(const struct analysis *a, const char *path,
+			 const struct profile_overhead *ov, long long trace_bytes);
 
 /* Write every output of a recorded trace into dir (created): the Chrome trace and
  * its profiler_logs copy, TensorBoard scalars, analysis (printed, markdown, JSON),

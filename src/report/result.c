@@ -1,4 +1,4 @@
-/* JSON results and the atomic file writes that every report output goes through. */
+/* JSON results: written atomically (core/file.h), read back with their schema checked. */
 #include "report/result.h"
 
 #include <errno.h>
@@ -234,58 +234,6 @@ int result_dir_prepare(const char *command, const char *basename, const char *ou
 	return path_dir_prepare(dir);
 }
 
-int atomic_file_open(struct atomic_file *af, const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	int dir_len = slash ? (int)(slash - path + 1) : 0;
-	int fd;
-
-	af->f = NULL;
-	if (snprintf(af->path, sizeof(af->path), "%s", path) >= (int)sizeof(af->path) ||
-	    snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.XXXXXX", dir_len, path,
-		     path + dir_len) >= (int)sizeof(af->tmp_path))
-		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
-	fd = mkstemp(af->tmp_path);
-	if (fd < 0)
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
-	fchmod(fd, 0644);
-	af->f = fdopen(fd, "w");
-	if (!af->f) {
-		int err = errno;
-		close(fd);
-		unlink(af->tmp_path);
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(err));
-	}
-	return 0;
-}
-
-int atomic_file_commit(struct atomic_file *af)
-{
-	int err = 0;
-	if (fflush(af->f) != 0 || ferror(af->f))
-		err = errno ? errno : EIO;
-	else if (fsync(fileno(af->f)) != 0)
-		err = errno;
-	if (fclose(af->f) != 0 && !err)
-		err = errno;
-	af->f = NULL;
-	if (!err && rename(af->tmp_path, af->path) != 0)
-		err = errno;
-	if (err) {
-		unlink(af->tmp_path);
-		return gp_error(GP_EIO, "cannot write '%s': %s", af->path, strerror(err));
-	}
-	return 0;
-}
-
-void atomic_file_abort(struct atomic_file *af)
-{
-	if (af->f)
-		fclose(af->f);
-	af->f = NULL;
-	unlink(af->tmp_path);
-}
-
 const char *result_default_dir(void)
 {
 	const char *d = getenv("GPUPERF_RESULTS");
@@ -296,7 +244,6 @@ static int result_write_file(json_t *res, const char *dir, const char *basename,
 			     size_t cap)
 {
 	char path[4096], finished[32];
-	struct atomic_file af;
 
 	GP_TRY(path_mkdirs(dir));
 	if (snprintf(path, sizeof(path), "%s/%s.json", dir, basename) >= (int)sizeof(path))
@@ -304,12 +251,7 @@ static int result_write_file(json_t *res, const char *dir, const char *basename,
 	result_utc_str(time(NULL), finished, sizeof(finished));
 	if (json_object_set_new(res, "finished_utc", json_string(finished)) < 0)
 		return gp_error(GP_ENOMEM, "cannot set the result's finish time");
-	GP_TRY(atomic_file_open(&af, path));
-	if (json_dumpf(res, af.f, RESULT_JSON_FLAGS) != 0 || fputc('\n', af.f) == EOF) {
-		atomic_file_abort(&af);
-		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
-	}
-	GP_TRY(atomic_file_commit(&af));
+	GP_TRY(json_write_atomic(res, path, RESULT_JSON_FLAGS));
 	if (path_out)
 		snprintf(path_out, cap, "%s", path);
 	return 0;
@@ -329,15 +271,27 @@ int result_write(json_t *res, const char *dir, const char *basename, char *path_
 	return rc;
 }
 
+int json_write_atomic(const json_t *j, const char *path, size_t flags)
+{
+	struct atomic_file af;
+	GP_TRY(atomic_file_open(&af, path));
+	if (json_dumpf(j, af.f, flags) != 0 || fputc('\n', af.f) == EOF) {
+		atomic_file_abort(&af);
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
+	}
+	return atomic_file_commit(&af);
+}
+
 int result_read(const char *path, json_t **out)
 {
 	json_error_t jerr;
-	json_t *res = json_load_file(path, 0, &jerr);
-	if (!res) {
-		if (jerr.line < 0)
-			return gp_error(GP_EIO, "cannot read '%s': %s", path, jerr.text);
+	char *text;
+	size_t len;
+	GP_TRY(file_read_all(path, &text, &len));
+	json_t *res = json_loadb(text, len, 0, &jerr);
+	free(text);
+	if (!res)
 		return gp_error(GP_EFORMAT, "'%s' line %d: %s", path, jerr.line, jerr.text);
-	}
 	const char *schema = json_string_value(json_object_get(res, "schema"));
 	if (!schema || strcmp(schema, RESULT_SCHEMA) != 0) {
 		int rc = gp_error(GP_EFORMAT, "'%s' is not a gpuperf result (schema '%s', expected '%s')",

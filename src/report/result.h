@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "core/file.h"
 #include "gpu/nvml.h"
 
 #define RESULT_SCHEMA "gpuperf.result/1"
@@ -47,6 +48,8 @@ json_t *result_gpu_from_nvml(const struct nvml_static_info *info);
  * fails the result goes to stdout, so that the measurements are not lost. */
 int result_write(json_t *res, const char *dir, const char *basename, char *path_out,
 		 size_t cap);
+/* Write any JSON document as path, atomically (flags as for json_dumpf). */
+int json_write_atomic(const json_t *j, const char *path, size_t flags);
 /* Read a result and check its schema; *out is a new reference. */
 int result_read(const char *path, json_t **out);
 
@@ -61,19 +64,5 @@ int path_dir_prepare(const char *dir);
 /* The same for a file to be written later at path (its folder is created and
  * tried); path must not be a folder. Nothing is left at path. */
 int path_file_prepare(const char *path);
-
-/* A file that appears complete or not at all: written to a temporary file in the
- * same directory, then flushed, fsync'ed and renamed over path on commit. */
-struct atomic_file {
-	FILE *f;
-	char path[4096];
-	char tmp_path[4096];
-};
-
-int atomic_file_open(struct atomic_file *af, const char *path);
-/* Close and rename into place; on any failure the temporary file is removed. */
-int atomic_file_commit(struct atomic_file *af);
-/* Give up: close and remove the temporary file. */
-void atomic_file_abort(struct atomic_file *af);
 
 #endif

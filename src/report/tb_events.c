@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file.h"
 
+/* The event file is written whole at close (atomic_file), as every output is. */
 struct tb_writer {
+	struct atomic_file af;
 	FILE *f;
 	char path[4096];
 };
@@ -147,11 +150,9 @@ int tb_writer_open(struct tb_writer **out, const char *logdir)
 		return gp_error(GP_ENOMEM, "tensorboard: out of memory");
 	snprintf(w->path, sizeof(w->path), "%s/events.out.tfevents.%lld.%s", logdir,
 		 (long long)time(NULL), host);
-	w->f = fopen(w->path, "wb");
-	if (!w->f) {
-		rc = gp_error(GP_EIO, "cannot create '%s': %s", w->path, strerror(errno));
+	if ((rc = atomic_file_open(&w->af, w->path)) < 0)
 		goto free_w;
-	}
+	w->f = w->af.f;
 	struct pbuf p = { .n = 0 };
 	pb_double(&p, 1, wall_time_s());
 	pb_bytes(&p, 3, "brain.Event:2", 13);
@@ -161,7 +162,7 @@ int tb_writer_open(struct tb_writer **out, const char *logdir)
 	*out = w;
 	return 0;
 close_f:
-	fclose(w->f);
+	atomic_file_abort(&w->af);
 free_w:
 	free(w);
 	return rc;
@@ -193,10 +194,7 @@ int tb_writer_close(struct tb_writer *w)
 	int rc = 0;
 	if (!w)
 		return 0;
-	if (fflush(w->f) != 0 || ferror(w->f))
-		rc = gp_error(GP_EIO, "cannot write '%s'", w->path);
-	if (fclose(w->f) != 0 && rc == 0)
-		rc = gp_error(GP_EIO, "cannot close '%s'", w->path);
+	rc = atomic_file_commit(&w->af);
 	free(w);
 	return rc;
 }

@@ -8,11 +8,11 @@
 
 struct tb_writer;
 
-/* Create logdir (one level) and logdir/events.out.tfevents.<unix_time>.<host>, and
- * write the "brain.Event:2" version record. */
+/* Create logdir (one level) and start logdir/events.out.tfevents.<unix_time>.<host>
+ * with the "brain.Event:2" version record; the file appears, complete, at close. */
 int tb_writer_open(struct tb_writer **out, const char *logdir);
 int tb_add_scalar(struct tb_writer *w, const char *tag, double value, long long step);
-/* Flush and close; the writer is freed even on error. */
+/* Write the file into place; the writer is freed even on error. */
 int tb_writer_close(struct tb_writer *w);
 /* The path of the event file (valid until close). */
 const char *tb_writer_path(const struct tb_writer *w);

@@ -1,0 +1,275 @@
+#include "core/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+static const char *file_kind(mode_t mode)
+{
+	if (S_ISDIR(mode))
+		return "a directory";
+	if (S_ISFIFO(mode))
+		return "a FIFO";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISBLK(mode))
+		return "a block device";
+	return "not a plain file";
+}
+
+int file_open_read(const char *path, int *fd_out, long long *size_bytes)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0) {
+		int err = errno;
+		close(fd);
+		return gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(err));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return gp_error(GP_EFORMAT, "'%s' is not a regular file (%s)", path,
+				file_kind(st.st_mode));
+	}
+	int flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+		int err = errno;
+		close(fd);
+		return gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(err));
+	}
+	if (size_bytes)
+		*size_bytes = (long long)st.st_size;
+	*fd_out = fd;
+	return 0;
+}
+
+int file_fopen_read(const char *path, FILE **out, long long *size_bytes)
+{
+	int fd;
+	GP_TRY(file_open_read(path, &fd, size_bytes));
+	FILE *f = fdopen(fd, "rb");
+	if (!f) {
+		int err = errno;
+		close(fd);
+		return gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(err));
+	}
+	*out = f;
+	return 0;
+}
+
+int file_read_all(const char *path, char **buf, size_t *len_bytes)
+{
+	int fd;
+	long long size;
+	GP_TRY(file_open_read(path, &fd, &size));
+	size_t cap = (size_t)size + 1, len = 0;
+	char *b = malloc(cap);
+	if (!b) {
+		close(fd);
+		return gp_error(GP_ENOMEM, "out of memory reading '%s' (%lld bytes)", path, size);
+	}
+	for (;;) {
+		if (len + 1 == cap) { /* the file grew since fstat */
+			char *nb = realloc(b, cap * 2);
+			if (!nb) {
+				free(b);
+				close(fd);
+				return gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
+			}
+			b = nb;
+			cap *= 2;
+		}
+		ssize_t got = read(fd, b + len, cap - 1 - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			int err = errno;
+			free(b);
+			close(fd);
+			return gp_error(GP_EIO, "cannot read '%s': %s", path, strerror(err));
+		}
+		if (got == 0)
+			break;
+		len += (size_t)got;
+	}
+	close(fd);
+	b[len] = 0;
+	*buf = b;
+	*len_bytes = len;
+	return 0;
+}
+
+/* --- live temporary files ------------------------------------------------------------
+ * A slot is free (0), being filled (1) or live (2); the signal handler reads only live
+ * slots, whose path no thread writes, so it needs no lock. */
+
+#define TMP_SLOTS 64
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_LIVE };
+
+static atomic_int tmp_state[TMP_SLOTS];
+static char tmp_paths[TMP_SLOTS][4096];
+
+static int tmp_register(const char *path)
+{
+	for (int i = 0; i < TMP_SLOTS; i++) {
+		int expect = SLOT_FREE;
+		if (!atomic_compare_exchange_strong(&tmp_state[i], &expect, SLOT_FILLING))
+			continue;
+		snprintf(tmp_paths[i], sizeof(tmp_paths[i]), "%s", path);
+		atomic_store(&tmp_state[i], SLOT_LIVE);
+		return i;
+	}
+	return -1;
+}
+
+static void tmp_unregister(int slot)
+{
+	if (slot >= 0)
+		atomic_store(&tmp_state[slot], SLOT_FREE);
+}
+
+int file_tmp_live_count(void)
+{
+	int n = 0;
+	for (int i = 0; i < TMP_SLOTS; i++)
+		n += atomic_load(&tmp_state[i]) == SLOT_LIVE;
+	return n;
+}
+
+/* unlink and raise are async-signal-safe; the default action then ends the process
+ * with the signal, so the parent sees what it sent. */
+static void cleanup_on_signal(int sig)
+{
+	for (int i = 0; i < TMP_SLOTS; i++)
+		if (atomic_load(&tmp_state[i]) == SLOT_LIVE)
+			unlink(tmp_paths[i]);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+int file_cleanup_on_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = cleanup_on_signal;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0)
+		return gp_error(GP_EIO, "cannot install signal handlers: %s", strerror(errno));
+	return 0;
+}
+
+/* Create the temporary file and register it with SIGINT and SIGTERM held back, so
+ * that no signal falls between the two. ".NAME.tmp.PID" names its owner; should it
+ * exist (another thread writing the same path, or a dead process of the same pid),
+ * a numbered name is tried instead. */
+static int tmp_create(struct atomic_file *af, int dir_len)
+{
+	sigset_t block, old;
+	int fd = -1, err = 0;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	for (int k = 0; k < 100 && fd < 0; k++) {
+		int n = k ? snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.%ld.%d",
+				     dir_len, af->path, af->path + dir_len, (long)getpid(), k)
+			  : snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.%ld",
+				     dir_len, af->path, af->path + dir_len, (long)getpid());
+		if (n >= (int)sizeof(af->tmp_path)) {
+			err = ENAMETOOLONG;
+			break;
+		}
+		fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		err = fd < 0 ? errno : 0;
+		if (fd < 0 && err != EEXIST)
+			break;
+	}
+	if (fd >= 0)
+		af->slot = tmp_register(af->tmp_path);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (fd < 0)
+		return gp_error(GP_EIO, "cannot write '%s': %s", af->path, strerror(err));
+	return fd;
+}
+
+int atomic_file_open(struct atomic_file *af, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	int dir_len = slash ? (int)(slash - path + 1) : 0;
+
+	af->f = NULL;
+	af->slot = -1;
+	af->tmp_path[0] = 0;
+	if (snprintf(af->path, sizeof(af->path), "%s", path) >= (int)sizeof(af->path))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	int fd = tmp_create(af, dir_len);
+	if (fd < 0)
+		return fd;
+	af->f = fdopen(fd, "w");
+	if (!af->f) {
+		int err = errno;
+		close(fd);
+		unlink(af->tmp_path);
+		tmp_unregister(af->slot);
+		af->slot = -1;
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(err));
+	}
+	return 0;
+}
+
+int atomic_file_commit(struct atomic_file *af)
+{
+	int err = 0;
+	errno = 0;
+	if (fflush(af->f) != 0 || ferror(af->f))
+		err = errno ? errno : EIO;
+	else if (fsync(fileno(af->f)) != 0)
+		err = errno;
+	if (fclose(af->f) != 0 && !err)
+		err = errno;
+	af->f = NULL;
+	if (!err && rename(af->tmp_path, af->path) != 0)
+		err = errno;
+	if (err)
+		unlink(af->tmp_path);
+	tmp_unregister(af->slot);
+	af->slot = -1;
+	if (err)
+		return gp_error(GP_EIO, "cannot write '%s': %s", af->path, strerror(err));
+	return 0;
+}
+
+void atomic_file_abort(struct atomic_file *af)
+{
+	if (af->f)
+		fclose(af->f);
+	af->f = NULL;
+	if (af->tmp_path[0])
+		unlink(af->tmp_path);
+	tmp_unregister(af->slot);
+	af->slot = -1;
+}
+
+int atomic_file_write(const char *path, const void *data, size_t len)
+{
+	struct atomic_file af;
+	GP_TRY(atomic_file_open(&af, path));
+	if (len && fwrite(data, 1, len, af.f) != len) {
+		int err = errno;
+		atomic_file_abort(&af);
+		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(err ? err : EIO));
+	}
+	return atomic_file_commit(&af);
+}
