@@ -131,6 +131,13 @@ TEST(maxbatch_cpu_finds_the_plan_answer)
 	snprintf(rec_line, sizeof(rec_line), "recommended batch %d: ", expected_rec);
 	CHECK_MSG(strstr(out, rec_line) != NULL, "expected '%s' in: %s", rec_line, out);
 	CHECK(!strcmp(json_string_value(json_object_get(m, "device")), "cpu"));
+	/* the train command keeps the search's memory savings (recompute) */
+	char train_cmd[256];
+	snprintf(train_cmd, sizeof(train_cmd), "gpuperf train --model simple_cnn --device cpu "
+		 "--precision fp32 --size 32 --classes 1000 --batch %d --recompute", expected_rec);
+	const char *tc = json_string_value(json_object_get(m, "train_command"));
+	CHECK_MSG(tc && !strcmp(tc, train_cmd), "train_command: %s", tc ? tc : "(none)");
+	CHECK(strstr(out, train_cmd) != NULL);
 	CHECK_EQ_INT(json_integer_value(json_object_get(m, "largest_batch")), expected);
 	CHECK(json_is_true(json_object_get(m, "confirmed")));
 	CHECK_EQ_INT(json_integer_value(json_object_get(m, "confirm_steps")), 5);
