@@ -86,13 +86,6 @@ int cmd_parity(int argc, char **argv)
 	GP_TRY(train_pick_device(device, &bk, 1));
 	GP_TRY(train_parse_precision(prec, &precision));
 	GP_TRY(path_dir_prepare(out));
-#ifdef GP_HAVE_CUDA
-	/* Parity is about the arithmetic: FP32 convolutions by direct summation (no FFT or
-	 * Winograd, which round differently and which the speed measurement may pick by
-	 * timing), deterministic algorithms, as PyTorch without cudnn.benchmark mostly runs. */
-	if (bk == BACKEND_CUDA)
-		backend_cuda_set_conv_policy(precision == PREC_FP32, 1);
-#endif
 	struct model_opts mo = model_defaults(model);
 	mo.batch = batch;
 	mo.classes = classes;
@@ -104,6 +97,13 @@ int cmd_parity(int argc, char **argv)
 	int32_t *y = NULL;
 	json_t *losses = json_array();
 	GP_TRY(model_build(model, &mo, &net));
+#ifdef GP_HAVE_CUDA
+	/* Parity is about the arithmetic: FP32 convolutions by direct summation (no FFT or
+	 * Winograd, which round differently and which the speed measurement may pick by
+	 * timing), deterministic algorithms, as PyTorch without cudnn.benchmark mostly runs. */
+	if (bk == BACKEND_CUDA)
+		backend_cuda_set_conv_policy(net, precision == PREC_FP32, 1);
+#endif
 	size_t in_count = (size_t)batch * 3 * mo.size * mo.size;
 	size_t logits_count = (size_t)batch * classes;
 	x = malloc(in_count * sizeof(float));

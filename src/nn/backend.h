@@ -45,14 +45,13 @@ struct backend_ops {
 extern const struct backend_ops backend_cpu_ops;
 #ifdef GP_HAVE_CUDA
 extern const struct backend_ops backend_cuda_ops;
-/* cuDNN algorithm policy for nets set up from now on: FP32 convolutions by direct
- * summation only (no FFT/Winograd), and/or only deterministic algorithms. The default
- * (0, 0) lets the fastest compete, as PyTorch's cudnn.benchmark does. */
-void backend_cuda_set_conv_policy(int fp32_direct_only, int deterministic);
+/* The net's cuDNN algorithm policy (struct conv_policy), for its next set-up: FP32
+ * convolutions by direct summation only, and/or only deterministic algorithms. */
+void backend_cuda_set_conv_policy(struct net *net, int fp32_direct_only, int deterministic);
 /* Convolution algorithms from cuDNN's heuristics instead of timing each candidate
  * (maxbatch: a trial is about memory, and timing every algorithm on every new batch
  * size costs most of the search). */
-void backend_cuda_set_conv_heuristics(int on);
+void backend_cuda_set_conv_heuristics(struct net *net, int on);
 #endif
 
 /* Does the backward of this op read its input activation (conv, bn, linear)? */

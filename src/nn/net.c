@@ -400,6 +400,9 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 				precision_is_amp(prec) ? "mixed precision (fp16, bf16)" : "the NHWC layout");
 	if (net->layout == LAYOUT_NHWC && !precision_is_amp(prec))
 		return gp_error(GP_EUNSUPPORTED, "the NHWC layout needs --precision fp16 or bf16");
+	if (net->device < 0 || (backend == BACKEND_CPU && net->device != 0))
+		return gp_error(GP_ENODEV, "%s device %d does not exist", backend == BACKEND_CPU ? "CPU" : "CUDA",
+				net->device);
 	net->backend = backend;
 	net->dtype = dtype;
 	net->precision = prec;

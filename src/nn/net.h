@@ -117,6 +117,17 @@ struct mem_plan {
 	size_t total_bytes;
 };
 
+/* How the CUDA backend picks convolution algorithms (the CPU has none to pick):
+ * FP32 by direct summation only (no FFT or Winograd, which round differently), only
+ * deterministic ones, and from cuDNN's heuristics instead of timing runs (maxbatch:
+ * a trial is about memory). All 0, the default: the fastest measured competes, as
+ * under PyTorch's cudnn.benchmark. */
+struct conv_policy {
+	int fp32_direct_only;
+	int deterministic;
+	int heuristic;
+};
+
 struct backend_state; /* owned by the backend */
 struct net;
 
@@ -202,6 +213,8 @@ struct net {
 	int recompute;          /* 1: recompute BN+ReLU outputs in backward instead of keeping
 				 * them; 2: residual blocks' outputs too (plan.c) */
 	enum layout layout;     /* activation layout on the GPU (LAYOUT_AUTO: NHWC under fp16/bf16) */
+	int device;             /* the GPU the net runs on (CUDA; 0 by default, the only one on the CPU) */
+	struct conv_policy conv_policy; /* read at set-up */
 };
 
 /* --- building (used by models.c) ---------------------------------------------------

@@ -36,14 +36,14 @@ static void check_against_cpu(const char *name, int size, int batch)
 	if (!g || !c || !f || !s)
 		goto out;
 	/* faithful FP32: direct summation, as the CPU does */
-	backend_cuda_set_conv_policy(1, 1);
+	backend_cuda_set_conv_policy(g, 1, 1);
+	backend_cuda_set_conv_policy(s, 1, 1);
 	CHECK_MSG(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0, "%s", gp_errmsg());
 	setenv("GPUPERF_BN_FUSE", "0", 1);
 	setenv("GPUPERF_BN_OWN", "0", 1);
 	CHECK_MSG(net_setup(s, BACKEND_CUDA, GP_F32, PREC_FP32) == 0, "%s", gp_errmsg());
 	unsetenv("GPUPERF_BN_FUSE");
 	unsetenv("GPUPERF_BN_OWN");
-	backend_cuda_set_conv_policy(0, 0);
 	CHECK(net_setup(c, BACKEND_CPU, GP_F64, PREC_FP32) == 0);
 	CHECK(net_setup(f, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
 	float *x;
@@ -253,10 +253,10 @@ TEST(cuda_graph_step_matches_eager)
 		goto out;
 	a->use_graphs = 1;
 	b->use_graphs = 0;
-	backend_cuda_set_conv_policy(0, 1); /* same sums on every run */
+	backend_cuda_set_conv_policy(a, 0, 1); /* same sums on every run */
+	backend_cuda_set_conv_policy(b, 0, 1);
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-	backend_cuda_set_conv_policy(0, 0);
 	same_batch(a, b, 8, 64, 10, 2);
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	double la = 0, lb = 0;
@@ -377,11 +377,10 @@ TEST(cuda_net_node_by_node_matches_cpu)
 		/* separate ops: a fused batch norm's output is act(bn(x)), not the CPU node's
 		 * bn(x) (the fused path is checked against the double reference by
 		 * check_against_cpu and against these ops by cuda_fp32_fused_batch_norm_*) */
-		backend_cuda_set_conv_policy(1, 1);
+		backend_cuda_set_conv_policy(g, 1, 1);
 		setenv("GPUPERF_BN_FUSE", "0", 1);
 		CHECK(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 		unsetenv("GPUPERF_BN_FUSE");
-		backend_cuda_set_conv_policy(0, 0);
 		CHECK(net_setup(c, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
 		same_batch(g, c, 8, 64, 10, 5);
 		struct net *order[2] = { c, g };
@@ -427,11 +426,11 @@ TEST(cuda_staged_batches_match_synchronous_copies)
 	struct net *a = build("resnet18", 64, 8, 10), *b = build("resnet18", 64, 8, 10);
 	if (!a || !b)
 		goto out;
-	backend_cuda_set_conv_policy(0, 1);
+	backend_cuda_set_conv_policy(a, 0, 1);
+	backend_cuda_set_conv_policy(b, 0, 1);
 	a->use_graphs = b->use_graphs = 1;
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-	backend_cuda_set_conv_policy(0, 0);
 	float *x[3];
 	int32_t *y[3];
 	for (int k = 0; k < 3; k++)
@@ -488,13 +487,14 @@ TEST(cuda_recompute_blocks_matches_keeping_outputs)
 		enum precision p = amp ? PREC_BF16 : PREC_FP32;
 		b->recompute = 1;
 		c->recompute = 2;
-		backend_cuda_set_conv_policy(0, 1);
+		backend_cuda_set_conv_policy(a, 0, 1);
+		backend_cuda_set_conv_policy(b, 0, 1);
+		backend_cuda_set_conv_policy(c, 0, 1);
 		setenv("GPUPERF_CONV_WS_ARENA", "0", 1); /* activations only in the arenas */
 		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, p) == 0);
 		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, p) == 0);
 		CHECK(net_setup(c, BACKEND_CUDA, GP_F32, p) == 0);
 		unsetenv("GPUPERF_CONV_WS_ARENA");
-		backend_cuda_set_conv_policy(0, 0);
 		CHECK_MSG(c->plan.arena_bytes < b->plan.arena_bytes, "arena %zu recomputing blocks, %zu not",
 			  c->plan.arena_bytes, b->plan.arena_bytes);
 		same_batch(a, c, 8, 64, 10, 6);
@@ -518,14 +518,14 @@ TEST(cuda_recompute_matches_keeping_outputs)
 	if (!a || !b)
 		goto out;
 	b->recompute = 1;
-	backend_cuda_set_conv_policy(0, 1);
+	backend_cuda_set_conv_policy(a, 0, 1);
+	backend_cuda_set_conv_policy(b, 0, 1);
 	/* activations only in the arenas: at this small size the convolution workspaces
 	 * (planned there by default) would weigh as much as the activations */
 	setenv("GPUPERF_CONV_WS_ARENA", "0", 1);
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	unsetenv("GPUPERF_CONV_WS_ARENA");
-	backend_cuda_set_conv_policy(0, 0);
 	CHECK_MSG(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes, "arena %zu with recompute, %zu without",
 		  b->plan.arena_bytes, a->plan.arena_bytes);
 	same_batch(a, b, 8, 64, 10, 6);
@@ -639,12 +639,12 @@ TEST(cuda_conv_workspace_in_arena)
 	int32_t *y = NULL;
 	if (!a || !b)
 		goto out;
-	backend_cuda_set_conv_policy(1, 1);
+	backend_cuda_set_conv_policy(a, 1, 1);
+	backend_cuda_set_conv_policy(b, 1, 1);
 	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32);
 	setenv("GPUPERF_CONV_WS_ARENA", "0", 1); /* one shared workspace */
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32);
 	unsetenv("GPUPERF_CONV_WS_ARENA");
-	backend_cuda_set_conv_policy(0, 0);
 	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s", gp_errmsg());
 	if (rc_a || rc_b)
 		goto out;
@@ -696,12 +696,12 @@ TEST(cuda_wgrad_side_stream_matches_main_stream)
 		if (!a || !b)
 			goto next;
 		a->use_graphs = b->use_graphs = 1;
-		backend_cuda_set_conv_policy(0, 1);
+		backend_cuda_set_conv_policy(a, 0, 1);
+		backend_cuda_set_conv_policy(b, 0, 1);
 		setenv("GPUPERF_WGRAD_STREAM", "0", 1);
 		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 		unsetenv("GPUPERF_WGRAD_STREAM");
 		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-		backend_cuda_set_conv_policy(0, 0);
 		int side_a = 0, side_b = 0, convs = 0;
 		for (int i = 0; i < b->n_nodes; i++) {
 			side_a += a->nodes[i].wgrad_side;

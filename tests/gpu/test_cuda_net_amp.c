@@ -19,10 +19,10 @@ TEST(cuda_loss_scaling_skips_overflow)
 	struct net *a = build("resnet18", 64, 4, 10), *b = build("resnet18", 64, 4, 10);
 	if (!a || !b)
 		goto out;
-	backend_cuda_set_conv_policy(0, 1);
+	backend_cuda_set_conv_policy(a, 0, 1);
+	backend_cuda_set_conv_policy(b, 0, 1);
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-	backend_cuda_set_conv_policy(0, 0);
 	same_batch(a, b, 4, 64, 10, 9);
 	net_enable_loss_scaling(b);
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };

@@ -27,11 +27,12 @@ int amp_forward_node(struct net *net, int i, int training)
 		return 0;
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
-		conv_ws_bind(net, nd, 0);
-		ctx->dw_relu6 = fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED;
+		struct conv_call call = conv_call_of(net, nd, 0);
+		call.relu6 = fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED;
 		GP_TRY(to_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
 					param_ptr(net, nd, 0), hparam_ptr(net, nd, 0)));
-		return conv2d_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
+		return conv2d_fwd_cuda(ctx, a, &call, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL,
+				       y);
 	}
 	case OP_BATCHNORM2D: {
 		float *run = b->running + nd->running_offset, *stats = saved;
@@ -131,22 +132,22 @@ int amp_backward_node(struct net *net, int i)
 		return 0;
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
-		conv_ws_bind(net, nd, 1);
+		struct conv_call call = conv_call_of(net, nd, 1);
 		if (fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED) { /* x is max(z, 0): clip, and mask dx */
-			ctx->dw_relu6 = 1;
-			ctx->dw_relu6_x = x;
+			call.relu6 = 1;
+			call.relu6_x = x;
 		}
 		int direct = conv2d_bwd_filter_f32_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0),
 							a->has_bias ? pgrad_ptr(net, nd, 1) : NULL);
 		if (direct < 0)
 			return direct;
 		if (!direct) {
-			GP_TRY(conv2d_bwd_filter_cuda(ctx, a, x, dy, hgrad_ptr(net, nd, 0),
+			GP_TRY(conv2d_bwd_filter_cuda(ctx, a, &call, x, dy, hgrad_ptr(net, nd, 0),
 						      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
 			GP_TRY(from_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
 						  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0));
 		}
-		return dx ? conv2d_bwd_data_cuda(ctx, a, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
+		return dx ? conv2d_bwd_data_cuda(ctx, a, &call, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
 	}
 	case OP_BATCHNORM2D: {
 		float *stats = saved;

@@ -135,29 +135,16 @@ static inline uint64_t dropout_seed(const struct net *net, int node)
 	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL;
 }
 
-/* The shared context describes activations for cuDNN and cuBLAS calls; nets of
- * different precisions may be set up side by side, so each node's work states its own. */
-static inline void bind_act(struct net *net)
+/* What a convolution node's call (forward or backward) uses beyond the context: its
+ * workspace in the arena, when the net keeps them there (else the shared one). */
+static inline struct conv_call conv_call_of(struct net *net, const struct node *nd, int backward)
 {
 	struct backend_state *b = net->bk;
-	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
-	b->ctx->nhwc = b->nhwc;
-	b->ctx->bn_cudnn = b->bn_cudnn;
-	b->ctx->conv_ws_external = 0;
-	b->ctx->dw_relu6 = 0;
-	b->ctx->dw_relu6_x = NULL;
-}
-
-/* Point the context at a convolution node's workspace in the arena (forward or
- * backward), when the net keeps them there. */
-static inline void conv_ws_bind(struct net *net, const struct node *nd, int backward)
-{
-	struct backend_state *b = net->bk;
-	b->ctx->conv_ws_external = b->ws_in_arena;
-	if (b->ws_in_arena) {
-		int t = backward ? nd->t_wsb : nd->t_wsf;
-		b->ctx->conv_ws = t >= 0 ? b->arena + net->tensors[t].offset : NULL;
-	}
+	struct conv_call c = { .ws_planned = b->ws_in_arena };
+	int t = backward ? nd->t_wsb : nd->t_wsf;
+	if (b->ws_in_arena && t >= 0)
+		c.ws = b->arena + net->tensors[t].offset;
+	return c;
 }
 
 /* backend_cuda_amp.c: the mixed-precision (fp16/bf16) forward and backward of a node,
