@@ -55,7 +55,7 @@ static int save_grads(struct net *net, const float *grads, const char *path)
 int cmd_parity(int argc, char **argv)
 {
 	const char *model = NULL, *load = NULL, *input = NULL, *out = NULL, *device = "cpu", *prec = "fp32";
-	int batch = 4, size = 0, classes = 10, steps = 3, help = 0;
+	int batch = 4, size = 0, classes = 10, steps = 3, help = 0, plain_bn = 0;
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model name", 0 },
@@ -71,6 +71,7 @@ int cmd_parity(int argc, char **argv)
 		{ "lr", OPT_DOUBLE, &sgd.lr, "learning rate", 0, 0, .min_d = 0, .range = OPT_MIN_EXCL },
 		{ "momentum", OPT_DOUBLE, &sgd.momentum, "momentum", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		{ "weight-decay", OPT_DOUBLE, &sgd.weight_decay, "weight decay", 0, 0, .min_d = 0, .range = OPT_MIN_INCL },
+		{ "plain-bn", OPT_FLAG, &plain_bn, "batch norm on cuDNN's kernels, unfused, as PyTorch's (CUDA)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -104,6 +105,7 @@ int cmd_parity(int argc, char **argv)
 	if (bk == BACKEND_CUDA)
 		backend_cuda_set_conv_policy(net, precision == PREC_FP32, 1);
 #endif
+	net->tuning.test.bn_fuse = net->tuning.test.bn_own = !plain_bn;
 	size_t in_count = (size_t)batch * 3 * mo.size * mo.size;
 	size_t logits_count = (size_t)batch * classes;
 	x = malloc(in_count * sizeof(float));

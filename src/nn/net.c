@@ -24,6 +24,7 @@ int net_init(struct net *net, const char *model, int classes, int in_c, int in_h
 	net->in_w = in_w;
 	net->batch = 1;
 	net->seed = 0;
+	net->tuning = *tuning_get();
 	return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/memstat.h"
 #include "core/tensor.h"
+#include "core/tuning.h"
 #include "ops/ops.h"
 
 #define GP_NAME_MAX 64
@@ -215,6 +216,9 @@ struct net {
 	enum layout layout;     /* activation layout on the GPU (LAYOUT_AUTO: NHWC under fp16/bf16) */
 	int device;             /* the GPU the net runs on (CUDA; 0 by default, the only one on the CPU) */
 	struct conv_policy conv_policy; /* read at set-up */
+	/* The process's tuning when the net was built; tests switch a fast path off on one
+	 * net through tuning.test to compare it with the plain one. */
+	struct tuning tuning;
 };
 
 /* --- building (used by models.c) ---------------------------------------------------

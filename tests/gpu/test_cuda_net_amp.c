@@ -214,9 +214,9 @@ static void amp_node_by_node(const char *model, enum precision prec)
 		goto out;
 	/* node by node: each node computes its own output (no batch norm fused with the
 	 * ReLU after it; cuda_amp_fused_batch_norm checks the fused ops) */
-	setenv("GPUPERF_BN_FUSE", "0", 1);
+	f->tuning.test.bn_fuse = 0;
+	h->tuning.test.bn_fuse = 0;
 	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_h = net_setup(h, BACKEND_CUDA, GP_F32, prec);
-	unsetenv("GPUPERF_BN_FUSE");
 	CHECK_MSG(rc_f == 0 && rc_h == 0, "%s: %s", model, gp_errmsg());
 	if (rc_f || rc_h)
 		goto out;
@@ -304,9 +304,8 @@ static void check_fused_bn(const char *model, int must_fuse)
 	if (!f || !a || !b)
 		goto out;
 	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_BF16);
-	setenv("GPUPERF_BN_FUSE", "0", 1);
+	b->tuning.test.bn_fuse = 0;
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_BF16);
-	unsetenv("GPUPERF_BN_FUSE");
 	CHECK_MSG(rc_f == 0 && rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
 	if (rc_f || rc_a || rc_b)
 		goto out;

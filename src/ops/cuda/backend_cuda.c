@@ -189,9 +189,7 @@ static int cuda_setup(struct net *net)
 	b->amp = precision_is_amp(net->precision);
 	b->ht = net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
 	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
-	const char *bn_env = getenv("GPUPERF_BN_OWN");
-	b->bn_cudnn = bn_env && *bn_env == '0';
-	ctx->bn_cudnn = b->bn_cudnn;
+	ctx->bn_cudnn = !net->tuning.test.bn_own;
 	int nhwc_flatten = -1;
 	/* A flatten of feature maps (not 1 x 1) orders features as NCHW does, which the
 	 * following linear layer's weights assume: such nets (simple_cnn) stay NCHW. */
@@ -251,8 +249,7 @@ static int cuda_setup(struct net *net)
 	 * the scratch does not fit (the largest batches), measure after allocating, on
 	 * the net's own memory (parameters are uploaded afterwards). */
 	int measured = 0;
-	const char *ws_env = getenv("GPUPERF_CONV_WS_ARENA"); /* 0: one shared workspace */
-	b->ws_in_arena = !(ws_env && *ws_env == '0');
+	b->ws_in_arena = net->tuning.test.conv_ws_arena;
 	for (int i = 0; i < net->n_nodes && rc == 0; i++)
 		if (net->nodes[i].op == OP_CONV2D)
 			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
@@ -268,10 +265,8 @@ static int cuda_setup(struct net *net)
 	if (b->ws_in_arena || replan) {
 		/* the algorithms are chosen: plan their workspaces into the arena */
 		/* FP32 weight gradients through cuDNN may run on the side stream, each with a
-		 * workspace of its own (the plan keeps what they read alive until joined;
-		 * GPUPERF_WGRAD_STREAM=0: off) */
-		const char *side_env = getenv("GPUPERF_WGRAD_STREAM");
-		int side = !b->amp && !(side_env && *side_env == '0');
+		 * workspace of its own (the plan keeps what they read alive until joined) */
+		int side = !b->amp && net->tuning.test.wgrad_stream;
 		for (int i = 0; i < net->n_nodes && rc == 0 && b->ws_in_arena; i++) {
 			struct node *nd = &net->nodes[i];
 			if (nd->op != OP_CONV2D)

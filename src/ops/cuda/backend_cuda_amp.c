@@ -226,12 +226,11 @@ static int relu_over(const struct net *net, int r, int src)
 }
 
 /* A ReLU6 whose only reader is a depthwise convolution on the own 16-bit kernels, which
- * can apply its clip at 6 (GPUPERF_RELU6_FOLD=0: no). */
+ * can apply its clip at 6. */
 static int relu6_foldable(const struct net *net, int r)
 {
-	const char *env = getenv("GPUPERF_RELU6_FOLD");
 	const struct node *rn = &net->nodes[r];
-	if ((env && *env == '0') || rn->consumers != 1 || rn->last_consumer < 0)
+	if (rn->consumers != 1 || rn->last_consumer < 0)
 		return 0;
 	const struct node *cn = &net->nodes[rn->last_consumer];
 	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_uses_dwconv_h(net->bk->ctx, &cn->a.conv);
@@ -240,9 +239,8 @@ static int relu6_foldable(const struct net *net, int r)
 int cuda_plan_fusion(struct net *net, int *replan)
 {
 	struct backend_state *b = net->bk;
-	const char *env = getenv("GPUPERF_BN_FUSE");
 	*replan = 0;
-	if (env && *env == '0') /* bn_fuse_plan_cuda declines what has no fused form */
+	if (!net->tuning.test.bn_fuse) /* bn_fuse_plan_cuda declines what has no fused form */
 		return 0;
 	int n = net->n_nodes;
 	b->fuse = calloc((size_t)n, 1);

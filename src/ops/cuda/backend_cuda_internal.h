@@ -39,11 +39,11 @@ struct backend_state {
 	 * weights KRSC under NHWC) and of the convolution weight gradients (converted into
 	 * the float gradients), and the input batch converted once per batch. */
 	int amp, nhwc;
-	/* FP32 batch norms not fused with an activation on cuDNN (GPUPERF_BN_OWN=0) */
-	int bn_cudnn;
 	enum gp_dtype ht;
-	/* Convolution workspaces planned in the arena (the default; GPUPERF_CONV_WS_ARENA=0: off; see
-	 * struct node's ws_fwd): each conv call gets its own, live only during it. */
+	/* Convolution workspaces planned in the arena (see struct node's ws_fwd): each conv
+	 * call gets its own, live only during it. Off where the algorithms had to be
+	 * measured on the net's own memory (the largest batches), and for a test's
+	 * yardstick (tuning.test.conv_ws_arena): one shared workspace then. */
 	int ws_in_arena;
 	/* Weight gradients were enqueued on the context's side stream (struct node's
 	 * wgrad_side) that the main stream has not yet waited for (backend_cuda.c: side_join). */
@@ -153,8 +153,8 @@ int amp_forward_node(struct net *net, int i, int training);
 int amp_backward_node(struct net *net, int i);
 int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst);
 /* Decide which batch norms run fused with the ReLU (and add) after them and set their
- * reserve space on the nodes (b->fuse; nothing in 16-bit NCHW, or with
- * GPUPERF_BN_FUSE=0). *replan: the memory plan must be made again. */
+ * reserve space on the nodes (b->fuse; nothing in 16-bit NCHW, or where a test turned
+ * it off: tuning.test.bn_fuse). *replan: the memory plan must be made again. */
 int cuda_plan_fusion(struct net *net, int *replan);
 
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_dwconv.h"
 #include "ops/cuda/cuda_dwconv_h.h"
@@ -305,12 +306,7 @@ static size_t find_workspace_need(struct cuda_ctx *ctx, const struct conv_plan *
  * whether runs of the same net pick the same algorithms. */
 static int conv_log_on(void)
 {
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("GPUPERF_CONV_LOG");
-		on = e && *e == '1';
-	}
-	return on;
+	return tuning_get()->conv_log;
 }
 
 #define CONV_LOG(res, n, pick, dirname)                                                          \
@@ -326,17 +322,6 @@ static int conv_log_on(void)
 					(double)res[k_].time, res[k_].memory / 1048576.0);       \
 		fprintf(stderr, "\n");                                                           \
 	} while (0)
-
-/* GPUPERF_WGRAD_GEMM=0: 1x1 weight gradients always through cuDNN. */
-static int wgrad_gemm_off(void)
-{
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("GPUPERF_WGRAD_GEMM");
-		off = e && *e == '0';
-	}
-	return off;
-}
 
 /* A 1x1, stride-1, unpadded, ungrouped convolution on 16-bit NHWC activations is a
  * product of an (N*H*W) x C matrix with the K x C weights: its weight gradient is
@@ -398,7 +383,7 @@ static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
 {
 	float ms = -1;
 	*use = 0;
-	if (!wgrad_gemm_ok(ctx, a) || wgrad_gemm_off())
+	if (!wgrad_gemm_ok(ctx, a))
 		return 0;
 	if (ctx->heuristic_algos) {
 		*use = 1;
@@ -420,22 +405,11 @@ static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
  * convolution in one run out of two (docs/log/perf-log.md, fifth session). So the usable
  * results within RETIME_SPAN of the fastest (at most RETIME_MAX) are timed again,
  * RETIME_ROUNDS rounds of RETIME_RUNS runs after a warm-up, and their times replaced
- * by their best round's mean before the pick. GPUPERF_CONV_RETIME=0: Find's single
- * timings. */
+ * by their best round's mean before the pick. */
 #define RETIME_SPAN 1.5f
 #define RETIME_MAX 4
 #define RETIME_RUNS 3
 #define RETIME_ROUNDS 3
-
-static int retime_off(void)
-{
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("GPUPERF_CONV_RETIME");
-		off = e && *e == '0';
-	}
-	return off;
-}
 
 /* One run of direction dir (0 forward, 1 backward data, 2 backward filter) with algo. */
 static int conv_run_algo(struct cuda_ctx *ctx, struct conv_plan *p, int dir, int algo, void *x, void *w, void *y,
@@ -490,7 +464,7 @@ static int conv_time_algo(struct cuda_ctx *ctx, struct conv_plan *p, int dir, in
 	do {                                                                                           \
 		int cand_[RETIME_MAX], nc_ = 0, first_ = -1;                                            \
 		float best_[RETIME_MAX];                                                                \
-		for (int k_ = 0; k_ < (n) && nc_ < RETIME_MAX && !retime_off(); k_++) {                \
+		for (int k_ = 0; k_ < (n) && nc_ < RETIME_MAX; k_++) {                                 \
 			if (!result_usable(ctx, res[k_].status, res[k_].memory, ws_bytes,              \
 					   res[k_].determinism, strict_fn(res[k_].algo)))              \
 				continue;                                                              \
@@ -763,15 +737,10 @@ static int use_dwconv(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 }
 
 /* 16-bit NHWC depthwise on own kernels (dwconv_h.cu; cuDNN's path made MobileNetV2
- * bf16 0.29x of PyTorch's speed, these 0.69x); GPUPERF_DWCONV_H=0 goes back to cuDNN. */
+ * bf16 0.29x of PyTorch's speed, these 0.69x). */
 static int use_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("GPUPERF_DWCONV_H");
-		on = !(e && *e == '0');
-	}
-	return on && ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
+	return ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
 }
 
 int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)

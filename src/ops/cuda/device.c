@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -84,10 +85,7 @@ int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
 		return gp_error(GP_ENOMEM, "out of memory for the CUDA context");
 	ctx->device = device;
 	ctx->mem = mem;
-	ctx->workspace_limit_bytes = CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES;
-	const char *ws_env = getenv("GPUPERF_CONV_WORKSPACE_MIB");
-	if (ws_env && atol(ws_env) > 0)
-		ctx->workspace_limit_bytes = (size_t)atol(ws_env) << 20;
+	ctx->workspace_limit_bytes = tuning_get()->conv_workspace_mib << 20;
 
 	if ((rc = cuda_device_bind(device)) < 0 ||
 	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) < 0 ||

@@ -42,7 +42,7 @@ struct cuda_ctx {
 	int act_dtype;
 	int nhwc;
 	/* FP32 NCHW batch norms run on the own kernels (bn_f32.cu) unless this is set
-	 * (GPUPERF_BN_OWN=0: cuDNN's for those not fused with an activation) */
+	 * (cuDNN's for those not fused with an activation: a test's yardstick) */
 	int bn_cudnn;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
 	/* A second stream, with its own cuDNN handle, for convolution weight gradients
@@ -63,8 +63,6 @@ struct cuda_ctx {
 	cudnnActivationDescriptor_t bn_relu_desc, bn_relu6_desc;
 };
 
-/* Workspace budget for algorithm selection unless changed (GPUPERF_CONV_WORKSPACE_MIB). */
-#define CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES ((size_t)4096 << 20)
 /* The driver's allocation granule: cuda_alloc takes whole pages. */
 #define CUDA_PAGE_BYTES ((size_t)2 << 20)
 
