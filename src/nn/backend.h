@@ -7,7 +7,13 @@
 
 struct backend_ops {
 	const char *name;
-	/* Allocate everything for net->batch per net->plan; copy host master in. */
+	/* Optional, before the plan: make the net's execution context, choose how each
+	 * node runs (algorithms, fusions) and state in reqs (n_nodes entries, zeroed) the
+	 * scratch memory each node needs and for how long. On failure it leaves nothing
+	 * behind. */
+	int (*plan_scratch)(struct net *net, struct scratch_req *reqs);
+	/* Allocate everything for net->batch per net->plan; copy host master in. After
+	 * plan_scratch (where the backend has one), on a failure of either, teardown. */
 	int (*setup)(struct net *net);
 	void (*teardown)(struct net *net);
 	int (*set_batch_data)(struct net *net, const float *x, const int32_t *labels);

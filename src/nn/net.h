@@ -59,26 +59,6 @@ struct node {
 	 * ReLU after batch norm whose output is not kept for backward but recomputed
 	 * there from the batch norm's input and statistics (net->recompute). */
 	int t_y, t_dy, t_saved, t_re;
-	/* Convolution workspace planned in the arena (the CUDA backend fills ws_fwd and
-	 * ws_bwd once its algorithms are chosen; 0 elsewhere): live only during this
-	 * node's forward (t_wsf) and backward (t_wsb), so it takes memory that is free
-	 * then instead of a shared buffer on top of the arena's peak. */
-	size_t ws_fwd, ws_bwd;
-	int t_wsf, t_wsb;
-	/* Weight gradient on a second stream beside the rest of backward (CUDA, FP32;
-	 * the backend sets wgrad_side and the workspace ws_wgrad before planning, and
-	 * ws_bwd then covers backward data alone): the planner keeps the convolution's
-	 * input and output gradient, and the workspace t_wsw, alive until the backward
-	 * of the next convolution below (wgrad_join), where the main stream waits for the
-	 * side one. It clears wgrad_side where that cannot hold or gains nothing (the
-	 * lowest convolution), and then folds ws_wgrad back into ws_bwd. */
-	int wgrad_side, wgrad_join, t_wsw;
-	size_t ws_wgrad;
-	/* Batch norm fused with the ReLU (and add) after it (CUDA; 16-bit NHWC): what
-	 * cuDNN keeps from the forward for the backward, planned in the arena from this
-	 * node's forward to step rsv_last (0 bytes elsewhere). */
-	size_t bn_reserve;
-	int rsv_last, t_rsv;
 	int consumers;          /* how many nodes read this output */
 	int last_consumer;      /* highest consumer index: its backward writes dx first */
 	int needs_dx;           /* does any gradient have to flow into this node's output */
@@ -105,6 +85,32 @@ struct plan_tensor {
 	int first_step, last_step;
 	size_t offset; /* assigned by the planner */
 	int alias_of;  /* -1, or a tensor whose memory this one shares */
+};
+
+/* Scratch memory a backend needs per node beside activations, stated before the plan
+ * (the backend's plan_scratch, once its algorithms are chosen) so that the planner
+ * lays it out with everything else, and where the plan put it. Steps as in struct
+ * plan_tensor; bytes 0: nothing asked. */
+struct scratch_req {
+	/* Workspace live only during the node's forward (fwd_bytes) or backward
+	 * (bwd_bytes): it takes memory that is free then instead of a buffer on top of the
+	 * arena's peak. */
+	size_t fwd_bytes, bwd_bytes;
+	/* side: part of the node's backward (a convolution's weight gradient) runs on a
+	 * second stream with a workspace of side_bytes, and bwd_bytes covers the rest.
+	 * The planner keeps the node's input and output gradient, and that workspace,
+	 * alive until the backward of the next convolution below (side_join), where the
+	 * main stream waits for the side one. It clears side where that cannot hold or
+	 * gains nothing (the lowest convolution), folding side_bytes into bwd_bytes. */
+	int side;
+	size_t side_bytes;
+	/* Kept from the node's forward to step keep_last (a fused batch norm's reserve
+	 * space); keep_last > 0 also marks a node whose backend fused it. */
+	size_t keep_bytes;
+	int keep_last;
+	/* Filled by the planner: the tensors (-1: none) and the side work's join. */
+	int t_fwd, t_bwd, t_side, t_keep;
+	int side_join;
 };
 
 struct mem_plan {
@@ -194,6 +200,9 @@ struct net {
 	struct plan_tensor *tensors;
 	int n_tensors;
 	struct mem_plan plan;
+	/* n_nodes scratch requests of the set-up backend (NULL: none; net_scratch_reqs),
+	 * freed at teardown. */
+	struct scratch_req *scratch;
 
 	enum backend_kind backend;
 	enum gp_dtype dtype;       /* CPU: GP_F32 or GP_F64 */
@@ -245,8 +254,14 @@ void net_free(struct net *net);
 int net_set_batch(struct net *net, int batch);
 double net_total_macs(const struct net *net);
 /* Plan activation memory for training (training=1) or inference at the current
- * batch, for elements of elem_bytes; fills net->plan. Allocates nothing on a device. */
+ * batch, for elements of elem_bytes, with the backend's scratch (net->scratch) where
+ * there is one; fills net->plan. Allocates nothing on a device. */
 int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes);
+/* The net's scratch requests, allocated (all zero) on first use; NULL when out of
+ * memory. */
+struct scratch_req *net_scratch_reqs(struct net *net);
+/* Does node i have an output gradient in a training plan (net_plan_memory's t_dy)? */
+int node_has_grad(const struct net *net, int i);
 
 struct state_entry *net_state_find(struct net *net, const char *name);
 

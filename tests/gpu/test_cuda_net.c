@@ -572,8 +572,8 @@ TEST(cuda_fp32_fused_batch_norm_matches_separate)
 		int fused = 0, bns = 0;
 		for (int i = 0; i < a->n_nodes; i++) {
 			bns += a->nodes[i].op == OP_BATCHNORM2D;
-			fused += a->nodes[i].op == OP_BATCHNORM2D && a->nodes[i].rsv_last > 0;
-			CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
+			fused += a->nodes[i].op == OP_BATCHNORM2D && a->scratch[i].keep_last > 0;
+			CHECK_EQ_INT(b->scratch[i].keep_last, 0);
 		}
 		printf("      %s fp32: %d of %d batch norms fused\n", models[m], fused, bns);
 		/* resnet18: all but the 3 downsample ones; mobilenet_v2: those before a ReLU6 */
@@ -644,7 +644,7 @@ TEST(cuda_conv_workspace_in_arena)
 		goto out;
 	int planned = 0;
 	for (int i = 0; i < a->n_nodes; i++)
-		planned += a->nodes[i].t_wsf >= 0 || a->nodes[i].t_wsb >= 0;
+		planned += a->scratch[i].t_fwd >= 0 || a->scratch[i].t_bwd >= 0;
 	printf("      %d convolutions with workspace in the arena; arena %.1f MiB against %.1f MiB\n", planned,
 	       a->plan.arena_bytes / 1048576.0, b->plan.arena_bytes / 1048576.0);
 	CHECK(a->plan.arena_bytes >= b->plan.arena_bytes);
@@ -697,8 +697,8 @@ TEST(cuda_wgrad_side_stream_matches_main_stream)
 		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 		int side_a = 0, side_b = 0, convs = 0;
 		for (int i = 0; i < b->n_nodes; i++) {
-			side_a += a->nodes[i].wgrad_side;
-			side_b += b->nodes[i].wgrad_side;
+			side_a += a->scratch[i].side;
+			side_b += b->scratch[i].side;
 			convs += b->nodes[i].op == OP_CONV2D;
 		}
 		printf("      %s: %d of %d convolutions' weight gradients on the side stream; arena %.1f MiB "

@@ -311,9 +311,9 @@ static void check_fused_bn(const char *model, int must_fuse)
 		goto out;
 	int fused = 0, reserve = 0;
 	for (int i = 0; i < a->n_nodes; i++) {
-		fused += a->nodes[i].op == OP_BATCHNORM2D && a->nodes[i].rsv_last > 0;
-		reserve += a->nodes[i].t_rsv >= 0;
-		CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
+		fused += a->nodes[i].op == OP_BATCHNORM2D && a->scratch[i].keep_last > 0;
+		reserve += a->scratch[i].t_keep >= 0;
+		CHECK_EQ_INT(b->scratch[i].keep_last, 0);
 	}
 	printf("      %s: %d batch norms fused (%d with reserve space)\n", model, fused, reserve);
 	CHECK_MSG(fused > 0 || !must_fuse, "%s: no batch norm fused (cuDNN declined every one)", model);

@@ -135,16 +135,20 @@ static void cuda_teardown(struct net *net)
 	cuda_free(ctx, b->params_h, b->params_h_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->grads_h, b->params_h_bytes, MEM_GRADS);
 	cuda_free(ctx, b->input_h, b->input_h_bytes, MEM_OTHER);
+	/* A set-up that did not fit (maxbatch tries many) must not leave a larger
+	 * workspace behind in the pooled context: give it back (counted here, so that the
+	 * net's counts end at zero). */
+	if (!b->set_up && ctx->workspace_bytes > b->ws_before) {
+		cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
+		ctx->workspace = NULL;
+		ctx->workspace_bytes = 0;
+		if (b->ws_before && cuda_alloc(ctx, &ctx->workspace, b->ws_before, MEM_WORKSPACE) == 0)
+			ctx->workspace_bytes = b->ws_before;
+	}
 	/* the shared workspace stays with the context for the next net */
 	mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + ctx->blas_ws_bytes);
 	ctx->mem = NULL;
 	ctx_release(ctx);
-	for (int i = 0; i < net->n_nodes; i++) {
-		net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = net->nodes[i].ws_wgrad = 0;
-		net->nodes[i].wgrad_side = 0;
-		net->nodes[i].bn_reserve = 0;
-		net->nodes[i].rsv_last = 0;
-	}
 	free(b->fuse);
 	free(b);
 	net->bk = NULL;
@@ -167,9 +171,14 @@ static int cuda_sync_to_host(struct net *net)
 	return cuda_copy_d2h(b->ctx, net->host_running, b->running, b->running_bytes);
 }
 
-/* Allocate everything the plan asks for; measure the convolution algorithms. On any
- * failure (out of memory included) free what was taken and return the error. */
-static int cuda_setup(struct net *net)
+/* Before the plan: the net's context, configured for its device, precision, layout
+ * and algorithm policy; the convolution algorithms measured (their scratch is
+ * transient, and nothing else is allocated yet, so it does not add to the peak); which
+ * batch norms run fused; and each node's workspace and reserve space, for the planner
+ * to lay out in the arena. Where the measuring scratch does not fit (the largest
+ * batches), set-up measures on the net's own memory instead, with one shared
+ * workspace. */
+static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 {
 	struct cuda_ctx *ctx;
 	GP_TRY(ctx_acquire(net->device, &ctx));
@@ -183,7 +192,7 @@ static int cuda_setup(struct net *net)
 	ctx->fp32_direct_only = net->conv_policy.fp32_direct_only;
 	ctx->deterministic = net->conv_policy.deterministic;
 	ctx->heuristic_algos = net->conv_policy.heuristic;
-	size_t ws_before = ctx->workspace_bytes;
+	b->ws_before = ctx->workspace_bytes;
 	ctx->mem = &net->mem;
 	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + ctx->blas_ws_bytes);
 	b->amp = precision_is_amp(net->precision);
@@ -211,6 +220,46 @@ static int cuda_setup(struct net *net)
 	}
 	if (rc < 0)
 		goto fail;
+	for (int i = 0; i < net->n_nodes && rc == 0; i++)
+		if (net->nodes[i].op == OP_CONV2D)
+			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
+		else if (net->nodes[i].op == OP_BATCHNORM2D)
+			rc = bn_plan_cuda(ctx, &net->nodes[i].a.bn);
+	if (rc < 0 && rc != GP_EDEVOOM)
+		goto fail;
+	if (rc == GP_EDEVOOM)
+		gp_error_clear();
+	b->measured = rc == 0;
+	b->ws_in_arena = net->tuning.test.conv_ws_arena && b->measured;
+	if ((rc = cuda_plan_fusion(net, reqs)) < 0)
+		goto fail;
+	/* FP32 weight gradients through cuDNN may run on the side stream, each with a
+	 * workspace of its own (the plan keeps what they read alive until joined) */
+	int side = !b->amp && net->tuning.test.wgrad_stream;
+	for (int i = 0; i < net->n_nodes && b->ws_in_arena; i++) {
+		struct node *nd = &net->nodes[i];
+		struct scratch_req *r = &reqs[i];
+		if (nd->op != OP_CONV2D)
+			continue;
+		r->side = side && conv2d_wgrad_is_cudnn(ctx, &nd->a.conv);
+		if ((rc = conv2d_ws_bytes_cuda(ctx, &nd->a.conv, &r->fwd_bytes, &r->bwd_bytes,
+					       r->side ? &r->side_bytes : NULL)) < 0)
+			goto fail;
+	}
+	return 0;
+fail:
+	cuda_teardown(net);
+	return rc;
+}
+
+/* Allocate everything the plan asks for (measuring the convolution algorithms on the
+ * net's own memory where plan_scratch could not) and upload the parameters. On any
+ * failure (out of memory included) net_setup tears down what was taken. */
+static int cuda_setup(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	GP_TRY(bind_device(net));
 	b->arena_bytes = net->plan.arena_bytes;
 	b->params_bytes = net->params_count * sizeof(float);
 	b->running_bytes = net->running_count * sizeof(float);
@@ -224,77 +273,34 @@ static int cuda_setup(struct net *net)
 	if (b->amp) {
 		b->params_h_bytes = net->params_count * 2;
 		b->input_h_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * 2;
-		if ((rc = cuda_alloc(ctx, &b->params_h, b->params_h_bytes, MEM_WEIGHTS)) < 0 ||
-		    (rc = cuda_alloc(ctx, &b->grads_h, b->params_h_bytes, MEM_GRADS)) < 0 ||
-		    (rc = cuda_alloc(ctx, &b->input_h, b->input_h_bytes, MEM_OTHER)) < 0)
-			goto fail;
+		GP_TRY(cuda_alloc(ctx, &b->params_h, b->params_h_bytes, MEM_WEIGHTS));
+		GP_TRY(cuda_alloc(ctx, &b->grads_h, b->params_h_bytes, MEM_GRADS));
+		GP_TRY(cuda_alloc(ctx, &b->input_h, b->input_h_bytes, MEM_OTHER));
 	}
-	if ((rc = cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER)) < 0)
-		goto fail;
+	GP_TRY(cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER));
 	b->labels = (int32_t *)(b->misc + at_labels);
 	b->row_scratch = (float *)(b->misc + at_scratch);
 	b->d_loss = (double *)(b->misc + at_loss);
 	b->d_correct = (int *)(b->misc + at_correct);
 	b->d_step = (unsigned long long *)(b->misc + at_step);
 	b->d_nonfinite = (int *)(b->misc + at_flag);
-	if ((rc = CUDA_CHECK(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream))) < 0)
-		goto fail;
-	/* Measure the convolution algorithms before the activations take their memory:
-	 * the measuring scratch is transient, and then it does not add to the peak. Where
-	 * the scratch does not fit (the largest batches), measure after allocating, on
-	 * the net's own memory (parameters are uploaded afterwards). */
-	int measured = 0;
-	b->ws_in_arena = net->tuning.test.conv_ws_arena;
-	for (int i = 0; i < net->n_nodes && rc == 0; i++)
-		if (net->nodes[i].op == OP_CONV2D)
-			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
-		else if (net->nodes[i].op == OP_BATCHNORM2D)
-			rc = bn_plan_cuda(ctx, &net->nodes[i].a.bn);
-	if (rc < 0 && rc != GP_EDEVOOM)
-		goto fail;
-	measured = rc == 0;
-	b->ws_in_arena &= measured;
-	int replan = 0;
-	if ((rc = cuda_plan_fusion(net, &replan)) < 0)
-		goto fail;
-	if (b->ws_in_arena || replan) {
-		/* the algorithms are chosen: plan their workspaces into the arena */
-		/* FP32 weight gradients through cuDNN may run on the side stream, each with a
-		 * workspace of its own (the plan keeps what they read alive until joined) */
-		int side = !b->amp && net->tuning.test.wgrad_stream;
-		for (int i = 0; i < net->n_nodes && rc == 0 && b->ws_in_arena; i++) {
-			struct node *nd = &net->nodes[i];
-			if (nd->op != OP_CONV2D)
-				continue;
-			nd->wgrad_side = side && conv2d_wgrad_is_cudnn(ctx, &nd->a.conv);
-			rc = conv2d_ws_bytes_cuda(ctx, &nd->a.conv, &nd->ws_fwd, &nd->ws_bwd,
-						  nd->wgrad_side ? &nd->ws_wgrad : NULL);
-		}
-		if (rc == 0)
-			rc = net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, net->precision),
-					     net->plan.workspace_bytes);
-		if (rc < 0)
-			goto fail;
-		b->arena_bytes = net->plan.arena_bytes;
-	}
-	if ((rc = cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV)) < 0)
-		goto fail;
-	for (int i = 0; i < net->n_nodes && !measured; i++) {
+	CUDA_TRY(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV));
+	for (int i = 0; i < net->n_nodes && !b->measured; i++) {
 		struct node *nd = &net->nodes[i];
-		if (nd->op == OP_BATCHNORM2D && (rc = bn_plan_cuda(ctx, &nd->a.bn)) < 0)
-			goto fail;
+		if (nd->op == OP_BATCHNORM2D)
+			GP_TRY(bn_plan_cuda(ctx, &nd->a.bn));
 		if (nd->op != OP_CONV2D)
 			continue;
 		struct conv_bufs bufs = { .x = act_ptr(net, nd->in[0]),
 					  .w = b->amp ? hparam_ptr(net, nd, 0) : (void *)param_ptr(net, nd, 0),
 					  .y = act_ptr(net, i) };
-		if ((rc = conv2d_plan_cuda_in(ctx, &nd->a.conv, &bufs)) < 0)
-			goto fail;
+		GP_TRY(conv2d_plan_cuda_in(ctx, &nd->a.conv, &bufs));
 	}
 	/* Planning grows no shared workspace for convolutions: where this net uses it, it
 	 * must cover every convolution, before a graph capture could need it to grow. */
@@ -303,29 +309,15 @@ static int cuda_setup(struct net *net)
 		size_t f = 0, bw = 0;
 		if (net->nodes[i].op != OP_CONV2D)
 			continue;
-		if ((rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &f, &bw, NULL)) < 0)
-			goto fail;
+		GP_TRY(conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &f, &bw, NULL));
 		ws_need = f > ws_need ? f : ws_need;
 		ws_need = bw > ws_need ? bw : ws_need;
 	}
-	if ((rc = cuda_workspace_reserve(ctx, ws_need)) < 0 || (rc = cuda_sync_from_host(net)) < 0)
-		goto fail;
+	GP_TRY(cuda_workspace_reserve(ctx, ws_need));
+	GP_TRY(cuda_sync_from_host(net));
 	net->plan.workspace_bytes = ctx->workspace_bytes;
+	b->set_up = 1;
 	return 0;
-fail:
-	/* A set-up that did not fit (maxbatch tries many) must not leave a larger
-	 * workspace behind in the pooled context: give it back (counted here, so that
-	 * the teardown finds the net's counts as they are). */
-	if (ctx->workspace_bytes > ws_before) {
-		cudaStreamSynchronize(ctx->stream);
-		cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
-		ctx->workspace = NULL;
-		ctx->workspace_bytes = 0;
-		if (ws_before && cuda_alloc(ctx, &ctx->workspace, ws_before, MEM_WORKSPACE) == 0)
-			ctx->workspace_bytes = ws_before;
-	}
-	cuda_teardown(net);
-	return rc;
 }
 
 /* Mixed precision: the float NCHW batch into 16 bits in the net's layout, once per batch. */
@@ -508,8 +500,7 @@ static int wgrad_on_side(struct net *net, const struct node *nd, const float *x,
 	struct cuda_ctx side = *ctx; /* the same configuration, another stream and handle */
 	side.stream = ctx->side_stream;
 	side.cudnn = ctx->side_cudnn;
-	struct conv_call call = { .ws_planned = 1,
-				  .ws = nd->t_wsw >= 0 ? b->arena + net->tensors[nd->t_wsw].offset : NULL };
+	struct conv_call call = { .ws_planned = 1, .ws = scratch_ptr(net, net->scratch[nd - net->nodes].t_side) };
 	CUDA_TRY(cudaEventRecord(ctx->ev_fork, ctx->stream));
 	CUDA_TRY(cudaStreamWaitEvent(side.stream, ctx->ev_fork, 0));
 	b->side_pending = 1;
@@ -542,7 +533,7 @@ static int cuda_backward_node(struct net *net, int i)
 		return 0;
 	case OP_CONV2D: {
 		struct conv_call call = conv_call_of(net, nd, 1);
-		if (nd->wgrad_side && !net->buckets.n) /* buckets: gradients ready on the main stream */
+		if (net->scratch[i].side && !net->buckets.n) /* buckets: gradients ready on the main stream */
 			GP_TRY(wgrad_on_side(net, nd, x, dy));
 		else
 			GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, &call, x, dy, pgrad_ptr(net, nd, 0),
@@ -746,6 +737,7 @@ static int cuda_logits_to_host(struct net *net, float *dst)
 
 const struct backend_ops backend_cuda_ops = {
 	.name = "cuda",
+	.plan_scratch = cuda_plan_scratch,
 	.setup = cuda_setup,
 	.teardown = cuda_teardown,
 	.set_batch_data = cuda_set_batch_data,

@@ -43,7 +43,7 @@ int amp_forward_node(struct net *net, int i, int training)
 			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
 						       x, NULL, param_ptr(net, nd, 0),
 						       param_ptr(net, nd, 1), y, stats, stats + nd->a.bn.c, run,
-						       run + nd->a.bn.c, rsv_ptr(net, i), nd->bn_reserve);
+						       run + nd->a.bn.c, rsv_ptr(net, i), rsv_bytes(net, i));
 		if (training)
 			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
 						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
@@ -82,7 +82,7 @@ int amp_forward_node(struct net *net, int i, int training)
 			return bn_fwd_train_fused_cuda(ctx, &bn->a.bn, BN_FUSE_ADD_RELU, act_ptr(net, bn->in[0]),
 						       act_ptr(net, nd->in[1 - k]), param_ptr(net, bn, 0),
 						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
-						       run + bn->a.bn.c, rsv_ptr(net, bi), bn->bn_reserve);
+						       run + bn->a.bn.c, rsv_ptr(net, bi), rsv_bytes(net, bi));
 		}
 		return add_fwd_h_cuda(s, b->ht, count, x, act_ptr(net, nd->in[1]), y);
 	case OP_DROPOUT:
@@ -158,7 +158,7 @@ int amp_backward_node(struct net *net, int i)
 						      fuse_role(net, i) == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6, x, act_ptr_bwd(net, nd->last_consumer), dy,
 						      param_ptr(net, nd, 0), param_ptr(net, nd, 1), stats,
 						      stats + nd->a.bn.c, dx, acc, pgrad_ptr(net, nd, 0),
-						      pgrad_ptr(net, nd, 1), rsv_ptr(net, i), nd->bn_reserve);
+						      pgrad_ptr(net, nd, 1), rsv_ptr(net, i), rsv_bytes(net, i));
 		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
 				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
 	}
@@ -215,14 +215,15 @@ int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float 
 }
 
 
-/* A ReLU that overwrites its input, which nothing else reads (plan.c's relu_in_place). */
+/* A ReLU that overwrites its input, which nothing else reads (plan.c's relu_in_place),
+ * in training. */
 static int relu_over(const struct net *net, int r, int src)
 {
 	if (r < 0)
 		return 0;
 	const struct node *rn = &net->nodes[r];
 	return (rn->op == OP_RELU || rn->op == OP_RELU6) && rn->n_in == 1 && rn->in[0] == src &&
-	       net->nodes[src].consumers == 1 && net->nodes[src].t_y >= 0 && rn->t_dy >= 0;
+	       net->nodes[src].consumers == 1 && net->nodes[src].op != OP_INPUT && node_has_grad(net, r);
 }
 
 /* A ReLU6 whose only reader is a depthwise convolution on the own 16-bit kernels, which
@@ -236,10 +237,9 @@ static int relu6_foldable(const struct net *net, int r)
 	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_uses_dwconv_h(net->bk->ctx, &cn->a.conv);
 }
 
-int cuda_plan_fusion(struct net *net, int *replan)
+int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 {
 	struct backend_state *b = net->bk;
-	*replan = 0;
 	if (!net->tuning.test.bn_fuse) /* bn_fuse_plan_cuda declines what has no fused form */
 		return 0;
 	int n = net->n_nodes;
@@ -249,7 +249,7 @@ int cuda_plan_fusion(struct net *net, int *replan)
 	int fused = 0;
 	for (int i = 0; i < n; i++) {
 		struct node *nd = &net->nodes[i];
-		if (nd->op != OP_BATCHNORM2D || nd->consumers != 1 || nd->t_dy < 0 || b->fuse[i])
+		if (nd->op != OP_BATCHNORM2D || nd->consumers != 1 || !node_has_grad(net, i) || b->fuse[i])
 			continue;
 		int c = nd->last_consumer, rc;
 		size_t reserve = 0;
@@ -262,7 +262,7 @@ int cuda_plan_fusion(struct net *net, int *replan)
 				continue;
 			b->fuse[i] = op == BN_FUSE_RELU6 ? FUSE_BN_RELU6 : FUSE_BN_RELU;
 			b->fuse[c] = fold ? FUSE_RELU6_FOLDED : FUSE_RELU_DONE;
-			nd->rsv_last = 2 * n - i; /* read again by its backward */
+			reqs[i].keep_last = 2 * n - i; /* read again by its backward */
 		} else if (net->nodes[c].op == OP_ADD && !b->fuse[c] && net->nodes[c].in[0] != net->nodes[c].in[1] &&
 			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c) &&
 			   net->nodes[net->nodes[c].last_consumer].op == OP_RELU) {
@@ -273,12 +273,11 @@ int cuda_plan_fusion(struct net *net, int *replan)
 			b->fuse[i] = FUSE_BN_DEFERRED;
 			b->fuse[c] = FUSE_ADD_BN_RELU;
 			b->fuse[net->nodes[c].last_consumer] = FUSE_RELU_AFTER_ADD;
-			nd->rsv_last = c; /* the add runs it; the backward is plain */
+			reqs[i].keep_last = c; /* the add runs it; the backward is plain */
 		} else {
 			continue;
 		}
-		nd->bn_reserve = reserve;
-		*replan |= reserve > 0;
+		reqs[i].keep_bytes = reserve;
 		fused++;
 	}
 	if (!fused) {

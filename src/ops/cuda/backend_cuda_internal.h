@@ -40,13 +40,21 @@ struct backend_state {
 	 * the float gradients), and the input batch converted once per batch. */
 	int amp, nhwc;
 	enum gp_dtype ht;
-	/* Convolution workspaces planned in the arena (see struct node's ws_fwd): each conv
-	 * call gets its own, live only during it. Off where the algorithms had to be
+	/* The convolution algorithms were measured before the plan (plan_scratch); else
+	 * set-up measures them on the net's own memory. */
+	int measured;
+	/* Convolution workspaces planned in the arena (struct scratch_req's fwd_bytes):
+	 * each conv call gets its own, live only during it. Off where the algorithms were
 	 * measured on the net's own memory (the largest batches), and for a test's
 	 * yardstick (tuning.test.conv_ws_arena): one shared workspace then. */
 	int ws_in_arena;
-	/* Weight gradients were enqueued on the context's side stream (struct node's
-	 * wgrad_side) that the main stream has not yet waited for (backend_cuda.c: side_join). */
+	/* The context's shared workspace before this net (given back to that size when
+	 * the set-up fails), and whether set-up finished. */
+	size_t ws_before;
+	int set_up;
+	/* Weight gradients were enqueued on the context's side stream (struct
+	 * scratch_req's side) that the main stream has not yet waited for (backend_cuda.c:
+	 * side_join). */
 	int side_pending;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;
@@ -122,11 +130,21 @@ static inline void *hgrad_ptr(struct net *net, const struct node *nd, int k)
 	return (char *)net->bk->grads_h + net->state[nd->param_first + k].offset * 2;
 }
 
-/* A fused batch norm's reserve space (struct node's bn_reserve). */
+/* The arena address of planned scratch tensor t (NULL for -1: none). */
+static inline void *scratch_ptr(struct net *net, int t)
+{
+	return t < 0 ? NULL : net->bk->arena + net->tensors[t].offset;
+}
+
+/* A fused batch norm's reserve space (struct scratch_req's keep_bytes), and its size. */
 static inline void *rsv_ptr(struct net *net, int node)
 {
-	const struct node *nd = &net->nodes[node];
-	return nd->t_rsv < 0 ? NULL : net->bk->arena + net->tensors[nd->t_rsv].offset;
+	return scratch_ptr(net, net->scratch[node].t_keep);
+}
+
+static inline size_t rsv_bytes(const struct net *net, int node)
+{
+	return net->scratch[node].keep_bytes;
 }
 
 /* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
@@ -140,10 +158,10 @@ static inline uint64_t dropout_seed(const struct net *net, int node)
 static inline struct conv_call conv_call_of(struct net *net, const struct node *nd, int backward)
 {
 	struct backend_state *b = net->bk;
+	const struct scratch_req *r = &net->scratch[nd - net->nodes];
 	struct conv_call c = { .ws_planned = b->ws_in_arena };
-	int t = backward ? nd->t_wsb : nd->t_wsf;
-	if (b->ws_in_arena && t >= 0)
-		c.ws = b->arena + net->tensors[t].offset;
+	if (b->ws_in_arena)
+		c.ws = scratch_ptr(net, backward ? r->t_bwd : r->t_fwd);
 	return c;
 }
 
@@ -152,9 +170,9 @@ static inline struct conv_call conv_call_of(struct net *net, const struct node *
 int amp_forward_node(struct net *net, int i, int training);
 int amp_backward_node(struct net *net, int i);
 int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst);
-/* Decide which batch norms run fused with the ReLU (and add) after them and set their
- * reserve space on the nodes (b->fuse; nothing in 16-bit NCHW, or where a test turned
- * it off: tuning.test.bn_fuse). *replan: the memory plan must be made again. */
-int cuda_plan_fusion(struct net *net, int *replan);
+/* Decide which batch norms run fused with the ReLU (and add) after them (b->fuse;
+ * nothing in 16-bit NCHW, or where a test turned it off: tuning.test.bn_fuse) and
+ * state their reserve space in reqs (keep_bytes until keep_last). Before the plan. */
+int cuda_plan_fusion(struct net *net, struct scratch_req *reqs);
 
 #endif
