@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "nn/checkpoint.h"
-#include "nn/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "test.h"

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "gpu/nvml.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #ifdef GP_HAVE_CUDA

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "nn/trainer.h"

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 
 int net_init(struct net *net, const char *model, int classes, int in_c, int in_h, int in_w)
 {

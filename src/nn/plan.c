@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
 #include "nn/net.h"
 
 #define PLAN_ALIGN_BYTES 256

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "net_util.h"
 
 #define CTX_STEPS 4

@@ -7,7 +7,7 @@
 #include <jansson.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "ops/cuda/device.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "ops/cuda/device.h"

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
-#include "ops/cuda/backend_cuda_internal.h"
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda_internal.h"
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
 

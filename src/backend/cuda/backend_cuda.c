@@ -15,11 +15,11 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
-#include "ops/cuda/backend_cuda_internal.h"
+#include "backend/cuda/backend_cuda_internal.h"
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 #define ALIGN256(x) (((x) + 255) & ~(size_t)255)
