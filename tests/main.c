@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/tuning.h"
+
 #define MAX_TESTS 1024
 
 struct test_case {
@@ -169,6 +171,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	/* results the commands under test write without --out land in the scratch dir */
 	setenv("GPUPERF_RESULTS", test_tmpdir(), 1);
+	tuning_reload();
 	qsort(cases, n_cases, sizeof(cases[0]), by_file_then_name);
 	for (int i = 0; i < n_cases; i++) {
 		if (!selected(cases[i].name, argc, argv))

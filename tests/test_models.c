@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "nn/checkpoint.h"
-#include "nn/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "test.h"
@@ -244,13 +243,15 @@ TEST(memory_plan_places_conv_workspaces)
 	struct net *net = build("resnet50", 64, 4, 10);
 	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
 	size_t base = net->plan.arena_bytes, ws = (size_t)8 << 20;
-	for (int i = 0; i < net->n_nodes; i++)
+	struct scratch_req *req = net_scratch_reqs(net);
+	CHECK(req != NULL);
+	for (int i = 0; req && i < net->n_nodes; i++)
 		if (net->nodes[i].op == OP_CONV2D)
-			net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = ws;
+			req[i].fwd_bytes = req[i].bwd_bytes = ws;
 	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
 	int bad = plan_overlaps(net), placed = 0;
-	for (int i = 0; i < net->n_nodes; i++)
-		placed += (net->nodes[i].t_wsf >= 0) + (net->nodes[i].t_wsb >= 0);
+	for (int i = 0; req && i < net->n_nodes; i++)
+		placed += (req[i].t_fwd >= 0) + (req[i].t_bwd >= 0);
 	CHECK_EQ_INT(bad, 0);
 	CHECK(placed > 100);
 	CHECK_MSG(net->plan.arena_bytes <= base + ws, "arena %zu, %zu without workspaces", net->plan.arena_bytes, base);
@@ -276,11 +277,15 @@ TEST(memory_plan_keeps_side_stream_wgrad_inputs_alive)
 		CHECK(net_plan_memory(net, 1, 4, 0) == 0);
 		size_t base = net->plan.arena_bytes;
 		int n = net->n_nodes, sides = 0, convs = 0;
+		struct scratch_req *req = net_scratch_reqs(net);
+		CHECK(req != NULL);
+		if (!req)
+			break;
 		for (int i = 0; i < n; i++)
 			if (net->nodes[i].op == OP_CONV2D) {
-				net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = (size_t)1 << 20;
-				net->nodes[i].ws_wgrad = (size_t)2 << 20;
-				net->nodes[i].wgrad_side = 1;
+				req[i].fwd_bytes = req[i].bwd_bytes = (size_t)1 << 20;
+				req[i].side_bytes = (size_t)2 << 20;
+				req[i].side = 1;
 				convs++;
 			}
 		CHECK(net_plan_memory(net, 1, 4, 0) == 0);
@@ -288,35 +293,37 @@ TEST(memory_plan_keeps_side_stream_wgrad_inputs_alive)
 		int prev = -1; /* the convolution before, in forward order: the next in backward */
 		for (int i = 0; i < n; i++) {
 			const struct node *nd = &net->nodes[i];
+			const struct scratch_req *r = &req[i];
 			if (nd->op != OP_CONV2D)
 				continue;
 			/* no convolution feeds an add in these; the first stays on the main stream,
 			 * its backward workspace large enough for its weight gradient again */
-			CHECK_EQ_INT(nd->wgrad_side, prev >= 0);
+			CHECK_EQ_INT(r->side, prev >= 0);
 			if (prev < 0) {
-				CHECK(nd->ws_bwd == (size_t)2 << 20 && nd->ws_wgrad == 0 && nd->t_wsw < 0);
-				CHECK(nd->t_wsb >= 0 && net->tensors[nd->t_wsb].bytes >= (size_t)2 << 20);
+				CHECK(r->bwd_bytes == (size_t)2 << 20 && r->side_bytes == 0 && r->t_side < 0);
+				CHECK(r->t_bwd >= 0 && net->tensors[r->t_bwd].bytes >= (size_t)2 << 20);
 			} else {
-				CHECK_EQ_INT(nd->wgrad_join, prev);
+				CHECK_EQ_INT(r->side_join, prev);
 			}
 			prev = i;
 		}
 		for (int i = 0; i < n; i++) {
 			const struct node *nd = &net->nodes[i];
-			if (nd->op != OP_CONV2D || !nd->wgrad_side)
+			const struct scratch_req *r = &req[i];
+			if (nd->op != OP_CONV2D || !r->side)
 				continue;
 			sides++;
-			int until = 2 * n - nd->wgrad_join;
+			int until = 2 * n - r->side_join;
 			const struct node *src = &net->nodes[nd->in[0]];
 			if (src->t_y >= 0)
 				CHECK_MSG(root_last(net, src->t_y) >= until, "%s node %d: input until %d, joined at %d",
 					  names[m], i, root_last(net, src->t_y), until);
 			CHECK_MSG(root_last(net, nd->t_dy) >= until, "%s node %d: gradient until %d, joined at %d",
 				  names[m], i, root_last(net, nd->t_dy), until);
-			CHECK(nd->t_wsw >= 0);
-			if (nd->t_wsw >= 0) {
-				CHECK_EQ_INT(net->tensors[nd->t_wsw].first_step, 2 * n - i);
-				CHECK_EQ_INT(net->tensors[nd->t_wsw].last_step, until);
+			CHECK(r->t_side >= 0);
+			if (r->t_side >= 0) {
+				CHECK_EQ_INT(net->tensors[r->t_side].first_step, 2 * n - i);
+				CHECK_EQ_INT(net->tensors[r->t_side].last_step, until);
 			}
 		}
 		CHECK_EQ_INT(sides, convs - 1);
@@ -344,11 +351,13 @@ TEST(memory_plan_keeps_wgrad_on_main_when_an_add_shares_the_gradient)
 	int f = net_flatten(net, net_avgpool_global(net, net_add(net, b, a)));
 	net_linear(net, "fc", f, 4, 1);
 	CHECK_MSG(net_finalize(net) == 0, "%s", gp_errmsg());
-	for (int i = 0; i < net->n_nodes; i++)
-		net->nodes[i].wgrad_side = net->nodes[i].op == OP_CONV2D;
+	struct scratch_req *req = net_scratch_reqs(net);
+	CHECK(req != NULL);
+	for (int i = 0; req && i < net->n_nodes; i++)
+		req[i].side = net->nodes[i].op == OP_CONV2D;
 	CHECK(net_plan_memory(net, 1, 4, 0) == 0);
-	CHECK_EQ_INT(net->nodes[b].wgrad_side, 0);
-	CHECK_EQ_INT(net->nodes[a].wgrad_side, 0); /* the lowest */
+	CHECK(req && !req[b].side);
+	CHECK(req && !req[a].side); /* the lowest */
 	CHECK_EQ_INT(plan_overlaps(net), 0);
 	net_free(net);
 }
@@ -361,12 +370,18 @@ TEST(memory_plan_places_bn_reserve)
 {
 	struct net *net = build("resnet50", 64, 4, 10);
 	int n = net->n_nodes, bns = 0;
+	struct scratch_req *req = net_scratch_reqs(net);
+	CHECK(req != NULL);
+	if (!req) {
+		net_free(net);
+		return;
+	}
 	for (int i = 0; i < n; i++) {
 		struct node *nd = &net->nodes[i];
 		if (nd->op != OP_BATCHNORM2D)
 			continue;
-		nd->bn_reserve = (size_t)1 << 20;
-		nd->rsv_last = bns++ % 2 ? 2 * n - i : nd->last_consumer; /* backward, or the add */
+		req[i].keep_bytes = (size_t)1 << 20;
+		req[i].keep_last = bns++ % 2 ? 2 * n - i : nd->last_consumer; /* backward, or the add */
 	}
 	CHECK(net_plan_memory(net, 1, 2, 0) == 0);
 	int bad = plan_overlaps(net), placed = 0;
@@ -374,21 +389,21 @@ TEST(memory_plan_places_bn_reserve)
 		const struct node *nd = &net->nodes[i];
 		if (nd->op != OP_BATCHNORM2D)
 			continue;
-		CHECK(nd->t_rsv >= 0);
-		if (nd->t_rsv < 0)
+		CHECK(req[i].t_keep >= 0);
+		if (req[i].t_keep < 0)
 			continue;
 		placed++;
-		const struct plan_tensor *t = &net->tensors[nd->t_rsv];
+		const struct plan_tensor *t = &net->tensors[req[i].t_keep];
 		CHECK_EQ_INT(t->first_step, i);
-		CHECK_EQ_INT(t->last_step, nd->rsv_last);
-		CHECK(t->bytes >= nd->bn_reserve);
+		CHECK_EQ_INT(t->last_step, req[i].keep_last);
+		CHECK(t->bytes >= req[i].keep_bytes);
 	}
 	CHECK_EQ_INT(bad, 0);
 	CHECK_EQ_INT(placed, bns);
 	/* inference plans keep nothing for a backward */
 	CHECK(net_plan_memory(net, 0, 2, 0) == 0);
 	for (int i = 0; i < n; i++)
-		CHECK_EQ_INT(net->nodes[i].t_rsv, -1);
+		CHECK_EQ_INT(req[i].t_keep, -1);
 	net_free(net);
 }
 

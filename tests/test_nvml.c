@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 #include "gpu/nvml.h"
 #include "test.h"
 
@@ -50,6 +51,7 @@ static const char *fake_nvml_build(const char **why)
 		if (!lib_)                                                    \
 			SKIP(why_);                                           \
 		setenv("GPUPERF_NVML_LIB", lib_, 1);                          \
+		tuning_reload();                                              \
 		int rc_ = nvml_open();                                        \
 		CHECK_MSG(rc_ == 0, "nvml_open: %s", gp_errmsg());            \
 		if (rc_ < 0)                                                  \
@@ -59,6 +61,7 @@ static const char *fake_nvml_build(const char **why)
 TEST(nvml_missing_library_is_enodev)
 {
 	setenv("GPUPERF_NVML_LIB", "/nonexistent/libnvidia-ml.so.1", 1);
+	tuning_reload(); /* read once otherwise */
 	int rc = nvml_open();
 	CHECK_EQ_INT(rc, GP_ENODEV);
 	CHECK_MSG(strstr(gp_errmsg(), "NVML not available: ") == gp_errmsg(), "message: %s",
@@ -70,6 +73,7 @@ TEST(nvml_missing_library_is_enodev)
 	int n = -1;
 	CHECK_EQ_INT(nvml_device_count(&n), GP_EINVAL);
 	unsetenv("GPUPERF_NVML_LIB");
+	tuning_reload();
 }
 
 TEST(nvml_static_info_fields)

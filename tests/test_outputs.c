@@ -142,9 +142,11 @@ TEST(outputs_memory_plan_checks_overflow)
 	CHECK(net->plan.total_bytes > 0);
 	CHECK_EQ_INT(net_plan_memory(net, 1, 4, SIZE_MAX - 1000), GP_EINVAL);
 	CHECK(strstr(gp_errmsg(), "exceeds 64-bit byte counts") != NULL);
-	for (int i = 0; i < net->n_nodes; i++)
+	struct scratch_req *req = net_scratch_reqs(net);
+	CHECK(req != NULL);
+	for (int i = 0; req && i < net->n_nodes; i++)
 		if (net->nodes[i].op == OP_CONV2D)
-			net->nodes[i].ws_fwd = SIZE_MAX / 2;
+			req[i].fwd_bytes = SIZE_MAX / 2;
 	CHECK_EQ_INT(net_plan_memory(net, 1, 4, 0), GP_EINVAL);
 	net_free(net);
 }

@@ -5,13 +5,13 @@
 # maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
-# ampfuse (fused batch norm off, recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
+# ampfuse (recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
 # (mobilenet_v2 bf16 kernel times beside PyTorch's), ampmem (resnet50 bf16 peak and speed
-# with --recompute and --recompute-blocks), fuse32 (FP32 batch norm: own fused, cuDNN's, separate),
-# kprof32 (resnet50 FP32 kernel trace), side32 / side256 (weight gradients on the side
-# stream against the main stream), regress (this build against BASE_BIN, interleaved, and
-# PyTorch, at batch 256 in REGRESS_PRECISIONS; tools/regress_table.py sums it up). Only 8
-# files come back from $OUT:
+# with --recompute and --recompute-blocks), fuse32 (FP32 batch norm),
+# kprof32 (resnet50 FP32 kernel trace), regress (this build against BASE_BIN, interleaved,
+# and PyTorch, at batch 256 in REGRESS_PRECISIONS; tools/regress_table.py sums it up).
+# Settled comparisons of kernel paths have no stage: the product keeps the winner only
+# (docs/cuda.md, tuning switches). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
 # Each stage is time-limited so that one hang does not cost the others.
 set -u
@@ -93,7 +93,6 @@ for s in "$@"; do
 	kprofamp)
 		TAIL=0 stage kprof_resnet50_bf16 200 $BIN profile --model resnet50 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --overwrite --out /tmp/gp_kprof_amp
 		TAIL=0 stage torch_kprof_resnet50_bf16 200 python3 tools/torch_profile.py --model resnet50 --batch 256 --mode amp_bf16_cl
-		GPUPERF_BN_LEGACY=1 stage amp_resnet50_bf16_bnlegacy 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 20
 		stage amp_resnet50_bf16_nchw 180 $BIN train --model resnet50 --device cuda --precision bf16 --layout nchw --batch 256 --steps 20 ;;
 	kprofmnv2)
 		TAIL=0 stage kprof_mobilenet_v2_bf16 200 $BIN profile --model mobilenet_v2 --batch 256 --precision bf16 --steps 3 --baseline-steps 3 --device cuda --overwrite --out /tmp/gp_kprof_mnv2
@@ -102,15 +101,6 @@ for s in "$@"; do
 	ampgraphs)
 		stage amp_resnet50_bf16_eager 120 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 12 --no-graphs
 		stage amp_resnet50_bf16_graph 120 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 12 ;;
-	speedarena)
-		# convolution workspaces planned into the arena (expected: resnet50's peak down by ~1 GB at the same speed)
-		for p in fp32 tf32; do
-			GPUPERF_CONV_WS_ARENA=1 stage "speedarena_resnet50_$p" 180 $BIN train --model resnet50 --device cuda --precision $p --batch 256 --steps 40 --json
-		done ;;
-	ampdw)
-		# 16-bit NHWC depthwise kernels (off by default until this passes): tests, then mobilenet_v2 bf16
-		GPUPERF_DWCONV_H=1 TAIL=40 stage ampdw_tests 300 build/bundle/gpuperf_tests cuda_dwconv_h cuda_amp
-		GPUPERF_DWCONV_H=1 stage ampdw_mobilenet_v2_bf16 180 $BIN train --model mobilenet_v2 --device cuda --precision bf16 --batch 256 --steps 40 --json ;;
 	parityamp) stage parityamp 500 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --seeds ${SEEDS:-3} --models ${PARITY_MODELS:-simple_cnn,resnet18,resnet50,mobilenet_v2} --json "$OUT/parity_amp${PARITY_TAG:-}.json" ;;
 	torch50)
 		# PyTorch's resnet50 bf16, eager and torch.compile (TORCH50_MODES), for ratios in this call
@@ -122,8 +112,7 @@ for s in "$@"; do
 		[ -n "${AMP_FP16:-}" ] && stage amp_resnet50_fp16 180 $BIN train --model resnet50 --device cuda --precision fp16 --batch 256 --steps 40 --json
 		stage torch_ampspeed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes amp_bf16_cl --batch 256 --iters 30 ;;
 	ampfuse)
-		# batch norm fused with ReLU (+ add) against separate ops, and recompute (memory)
-		GPUPERF_BN_FUSE=0 stage amp_resnet50_bf16_nofuse 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 40 --json
+		# recompute (memory)
 		for m in resnet50 resnet18; do
 			stage "amp_${m}_bf16_recompute" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --recompute --json
 		done ;;
@@ -136,37 +125,17 @@ for s in "$@"; do
 	ampcmd)
 		stage ampcmd 500 $BIN amp --model resnet50 --batches ${AMP_BATCHES:-64,128,256,512} --device cuda --overwrite --out "$OUT/amp" --csv ;;
 	fuse32)
-		# FP32 batch norm: the default (fused with ReLU (+ add) and the rest on the own
-		# kernels), the unfused ones on cuDNN (GPUPERF_BN_OWN=0), and no fusion with
-		# cuDNN's batch norm and separate kernels (both =0); FUSE32_MODELS, FUSE32_PRECISIONS
+		# FP32 batch norm (fused with ReLU (+ add), the rest on the own kernels);
+		# FUSE32_MODELS, FUSE32_PRECISIONS
 		for m in ${FUSE32_MODELS:-resnet50}; do
 			for p in ${FUSE32_PRECISIONS:-fp32}; do
 				stage "fuse32_${m}_$p" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
-				GPUPERF_BN_OWN=0 stage "fuse32_${m}_${p}_cudnnbn" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
-				GPUPERF_BN_FUSE=0 GPUPERF_BN_OWN=0 stage "fuse32_${m}_${p}_nofuse" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
 			done
 		done ;;
 	kprof32)
 		# resnet50 FP32 kernel times (ours, eager), and the trace for tools/dwsum.py
 		TAIL=0 stage kprof32_resnet50 200 $BIN profile --model resnet50 --batch 256 --steps 3 --baseline-steps 3 --device cuda --overwrite --out /tmp/gp_kprof32
 		TAIL=40 stage kprof32_sum 60 python3 tools/dwsum.py /tmp/gp_kprof32/profiler_trace.json 3 ;;
-	side32)
-		# FP32 weight gradients on the side stream (default) against the main stream
-		# (GPUPERF_WGRAD_STREAM=0), interleaved, at batch 32 with graphs; SIDE32_MODELS
-		for m in ${SIDE32_MODELS:-resnet18 mobilenet_v2}; do
-			for r in 1 2; do
-				stage "side32_${m}_on$r" 120 $BIN train --model $m --device cuda --batch 32 --steps 300
-				GPUPERF_WGRAD_STREAM=0 stage "side32_${m}_off$r" 120 $BIN train --model $m --device cuda --batch 32 --steps 300
-			done
-		done ;;
-	side256)
-		# the same at batch 256 (FP32 and TF32), with peak memory (--json)
-		for m in ${SIDE256_MODELS:-resnet50 resnet18}; do
-			for p in fp32 tf32; do
-				stage "side256_${m}_${p}_on" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
-				GPUPERF_WGRAD_STREAM=0 stage "side256_${m}_${p}_off" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40 --json
-			done
-		done ;;
 	regress)
 		# this build against an earlier one (BASE_BIN, e.g. .carry/gpuperf_base), interleaved,
 		# then PyTorch in the same modes: speed and peak memory at batch 256

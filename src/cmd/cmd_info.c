@@ -9,6 +9,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/memstat.h"
+#include "core/tuning.h"
 #include "core/version.h"
 #include "gpu/devinfo.h"
 #include "nn/models.h"
@@ -51,9 +52,9 @@ static int info_system(int json)
 	struct gp_devinfo d;
 	devinfo_query(&d);
 	if (json) {
-		json_t *o = json_pack("{s:s, s:i, s:b, s:s, s:s}", "gpuperf_version", GPUPERF_VERSION,
+		json_t *o = json_pack("{s:s, s:i, s:b, s:s, s:s, s:o?}", "gpuperf_version", GPUPERF_VERSION,
 				      "cpu_cores", (int)sysconf(_SC_NPROCESSORS_ONLN), "cuda_built",
-				      d.cuda_built, "gpu", d.gpu_name, "note", d.note);
+				      d.cuda_built, "gpu", d.gpu_name, "note", d.note, "tuning", result_tuning_json());
 		char *s = json_dumps(o, JSON_INDENT(2));
 		printf("%s\n", s);
 		free(s);
@@ -72,6 +73,12 @@ static int info_system(int json)
 		printf("  CUDA runtime    %d, driver %d, cuDNN %d, cuBLAS %d\n", d.cudart_version,
 		       d.driver_version, d.cudnn_version, d.cublas_version);
 	printf("  models          %s\n", model_names());
+	printf("  tuning (environment)\n");
+	for (int i = 0; i < tuning_table_len; i++) {
+		char v[TUNING_PATH_MAX];
+		tuning_value_str(tuning_get(), i, v, sizeof(v));
+		printf("    %-28s %-18s %s\n", tuning_table[i].name, v, tuning_table[i].meaning);
+	}
 	return 0;
 }
 

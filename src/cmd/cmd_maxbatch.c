@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "gpu/nvml.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #ifdef GP_HAVE_CUDA
@@ -620,7 +620,7 @@ int cmd_maxbatch(int argc, char **argv)
 	s.measure_algos = measure_algos;
 #ifdef GP_HAVE_CUDA
 	if (s.backend == BACKEND_CUDA)
-		backend_cuda_set_conv_heuristics(!measure_algos);
+		backend_cuda_set_conv_heuristics(s.net, !measure_algos);
 #endif
 	table_init(&table);
 	if (s.backend == BACKEND_CUDA) {

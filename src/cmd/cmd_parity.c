@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -55,7 +55,7 @@ static int save_grads(struct net *net, const float *grads, const char *path)
 int cmd_parity(int argc, char **argv)
 {
 	const char *model = NULL, *load = NULL, *input = NULL, *out = NULL, *device = "cpu", *prec = "fp32";
-	int batch = 4, size = 0, classes = 10, steps = 3, help = 0;
+	int batch = 4, size = 0, classes = 10, steps = 3, help = 0, plain_bn = 0;
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	struct opt opts[] = {
 		{ "model", OPT_STR, &model, "model name", 0 },
@@ -71,6 +71,7 @@ int cmd_parity(int argc, char **argv)
 		{ "lr", OPT_DOUBLE, &sgd.lr, "learning rate", 0, 0, .min_d = 0, .range = OPT_MIN_EXCL },
 		{ "momentum", OPT_DOUBLE, &sgd.momentum, "momentum", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		{ "weight-decay", OPT_DOUBLE, &sgd.weight_decay, "weight decay", 0, 0, .min_d = 0, .range = OPT_MIN_INCL },
+		{ "plain-bn", OPT_FLAG, &plain_bn, "batch norm on cuDNN's kernels, unfused, as PyTorch's (CUDA)", 0 },
 		{ "help", OPT_FLAG, &help, "show this help", 0 },
 		{ 0 },
 	};
@@ -86,13 +87,6 @@ int cmd_parity(int argc, char **argv)
 	GP_TRY(train_pick_device(device, &bk, 1));
 	GP_TRY(train_parse_precision(prec, &precision));
 	GP_TRY(path_dir_prepare(out));
-#ifdef GP_HAVE_CUDA
-	/* Parity is about the arithmetic: FP32 convolutions by direct summation (no FFT or
-	 * Winograd, which round differently and which the speed measurement may pick by
-	 * timing), deterministic algorithms, as PyTorch without cudnn.benchmark mostly runs. */
-	if (bk == BACKEND_CUDA)
-		backend_cuda_set_conv_policy(precision == PREC_FP32, 1);
-#endif
 	struct model_opts mo = model_defaults(model);
 	mo.batch = batch;
 	mo.classes = classes;
@@ -104,6 +98,14 @@ int cmd_parity(int argc, char **argv)
 	int32_t *y = NULL;
 	json_t *losses = json_array();
 	GP_TRY(model_build(model, &mo, &net));
+#ifdef GP_HAVE_CUDA
+	/* Parity is about the arithmetic: FP32 convolutions by direct summation (no FFT or
+	 * Winograd, which round differently and which the speed measurement may pick by
+	 * timing), deterministic algorithms, as PyTorch without cudnn.benchmark mostly runs. */
+	if (bk == BACKEND_CUDA)
+		backend_cuda_set_conv_policy(net, precision == PREC_FP32, 1);
+#endif
+	net->tuning.test.bn_fuse = net->tuning.test.bn_own = !plain_bn;
 	size_t in_count = (size_t)batch * 3 * mo.size * mo.size;
 	size_t logits_count = (size_t)batch * classes;
 	x = malloc(in_count * sizeof(float));

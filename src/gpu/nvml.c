@@ -3,6 +3,8 @@
  * lack are optional: the counter they feed reads as 0. */
 #include "gpu/nvml.h"
 
+#include "core/tuning.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -188,8 +190,8 @@ int nvml_open(void)
 		nvml_refs++;
 		goto unlock;
 	}
-	const char *path = getenv("GPUPERF_NVML_LIB");
-	if (!path || !*path)
+	const char *path = tuning_get()->nvml_lib;
+	if (!*path)
 		path = "libnvidia-ml.so.1";
 	nvml_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!nvml_lib) {

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 
 int net_init(struct net *net, const char *model, int classes, int in_c, int in_h, int in_w)
 {
@@ -24,6 +24,7 @@ int net_init(struct net *net, const char *model, int classes, int in_c, int in_h
 	net->in_w = in_w;
 	net->batch = 1;
 	net->seed = 0;
+	net->tuning = *tuning_get();
 	return 0;
 }
 
@@ -362,6 +363,7 @@ void net_free(struct net *net)
 	free(net->host_params);
 	free(net->host_running);
 	free(net->tensors);
+	free(net->scratch);
 	free(net);
 }
 
@@ -400,27 +402,52 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 				precision_is_amp(prec) ? "mixed precision (fp16, bf16)" : "the NHWC layout");
 	if (net->layout == LAYOUT_NHWC && !precision_is_amp(prec))
 		return gp_error(GP_EUNSUPPORTED, "the NHWC layout needs --precision fp16 or bf16");
+	if (net->device < 0 || (backend == BACKEND_CPU && net->device != 0))
+		return gp_error(GP_ENODEV, "%s device %d does not exist", backend == BACKEND_CPU ? "CPU" : "CUDA",
+				net->device);
 	net->backend = backend;
 	net->dtype = dtype;
 	net->precision = prec;
 	const struct backend_ops *ops = net_backend(net);
 	size_t elem = net_act_elem_bytes(backend, dtype, prec);
-	GP_TRY(net_plan_memory(net, 1, elem, ops->workspace_bytes(net)));
-	if (net->mem_limit_bytes && net->plan.total_bytes > net->mem_limit_bytes)
-		return mem_limit_error(net, net->plan.total_bytes);
-	GP_TRY(ops->setup(net));
+	int rc = 0;
+	/* Over the cap without any scratch: no need to choose the algorithms first. */
+	if (net->mem_limit_bytes && ops->plan_scratch) {
+		GP_TRY(net_plan_memory(net, 1, elem, ops->workspace_bytes(net)));
+		if (net->plan.total_bytes > net->mem_limit_bytes)
+			return mem_limit_error(net, net->plan.total_bytes);
+	}
+	if (ops->plan_scratch) {
+		if (!net_scratch_reqs(net))
+			return gp_error(GP_ENOMEM, "cannot allocate the scratch requests");
+		if ((rc = ops->plan_scratch(net, net->scratch)) < 0)
+			goto teardown;
+	}
+	if ((rc = net_plan_memory(net, 1, elem, ops->workspace_bytes(net))) < 0)
+		goto teardown;
+	if (net->mem_limit_bytes && net->plan.total_bytes > net->mem_limit_bytes) {
+		rc = mem_limit_error(net, net->plan.total_bytes);
+		goto teardown;
+	}
+	if ((rc = ops->setup(net)) < 0)
+		goto teardown;
 	if (net->mem_limit_bytes && net->mem.total_bytes > net->mem_limit_bytes) {
 		size_t held = net->mem.total_bytes;
 		net_teardown(net);
 		return mem_limit_error(net, held);
 	}
 	return 0;
+teardown:
+	net_teardown(net);
+	return rc;
 }
 
 void net_teardown(struct net *net)
 {
 	if (net->bk)
 		net_backend(net)->teardown(net);
+	free(net->scratch);
+	net->scratch = NULL;
 }
 
 int net_set_batch_data(struct net *net, const float *x, const int32_t *labels)

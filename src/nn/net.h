@@ -11,6 +11,7 @@
 
 #include "core/memstat.h"
 #include "core/tensor.h"
+#include "core/tuning.h"
 #include "ops/ops.h"
 
 #define GP_NAME_MAX 64
@@ -58,26 +59,6 @@ struct node {
 	 * ReLU after batch norm whose output is not kept for backward but recomputed
 	 * there from the batch norm's input and statistics (net->recompute). */
 	int t_y, t_dy, t_saved, t_re;
-	/* Convolution workspace planned in the arena (the CUDA backend fills ws_fwd and
-	 * ws_bwd once its algorithms are chosen; 0 elsewhere): live only during this
-	 * node's forward (t_wsf) and backward (t_wsb), so it takes memory that is free
-	 * then instead of a shared buffer on top of the arena's peak. */
-	size_t ws_fwd, ws_bwd;
-	int t_wsf, t_wsb;
-	/* Weight gradient on a second stream beside the rest of backward (CUDA, FP32;
-	 * the backend sets wgrad_side and the workspace ws_wgrad before planning, and
-	 * ws_bwd then covers backward data alone): the planner keeps the convolution's
-	 * input and output gradient, and the workspace t_wsw, alive until the backward
-	 * of the next convolution below (wgrad_join), where the main stream waits for the
-	 * side one. It clears wgrad_side where that cannot hold or gains nothing (the
-	 * lowest convolution), and then folds ws_wgrad back into ws_bwd. */
-	int wgrad_side, wgrad_join, t_wsw;
-	size_t ws_wgrad;
-	/* Batch norm fused with the ReLU (and add) after it (CUDA; 16-bit NHWC): what
-	 * cuDNN keeps from the forward for the backward, planned in the arena from this
-	 * node's forward to step rsv_last (0 bytes elsewhere). */
-	size_t bn_reserve;
-	int rsv_last, t_rsv;
 	int consumers;          /* how many nodes read this output */
 	int last_consumer;      /* highest consumer index: its backward writes dx first */
 	int needs_dx;           /* does any gradient have to flow into this node's output */
@@ -106,6 +87,32 @@ struct plan_tensor {
 	int alias_of;  /* -1, or a tensor whose memory this one shares */
 };
 
+/* Scratch memory a backend needs per node beside activations, stated before the plan
+ * (the backend's plan_scratch, once its algorithms are chosen) so that the planner
+ * lays it out with everything else, and where the plan put it. Steps as in struct
+ * plan_tensor; bytes 0: nothing asked. */
+struct scratch_req {
+	/* Workspace live only during the node's forward (fwd_bytes) or backward
+	 * (bwd_bytes): it takes memory that is free then instead of a buffer on top of the
+	 * arena's peak. */
+	size_t fwd_bytes, bwd_bytes;
+	/* side: part of the node's backward (a convolution's weight gradient) runs on a
+	 * second stream with a workspace of side_bytes, and bwd_bytes covers the rest.
+	 * The planner keeps the node's input and output gradient, and that workspace,
+	 * alive until the backward of the next convolution below (side_join), where the
+	 * main stream waits for the side one. It clears side where that cannot hold or
+	 * gains nothing (the lowest convolution), folding side_bytes into bwd_bytes. */
+	int side;
+	size_t side_bytes;
+	/* Kept from the node's forward to step keep_last (a fused batch norm's reserve
+	 * space); keep_last > 0 also marks a node whose backend fused it. */
+	size_t keep_bytes;
+	int keep_last;
+	/* Filled by the planner: the tensors (-1: none) and the side work's join. */
+	int t_fwd, t_bwd, t_side, t_keep;
+	int side_join;
+};
+
 struct mem_plan {
 	size_t arena_bytes;      /* activations, their gradients and saved tensors */
 	size_t weights_bytes;    /* parameters + running statistics */
@@ -115,6 +122,17 @@ struct mem_plan {
 	size_t other_bytes;      /* input batch, labels, loss */
 	size_t no_reuse_bytes;   /* the arena if nothing were reused, for comparison */
 	size_t total_bytes;
+};
+
+/* How the CUDA backend picks convolution algorithms (the CPU has none to pick):
+ * FP32 by direct summation only (no FFT or Winograd, which round differently), only
+ * deterministic ones, and from cuDNN's heuristics instead of timing runs (maxbatch:
+ * a trial is about memory). All 0, the default: the fastest measured competes, as
+ * under PyTorch's cudnn.benchmark. */
+struct conv_policy {
+	int fp32_direct_only;
+	int deterministic;
+	int heuristic;
 };
 
 struct backend_state; /* owned by the backend */
@@ -182,6 +200,9 @@ struct net {
 	struct plan_tensor *tensors;
 	int n_tensors;
 	struct mem_plan plan;
+	/* n_nodes scratch requests of the set-up backend (NULL: none; net_scratch_reqs),
+	 * freed at teardown. */
+	struct scratch_req *scratch;
 
 	enum backend_kind backend;
 	enum gp_dtype dtype;       /* CPU: GP_F32 or GP_F64 */
@@ -202,6 +223,11 @@ struct net {
 	int recompute;          /* 1: recompute BN+ReLU outputs in backward instead of keeping
 				 * them; 2: residual blocks' outputs too (plan.c) */
 	enum layout layout;     /* activation layout on the GPU (LAYOUT_AUTO: NHWC under fp16/bf16) */
+	int device;             /* the GPU the net runs on (CUDA; 0 by default, the only one on the CPU) */
+	struct conv_policy conv_policy; /* read at set-up */
+	/* The process's tuning when the net was built; tests switch a fast path off on one
+	 * net through tuning.test to compare it with the plain one. */
+	struct tuning tuning;
 };
 
 /* --- building (used by models.c) ---------------------------------------------------
@@ -228,8 +254,48 @@ void net_free(struct net *net);
 int net_set_batch(struct net *net, int batch);
 double net_total_macs(const struct net *net);
 /* Plan activation memory for training (training=1) or inference at the current
- * batch, for elements of elem_bytes; fills net->plan. Allocates nothing on a device. */
+ * batch, for elements of elem_bytes, with the backend's scratch (net->scratch) where
+ * there is one; fills net->plan. Allocates nothing on a device. */
 int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes);
+/* The net's scratch requests, allocated (all zero) on first use; NULL when out of
+ * memory. */
+struct scratch_req *net_scratch_reqs(struct net *net);
+/* Does node i have an output gradient in a training plan (net_plan_memory's t_dy)? */
+int node_has_grad(const struct net *net, int i);
+
+/* Does the backward of this op read its input activation (conv, bn, linear)? */
+int op_bwd_needs_input(enum op_type op);
+/* Does the backward of this op read its own output (relu, relu6)? */
+int op_bwd_needs_output(enum op_type op);
+/* Bytes of the op's saved tensor (bn statistics, max-pool argmax, dropout mask). */
+size_t node_saved_bytes(const struct node *nd, size_t elem_bytes);
+/* For a node whose output backward recomputes (t_re >= 0): -1 for a ReLU after batch
+ * norm (recomputed from the batch norm's input and statistics); for a residual block's
+ * output (ReLU over add(batch norm, identity)) the identity node, whose value
+ * (act_ptr_bwd) the recompute adds. */
+int node_recompute_identity(const struct net *net, int r);
+/* The batch norm whose input and statistics a recompute of r normalizes (r's input,
+ * or for a block output the add's batch-norm input). */
+static inline int node_recompute_bn(const struct net *net, int r)
+{
+	int id = node_recompute_identity(net, r), in = net->nodes[r].in[0];
+	if (id < 0)
+		return in;
+	const struct node *add = &net->nodes[in];
+	return add->in[0] == id ? add->in[1] : add->in[0];
+}
+/* Is node r's output recomputed right before the backward of node i (the planned
+ * step; a chain of block outputs is made together, in forward order)? */
+static inline int node_recomputed_at(const struct net *net, int r, int i)
+{
+	const struct node *rn = &net->nodes[r];
+	return rn->t_re >= 0 && net->tensors[rn->t_re].first_step == 2 * net->n_nodes - i;
+}
+/* Nodes r < i whose recompute runs before the backward of node i, in forward order
+ * (none without net->recompute). */
+#define FOR_EACH_RECOMPUTE_AT(net, r, i)                                    \
+	for (int r = 0; (net)->recompute && r < (i); r++)                   \
+		if (node_recomputed_at((net), r, (i)))
 
 struct state_entry *net_state_find(struct net *net, const char *name);
 

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
 #include "nn/net.h"
 
 #define PLAN_ALIGN_BYTES 256
@@ -184,15 +183,15 @@ static void share_add_grads(struct net *net)
 
 /* Keep a convolution's weight gradient on the main stream: its backward workspace
  * serves both directions again. */
-static void wgrad_main(struct node *nd)
+static void wgrad_main(struct scratch_req *r)
 {
-	nd->wgrad_side = 0;
-	if (nd->ws_wgrad > nd->ws_bwd)
-		nd->ws_bwd = nd->ws_wgrad;
-	nd->ws_wgrad = 0;
+	r->side = 0;
+	if (r->side_bytes > r->bwd_bytes)
+		r->bwd_bytes = r->side_bytes;
+	r->side_bytes = 0;
 }
 
-/* Weight gradients on a side stream (struct node's wgrad_side): convolution i's input
+/* Weight gradients on a side stream (struct scratch_req's side): convolution i's input
  * and output gradient stay alive until the main stream waits for the side one, at
  * the backward of the next convolution below that has a backward. On the main stream
  * instead: the lowest convolution (nothing left to overlap with), and one whose
@@ -201,12 +200,13 @@ static void wgrad_main(struct node *nd)
 static void plan_wgrad_side(struct net *net)
 {
 	int n = net->n_nodes;
-	for (int i = n - 1; i >= 0; i--) {
+	for (int i = n - 1; net->scratch && i >= 0; i--) {
 		struct node *nd = &net->nodes[i];
-		if (!nd->wgrad_side)
+		struct scratch_req *req = &net->scratch[i];
+		if (!req->side)
 			continue;
 		if (nd->t_dy < 0 || (nd->last_consumer >= 0 && net->nodes[nd->last_consumer].op == OP_ADD)) {
-			wgrad_main(nd);
+			wgrad_main(req);
 			continue;
 		}
 		int j = i - 1;
@@ -214,10 +214,10 @@ static void plan_wgrad_side(struct net *net)
 			j--;
 		if (j < 0) { /* the last in backward: nothing left to overlap with, and its input
 			      * gradient (the stem's, the largest) would live to the end for nothing */
-			wgrad_main(nd);
+			wgrad_main(req);
 			continue;
 		}
-		nd->wgrad_join = j;
+		req->side_join = j;
 		int until = 2 * n - j;
 		const struct node *src = &net->nodes[nd->in[0]];
 		/* (tensor_extend only widens: the first step passed here changes nothing) */
@@ -287,6 +287,19 @@ static int plan_overflow(const struct net *net)
 			net->batch, net->in_h, net->in_w);
 }
 
+int node_has_grad(const struct net *net, int i)
+{
+	const struct node *nd = &net->nodes[i];
+	return nd->needs_dx && (i == net->n_nodes - 1 || nd->last_consumer >= 0);
+}
+
+struct scratch_req *net_scratch_reqs(struct net *net)
+{
+	if (!net->scratch)
+		net->scratch = calloc((size_t)net->n_nodes + 1, sizeof(*net->scratch));
+	return net->scratch;
+}
+
 int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes)
 {
 	int n = net->n_nodes, loss_step = n;
@@ -298,10 +311,13 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 	/* Outputs, in execution order so that aliases find their source placed. */
 	for (int i = 0; i < n; i++) {
 		struct node *nd = &net->nodes[i];
-		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = nd->t_wsf = nd->t_wsb = nd->t_rsv = nd->t_wsw = -1;
-		nd->wgrad_join = -1;
-		if (!training || nd->op != OP_CONV2D)
-			nd->wgrad_side = 0;
+		nd->t_y = nd->t_dy = nd->t_saved = nd->t_re = -1;
+		if (net->scratch) {
+			struct scratch_req *r = &net->scratch[i];
+			r->t_fwd = r->t_bwd = r->t_side = r->t_keep = r->side_join = -1;
+			if (!training || nd->op != OP_CONV2D)
+				wgrad_main(r);
+		}
 		if (nd->op == OP_INPUT)
 			continue; /* the input batch is a buffer of its own (category other) */
 		size_t bytes = shape_numel(nd->out) * elem_bytes;
@@ -356,11 +372,9 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 		 * loss) to the node's own backward. In-place relus and flatten share. */
 		for (int i = n - 1; i >= 0; i--) {
 			struct node *nd = &net->nodes[i];
-			if (!nd->needs_dx)
+			if (!node_has_grad(net, i))
 				continue;
 			int first = i == n - 1 ? loss_step : 2 * n - nd->last_consumer;
-			if (nd->last_consumer < 0 && i != n - 1)
-				continue;
 			nd->t_dy = tensor_new(net, shape_numel(nd->out) * elem_bytes, first, 2 * n - i);
 		}
 		for (int i = n - 1; i >= 0; i--) {
@@ -392,16 +406,16 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 				nd->t_saved = tensor_new(net, node_saved_bytes(nd, elem_bytes), i, i);
 		}
 	}
-	for (int i = 0; i < n; i++) {
-		struct node *nd = &net->nodes[i];
-		if (nd->ws_fwd)
-			nd->t_wsf = tensor_new(net, nd->ws_fwd, i, i);
-		if (training && nd->ws_bwd)
-			nd->t_wsb = tensor_new(net, nd->ws_bwd, 2 * n - i, 2 * n - i);
-		if (nd->wgrad_side && nd->ws_wgrad)
-			nd->t_wsw = tensor_new(net, nd->ws_wgrad, 2 * n - i, 2 * n - nd->wgrad_join);
-		if (training && nd->bn_reserve)
-			nd->t_rsv = tensor_new(net, nd->bn_reserve, i, nd->rsv_last > i ? nd->rsv_last : i);
+	for (int i = 0; net->scratch && i < n; i++) {
+		struct scratch_req *r = &net->scratch[i];
+		if (r->fwd_bytes)
+			r->t_fwd = tensor_new(net, r->fwd_bytes, i, i);
+		if (training && r->bwd_bytes)
+			r->t_bwd = tensor_new(net, r->bwd_bytes, 2 * n - i, 2 * n - i);
+		if (r->side && r->side_bytes)
+			r->t_side = tensor_new(net, r->side_bytes, 2 * n - i, 2 * n - r->side_join);
+		if (training && r->keep_bytes)
+			r->t_keep = tensor_new(net, r->keep_bytes, i, r->keep_last > i ? r->keep_last : i);
 	}
 	struct mem_plan *p = &net->plan;
 	memset(p, 0, sizeof(*p));

@@ -17,7 +17,7 @@
 #include "data/loader.h"
 #include "gpu/devinfo.h"
 #include "gpu/nvml.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #ifdef GP_HAVE_CUDA

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/memstat.h"
+#include "core/tuning.h"
 #include "core/version.h"
 
 #define RESULT_JSON_FLAGS (JSON_INDENT(2) | JSON_REAL_PRECISION(10))
@@ -236,8 +237,35 @@ int result_dir_prepare(const char *command, const char *basename, const char *ou
 
 const char *result_default_dir(void)
 {
-	const char *d = getenv("GPUPERF_RESULTS");
-	return d && *d ? d : "results";
+	const char *d = tuning_get()->results_dir;
+	return *d ? d : "results";
+}
+
+json_t *result_tuning_json(void)
+{
+	const struct tuning *t = tuning_get();
+	json_t *o = json_object();
+	char v[TUNING_PATH_MAX];
+	for (int i = 0; o && i < tuning_table_len; i++) {
+		tuning_value_str(t, i, v, sizeof(v));
+		if (json_object_set_new(o, tuning_table[i].name, json_string(v)) < 0) {
+			json_decref(o);
+			return NULL;
+		}
+	}
+	return o;
+}
+
+/* Every result records the tuning it was measured under in its settings; one written
+ * again (analyze, plot) keeps what it has. */
+static int result_add_tuning(json_t *res)
+{
+	json_t *settings = json_object_get(res, "settings");
+	if (!json_is_object(settings) || json_object_get(settings, "tuning"))
+		return 0;
+	if (json_object_set_new(settings, "tuning", result_tuning_json()) < 0)
+		return gp_error(GP_ENOMEM, "cannot record the tuning in the result");
+	return 0;
 }
 
 static int result_write_file(json_t *res, const char *dir, const char *basename, char *path_out,
@@ -251,6 +279,7 @@ static int result_write_file(json_t *res, const char *dir, const char *basename,
 	result_utc_str(time(NULL), finished, sizeof(finished));
 	if (json_object_set_new(res, "finished_utc", json_string(finished)) < 0)
 		return gp_error(GP_ENOMEM, "cannot set the result's finish time");
+	GP_TRY(result_add_tuning(res));
 	GP_TRY(json_write_atomic(res, path, RESULT_JSON_FLAGS));
 	if (path_out)
 		snprintf(path_out, cap, "%s", path);

@@ -24,6 +24,10 @@ json_t *result_new(const char *command, int argc, char **argv);
  * and jansson refuses them): every real in a result goes through this. NULL only
  * when out of memory. */
 json_t *result_real(double v);
+/* The process's tuning switches (core/tuning.h), name to value as text, which
+ * result_write records in "settings" as "tuning": what a measurement ran under. NULL
+ * when out of memory. */
+json_t *result_tuning_json(void);
 /* Where results go when --out is not given: $GPUPERF_RESULTS, else "results". */
 const char *result_default_dir(void);
 /* Where a measuring command's result goes, settled before any work: with out

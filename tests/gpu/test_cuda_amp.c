@@ -718,9 +718,9 @@ TEST(amp_conv1x1_products_match_cpu)
 		void *d_y = dev_h(&g, (size_t)m * k);
 		float *d_dw = dev_f(&g, (size_t)k * c);
 		poison(&g, d_y, (size_t)m * k * 2);
-		CHECK_OK(conv2d_fwd_cuda(g.ctx, &a, d_x, d_w, NULL, d_y));
+		CHECK_OK(conv2d_fwd_cuda(g.ctx, &a, NULL, d_x, d_w, NULL, d_y));
 		CHECK_REL(ht, "1x1 forward", down_h(&g, ht, d_y, (size_t)m * k), y_ref, (size_t)m * k);
-		CHECK_OK(conv2d_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 1));
+		CHECK_OK(conv2d_bwd_data_cuda(g.ctx, &a, NULL, d_dy, d_w, d_dx, 1));
 		CHECK_REL(ht, "1x1 backward data (accumulated)", down_h(&g, ht, d_dx, (size_t)m * c), dx_ref,
 			  (size_t)m * c);
 		CHECK_EQ_INT(conv2d_bwd_filter_f32_cuda(g.ctx, &a, d_x, d_dy, d_dw, NULL), 1);

@@ -7,7 +7,7 @@
 #include <jansson.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "ops/cuda/device.h"
@@ -16,7 +16,7 @@
 
 /* One training step on the GPU in FP32 against the CPU in double, with two other FP32
  * paths beside it as yardsticks: the CPU in float, and the GPU with cuDNN's batch norm
- * and separate activation kernels (GPUPERF_BN_FUSE=0 GPUPERF_BN_OWN=0). At init on
+ * and separate activation kernels (tuning.test.bn_fuse = bn_own = 0). At init on
  * random data, batch-norm networks amplify rounding (PyTorch's own FP32 gradients differ
  * from float64 by up to 2e-2 on ResNet-50, see docs/log/perf-log.md; a ReLU input that rounds
  * across 0 in ResNet-50's last stage at batch 4, 16 values per channel, moves that
@@ -36,14 +36,12 @@ static void check_against_cpu(const char *name, int size, int batch)
 	if (!g || !c || !f || !s)
 		goto out;
 	/* faithful FP32: direct summation, as the CPU does */
-	backend_cuda_set_conv_policy(1, 1);
+	backend_cuda_set_conv_policy(g, 1, 1);
+	backend_cuda_set_conv_policy(s, 1, 1);
 	CHECK_MSG(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0, "%s", gp_errmsg());
-	setenv("GPUPERF_BN_FUSE", "0", 1);
-	setenv("GPUPERF_BN_OWN", "0", 1);
+	s->tuning.test.bn_fuse = 0;
+	s->tuning.test.bn_own = 0;
 	CHECK_MSG(net_setup(s, BACKEND_CUDA, GP_F32, PREC_FP32) == 0, "%s", gp_errmsg());
-	unsetenv("GPUPERF_BN_FUSE");
-	unsetenv("GPUPERF_BN_OWN");
-	backend_cuda_set_conv_policy(0, 0);
 	CHECK(net_setup(c, BACKEND_CPU, GP_F64, PREC_FP32) == 0);
 	CHECK(net_setup(f, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
 	float *x;
@@ -198,7 +196,7 @@ TEST(cuda_net_out_of_memory_is_recoverable)
 /* The PyTorch side runs where torch with CUDA is installed (the GPU machine). Twice:
  * the default kernels, judged by parity.py (within 1e-4, or for the batch-norm nets as
  * close to float64 as PyTorch's own FP32 result); and with PyTorch's batch-norm kernels
- * (cuDNN's, unfused: GPUPERF_BN_OWN=0 GPUPERF_BN_FUSE=0), where the first step's
+ * (cuDNN's, unfused: parity --plain-bn), where the first step's
  * logits, loss and gradients (all parameters together) must be within 1e-4 of
  * PyTorch's for every model. */
 TEST(cuda_parity_with_pytorch)
@@ -211,9 +209,8 @@ TEST(cuda_parity_with_pytorch)
 	char cmd[1024], json[600];
 	snprintf(json, sizeof(json), "%s/parity_same_bn.json", test_tmpdir());
 	for (int same_bn = 0; same_bn <= 1; same_bn++) {
-		snprintf(cmd, sizeof(cmd), "%spython3 tests/torch/parity.py --bin %s --device cuda --ref64%s%s",
-			 same_bn ? "GPUPERF_BN_OWN=0 GPUPERF_BN_FUSE=0 " : "", test_bin(), same_bn ? " --json " : "",
-			 same_bn ? json : "");
+		snprintf(cmd, sizeof(cmd), "python3 tests/torch/parity.py --bin %s --device cuda --ref64%s%s",
+			 test_bin(), same_bn ? " --plain-bn --json " : "", same_bn ? json : "");
 		int rc = test_run(cmd, out, sizeof(out));
 		printf("%s%s", same_bn ? "      with cuDNN's batch norm, unfused:\n" : "", out);
 		CHECK_MSG(rc == 0, "parity.py exited %d", rc);
@@ -253,10 +250,10 @@ TEST(cuda_graph_step_matches_eager)
 		goto out;
 	a->use_graphs = 1;
 	b->use_graphs = 0;
-	backend_cuda_set_conv_policy(0, 1); /* same sums on every run */
+	backend_cuda_set_conv_policy(a, 0, 1); /* same sums on every run */
+	backend_cuda_set_conv_policy(b, 0, 1);
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-	backend_cuda_set_conv_policy(0, 0);
 	same_batch(a, b, 8, 64, 10, 2);
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	double la = 0, lb = 0;
@@ -377,11 +374,9 @@ TEST(cuda_net_node_by_node_matches_cpu)
 		/* separate ops: a fused batch norm's output is act(bn(x)), not the CPU node's
 		 * bn(x) (the fused path is checked against the double reference by
 		 * check_against_cpu and against these ops by cuda_fp32_fused_batch_norm_*) */
-		backend_cuda_set_conv_policy(1, 1);
-		setenv("GPUPERF_BN_FUSE", "0", 1);
+		backend_cuda_set_conv_policy(g, 1, 1);
+		g->tuning.test.bn_fuse = 0;
 		CHECK(net_setup(g, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-		unsetenv("GPUPERF_BN_FUSE");
-		backend_cuda_set_conv_policy(0, 0);
 		CHECK(net_setup(c, BACKEND_CPU, GP_F32, PREC_FP32) == 0);
 		same_batch(g, c, 8, 64, 10, 5);
 		struct net *order[2] = { c, g };
@@ -427,11 +422,11 @@ TEST(cuda_staged_batches_match_synchronous_copies)
 	struct net *a = build("resnet18", 64, 8, 10), *b = build("resnet18", 64, 8, 10);
 	if (!a || !b)
 		goto out;
-	backend_cuda_set_conv_policy(0, 1);
+	backend_cuda_set_conv_policy(a, 0, 1);
+	backend_cuda_set_conv_policy(b, 0, 1);
 	a->use_graphs = b->use_graphs = 1;
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-	backend_cuda_set_conv_policy(0, 0);
 	float *x[3];
 	int32_t *y[3];
 	for (int k = 0; k < 3; k++)
@@ -488,13 +483,15 @@ TEST(cuda_recompute_blocks_matches_keeping_outputs)
 		enum precision p = amp ? PREC_BF16 : PREC_FP32;
 		b->recompute = 1;
 		c->recompute = 2;
-		backend_cuda_set_conv_policy(0, 1);
-		setenv("GPUPERF_CONV_WS_ARENA", "0", 1); /* activations only in the arenas */
+		backend_cuda_set_conv_policy(a, 0, 1);
+		backend_cuda_set_conv_policy(b, 0, 1);
+		backend_cuda_set_conv_policy(c, 0, 1);
+		a->tuning.test.conv_ws_arena = 0; /* activations only in the arenas */
+		b->tuning.test.conv_ws_arena = 0;
+		c->tuning.test.conv_ws_arena = 0;
 		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, p) == 0);
 		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, p) == 0);
 		CHECK(net_setup(c, BACKEND_CUDA, GP_F32, p) == 0);
-		unsetenv("GPUPERF_CONV_WS_ARENA");
-		backend_cuda_set_conv_policy(0, 0);
 		CHECK_MSG(c->plan.arena_bytes < b->plan.arena_bytes, "arena %zu recomputing blocks, %zu not",
 			  c->plan.arena_bytes, b->plan.arena_bytes);
 		same_batch(a, c, 8, 64, 10, 6);
@@ -518,14 +515,14 @@ TEST(cuda_recompute_matches_keeping_outputs)
 	if (!a || !b)
 		goto out;
 	b->recompute = 1;
-	backend_cuda_set_conv_policy(0, 1);
+	backend_cuda_set_conv_policy(a, 0, 1);
+	backend_cuda_set_conv_policy(b, 0, 1);
 	/* activations only in the arenas: at this small size the convolution workspaces
 	 * (planned there by default) would weigh as much as the activations */
-	setenv("GPUPERF_CONV_WS_ARENA", "0", 1);
+	a->tuning.test.conv_ws_arena = 0;
+	b->tuning.test.conv_ws_arena = 0;
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-	unsetenv("GPUPERF_CONV_WS_ARENA");
-	backend_cuda_set_conv_policy(0, 0);
 	CHECK_MSG(b->plan.arena_bytes < 0.8 * a->plan.arena_bytes, "arena %zu with recompute, %zu without",
 		  b->plan.arena_bytes, a->plan.arena_bytes);
 	same_batch(a, b, 8, 64, 10, 6);
@@ -539,7 +536,7 @@ out:
 
 /* FP32 batch norms fused with the ReLU (ReLU6) after them, and residual blocks' last
  * batch norm with the add and ReLU, on the own kernels (the default), against the
- * separate cuDNN batch norm and element-wise kernels (GPUPERF_BN_FUSE=0 GPUPERF_BN_OWN=0), both measured
+ * separate cuDNN batch norm and element-wise kernels (tuning.test.bn_fuse = bn_own = 0), both measured
  * against the CPU in double: loss, logits, gradients, and parameters and running
  * statistics after 3 steps. Batch-norm networks at init amplify rounding, and a ReLU
  * input that rounds across 0 moves its channel's gradient (see check_against_cpu), so
@@ -568,17 +565,15 @@ TEST(cuda_fp32_fused_batch_norm_matches_separate)
 		if (!a || !b || !c)
 			goto next;
 		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-		setenv("GPUPERF_BN_FUSE", "0", 1);
-		setenv("GPUPERF_BN_OWN", "0", 1);
+		b->tuning.test.bn_fuse = 0;
+		b->tuning.test.bn_own = 0;
 		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-		unsetenv("GPUPERF_BN_FUSE");
-		unsetenv("GPUPERF_BN_OWN");
 		CHECK(net_setup(c, BACKEND_CPU, GP_F64, PREC_FP32) == 0);
 		int fused = 0, bns = 0;
 		for (int i = 0; i < a->n_nodes; i++) {
 			bns += a->nodes[i].op == OP_BATCHNORM2D;
-			fused += a->nodes[i].op == OP_BATCHNORM2D && a->nodes[i].rsv_last > 0;
-			CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
+			fused += a->nodes[i].op == OP_BATCHNORM2D && a->scratch[i].keep_last > 0;
+			CHECK_EQ_INT(b->scratch[i].keep_last, 0);
 		}
 		printf("      %s fp32: %d of %d batch norms fused\n", models[m], fused, bns);
 		/* resnet18: all but the 3 downsample ones; mobilenet_v2: those before a ReLU6 */
@@ -639,18 +634,17 @@ TEST(cuda_conv_workspace_in_arena)
 	int32_t *y = NULL;
 	if (!a || !b)
 		goto out;
-	backend_cuda_set_conv_policy(1, 1);
+	backend_cuda_set_conv_policy(a, 1, 1);
+	backend_cuda_set_conv_policy(b, 1, 1);
 	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32);
-	setenv("GPUPERF_CONV_WS_ARENA", "0", 1); /* one shared workspace */
+	b->tuning.test.conv_ws_arena = 0; /* one shared workspace */
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32);
-	unsetenv("GPUPERF_CONV_WS_ARENA");
-	backend_cuda_set_conv_policy(0, 0);
 	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s", gp_errmsg());
 	if (rc_a || rc_b)
 		goto out;
 	int planned = 0;
 	for (int i = 0; i < a->n_nodes; i++)
-		planned += a->nodes[i].t_wsf >= 0 || a->nodes[i].t_wsb >= 0;
+		planned += a->scratch[i].t_fwd >= 0 || a->scratch[i].t_bwd >= 0;
 	printf("      %d convolutions with workspace in the arena; arena %.1f MiB against %.1f MiB\n", planned,
 	       a->plan.arena_bytes / 1048576.0, b->plan.arena_bytes / 1048576.0);
 	CHECK(a->plan.arena_bytes >= b->plan.arena_bytes);
@@ -679,7 +673,7 @@ out:
 }
 
 /* FP32 weight gradients on the side stream (the default) against the same on the main
- * stream (GPUPERF_WGRAD_STREAM=0), with deterministic algorithms, so anything but the
+ * stream (tuning.test.wgrad_stream = 0), with deterministic algorithms, so anything but the
  * same bits means a race: a gradient read before the side stream made it, or a buffer
  * the main stream reused while the side stream still read it. One eager backward
  * (gradients), then graph replays (parameters after the optimizer steps). ResNet-18
@@ -696,16 +690,15 @@ TEST(cuda_wgrad_side_stream_matches_main_stream)
 		if (!a || !b)
 			goto next;
 		a->use_graphs = b->use_graphs = 1;
-		backend_cuda_set_conv_policy(0, 1);
-		setenv("GPUPERF_WGRAD_STREAM", "0", 1);
+		backend_cuda_set_conv_policy(a, 0, 1);
+		backend_cuda_set_conv_policy(b, 0, 1);
+		a->tuning.test.wgrad_stream = 0;
 		CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-		unsetenv("GPUPERF_WGRAD_STREAM");
 		CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-		backend_cuda_set_conv_policy(0, 0);
 		int side_a = 0, side_b = 0, convs = 0;
 		for (int i = 0; i < b->n_nodes; i++) {
-			side_a += a->nodes[i].wgrad_side;
-			side_b += b->nodes[i].wgrad_side;
+			side_a += a->scratch[i].side;
+			side_b += b->scratch[i].side;
 			convs += b->nodes[i].op == OP_CONV2D;
 		}
 		printf("      %s: %d of %d convolutions' weight gradients on the side stream; arena %.1f MiB "

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
 #include "ops/cuda/device.h"
@@ -19,10 +19,10 @@ TEST(cuda_loss_scaling_skips_overflow)
 	struct net *a = build("resnet18", 64, 4, 10), *b = build("resnet18", 64, 4, 10);
 	if (!a || !b)
 		goto out;
-	backend_cuda_set_conv_policy(0, 1);
+	backend_cuda_set_conv_policy(a, 0, 1);
+	backend_cuda_set_conv_policy(b, 0, 1);
 	CHECK(net_setup(a, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
 	CHECK(net_setup(b, BACKEND_CUDA, GP_F32, PREC_FP32) == 0);
-	backend_cuda_set_conv_policy(0, 0);
 	same_batch(a, b, 4, 64, 10, 9);
 	net_enable_loss_scaling(b);
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
@@ -214,9 +214,9 @@ static void amp_node_by_node(const char *model, enum precision prec)
 		goto out;
 	/* node by node: each node computes its own output (no batch norm fused with the
 	 * ReLU after it; cuda_amp_fused_batch_norm checks the fused ops) */
-	setenv("GPUPERF_BN_FUSE", "0", 1);
+	f->tuning.test.bn_fuse = 0;
+	h->tuning.test.bn_fuse = 0;
 	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_h = net_setup(h, BACKEND_CUDA, GP_F32, prec);
-	unsetenv("GPUPERF_BN_FUSE");
 	CHECK_MSG(rc_f == 0 && rc_h == 0, "%s: %s", model, gp_errmsg());
 	if (rc_f || rc_h)
 		goto out;
@@ -304,17 +304,16 @@ static void check_fused_bn(const char *model, int must_fuse)
 	if (!f || !a || !b)
 		goto out;
 	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_BF16);
-	setenv("GPUPERF_BN_FUSE", "0", 1);
+	b->tuning.test.bn_fuse = 0;
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_BF16);
-	unsetenv("GPUPERF_BN_FUSE");
 	CHECK_MSG(rc_f == 0 && rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
 	if (rc_f || rc_a || rc_b)
 		goto out;
 	int fused = 0, reserve = 0;
 	for (int i = 0; i < a->n_nodes; i++) {
-		fused += a->nodes[i].op == OP_BATCHNORM2D && a->nodes[i].rsv_last > 0;
-		reserve += a->nodes[i].t_rsv >= 0;
-		CHECK_EQ_INT(b->nodes[i].rsv_last, 0);
+		fused += a->nodes[i].op == OP_BATCHNORM2D && a->scratch[i].keep_last > 0;
+		reserve += a->scratch[i].t_keep >= 0;
+		CHECK_EQ_INT(b->scratch[i].keep_last, 0);
 	}
 	printf("      %s: %d batch norms fused (%d with reserve space)\n", model, fused, reserve);
 	CHECK_MSG(fused > 0 || !must_fuse, "%s: no batch norm fused (cuDNN declined every one)", model);

@@ -70,6 +70,8 @@ def run_one(args, name, size, batch, classes, work, seed=1234):
            "--momentum", str(args.momentum), "--weight-decay", str(args.wd)]
     if args.amp:
         cmd += ["--precision", args.amp]
+    if args.plain_bn:
+        cmd += ["--plain-bn"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         print(f"{name}: gpuperf failed: {r.stderr.strip()}")
@@ -232,6 +234,8 @@ def main():
     p.add_argument("--seeds", type=int, default=1,
                    help="runs with different weights and data; the verdict takes each figure's median")
     p.add_argument("--json", help="write the errors as JSON here")
+    p.add_argument("--plain-bn", action="store_true",
+                   help="gpuperf's batch norm on cuDNN's kernels, unfused, as PyTorch's")
     p.add_argument("--ref64", action="store_true",
                    help="also train in float64 on the CPU and report both engines' distance to it")
     args = p.parse_args()

@@ -28,8 +28,8 @@ static int bn_own_fused(const struct cuda_ctx *ctx)
 }
 
 /* FP32 NCHW batch norms take the own kernels: they are faster than cuDNN's spatial FP32
- * ones (docs/log/perf-log.md, fifth session), unless the net chose cuDNN's (ctx->bn_cudnn,
- * GPUPERF_BN_OWN=0). cuDNN describes tensors with int sizes: larger ones take the own
+ * ones (docs/log/perf-log.md, fifth session), unless the net chose cuDNN's (ctx->bn_cudnn, a
+ * test's yardstick). cuDNN describes tensors with int sizes: larger ones take the own
  * kernels in any case. */
 static int bn_own(const struct cuda_ctx *ctx, const struct bn_args *a)
 {
@@ -41,16 +41,11 @@ static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a);
 
 /* NHWC with 16-bit data: cuDNN's persistent spatial kernels through the Ex calls (what
  * PyTorch uses for channels-last half batch norm); the plain calls' NHWC path is a
- * generic one. GPUPERF_BN_LEGACY=1 keeps the plain calls, for comparison. Used only
- * when the call needs no reserve space (none for a plain batch norm). */
+ * generic one (1 s per ResNet-50 step, docs/cuda.md). Used only when the call needs no
+ * reserve space (none for a plain batch norm). */
 static int bn_ex(const struct cuda_ctx *ctx)
 {
-	static int legacy = -1;
-	if (legacy < 0) {
-		const char *e = getenv("GPUPERF_BN_LEGACY");
-		legacy = e && *e && *e != '0';
-	}
-	return ctx->nhwc && ctx->act_dtype != GP_F32 && !legacy;
+	return ctx->nhwc && ctx->act_dtype != GP_F32;
 }
 
 /* Workspace the Ex calls need for a's shape (bn_describe first); 1 when they need

@@ -1,12 +1,21 @@
 /* Convolutions through cuDNN's descriptor API. A plan per shape and math mode holds
  * the descriptors and the algorithms that cuDNN measured fastest for that shape, found
- * once on scratch buffers; later calls only look the plan up. */
+ * once on scratch buffers; later calls only look the plan up.
+ *
+ * The plans are one cache per process, keyed by device (and by the context's type,
+ * layout, math mode and algorithm policy), not one per context: every net on a device
+ * then runs a shape with the same algorithms, so two nets compared bit for bit (the
+ * tests) or tried one after the other (maxbatch) agree, and a shape is measured once.
+ * A mutex guards it: nets on other threads plan and look up concurrently. Plans are
+ * freed only by conv2d_plans_clear, so a pointer found stays valid. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_dwconv.h"
 #include "ops/cuda/cuda_dwconv_h.h"
@@ -15,7 +24,7 @@
 
 struct conv_plan {
 	struct conv2d_args a; /* has_bias cleared: the bias does not change the plan */
-	int math, dtype, nhwc;
+	int device, math, dtype, nhwc, policy;
 	struct conv_plan *next;
 
 	cudnnTensorDescriptor_t x_desc, y_desc;
@@ -35,6 +44,16 @@ struct conv_plan {
 
 static const float one = 1.0f, zero = 0.0f;
 
+#define CONV_PLAN_BUCKETS 256
+static struct conv_plan *plan_cache[CONV_PLAN_BUCKETS];
+static pthread_mutex_t plan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The context's algorithm policy as one number of the key. */
+static int ctx_policy(const struct cuda_ctx *ctx)
+{
+	return (ctx->fp32_direct_only != 0) | (ctx->deterministic != 0) << 1 | (ctx->heuristic_algos != 0) << 2;
+}
+
 static struct conv2d_args plan_key(const struct conv2d_args *a)
 {
 	struct conv2d_args k = *a;
@@ -43,13 +62,24 @@ static struct conv2d_args plan_key(const struct conv2d_args *a)
 }
 
 /* FNV-1a over the key's bytes (a struct of ints, so no padding). */
-static unsigned plan_hash(const struct conv2d_args *k, int math, int dtype, int nhwc)
+static unsigned plan_hash(const struct conv2d_args *k, const struct cuda_ctx *ctx)
 {
 	const unsigned char *p = (const unsigned char *)k;
-	uint32_t h = 2166136261u ^ (uint32_t)math ^ ((uint32_t)dtype << 4) ^ ((uint32_t)nhwc << 8);
+	uint32_t h = 2166136261u ^ (uint32_t)ctx->math ^ ((uint32_t)ctx->act_dtype << 4) ^ ((uint32_t)ctx->nhwc << 8) ^
+		     ((uint32_t)ctx_policy(ctx) << 12) ^ ((uint32_t)ctx->device << 16);
 	for (size_t i = 0; i < sizeof(*k); i++)
 		h = (h ^ p[i]) * 16777619u;
 	return h % CONV_PLAN_BUCKETS;
+}
+
+/* The cached plan of key in ctx's mode, or NULL; plan_lock held. */
+static struct conv_plan *plan_lookup(const struct cuda_ctx *ctx, const struct conv2d_args *key, unsigned b)
+{
+	struct conv_plan *p = plan_cache[b];
+	while (p && !(p->device == ctx->device && p->math == ctx->math && p->dtype == ctx->act_dtype &&
+		      p->nhwc == ctx->nhwc && p->policy == ctx_policy(ctx) && !memcmp(&p->a, key, sizeof(*key))))
+		p = p->next;
+	return p;
 }
 
 static void plan_free(struct conv_plan *p)
@@ -69,16 +99,32 @@ static void plan_free(struct conv_plan *p)
 	free(p);
 }
 
-void conv2d_plans_clear(struct cuda_ctx *ctx)
+void conv2d_plans_clear(const struct cuda_ctx *ctx)
 {
+	pthread_mutex_lock(&plan_lock);
 	for (int b = 0; b < CONV_PLAN_BUCKETS; b++) {
-		while (ctx->plans[b]) {
-			struct conv_plan *p = ctx->plans[b];
-			ctx->plans[b] = p->next;
+		for (struct conv_plan **pp = &plan_cache[b]; *pp;) {
+			struct conv_plan *p = *pp;
+			if (p->device != ctx->device) {
+				pp = &p->next;
+				continue;
+			}
+			*pp = p->next;
 			plan_free(p);
 		}
 	}
-	ctx->n_plans = 0;
+	pthread_mutex_unlock(&plan_lock);
+}
+
+int conv2d_plans_count(const struct cuda_ctx *ctx)
+{
+	int n = 0;
+	pthread_mutex_lock(&plan_lock);
+	for (int b = 0; b < CONV_PLAN_BUCKETS; b++)
+		for (const struct conv_plan *p = plan_cache[b]; p; p = p->next)
+			n += p->device == ctx->device;
+	pthread_mutex_unlock(&plan_lock);
+	return n;
 }
 
 /* Element size and cuDNN type of the context's activations. */
@@ -260,12 +306,7 @@ static size_t find_workspace_need(struct cuda_ctx *ctx, const struct conv_plan *
  * whether runs of the same net pick the same algorithms. */
 static int conv_log_on(void)
 {
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("GPUPERF_CONV_LOG");
-		on = e && *e == '1';
-	}
-	return on;
+	return tuning_get()->conv_log;
 }
 
 #define CONV_LOG(res, n, pick, dirname)                                                          \
@@ -281,17 +322,6 @@ static int conv_log_on(void)
 					(double)res[k_].time, res[k_].memory / 1048576.0);       \
 		fprintf(stderr, "\n");                                                           \
 	} while (0)
-
-/* GPUPERF_WGRAD_GEMM=0: 1x1 weight gradients always through cuDNN. */
-static int wgrad_gemm_off(void)
-{
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("GPUPERF_WGRAD_GEMM");
-		off = e && *e == '0';
-	}
-	return off;
-}
 
 /* A 1x1, stride-1, unpadded, ungrouped convolution on 16-bit NHWC activations is a
  * product of an (N*H*W) x C matrix with the K x C weights: its weight gradient is
@@ -353,7 +383,7 @@ static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
 {
 	float ms = -1;
 	*use = 0;
-	if (!wgrad_gemm_ok(ctx, a) || wgrad_gemm_off())
+	if (!wgrad_gemm_ok(ctx, a))
 		return 0;
 	if (ctx->heuristic_algos) {
 		*use = 1;
@@ -375,22 +405,11 @@ static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
  * convolution in one run out of two (docs/log/perf-log.md, fifth session). So the usable
  * results within RETIME_SPAN of the fastest (at most RETIME_MAX) are timed again,
  * RETIME_ROUNDS rounds of RETIME_RUNS runs after a warm-up, and their times replaced
- * by their best round's mean before the pick. GPUPERF_CONV_RETIME=0: Find's single
- * timings. */
+ * by their best round's mean before the pick. */
 #define RETIME_SPAN 1.5f
 #define RETIME_MAX 4
 #define RETIME_RUNS 3
 #define RETIME_ROUNDS 3
-
-static int retime_off(void)
-{
-	static int off = -1;
-	if (off < 0) {
-		const char *e = getenv("GPUPERF_CONV_RETIME");
-		off = e && *e == '0';
-	}
-	return off;
-}
 
 /* One run of direction dir (0 forward, 1 backward data, 2 backward filter) with algo. */
 static int conv_run_algo(struct cuda_ctx *ctx, struct conv_plan *p, int dir, int algo, void *x, void *w, void *y,
@@ -445,7 +464,7 @@ static int conv_time_algo(struct cuda_ctx *ctx, struct conv_plan *p, int dir, in
 	do {                                                                                           \
 		int cand_[RETIME_MAX], nc_ = 0, first_ = -1;                                            \
 		float best_[RETIME_MAX];                                                                \
-		for (int k_ = 0; k_ < (n) && nc_ < RETIME_MAX && !retime_off(); k_++) {                \
+		for (int k_ = 0; k_ < (n) && nc_ < RETIME_MAX; k_++) {                                 \
 			if (!result_usable(ctx, res[k_].status, res[k_].memory, ws_bytes,              \
 					   res[k_].determinism, strict_fn(res[k_].algo)))              \
 				continue;                                                              \
@@ -626,48 +645,46 @@ int cuda_workspace_reserve(struct cuda_ctx *ctx, size_t bytes)
 	return 0;
 }
 
+/* The plan of a's shape, measured now if the cache has none. Measuring holds the lock:
+ * two nets measuring at once would skew each other's timings anyway. */
 static int plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs,
 		    struct conv_plan **out)
 {
 	struct conv2d_args key = plan_key(a);
-	unsigned b = plan_hash(&key, ctx->math, ctx->act_dtype, ctx->nhwc);
-	size_t need;
+	unsigned b = plan_hash(&key, ctx);
 	int rc;
 
-	for (struct conv_plan *p = ctx->plans[b]; p; p = p->next) {
-		if (p->math == ctx->math && p->dtype == ctx->act_dtype && p->nhwc == ctx->nhwc &&
-		    !memcmp(&p->a, &key, sizeof(key))) {
-			*out = p;
-			return 0;
-		}
+	pthread_mutex_lock(&plan_lock);
+	struct conv_plan *p = plan_lookup(ctx, &key, b);
+	if (p) {
+		pthread_mutex_unlock(&plan_lock);
+		*out = p;
+		return 0;
 	}
-	if (a->groups < 1 || a->c_in % a->groups || a->c_out % a->groups)
-		return gp_error(GP_EINVAL, "conv with %d groups of %d -> %d channels", a->groups,
-				a->c_in, a->c_out);
-	struct conv_plan *p = calloc(1, sizeof(*p));
-	if (!p)
-		return gp_error(GP_ENOMEM, "out of memory for a conv plan");
+	if (a->groups < 1 || a->c_in % a->groups || a->c_out % a->groups) {
+		rc = gp_error(GP_EINVAL, "conv with %d groups of %d -> %d channels", a->groups, a->c_in, a->c_out);
+		goto unlock;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		rc = gp_error(GP_ENOMEM, "out of memory for a conv plan");
+		goto unlock;
+	}
 	p->a = key;
+	p->device = ctx->device;
 	p->math = ctx->math;
 	p->dtype = ctx->act_dtype;
 	p->nhwc = ctx->nhwc;
-	if ((rc = plan_describe(p, &key, ctx->math)) < 0 || (rc = plan_measure(ctx, p, bufs)) < 0)
-		goto free_plan;
-	need = p->fwd_ws_bytes;
-	if (p->bwd_data_ws_bytes > need)
-		need = p->bwd_data_ws_bytes;
-	if (p->bwd_filter_ws_bytes > need)
-		need = p->bwd_filter_ws_bytes;
-	if (!ctx->conv_ws_external && (rc = cuda_workspace_reserve(ctx, need)) < 0)
-		goto free_plan;
-	p->next = ctx->plans[b];
-	ctx->plans[b] = p;
-	ctx->n_plans++;
+	p->policy = ctx_policy(ctx);
+	if ((rc = plan_describe(p, &key, ctx->math)) < 0 || (rc = plan_measure(ctx, p, bufs)) < 0) {
+		plan_free(p);
+		goto unlock;
+	}
+	p->next = plan_cache[b];
+	plan_cache[b] = p;
 	*out = p;
-	return 0;
-
-free_plan:
-	plan_free(p);
+unlock:
+	pthread_mutex_unlock(&plan_lock);
 	return rc;
 }
 
@@ -720,15 +737,10 @@ static int use_dwconv(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 }
 
 /* 16-bit NHWC depthwise on own kernels (dwconv_h.cu; cuDNN's path made MobileNetV2
- * bf16 0.29x of PyTorch's speed, these 0.69x); GPUPERF_DWCONV_H=0 goes back to cuDNN. */
+ * bf16 0.29x of PyTorch's speed, these 0.69x). */
 static int use_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("GPUPERF_DWCONV_H");
-		on = !(e && *e == '0');
-	}
-	return on && ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
+	return ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
 }
 
 int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
@@ -738,13 +750,26 @@ int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a
 
 int conv2d_wgrad_is_cudnn(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	return !use_dwconv(ctx, a) && !use_dwconv_h(ctx, a) && !ctx->dw_relu6;
+	return !use_dwconv(ctx, a) && !use_dwconv_h(ctx, a);
 }
 
-/* The workspace a convolution call uses: the caller's (conv_ws_external) or the shared one. */
-static void *conv_ws(const struct cuda_ctx *ctx)
+/* The workspace a convolution call uses, of need bytes: the caller's (planned for it),
+ * or the context's shared one, grown to need where it is smaller (a plan may come from
+ * the cache, made by a net that planned its workspaces elsewhere). */
+static int conv_ws(struct cuda_ctx *ctx, const struct conv_call *call, size_t need, void **ws)
 {
-	return ctx->conv_ws_external ? ctx->conv_ws : ctx->workspace;
+	if (call && call->ws_planned) {
+		*ws = call->ws;
+		return 0;
+	}
+	GP_TRY(cuda_workspace_reserve(ctx, need));
+	*ws = ctx->workspace;
+	return 0;
+}
+
+static int call_relu6(const struct conv_call *call)
+{
+	return call && call->relu6;
 }
 
 int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd,
@@ -760,11 +785,9 @@ int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size
 	struct conv2d_args sl[2] = { conv_slice(a, per, 0, &xo, &yo), conv_slice(a, per, k - 1, &xo, &yo) };
 	for (int i = 0; i < 2; i++) {
 		struct conv2d_args key = plan_key(&sl[i]);
-		unsigned b = plan_hash(&key, ctx->math, ctx->act_dtype, ctx->nhwc);
-		const struct conv_plan *p = ctx->plans[b];
-		while (p && !(p->math == ctx->math && p->dtype == ctx->act_dtype && p->nhwc == ctx->nhwc &&
-			      !memcmp(&p->a, &key, sizeof(key))))
-			p = p->next;
+		pthread_mutex_lock(&plan_lock);
+		const struct conv_plan *p = plan_lookup(ctx, &key, plan_hash(&key, ctx));
+		pthread_mutex_unlock(&plan_lock);
 		if (!p)
 			return gp_error(GP_ENOTFOUND, "no convolution plan for this shape yet");
 		if (p->fwd_ws_bytes > *fwd)
@@ -814,15 +837,15 @@ int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const
 #define AT(p, off) ((void *)((char *)(p) + (off) * act_size(ctx)))
 #define AT_C(p, off) ((const void *)((const char *)(p) + (off) * act_size(ctx)))
 
-int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
-		    const void *w, const float *b, void *y)
+int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+		    const void *x, const void *w, const float *b, void *y)
 {
 	if (use_dwconv(ctx, a))
 		return dwconv_fwd_cuda(ctx->stream, a, x, w, a->has_bias ? b : NULL, y);
 	if (use_dwconv_h(ctx, a))
-		return (ctx->dw_relu6 ? dwconv_h_fwd_relu6_cuda : dwconv_h_fwd_cuda)(
+		return (call_relu6(call) ? dwconv_h_fwd_relu6_cuda : dwconv_h_fwd_cuda)(
 			ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, a->has_bias ? b : NULL, y);
-	if (ctx->dw_relu6)
+	if (call_relu6(call))
 		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -835,9 +858,11 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const voi
 			GP_TRY(linear_fwd_cuda(ctx, &l, AT_C(x, xo), w, NULL, AT(y, yo)));
 			continue;
 		}
+		void *ws;
+		GP_TRY(conv_ws(ctx, call, p->fwd_ws_bytes, &ws));
 		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->w_desc, w,
-						  p->fwd_desc, p->fwd_algo, conv_ws(ctx),
-						  p->fwd_ws_bytes, &zero, p->y_desc, AT(y, yo)));
+						  p->fwd_desc, p->fwd_algo, ws, p->fwd_ws_bytes, &zero, p->y_desc,
+						  AT(y, yo)));
 	}
 	if (a->has_bias && b && ctx->act_dtype != GP_F32)
 		return bias_add_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
@@ -847,17 +872,17 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const voi
 	return 0;
 }
 
-int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy,
-			 const void *w, void *dx, int accumulate)
+int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+			 const void *dy, const void *w, void *dx, int accumulate)
 {
 	if (use_dwconv(ctx, a))
 		return dwconv_bwd_data_cuda(ctx->stream, a, dy, w, dx, accumulate);
 	if (use_dwconv_h(ctx, a))
-		return ctx->dw_relu6 ? dwconv_h_bwd_data_relu6_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w,
-								   ctx->dw_relu6_x, dx, accumulate)
-				     : dwconv_h_bwd_data_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w, dx,
-							      accumulate);
-	if (ctx->dw_relu6)
+		return call_relu6(call) ? dwconv_h_bwd_data_relu6_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy,
+								      w, call->relu6_x, dx, accumulate)
+					: dwconv_h_bwd_data_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w, dx,
+								 accumulate);
+	if (call_relu6(call))
 		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -870,16 +895,17 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 			GP_TRY(linear_bwd_data_cuda(ctx, &l, AT_C(dy, yo), w, AT(dx, xo), accumulate));
 			continue;
 		}
+		void *ws;
+		GP_TRY(conv_ws(ctx, call, p->bwd_data_ws_bytes, &ws));
 		CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, AT_C(dy, yo),
-						       p->bwd_data_desc, p->bwd_data_algo, conv_ws(ctx),
-						       p->bwd_data_ws_bytes, accumulate ? &one : &zero,
-						       p->x_desc, AT(dx, xo)));
+						       p->bwd_data_desc, p->bwd_data_algo, ws, p->bwd_data_ws_bytes,
+						       accumulate ? &one : &zero, p->x_desc, AT(dx, xo)));
 	}
 	return 0;
 }
 
-int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
-			   const void *dy, void *dw, float *db)
+int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+			   const void *x, const void *dy, void *dw, float *db)
 {
 	if (use_dwconv(ctx, a)) {
 		GP_TRY(dwconv_reserve(ctx, a)); /* nothing to do once planned */
@@ -887,11 +913,11 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 	}
 	if (use_dwconv_h(ctx, a)) {
 		GP_TRY(dwconv_reserve(ctx, a));
-		return (ctx->dw_relu6 ? dwconv_h_bwd_filter_relu6_cuda : dwconv_h_bwd_filter_cuda)(
+		return (call_relu6(call) ? dwconv_h_bwd_filter_relu6_cuda : dwconv_h_bwd_filter_cuda)(
 			ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, dy, dw,
 						a->has_bias ? db : NULL, ctx->workspace);
 	}
-	if (ctx->dw_relu6)
+	if (call_relu6(call))
 		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -899,10 +925,11 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(plan_get(ctx, &sa, NULL, &p));
+		void *ws;
+		GP_TRY(conv_ws(ctx, call, p->bwd_filter_ws_bytes, &ws));
 		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->y_desc,
-							 AT_C(dy, yo), p->bwd_filter_desc, p->bwd_filter_algo,
-							 conv_ws(ctx), p->bwd_filter_ws_bytes,
-							 i ? &one : &zero, p->w_desc, dw));
+							 AT_C(dy, yo), p->bwd_filter_desc, p->bwd_filter_algo, ws,
+							 p->bwd_filter_ws_bytes, i ? &one : &zero, p->w_desc, dw));
 	}
 	if (a->has_bias && db && ctx->act_dtype != GP_F32)
 		return channel_sum_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n,

@@ -32,9 +32,9 @@ int dwconv_h_supported(const struct conv2d_args *a);
 int dwconv_h_fwd_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x, const void *w, const float *b, void *y);
 int dwconv_h_bwd_data_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *dy, const void *w, void *dx, int accumulate);
 size_t dwconv_h_bwd_filter_scratch_floats(const struct conv2d_args *a);
-/* Channels per thread for every direction (8, 4, 2, 1; 0: the measured defaults, or
- * GPUPERF_DWH_V) and rows per thread at 4 channels (2 or 4; 0: the defaults, or GPUPERF_DWH_VH): for tests
- * and measurements. Not thread-safe; set before launching. */
+/* Channels per thread for every direction (8, 4, 2, 1; 0: the measured defaults) and
+ * rows per thread at 4 channels (2 or 4; 0: the defaults): for the tests, which check
+ * every width. Process-wide and not thread-safe; set before launching. */
 void dwconv_h_set_widths(int v, int vh);
 /* dw: 16-bit, [c][kh][kw] (overwritten); db (may be NULL) float, overwritten. Deterministic two-pass reduction in float/double. */
 int dwconv_h_bwd_filter_cuda(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x, const void *dy, void *dw, float *db, float *scratch);

@@ -80,7 +80,8 @@ int channel_sum_cuda(cudaStream_t s, int n, int c, int hw, const float *dy, floa
 /* --- convolution (conv_cudnn.c) ---------------------------------------------------------
  * The first call for a shape (and math mode) builds its plan: descriptors and the
  * fastest algorithms measured by cuDNN within ctx->workspace_limit_bytes. Building a
- * plan allocates scratch and may grow ctx->workspace; it synchronizes the device. */
+ * plan allocates scratch; it synchronizes the device. Plans are cached per device for
+ * the process (every context on the device shares them). */
 int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a);
 /* The same, measuring on the caller's buffers (input, weights, output; each at least
  * the convolution's size, contents overwritten) instead of allocating scratch. */
@@ -88,14 +89,27 @@ struct conv_bufs {
 	void *x, *w, *y;
 };
 int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs);
+/* What one convolution call uses beyond the context. ws_planned: the workspace is ws
+ * (memory the caller planned for this call, such as part of the activation arena;
+ * NULL when it needs none) instead of the context's shared one, which a call without
+ * it grows where it is too small (so never inside a CUDA graph capture). relu6: a
+ * 16-bit depthwise convolution (conv2d_uses_dwconv_h) reads the output of a ReLU6
+ * folded into it: min(x, 6) on load, and backward data masked where the stored input
+ * relu6_x reaches 6. A NULL call: the shared workspace, nothing folded. */
+struct conv_call {
+	int ws_planned;
+	void *ws;
+	int relu6;
+	const void *relu6_x;
+};
 /* x, w, y, dx, dy, dw are in the context's activation type and layout (ctx->act_dtype,
  * ctx->nhwc; weights KRSC under NHWC); the bias and its gradient are float. */
-int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
-		    const void *w, const float *b, void *y);
-int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy,
-			 const void *w, void *dx, int accumulate);
-int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x,
-			   const void *dy, void *dw, float *db);
+int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+		    const void *x, const void *w, const float *b, void *y);
+int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+			 const void *dy, const void *w, void *dx, int accumulate);
+int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+			   const void *x, const void *dy, void *dw, float *db);
 /* Tensors of more elements than this (default and 0: 2^31 - 1, cuDNN's limit) run as
  * slices of the batch; tests lower it to check the slicing on small tensors. */
 void conv_cuda_set_max_elems(size_t n);
@@ -106,8 +120,8 @@ void conv_cuda_set_max_elems(size_t n);
  * caller must use conv2d_bwd_filter_cuda. */
 int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
 			       float *dw, float *db);
-/* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's current mode (a
- * ReLU6 before it can then be folded in: ctx->dw_relu6). */
+/* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's mode (a ReLU6
+ * before it can then be folded in: struct conv_call's relu6). */
 int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a);
 /* The workspace a planned convolution's forward and backward take; with wgrad, bwd is
  * backward data's alone and *wgrad the weight gradient's (they then run apart). */
@@ -115,8 +129,11 @@ int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size
 			 size_t *wgrad);
 /* 1 when a's weight gradient is a cuDNN call (the side stream can take it). */
 int conv2d_wgrad_is_cudnn(const struct cuda_ctx *ctx, const struct conv2d_args *a);
-/* Drop every cached plan (the workspace stays). */
-void conv2d_plans_clear(struct cuda_ctx *ctx);
+/* Drop every cached plan of ctx's device (the workspace stays); no net may be set up
+ * on that device meanwhile. */
+void conv2d_plans_clear(const struct cuda_ctx *ctx);
+/* Plans in the cache for ctx's device. */
+int conv2d_plans_count(const struct cuda_ctx *ctx);
 
 /* --- batch norm with own kernels (bn_f32.cu), float NCHW ------------------------------
  * For tensors cuDNN cannot describe (more than 2^31 - 1 elements), and fused with the

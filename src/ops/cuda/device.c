@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -55,6 +56,18 @@ int cuda_available(char *why, size_t cap)
 	return 1;
 }
 
+/* The device this thread made current last, through here (-1: none yet). */
+static _Thread_local int bound_device = -1;
+
+int cuda_device_bind(int device)
+{
+	if (device == bound_device)
+		return 0;
+	CUDA_TRY(cudaSetDevice(device));
+	bound_device = device;
+	return 0;
+}
+
 int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
 {
 	char why[256];
@@ -63,17 +76,18 @@ int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem)
 	*out = NULL;
 	if (!cuda_available(why, sizeof(why)))
 		return gp_error(GP_ENODEV, "CUDA: %s", why);
+	int count = 0;
+	CUDA_TRY(cudaGetDeviceCount(&count));
+	if (device < 0 || device >= count)
+		return gp_error(GP_ENODEV, "CUDA device %d does not exist (%d found)", device, count);
 	struct cuda_ctx *ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
 		return gp_error(GP_ENOMEM, "out of memory for the CUDA context");
 	ctx->device = device;
 	ctx->mem = mem;
-	ctx->workspace_limit_bytes = CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES;
-	const char *ws_env = getenv("GPUPERF_CONV_WORKSPACE_MIB");
-	if (ws_env && atol(ws_env) > 0)
-		ctx->workspace_limit_bytes = (size_t)atol(ws_env) << 20;
+	ctx->workspace_limit_bytes = tuning_get()->conv_workspace_mib << 20;
 
-	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
+	if ((rc = cuda_device_bind(device)) < 0 ||
 	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) < 0 ||
 	    (rc = CUDNN_CHECK(cudnnCreate(&ctx->cudnn))) < 0 ||
 	    (rc = CUDNN_CHECK(cudnnSetStream(ctx->cudnn, ctx->stream))) < 0 ||
@@ -110,8 +124,9 @@ void cuda_ctx_destroy(struct cuda_ctx *ctx)
 		return;
 	if (ctx->stream)
 		cudaStreamSynchronize(ctx->stream);
-	conv2d_plans_clear(ctx);
+	cuda_device_bind(ctx->device);
 	cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
+	cuda_free(ctx, ctx->blas_ws, ctx->blas_ws_bytes, MEM_WORKSPACE);
 	if (ctx->bn_relu_desc)
 		cudnnDestroyActivationDescriptor(ctx->bn_relu_desc);
 	if (ctx->bn_relu6_desc)

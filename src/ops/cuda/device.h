@@ -1,7 +1,10 @@
-/* The CUDA device context: one stream, the cuDNN and cuBLAS handles bound to it,
- * the shared library workspace, the math mode and the convolution plan cache.
- * Every device allocation goes through cuda_alloc so bytes are counted by category.
- * A context belongs to the thread that created it (cudaSetDevice is per thread). */
+/* The CUDA device context: one device, one stream, the cuDNN and cuBLAS handles bound
+ * to it, the shared library workspace, the math mode, and how activations are stored
+ * and convolution algorithms picked. One per net (the backend's), set once at set-up:
+ * what a call depends on beyond that travels in its arguments. Every device
+ * allocation goes through cuda_alloc so bytes are counted by category. A context is
+ * used by one thread at a time, which makes its device current first (cudaSetDevice
+ * is per thread). Convolution plans live in a cache per device (conv_cudnn.c). */
 #ifndef GP_CUDA_DEVICE_H
 #define GP_CUDA_DEVICE_H
 
@@ -20,10 +23,6 @@ extern "C" {
 
 enum cuda_math { CUDA_MATH_FP32 = 0, CUDA_MATH_TF32 = 1 };
 
-#define CONV_PLAN_BUCKETS 256
-
-struct conv_plan; /* conv_cudnn.c */
-
 struct cuda_ctx {
 	int device;
 	cudaStream_t stream;
@@ -37,22 +36,13 @@ struct cuda_ctx {
 	int deterministic;            /* 1: only deterministic cuDNN algorithms */
 	int fp32_direct_only;         /* 1: no FFT/Winograd convolutions in FP32 */
 	int heuristic_algos;          /* 1: algorithms from cuDNN's heuristics, not timing runs */
-	/* 1: convolutions take their workspace from conv_ws (the caller's memory, such as
-	 * the activation arena) and planning does not grow the shared workspace for them */
-	int conv_ws_external;
-	void *conv_ws;
-	/* 1: the next depthwise convolution (16-bit NHWC, own kernels) reads the output of
-	 * a ReLU6 folded into it: min(x, 6) on load, and backward data masked where the
-	 * stored input dw_relu6_x reaches 6 (the backend sets these per node) */
-	int dw_relu6;
-	const void *dw_relu6_x;
 	/* Activations of convolutions, batch norms and linear layers: GP_F32, or GP_F16 /
 	 * GP_BF16 for mixed precision (tensor cores, float accumulation); and their layout,
 	 * 1 for NHWC (channels last; convolution weights KRSC then). */
 	int act_dtype;
 	int nhwc;
 	/* FP32 NCHW batch norms run on the own kernels (bn_f32.cu) unless this is set
-	 * (GPUPERF_BN_OWN=0: cuDNN's for those not fused with an activation) */
+	 * (cuDNN's for those not fused with an activation: a test's yardstick) */
 	int bn_cudnn;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
 	/* A second stream, with its own cuDNN handle, for convolution weight gradients
@@ -62,8 +52,10 @@ struct cuda_ctx {
 	cudnnHandle_t side_cudnn;
 	cudaEvent_t ev_fork, ev_join;
 
-	struct conv_plan *plans[CONV_PLAN_BUCKETS];
-	int n_plans;
+	/* cuBLAS's workspace, set on the handle so that cuBLAS allocates nothing in a
+	 * graph (the backend's; freed with the context) */
+	void *blas_ws;
+	size_t blas_ws_bytes;
 
 	/* Batch norm describes its tensors per call; these are reused, not shared state. */
 	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
@@ -71,13 +63,15 @@ struct cuda_ctx {
 	cudnnActivationDescriptor_t bn_relu_desc, bn_relu6_desc;
 };
 
-/* Workspace budget for algorithm selection unless changed (GPUPERF_CONV_WORKSPACE_MIB). */
-#define CUDA_WORKSPACE_LIMIT_DEFAULT_BYTES ((size_t)4096 << 20)
 /* The driver's allocation granule: cuda_alloc takes whole pages. */
 #define CUDA_PAGE_BYTES ((size_t)2 << 20)
 
 /* 1 if a CUDA device can be used; else 0 and a one-line reason in why. */
 int cuda_available(char *why, size_t cap);
+/* Make device current on the calling thread (cudaSetDevice, skipped when this thread
+ * made it current last; every device switch of gpuperf goes through here). */
+int cuda_device_bind(int device);
+/* A context on device (GP_ENODEV when there is no such device). */
 int cuda_ctx_create(struct cuda_ctx **out, int device, struct mem_stats *mem);
 void cuda_ctx_destroy(struct cuda_ctx *ctx);
 /* Select strict FP32 (no tensor cores) or TF32 for convolutions and GEMMs. */

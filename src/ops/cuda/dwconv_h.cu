@@ -112,10 +112,9 @@ static int aligned(const void *p, size_t bytes)
 /* Channels per thread by direction, measured on the H100 (mobilenet_v2 bf16, batch 256,
  * docs/log/perf-log.md): forward and backward data run faster at 4 (8-byte accesses, ~75
  * registers, 3 blocks per SM) than at 8 (~110 registers, 2 blocks), the weight gradient
- * at 8.
- * GPUPERF_DWH_V=8|4|2|1 caps all three (for measurement). */
+ * at 8. The tests cap all three in turn (dwconv_h_set_widths) to check every width. */
 enum { DWH_FWD, DWH_BWD_DATA, DWH_FILTER };
-static int width_cap = -1, rows_v4; /* -1 / 0: not read from the environment yet */
+static int width_cap, rows_v4 = -1; /* 0 / -1: the measured defaults */
 
 /* A width cap (0: the defaults) and a row count (-1: the defaults) from what was asked. */
 static int width_of(int v)
@@ -128,38 +127,23 @@ static int rows_of(int vh)
 	return vh == 2 || vh == 4 ? vh : -1;
 }
 
-static void dwh_env(void)
-{
-	if (width_cap < 0) {
-		const char *e = getenv("GPUPERF_DWH_V");
-		width_cap = width_of(e ? atoi(e) : 0);
-	}
-	if (!rows_v4) {
-		const char *e = getenv("GPUPERF_DWH_VH");
-		rows_v4 = rows_of(e ? atoi(e) : 0);
-	}
-}
-
 extern "C" void dwconv_h_set_widths(int v, int vh)
 {
-	dwh_env();
 	width_cap = width_of(v);
 	rows_v4 = rows_of(vh);
 }
 
 static int dwh_vcap(int dir)
 {
-	dwh_env();
 	if (width_cap)
 		return width_cap;
 	return dir == DWH_FILTER ? 8 : 4;
 }
 
 /* Rows per thread in the 3x3 forward and backward-data kernels at V = 4, measured as for
- * the widths: 4 forward, 2 backward data; GPUPERF_DWH_VH=2|4 sets both. */
+ * the widths: 4 forward, 2 backward data (dwconv_h_set_widths sets both). */
 static int dwh_vh4(int dir)
 {
-	dwh_env();
 	if (rows_v4 > 0)
 		return rows_v4;
 	return dir == DWH_FWD ? 4 : 2;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 
 struct backend_state {
 	char *arena;
@@ -66,7 +66,7 @@ static uint64_t dropout_seed(const struct net *net, int node)
 #define REAL float
 #define SUFFIX f32
 #define FAST 1
-#include "nn/backend_cpu_ops.inc"
+#include "backend/cpu/backend_cpu_ops.inc"
 #undef REAL
 #undef SUFFIX
 #undef FAST
@@ -74,7 +74,7 @@ static uint64_t dropout_seed(const struct net *net, int node)
 #define REAL double
 #define SUFFIX f64
 #define FAST 0
-#include "nn/backend_cpu_ops.inc"
+#include "backend/cpu/backend_cpu_ops.inc"
 #undef REAL
 #undef SUFFIX
 #undef FAST

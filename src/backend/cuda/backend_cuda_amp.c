@@ -4,8 +4,8 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
-#include "ops/cuda/backend_cuda_internal.h"
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda_internal.h"
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
 
@@ -27,11 +27,12 @@ int amp_forward_node(struct net *net, int i, int training)
 		return 0;
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
-		conv_ws_bind(net, nd, 0);
-		ctx->dw_relu6 = fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED;
+		struct conv_call call = conv_call_of(net, nd, 0);
+		call.relu6 = fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED;
 		GP_TRY(to_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
 					param_ptr(net, nd, 0), hparam_ptr(net, nd, 0)));
-		return conv2d_fwd_cuda(ctx, a, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
+		return conv2d_fwd_cuda(ctx, a, &call, x, hparam_ptr(net, nd, 0), a->has_bias ? param_ptr(net, nd, 1) : NULL,
+				       y);
 	}
 	case OP_BATCHNORM2D: {
 		float *run = b->running + nd->running_offset, *stats = saved;
@@ -42,7 +43,7 @@ int amp_forward_node(struct net *net, int i, int training)
 			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
 						       x, NULL, param_ptr(net, nd, 0),
 						       param_ptr(net, nd, 1), y, stats, stats + nd->a.bn.c, run,
-						       run + nd->a.bn.c, rsv_ptr(net, i), nd->bn_reserve);
+						       run + nd->a.bn.c, rsv_ptr(net, i), rsv_bytes(net, i));
 		if (training)
 			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
 						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
@@ -81,7 +82,7 @@ int amp_forward_node(struct net *net, int i, int training)
 			return bn_fwd_train_fused_cuda(ctx, &bn->a.bn, BN_FUSE_ADD_RELU, act_ptr(net, bn->in[0]),
 						       act_ptr(net, nd->in[1 - k]), param_ptr(net, bn, 0),
 						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
-						       run + bn->a.bn.c, rsv_ptr(net, bi), bn->bn_reserve);
+						       run + bn->a.bn.c, rsv_ptr(net, bi), rsv_bytes(net, bi));
 		}
 		return add_fwd_h_cuda(s, b->ht, count, x, act_ptr(net, nd->in[1]), y);
 	case OP_DROPOUT:
@@ -131,22 +132,22 @@ int amp_backward_node(struct net *net, int i)
 		return 0;
 	case OP_CONV2D: {
 		const struct conv2d_args *a = &nd->a.conv;
-		conv_ws_bind(net, nd, 1);
+		struct conv_call call = conv_call_of(net, nd, 1);
 		if (fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED) { /* x is max(z, 0): clip, and mask dx */
-			ctx->dw_relu6 = 1;
-			ctx->dw_relu6_x = x;
+			call.relu6 = 1;
+			call.relu6_x = x;
 		}
 		int direct = conv2d_bwd_filter_f32_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0),
 							a->has_bias ? pgrad_ptr(net, nd, 1) : NULL);
 		if (direct < 0)
 			return direct;
 		if (!direct) {
-			GP_TRY(conv2d_bwd_filter_cuda(ctx, a, x, dy, hgrad_ptr(net, nd, 0),
+			GP_TRY(conv2d_bwd_filter_cuda(ctx, a, &call, x, dy, hgrad_ptr(net, nd, 0),
 						      a->has_bias ? pgrad_ptr(net, nd, 1) : NULL));
 			GP_TRY(from_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
 						  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0));
 		}
-		return dx ? conv2d_bwd_data_cuda(ctx, a, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
+		return dx ? conv2d_bwd_data_cuda(ctx, a, &call, dy, hparam_ptr(net, nd, 0), dx, acc) : 0;
 	}
 	case OP_BATCHNORM2D: {
 		float *stats = saved;
@@ -157,7 +158,7 @@ int amp_backward_node(struct net *net, int i)
 						      fuse_role(net, i) == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6, x, act_ptr_bwd(net, nd->last_consumer), dy,
 						      param_ptr(net, nd, 0), param_ptr(net, nd, 1), stats,
 						      stats + nd->a.bn.c, dx, acc, pgrad_ptr(net, nd, 0),
-						      pgrad_ptr(net, nd, 1), rsv_ptr(net, i), nd->bn_reserve);
+						      pgrad_ptr(net, nd, 1), rsv_ptr(net, i), rsv_bytes(net, i));
 		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
 				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
 	}
@@ -214,34 +215,32 @@ int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float 
 }
 
 
-/* A ReLU that overwrites its input, which nothing else reads (plan.c's relu_in_place). */
+/* A ReLU that overwrites its input, which nothing else reads (plan.c's relu_in_place),
+ * in training. */
 static int relu_over(const struct net *net, int r, int src)
 {
 	if (r < 0)
 		return 0;
 	const struct node *rn = &net->nodes[r];
 	return (rn->op == OP_RELU || rn->op == OP_RELU6) && rn->n_in == 1 && rn->in[0] == src &&
-	       net->nodes[src].consumers == 1 && net->nodes[src].t_y >= 0 && rn->t_dy >= 0;
+	       net->nodes[src].consumers == 1 && net->nodes[src].op != OP_INPUT && node_has_grad(net, r);
 }
 
 /* A ReLU6 whose only reader is a depthwise convolution on the own 16-bit kernels, which
- * can apply its clip at 6 (GPUPERF_RELU6_FOLD=0: no). */
+ * can apply its clip at 6. */
 static int relu6_foldable(const struct net *net, int r)
 {
-	const char *env = getenv("GPUPERF_RELU6_FOLD");
 	const struct node *rn = &net->nodes[r];
-	if ((env && *env == '0') || rn->consumers != 1 || rn->last_consumer < 0)
+	if (rn->consumers != 1 || rn->last_consumer < 0)
 		return 0;
 	const struct node *cn = &net->nodes[rn->last_consumer];
 	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_uses_dwconv_h(net->bk->ctx, &cn->a.conv);
 }
 
-int cuda_plan_fusion(struct net *net, int *replan)
+int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 {
 	struct backend_state *b = net->bk;
-	const char *env = getenv("GPUPERF_BN_FUSE");
-	*replan = 0;
-	if (env && *env == '0') /* bn_fuse_plan_cuda declines what has no fused form */
+	if (!net->tuning.test.bn_fuse) /* bn_fuse_plan_cuda declines what has no fused form */
 		return 0;
 	int n = net->n_nodes;
 	b->fuse = calloc((size_t)n, 1);
@@ -250,7 +249,7 @@ int cuda_plan_fusion(struct net *net, int *replan)
 	int fused = 0;
 	for (int i = 0; i < n; i++) {
 		struct node *nd = &net->nodes[i];
-		if (nd->op != OP_BATCHNORM2D || nd->consumers != 1 || nd->t_dy < 0 || b->fuse[i])
+		if (nd->op != OP_BATCHNORM2D || nd->consumers != 1 || !node_has_grad(net, i) || b->fuse[i])
 			continue;
 		int c = nd->last_consumer, rc;
 		size_t reserve = 0;
@@ -263,7 +262,7 @@ int cuda_plan_fusion(struct net *net, int *replan)
 				continue;
 			b->fuse[i] = op == BN_FUSE_RELU6 ? FUSE_BN_RELU6 : FUSE_BN_RELU;
 			b->fuse[c] = fold ? FUSE_RELU6_FOLDED : FUSE_RELU_DONE;
-			nd->rsv_last = 2 * n - i; /* read again by its backward */
+			reqs[i].keep_last = 2 * n - i; /* read again by its backward */
 		} else if (net->nodes[c].op == OP_ADD && !b->fuse[c] && net->nodes[c].in[0] != net->nodes[c].in[1] &&
 			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c) &&
 			   net->nodes[net->nodes[c].last_consumer].op == OP_RELU) {
@@ -274,12 +273,11 @@ int cuda_plan_fusion(struct net *net, int *replan)
 			b->fuse[i] = FUSE_BN_DEFERRED;
 			b->fuse[c] = FUSE_ADD_BN_RELU;
 			b->fuse[net->nodes[c].last_consumer] = FUSE_RELU_AFTER_ADD;
-			nd->rsv_last = c; /* the add runs it; the backward is plain */
+			reqs[i].keep_last = c; /* the add runs it; the backward is plain */
 		} else {
 			continue;
 		}
-		nd->bn_reserve = reserve;
-		*replan |= reserve > 0;
+		reqs[i].keep_bytes = reserve;
 		fused++;
 	}
 	if (!fused) {

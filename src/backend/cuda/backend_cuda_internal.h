@@ -39,14 +39,22 @@ struct backend_state {
 	 * weights KRSC under NHWC) and of the convolution weight gradients (converted into
 	 * the float gradients), and the input batch converted once per batch. */
 	int amp, nhwc;
-	/* FP32 batch norms not fused with an activation on cuDNN (GPUPERF_BN_OWN=0) */
-	int bn_cudnn;
 	enum gp_dtype ht;
-	/* Convolution workspaces planned in the arena (the default; GPUPERF_CONV_WS_ARENA=0: off; see
-	 * struct node's ws_fwd): each conv call gets its own, live only during it. */
+	/* The convolution algorithms were measured before the plan (plan_scratch); else
+	 * set-up measures them on the net's own memory. */
+	int measured;
+	/* Convolution workspaces planned in the arena (struct scratch_req's fwd_bytes):
+	 * each conv call gets its own, live only during it. Off where the algorithms were
+	 * measured on the net's own memory (the largest batches), and for a test's
+	 * yardstick (tuning.test.conv_ws_arena): one shared workspace then. */
 	int ws_in_arena;
-	/* Weight gradients were enqueued on the context's side stream (struct node's
-	 * wgrad_side) that the main stream has not yet waited for (backend_cuda.c: side_join). */
+	/* The context's shared workspace before this net (given back to that size when
+	 * the set-up fails), and whether set-up finished. */
+	size_t ws_before;
+	int set_up;
+	/* Weight gradients were enqueued on the context's side stream (struct
+	 * scratch_req's side) that the main stream has not yet waited for (backend_cuda.c:
+	 * side_join). */
 	int side_pending;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;
@@ -122,11 +130,21 @@ static inline void *hgrad_ptr(struct net *net, const struct node *nd, int k)
 	return (char *)net->bk->grads_h + net->state[nd->param_first + k].offset * 2;
 }
 
-/* A fused batch norm's reserve space (struct node's bn_reserve). */
+/* The arena address of planned scratch tensor t (NULL for -1: none). */
+static inline void *scratch_ptr(struct net *net, int t)
+{
+	return t < 0 ? NULL : net->bk->arena + net->tensors[t].offset;
+}
+
+/* A fused batch norm's reserve space (struct scratch_req's keep_bytes), and its size. */
 static inline void *rsv_ptr(struct net *net, int node)
 {
-	const struct node *nd = &net->nodes[node];
-	return nd->t_rsv < 0 ? NULL : net->bk->arena + net->tensors[nd->t_rsv].offset;
+	return scratch_ptr(net, net->scratch[node].t_keep);
+}
+
+static inline size_t rsv_bytes(const struct net *net, int node)
+{
+	return net->scratch[node].keep_bytes;
 }
 
 /* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
@@ -135,29 +153,16 @@ static inline uint64_t dropout_seed(const struct net *net, int node)
 	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL;
 }
 
-/* The shared context describes activations for cuDNN and cuBLAS calls; nets of
- * different precisions may be set up side by side, so each node's work states its own. */
-static inline void bind_act(struct net *net)
+/* What a convolution node's call (forward or backward) uses beyond the context: its
+ * workspace in the arena, when the net keeps them there (else the shared one). */
+static inline struct conv_call conv_call_of(struct net *net, const struct node *nd, int backward)
 {
 	struct backend_state *b = net->bk;
-	b->ctx->act_dtype = b->amp ? b->ht : GP_F32;
-	b->ctx->nhwc = b->nhwc;
-	b->ctx->bn_cudnn = b->bn_cudnn;
-	b->ctx->conv_ws_external = 0;
-	b->ctx->dw_relu6 = 0;
-	b->ctx->dw_relu6_x = NULL;
-}
-
-/* Point the context at a convolution node's workspace in the arena (forward or
- * backward), when the net keeps them there. */
-static inline void conv_ws_bind(struct net *net, const struct node *nd, int backward)
-{
-	struct backend_state *b = net->bk;
-	b->ctx->conv_ws_external = b->ws_in_arena;
-	if (b->ws_in_arena) {
-		int t = backward ? nd->t_wsb : nd->t_wsf;
-		b->ctx->conv_ws = t >= 0 ? b->arena + net->tensors[t].offset : NULL;
-	}
+	const struct scratch_req *r = &net->scratch[nd - net->nodes];
+	struct conv_call c = { .ws_planned = b->ws_in_arena };
+	if (b->ws_in_arena)
+		c.ws = scratch_ptr(net, backward ? r->t_bwd : r->t_fwd);
+	return c;
 }
 
 /* backend_cuda_amp.c: the mixed-precision (fp16/bf16) forward and backward of a node,
@@ -165,9 +170,9 @@ static inline void conv_ws_bind(struct net *net, const struct node *nd, int back
 int amp_forward_node(struct net *net, int i, int training);
 int amp_backward_node(struct net *net, int i);
 int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst);
-/* Decide which batch norms run fused with the ReLU (and add) after them and set their
- * reserve space on the nodes (b->fuse; nothing in 16-bit NCHW, or with
- * GPUPERF_BN_FUSE=0). *replan: the memory plan must be made again. */
-int cuda_plan_fusion(struct net *net, int *replan);
+/* Decide which batch norms run fused with the ReLU (and add) after them (b->fuse;
+ * nothing in 16-bit NCHW, or where a test turned it off: tuning.test.bn_fuse) and
+ * state their reserve space in reqs (keep_bytes until keep_last). Before the plan. */
+int cuda_plan_fusion(struct net *net, struct scratch_req *reqs);
 
 #endif

@@ -2,69 +2,90 @@
  * through the CUDA op layer (cuDNN, cuBLAS, own kernels) on one stream. Nothing
  * synchronizes except reading the loss back and copying parameters to the host.
  *
- * One device context (stream, library handles, workspace, convolution plans) lives
- * for the whole process and is shared by every net set up on it, so that trying
- * batch after batch (maxbatch) neither re-creates handles nor leaks them. */
+ * Each set-up net has a device context of its own (device, streams, library handles,
+ * workspace), configured once at set-up for the net's device, precision, layout and
+ * algorithm policy; what a call depends on beyond that travels in its arguments. Nets
+ * on different devices (or the same one) may run on threads of their own: every entry
+ * makes the net's device current first. A torn-down net's context goes to a pool per
+ * device for the next net, so that trying batch after batch (maxbatch) neither
+ * re-creates handles nor frees and retakes their memory. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "nn/backend.h"
+#include "backend/backend.h"
 #include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
-#include "ops/cuda/backend_cuda_internal.h"
+#include "backend/cuda/backend_cuda_internal.h"
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
 #define ALIGN256(x) (((x) + 255) & ~(size_t)255)
 
-static struct cuda_ctx *shared_ctx;
-static void *shared_blas_ws; /* cuBLAS workspace, set once so cuBLAS allocates nothing in a graph */
-static int policy_direct_only, policy_deterministic, policy_heuristic;
+#define CTX_POOL_MAX 16
+static struct cuda_ctx *ctx_pool[CTX_POOL_MAX];
+static int ctx_pool_n;
+static pthread_mutex_t ctx_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The process-wide context, created on first use, with its cuBLAS workspace (kept
- * for the process: handing cuBLAS its own back would allocate again). */
-static int cuda_shared_ctx(struct cuda_ctx **out)
+/* A context for a net on device: an idle one of that device from the pool, else a new
+ * one with its cuBLAS workspace (set once, so cuBLAS allocates nothing in a graph). */
+static int ctx_acquire(int device, struct cuda_ctx **out)
 {
-	if (!shared_ctx) {
-		struct cuda_ctx *ctx;
-		GP_TRY(cuda_ctx_create(&ctx, 0, NULL));
-		int rc = cuda_alloc(ctx, &shared_blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
-		if (rc == 0)
-			rc = CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, shared_blas_ws, CUBLAS_WORKSPACE_BYTES));
-		if (rc < 0) {
-			cuda_free(ctx, shared_blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
-			cuda_ctx_destroy(ctx);
-			return rc;
-		}
-		shared_ctx = ctx;
+	pthread_mutex_lock(&ctx_pool_lock);
+	for (int i = ctx_pool_n - 1; i >= 0; i--) {
+		if (ctx_pool[i]->device != device)
+			continue;
+		*out = ctx_pool[i];
+		ctx_pool[i] = ctx_pool[--ctx_pool_n];
+		pthread_mutex_unlock(&ctx_pool_lock);
+		return cuda_device_bind(device);
 	}
-	*out = shared_ctx;
+	pthread_mutex_unlock(&ctx_pool_lock);
+	struct cuda_ctx *ctx;
+	GP_TRY(cuda_ctx_create(&ctx, device, NULL));
+	int rc = cuda_alloc(ctx, &ctx->blas_ws, CUBLAS_WORKSPACE_BYTES, MEM_WORKSPACE);
+	if (rc == 0) {
+		ctx->blas_ws_bytes = CUBLAS_WORKSPACE_BYTES;
+		rc = CUBLAS_CHECK(cublasSetWorkspace(ctx->cublas, ctx->blas_ws, CUBLAS_WORKSPACE_BYTES));
+	}
+	if (rc < 0) {
+		cuda_ctx_destroy(ctx);
+		return rc;
+	}
+	*out = ctx;
 	return 0;
 }
 
-void backend_cuda_set_conv_policy(int fp32_direct_only, int deterministic)
+/* Back to the pool (a full pool destroys it). */
+static void ctx_release(struct cuda_ctx *ctx)
 {
-	policy_direct_only = fp32_direct_only;
-	policy_deterministic = deterministic;
+	pthread_mutex_lock(&ctx_pool_lock);
+	if (ctx_pool_n < CTX_POOL_MAX) {
+		ctx_pool[ctx_pool_n++] = ctx;
+		ctx = NULL;
+	}
+	pthread_mutex_unlock(&ctx_pool_lock);
+	cuda_ctx_destroy(ctx);
 }
 
-void backend_cuda_set_conv_heuristics(int on)
+void backend_cuda_set_conv_policy(struct net *net, int fp32_direct_only, int deterministic)
 {
-	policy_heuristic = on;
+	net->conv_policy.fp32_direct_only = fp32_direct_only;
+	net->conv_policy.deterministic = deterministic;
 }
 
-/* Apply the algorithm policy; plans measured under another policy are dropped. */
-static void apply_conv_policy(struct cuda_ctx *ctx)
+void backend_cuda_set_conv_heuristics(struct net *net, int on)
 {
-	if (ctx->fp32_direct_only == policy_direct_only && ctx->deterministic == policy_deterministic &&
-	    ctx->heuristic_algos == policy_heuristic)
-		return;
-	conv2d_plans_clear(ctx);
-	ctx->fp32_direct_only = policy_direct_only;
-	ctx->deterministic = policy_deterministic;
-	ctx->heuristic_algos = policy_heuristic;
+	net->conv_policy.heuristic = on;
+}
+
+/* Make the net's device current on the calling thread: a net may be set up on one
+ * thread and run on another, beside nets on other devices. */
+static int bind_device(struct net *net)
+{
+	return cuda_device_bind(net->bk->ctx->device);
 }
 
 static size_t cuda_workspace_bytes(struct net *net)
@@ -89,6 +110,7 @@ static void cuda_teardown(struct net *net)
 	if (!b)
 		return;
 	struct cuda_ctx *ctx = b->ctx;
+	cuda_device_bind(ctx->device);
 	cudaStreamSynchronize(ctx->stream);
 	cudaStreamSynchronize(ctx->side_stream); /* an error may have left side work unjoined */
 	if (b->step_exec)
@@ -113,17 +135,20 @@ static void cuda_teardown(struct net *net)
 	cuda_free(ctx, b->params_h, b->params_h_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->grads_h, b->params_h_bytes, MEM_GRADS);
 	cuda_free(ctx, b->input_h, b->input_h_bytes, MEM_OTHER);
+	/* A set-up that did not fit (maxbatch tries many) must not leave a larger
+	 * workspace behind in the pooled context: give it back (counted here, so that the
+	 * net's counts end at zero). */
+	if (!b->set_up && ctx->workspace_bytes > b->ws_before) {
+		cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
+		ctx->workspace = NULL;
+		ctx->workspace_bytes = 0;
+		if (b->ws_before && cuda_alloc(ctx, &ctx->workspace, b->ws_before, MEM_WORKSPACE) == 0)
+			ctx->workspace_bytes = b->ws_before;
+	}
 	/* the shared workspace stays with the context for the next net */
-	if (ctx->mem == &net->mem) {
-		mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
-		ctx->mem = NULL;
-	}
-	for (int i = 0; i < net->n_nodes; i++) {
-		net->nodes[i].ws_fwd = net->nodes[i].ws_bwd = net->nodes[i].ws_wgrad = 0;
-		net->nodes[i].wgrad_side = 0;
-		net->nodes[i].bn_reserve = 0;
-		net->nodes[i].rsv_last = 0;
-	}
+	mem_stats_sub(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + ctx->blas_ws_bytes);
+	ctx->mem = NULL;
+	ctx_release(ctx);
 	free(b->fuse);
 	free(b);
 	net->bk = NULL;
@@ -131,6 +156,7 @@ static void cuda_teardown(struct net *net)
 
 static int cuda_sync_from_host(struct net *net)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(cuda_copy_h2d(b->ctx, b->params, net->host_params, b->params_bytes));
 	GP_TRY(cuda_copy_h2d(b->ctx, b->running, net->host_running, b->running_bytes));
@@ -139,32 +165,40 @@ static int cuda_sync_from_host(struct net *net)
 
 static int cuda_sync_to_host(struct net *net)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(cuda_copy_d2h(b->ctx, net->host_params, b->params, b->params_bytes));
 	return cuda_copy_d2h(b->ctx, net->host_running, b->running, b->running_bytes);
 }
 
-/* Allocate everything the plan asks for; measure the convolution algorithms. On any
- * failure (out of memory included) free what was taken and return the error. */
-static int cuda_setup(struct net *net)
+/* Before the plan: the net's context, configured for its device, precision, layout
+ * and algorithm policy; the convolution algorithms measured (their scratch is
+ * transient, and nothing else is allocated yet, so it does not add to the peak); which
+ * batch norms run fused; and each node's workspace and reserve space, for the planner
+ * to lay out in the arena. Where the measuring scratch does not fit (the largest
+ * batches), set-up measures on the net's own memory instead, with one shared
+ * workspace. */
+static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 {
 	struct cuda_ctx *ctx;
-	GP_TRY(cuda_shared_ctx(&ctx));
+	GP_TRY(ctx_acquire(net->device, &ctx));
 	struct backend_state *b = calloc(1, sizeof(*b));
-	if (!b)
+	if (!b) {
+		ctx_release(ctx);
 		return gp_error(GP_ENOMEM, "cannot allocate the CUDA backend");
+	}
 	net->bk = b;
 	b->ctx = ctx;
-	apply_conv_policy(ctx);
-	size_t ws_before = ctx->workspace_bytes;
+	ctx->fp32_direct_only = net->conv_policy.fp32_direct_only;
+	ctx->deterministic = net->conv_policy.deterministic;
+	ctx->heuristic_algos = net->conv_policy.heuristic;
+	b->ws_before = ctx->workspace_bytes;
 	ctx->mem = &net->mem;
-	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + CUBLAS_WORKSPACE_BYTES);
+	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + ctx->blas_ws_bytes);
 	b->amp = precision_is_amp(net->precision);
 	b->ht = net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
 	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
-	const char *bn_env = getenv("GPUPERF_BN_OWN");
-	b->bn_cudnn = bn_env && *bn_env == '0';
-	ctx->bn_cudnn = b->bn_cudnn;
+	ctx->bn_cudnn = !net->tuning.test.bn_own;
 	int nhwc_flatten = -1;
 	/* A flatten of feature maps (not 1 x 1) orders features as NCHW does, which the
 	 * following linear layer's weights assume: such nets (simple_cnn) stay NCHW. */
@@ -186,6 +220,46 @@ static int cuda_setup(struct net *net)
 	}
 	if (rc < 0)
 		goto fail;
+	for (int i = 0; i < net->n_nodes && rc == 0; i++)
+		if (net->nodes[i].op == OP_CONV2D)
+			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
+		else if (net->nodes[i].op == OP_BATCHNORM2D)
+			rc = bn_plan_cuda(ctx, &net->nodes[i].a.bn);
+	if (rc < 0 && rc != GP_EDEVOOM)
+		goto fail;
+	if (rc == GP_EDEVOOM)
+		gp_error_clear();
+	b->measured = rc == 0;
+	b->ws_in_arena = net->tuning.test.conv_ws_arena && b->measured;
+	if ((rc = cuda_plan_fusion(net, reqs)) < 0)
+		goto fail;
+	/* FP32 weight gradients through cuDNN may run on the side stream, each with a
+	 * workspace of its own (the plan keeps what they read alive until joined) */
+	int side = !b->amp && net->tuning.test.wgrad_stream;
+	for (int i = 0; i < net->n_nodes && b->ws_in_arena; i++) {
+		struct node *nd = &net->nodes[i];
+		struct scratch_req *r = &reqs[i];
+		if (nd->op != OP_CONV2D)
+			continue;
+		r->side = side && conv2d_wgrad_is_cudnn(ctx, &nd->a.conv);
+		if ((rc = conv2d_ws_bytes_cuda(ctx, &nd->a.conv, &r->fwd_bytes, &r->bwd_bytes,
+					       r->side ? &r->side_bytes : NULL)) < 0)
+			goto fail;
+	}
+	return 0;
+fail:
+	cuda_teardown(net);
+	return rc;
+}
+
+/* Allocate everything the plan asks for (measuring the convolution algorithms on the
+ * net's own memory where plan_scratch could not) and upload the parameters. On any
+ * failure (out of memory included) net_setup tears down what was taken. */
+static int cuda_setup(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	GP_TRY(bind_device(net));
 	b->arena_bytes = net->plan.arena_bytes;
 	b->params_bytes = net->params_count * sizeof(float);
 	b->running_bytes = net->running_count * sizeof(float);
@@ -199,113 +273,51 @@ static int cuda_setup(struct net *net)
 	if (b->amp) {
 		b->params_h_bytes = net->params_count * 2;
 		b->input_h_bytes = (size_t)net->batch * net->in_c * net->in_h * net->in_w * 2;
-		if ((rc = cuda_alloc(ctx, &b->params_h, b->params_h_bytes, MEM_WEIGHTS)) < 0 ||
-		    (rc = cuda_alloc(ctx, &b->grads_h, b->params_h_bytes, MEM_GRADS)) < 0 ||
-		    (rc = cuda_alloc(ctx, &b->input_h, b->input_h_bytes, MEM_OTHER)) < 0)
-			goto fail;
+		GP_TRY(cuda_alloc(ctx, &b->params_h, b->params_h_bytes, MEM_WEIGHTS));
+		GP_TRY(cuda_alloc(ctx, &b->grads_h, b->params_h_bytes, MEM_GRADS));
+		GP_TRY(cuda_alloc(ctx, &b->input_h, b->input_h_bytes, MEM_OTHER));
 	}
-	if ((rc = cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER)) < 0 ||
-	    (rc = cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER)) < 0)
-		goto fail;
+	GP_TRY(cuda_alloc(ctx, (void **)&b->params, b->params_bytes, MEM_WEIGHTS));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER));
 	b->labels = (int32_t *)(b->misc + at_labels);
 	b->row_scratch = (float *)(b->misc + at_scratch);
 	b->d_loss = (double *)(b->misc + at_loss);
 	b->d_correct = (int *)(b->misc + at_correct);
 	b->d_step = (unsigned long long *)(b->misc + at_step);
 	b->d_nonfinite = (int *)(b->misc + at_flag);
-	if ((rc = CUDA_CHECK(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream))) < 0)
-		goto fail;
-	/* Measure the convolution algorithms before the activations take their memory:
-	 * the measuring scratch is transient, and then it does not add to the peak. Where
-	 * the scratch does not fit (the largest batches), measure after allocating, on
-	 * the net's own memory (parameters are uploaded afterwards). */
-	int measured = 0;
-	const char *ws_env = getenv("GPUPERF_CONV_WS_ARENA"); /* 0: one shared workspace */
-	b->ws_in_arena = !(ws_env && *ws_env == '0');
-	ctx->conv_ws_external = b->ws_in_arena;
-	for (int i = 0; i < net->n_nodes && rc == 0; i++)
-		if (net->nodes[i].op == OP_CONV2D)
-			rc = conv2d_plan_cuda(ctx, &net->nodes[i].a.conv);
-		else if (net->nodes[i].op == OP_BATCHNORM2D)
-			rc = bn_plan_cuda(ctx, &net->nodes[i].a.bn);
-	ctx->conv_ws_external = 0;
-	if (rc < 0 && rc != GP_EDEVOOM)
-		goto fail;
-	measured = rc == 0;
-	b->ws_in_arena &= measured;
-	int replan = 0;
-	if ((rc = cuda_plan_fusion(net, &replan)) < 0)
-		goto fail;
-	if (b->ws_in_arena || replan) {
-		/* the algorithms are chosen: plan their workspaces into the arena */
-		/* FP32 weight gradients through cuDNN may run on the side stream, each with a
-		 * workspace of its own (the plan keeps what they read alive until joined;
-		 * GPUPERF_WGRAD_STREAM=0: off) */
-		const char *side_env = getenv("GPUPERF_WGRAD_STREAM");
-		int side = !b->amp && !(side_env && *side_env == '0');
-		for (int i = 0; i < net->n_nodes && rc == 0 && b->ws_in_arena; i++) {
-			struct node *nd = &net->nodes[i];
-			if (nd->op != OP_CONV2D)
-				continue;
-			nd->wgrad_side = side && conv2d_wgrad_is_cudnn(ctx, &nd->a.conv);
-			rc = conv2d_ws_bytes_cuda(ctx, &nd->a.conv, &nd->ws_fwd, &nd->ws_bwd,
-						  nd->wgrad_side ? &nd->ws_wgrad : NULL);
-		}
-		if (rc == 0)
-			rc = net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, net->precision),
-					     net->plan.workspace_bytes);
-		if (rc < 0)
-			goto fail;
-		b->arena_bytes = net->plan.arena_bytes;
-	}
-	if ((rc = cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV)) < 0)
-		goto fail;
-	for (int i = 0; i < net->n_nodes && !measured; i++) {
+	CUDA_TRY(cudaMemsetAsync(b->d_step, 0, sizeof(*b->d_step), ctx->stream));
+	GP_TRY(cuda_alloc(ctx, (void **)&b->arena, b->arena_bytes, MEM_ACTIV));
+	for (int i = 0; i < net->n_nodes && !b->measured; i++) {
 		struct node *nd = &net->nodes[i];
-		if (nd->op == OP_BATCHNORM2D && (rc = bn_plan_cuda(ctx, &nd->a.bn)) < 0)
-			goto fail;
+		if (nd->op == OP_BATCHNORM2D)
+			GP_TRY(bn_plan_cuda(ctx, &nd->a.bn));
 		if (nd->op != OP_CONV2D)
 			continue;
 		struct conv_bufs bufs = { .x = act_ptr(net, nd->in[0]),
 					  .w = b->amp ? hparam_ptr(net, nd, 0) : (void *)param_ptr(net, nd, 0),
 					  .y = act_ptr(net, i) };
-		if ((rc = conv2d_plan_cuda_in(ctx, &nd->a.conv, &bufs)) < 0)
-			goto fail;
+		GP_TRY(conv2d_plan_cuda_in(ctx, &nd->a.conv, &bufs));
 	}
-	/* Plans may come from the cache, made by a net that kept its workspaces in its
-	 * arena: the shared workspace must cover every convolution of this one. */
+	/* Planning grows no shared workspace for convolutions: where this net uses it, it
+	 * must cover every convolution, before a graph capture could need it to grow. */
 	size_t ws_need = 0;
 	for (int i = 0; i < net->n_nodes && !b->ws_in_arena; i++) {
 		size_t f = 0, bw = 0;
 		if (net->nodes[i].op != OP_CONV2D)
 			continue;
-		if ((rc = conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &f, &bw, NULL)) < 0)
-			goto fail;
+		GP_TRY(conv2d_ws_bytes_cuda(ctx, &net->nodes[i].a.conv, &f, &bw, NULL));
 		ws_need = f > ws_need ? f : ws_need;
 		ws_need = bw > ws_need ? bw : ws_need;
 	}
-	if ((rc = cuda_workspace_reserve(ctx, ws_need)) < 0 || (rc = cuda_sync_from_host(net)) < 0)
-		goto fail;
+	GP_TRY(cuda_workspace_reserve(ctx, ws_need));
+	GP_TRY(cuda_sync_from_host(net));
 	net->plan.workspace_bytes = ctx->workspace_bytes;
+	b->set_up = 1;
 	return 0;
-fail:
-	cuda_teardown(net);
-	/* A set-up that did not fit (maxbatch tries many) must not leave a larger
-	 * workspace behind: give it back, with the plans that may need it. */
-	if (ctx->workspace_bytes > ws_before) {
-		cudaStreamSynchronize(ctx->stream);
-		cuda_free(ctx, ctx->workspace, ctx->workspace_bytes, MEM_WORKSPACE);
-		ctx->workspace = NULL;
-		ctx->workspace_bytes = 0;
-		conv2d_plans_clear(ctx);
-		if (ws_before && cuda_alloc(ctx, &ctx->workspace, ws_before, MEM_WORKSPACE) == 0)
-			ctx->workspace_bytes = ws_before;
-	}
-	return rc;
 }
 
 /* Mixed precision: the float NCHW batch into 16 bits in the net's layout, once per batch. */
@@ -320,6 +332,7 @@ static int convert_input(struct net *net)
 
 static int cuda_set_batch_data(struct net *net, const float *x, const int32_t *labels)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	for (int i = 0; i < net->batch; i++)
 		if (labels[i] < 0 || labels[i] >= net->classes)
@@ -337,6 +350,7 @@ static int cuda_set_batch_data(struct net *net, const float *x, const int32_t *l
  * first means the caller may hand back the previous batch's host memory now. */
 static int cuda_stage_batch(struct net *net, const float *x, const int32_t *labels)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	for (int i = 0; i < net->batch; i++)
 		if (labels[i] < 0 || labels[i] >= net->classes)
@@ -364,6 +378,7 @@ static int cuda_stage_batch(struct net *net, const float *x, const int32_t *labe
 /* On the compute stream: wait for the staged copy, move it into the step's input. */
 static int cuda_take_staged(struct net *net)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	cudaStream_t s = b->ctx->stream;
 	GP_TRY(side_join(net));
@@ -385,10 +400,11 @@ static int fp32_forward_node(struct net *net, int i, int training)
 	switch (nd->op) {
 	case OP_INPUT:
 		return 0;
-	case OP_CONV2D:
-		conv_ws_bind(net, nd, 0);
-		return conv2d_fwd_cuda(ctx, &nd->a.conv, x, param_ptr(net, nd, 0),
+	case OP_CONV2D: {
+		struct conv_call call = conv_call_of(net, nd, 0);
+		return conv2d_fwd_cuda(ctx, &nd->a.conv, &call, x, param_ptr(net, nd, 0),
 				       nd->a.conv.has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	}
 	case OP_BATCHNORM2D: {
 		float *run = net->bk->running + nd->running_offset, *stats = saved;
 		int role = training ? fuse_role(net, i) : FUSE_NONE;
@@ -450,7 +466,7 @@ static int fp32_forward_node(struct net *net, int i, int training)
 
 static int cuda_forward_node(struct net *net, int i, int training)
 {
-	bind_act(net);
+	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net)); /* a forward after a backward without an optimizer step */
 	if (net->bk->amp)
 		return amp_forward_node(net, i, training);
@@ -481,15 +497,14 @@ static int wgrad_on_side(struct net *net, const struct node *nd, const float *x,
 {
 	struct backend_state *b = net->bk;
 	struct cuda_ctx *ctx = b->ctx;
-	struct cuda_ctx side = *ctx; /* the same plans, another stream, handle and workspace */
+	struct cuda_ctx side = *ctx; /* the same configuration, another stream and handle */
 	side.stream = ctx->side_stream;
 	side.cudnn = ctx->side_cudnn;
-	side.conv_ws_external = 1;
-	side.conv_ws = nd->t_wsw >= 0 ? b->arena + net->tensors[nd->t_wsw].offset : NULL;
+	struct conv_call call = { .ws_planned = 1, .ws = scratch_ptr(net, net->scratch[nd - net->nodes].t_side) };
 	CUDA_TRY(cudaEventRecord(ctx->ev_fork, ctx->stream));
 	CUDA_TRY(cudaStreamWaitEvent(side.stream, ctx->ev_fork, 0));
 	b->side_pending = 1;
-	GP_TRY(conv2d_bwd_filter_cuda(&side, &nd->a.conv, x, dy, pgrad_ptr(net, nd, 0),
+	GP_TRY(conv2d_bwd_filter_cuda(&side, &nd->a.conv, &call, x, dy, pgrad_ptr(net, nd, 0),
 				      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
 	CUDA_TRY(cudaEventRecord(ctx->ev_join, side.stream));
 	return 0;
@@ -497,7 +512,7 @@ static int wgrad_on_side(struct net *net, const struct node *nd, const float *x,
 
 static int cuda_backward_node(struct net *net, int i)
 {
-	bind_act(net);
+	GP_TRY(bind_device(net));
 	if (net->bk->amp)
 		return amp_backward_node(net, i);
 	struct node *nd = &net->nodes[i];
@@ -516,14 +531,15 @@ static int cuda_backward_node(struct net *net, int i)
 	switch (nd->op) {
 	case OP_INPUT:
 		return 0;
-	case OP_CONV2D:
-		conv_ws_bind(net, nd, 1);
-		if (nd->wgrad_side && !net->buckets.n) /* buckets: gradients ready on the main stream */
+	case OP_CONV2D: {
+		struct conv_call call = conv_call_of(net, nd, 1);
+		if (net->scratch[i].side && !net->buckets.n) /* buckets: gradients ready on the main stream */
 			GP_TRY(wgrad_on_side(net, nd, x, dy));
 		else
-			GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, x, dy, pgrad_ptr(net, nd, 0),
+			GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, &call, x, dy, pgrad_ptr(net, nd, 0),
 						      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
-		return dx ? conv2d_bwd_data_cuda(ctx, &nd->a.conv, dy, param_ptr(net, nd, 0), dx, acc) : 0;
+		return dx ? conv2d_bwd_data_cuda(ctx, &nd->a.conv, &call, dy, param_ptr(net, nd, 0), dx, acc) : 0;
+	}
 	case OP_BATCHNORM2D: {
 		float *stats = saved;
 		if (!dx)
@@ -574,6 +590,7 @@ static int cuda_backward_node(struct net *net, int i)
 
 static int cuda_read_loss(struct net *net, double *loss, int *correct)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	if (loss)
 		GP_TRY(cuda_copy_d2h(b->ctx, loss, b->d_loss, sizeof(double)));
@@ -584,6 +601,7 @@ static int cuda_read_loss(struct net *net, double *loss, int *correct)
 
 static int cuda_loss(struct net *net, double *loss, int *correct)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	int last = net->n_nodes - 1;
 	struct shape s = net->nodes[last].out;
@@ -599,6 +617,7 @@ static int cuda_loss(struct net *net, double *loss, int *correct)
 
 static int cuda_sgd(struct net *net, const struct sgd_args *sgd)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(side_join(net));
 	GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
@@ -623,6 +642,7 @@ static int enqueue_step(struct net *net, const struct sgd_args *sgd)
  * run eagerly instead (first step, or capture not possible). */
 static int cuda_train_step(struct net *net, const struct sgd_args *sgd)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	cudaStream_t s = b->ctx->stream;
 	if (b->graph_failed || sgd->first_step)
@@ -658,6 +678,7 @@ static int cuda_train_step(struct net *net, const struct sgd_args *sgd)
 
 static int cuda_scale_output_grad(struct net *net, int node, double factor)
 {
+	GP_TRY(bind_device(net));
 	if (net->bk->amp)
 		return scale_h_cuda(net->bk->ctx->stream, net->bk->ht, grad_ptr(net, node),
 				    shape_numel(net->nodes[node].out), factor, NULL);
@@ -668,6 +689,7 @@ static int cuda_scale_output_grad(struct net *net, int node, double factor)
 /* The one host wait of loss scaling: whether to step depends on the check. */
 static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
 {
+	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(side_join(net)); /* the weight gradients must all be there */
 	CUDA_TRY(cudaMemsetAsync(b->d_nonfinite, 0, sizeof(int), b->ctx->stream));
@@ -677,6 +699,7 @@ static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
 
 static int cuda_wait(struct net *net)
 {
+	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net));
 	if (net->bk->copy_stream)
 		CUDA_TRY(cudaStreamSynchronize(net->bk->copy_stream));
@@ -685,12 +708,14 @@ static int cuda_wait(struct net *net)
 
 static int cuda_grads_to_host(struct net *net, float *dst)
 {
+	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net));
 	return cuda_copy_d2h(net->bk->ctx, dst, net->bk->grads, net->bk->params_bytes);
 }
 
 static int cuda_tensor_to_host(struct net *net, int node, int grad, float *dst)
 {
+	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net));
 	void *src = grad ? (void *)grad_ptr(net, node) : act_ptr(net, node);
 	if (!src)
@@ -702,6 +727,7 @@ static int cuda_tensor_to_host(struct net *net, int node, int grad, float *dst)
 
 static int cuda_logits_to_host(struct net *net, float *dst)
 {
+	GP_TRY(bind_device(net));
 	int last = net->n_nodes - 1;
 	if (net->bk->amp)
 		return amp_tensor_to_host(net, act_ptr(net, last), net->nodes[last].out, dst);
@@ -711,6 +737,7 @@ static int cuda_logits_to_host(struct net *net, float *dst)
 
 const struct backend_ops backend_cuda_ops = {
 	.name = "cuda",
+	.plan_scratch = cuda_plan_scratch,
 	.setup = cuda_setup,
 	.teardown = cuda_teardown,
 	.set_batch_data = cuda_set_batch_data,

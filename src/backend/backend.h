@@ -1,5 +1,6 @@
 /* What a backend provides to the net. Each backend implements every op behind a
- * switch on the node's op (backend_cpu.c, src/ops/cuda/backend_cuda.c). */
+ * switch on the node's op (src/backend/cpu/backend_cpu.c,
+ * src/backend/cuda/backend_cuda.c). */
 #ifndef GP_BACKEND_H
 #define GP_BACKEND_H
 
@@ -7,7 +8,13 @@
 
 struct backend_ops {
 	const char *name;
-	/* Allocate everything for net->batch per net->plan; copy host master in. */
+	/* Optional, before the plan: make the net's execution context, choose how each
+	 * node runs (algorithms, fusions) and state in reqs (n_nodes entries, zeroed) the
+	 * scratch memory each node needs and for how long. On failure it leaves nothing
+	 * behind. */
+	int (*plan_scratch)(struct net *net, struct scratch_req *reqs);
+	/* Allocate everything for net->batch per net->plan; copy host master in. After
+	 * plan_scratch (where the backend has one), on a failure of either, teardown. */
 	int (*setup)(struct net *net);
 	void (*teardown)(struct net *net);
 	int (*set_batch_data)(struct net *net, const float *x, const int32_t *labels);
@@ -45,48 +52,13 @@ struct backend_ops {
 extern const struct backend_ops backend_cpu_ops;
 #ifdef GP_HAVE_CUDA
 extern const struct backend_ops backend_cuda_ops;
-/* cuDNN algorithm policy for nets set up from now on: FP32 convolutions by direct
- * summation only (no FFT/Winograd), and/or only deterministic algorithms. The default
- * (0, 0) lets the fastest compete, as PyTorch's cudnn.benchmark does. */
-void backend_cuda_set_conv_policy(int fp32_direct_only, int deterministic);
+/* The net's cuDNN algorithm policy (struct conv_policy), for its next set-up: FP32
+ * convolutions by direct summation only, and/or only deterministic algorithms. */
+void backend_cuda_set_conv_policy(struct net *net, int fp32_direct_only, int deterministic);
 /* Convolution algorithms from cuDNN's heuristics instead of timing each candidate
  * (maxbatch: a trial is about memory, and timing every algorithm on every new batch
  * size costs most of the search). */
-void backend_cuda_set_conv_heuristics(int on);
+void backend_cuda_set_conv_heuristics(struct net *net, int on);
 #endif
-
-/* Does the backward of this op read its input activation (conv, bn, linear)? */
-int op_bwd_needs_input(enum op_type op);
-/* Does the backward of this op read its own output (relu, relu6)? */
-int op_bwd_needs_output(enum op_type op);
-/* Bytes of the op's saved tensor (bn statistics, max-pool argmax, dropout mask). */
-size_t node_saved_bytes(const struct node *nd, size_t elem_bytes);
-/* For a node whose output backward recomputes (t_re >= 0): -1 for a ReLU after batch
- * norm (recomputed from the batch norm's input and statistics); for a residual block's
- * output (ReLU over add(batch norm, identity)) the identity node, whose value
- * (act_ptr_bwd) the recompute adds. */
-int node_recompute_identity(const struct net *net, int r);
-/* The batch norm whose input and statistics a recompute of r normalizes (r's input,
- * or for a block output the add's batch-norm input). */
-static inline int node_recompute_bn(const struct net *net, int r)
-{
-	int id = node_recompute_identity(net, r), in = net->nodes[r].in[0];
-	if (id < 0)
-		return in;
-	const struct node *add = &net->nodes[in];
-	return add->in[0] == id ? add->in[1] : add->in[0];
-}
-/* Is node r's output recomputed right before the backward of node i (the planned
- * step; a chain of block outputs is made together, in forward order)? */
-static inline int node_recomputed_at(const struct net *net, int r, int i)
-{
-	const struct node *rn = &net->nodes[r];
-	return rn->t_re >= 0 && net->tensors[rn->t_re].first_step == 2 * net->n_nodes - i;
-}
-/* Nodes r < i whose recompute runs before the backward of node i, in forward order
- * (none without net->recompute). */
-#define FOR_EACH_RECOMPUTE_AT(net, r, i)                                    \
-	for (int r = 0; (net)->recompute && r < (i); r++)                   \
-		if (node_recomputed_at((net), r, (i)))
 
 #endif

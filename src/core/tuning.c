@@ -1,0 +1,66 @@
+#include "core/tuning.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TUNING_WORKSPACE_MIB_DEFAULT 4096
+
+const struct tuning_entry tuning_table[] = {
+	{ "GPUPERF_CONV_WORKSPACE_MIB", "4096",
+	  "workspace budget in MiB for a convolution algorithm to be considered" },
+	{ "GPUPERF_CONV_LOG", "0", "1: each convolution's algorithm pick and candidate times on stderr" },
+	{ "GPUPERF_RESULTS", "results", "directory for results without --out" },
+	{ "GPUPERF_NVML_LIB", "libnvidia-ml.so.1", "the NVML library to load" },
+};
+const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
+
+static struct tuning current;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void path_from_env(const char *name, char *dst)
+{
+	const char *v = getenv(name);
+	snprintf(dst, TUNING_PATH_MAX, "%s", v ? v : "");
+}
+
+void tuning_reload(void)
+{
+	struct tuning t = { .conv_workspace_mib = TUNING_WORKSPACE_MIB_DEFAULT };
+	const char *v = getenv("GPUPERF_CONV_WORKSPACE_MIB");
+	if (v && atol(v) > 0)
+		t.conv_workspace_mib = (size_t)atol(v);
+	v = getenv("GPUPERF_CONV_LOG");
+	t.conv_log = v && *v == '1';
+	path_from_env("GPUPERF_RESULTS", t.results_dir);
+	path_from_env("GPUPERF_NVML_LIB", t.nvml_lib);
+	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
+	current = t;
+}
+
+const struct tuning *tuning_get(void)
+{
+	pthread_once(&once, tuning_reload);
+	return &current;
+}
+
+void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
+{
+	switch (i) {
+	case 0:
+		snprintf(buf, cap, "%zu", t->conv_workspace_mib);
+		return;
+	case 1:
+		snprintf(buf, cap, "%d", t->conv_log);
+		return;
+	case 2:
+		snprintf(buf, cap, "%s", t->results_dir[0] ? t->results_dir : tuning_table[i].default_value);
+		return;
+	case 3:
+		snprintf(buf, cap, "%s", t->nvml_lib[0] ? t->nvml_lib : tuning_table[i].default_value);
+		return;
+	default:
+		snprintf(buf, cap, "?");
+	}
+}

@@ -1,0 +1,50 @@
+/* Tuning switches: the few settings gpuperf reads from the environment, read once
+ * (tuning_get) and shown by `info` and in every result's settings; and the switches
+ * that keep a plain path reachable from the tests as a yardstick for a faster one,
+ * set per net and never read from the environment. tuning_table lists each name, its
+ * default and its meaning. */
+#ifndef GP_TUNING_H
+#define GP_TUNING_H
+
+#include <stddef.h>
+
+#define TUNING_PATH_MAX 512
+
+struct tuning {
+	/* GPUPERF_CONV_WORKSPACE_MIB: the most workspace a convolution algorithm may take
+	 * to be considered (a budget; larger lets faster algorithms compete) */
+	size_t conv_workspace_mib;
+	/* GPUPERF_CONV_LOG=1: each convolution's algorithm pick and timings on stderr */
+	int conv_log;
+	/* GPUPERF_RESULTS: where results go without --out ("" : results/) */
+	char results_dir[TUNING_PATH_MAX];
+	/* GPUPERF_NVML_LIB: the NVML library to load ("": libnvidia-ml.so.1) */
+	char nvml_lib[TUNING_PATH_MAX];
+
+	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
+	 * that a test compares the default with. */
+	struct tuning_test {
+		int bn_fuse;      /* batch norm fused with the ReLU (and add) after it */
+		int bn_own;       /* FP32 batch norms not fused on the own kernels, not cuDNN's */
+		int conv_ws_arena; /* convolution workspaces planned in the arena, not one shared */
+		int wgrad_stream; /* FP32 weight gradients on a second stream */
+	} test;
+};
+
+struct tuning_entry {
+	const char *name;          /* the environment variable */
+	const char *default_value;
+	const char *meaning;
+};
+
+extern const struct tuning_entry tuning_table[];
+extern const int tuning_table_len;
+
+/* The process's settings, read from the environment at the first call. */
+const struct tuning *tuning_get(void);
+/* Read the environment again (tests that change it). Not while other threads read. */
+void tuning_reload(void);
+/* The value of tuning_table[i] as t holds it, as text. */
+void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,81 @@
+/* The boundary between the net and its backend: what the net's creator chooses (the
+ * device) is checked at set-up, on any machine. */
+#include <jansson.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/tuning.h"
+#include "nn/models.h"
+#include "nn/net.h"
+#include "test.h"
+
+static struct net *small_net(void)
+{
+	struct model_opts o = model_defaults("simple_cnn");
+	o.batch = 2;
+	o.classes = 10;
+	struct net *net = NULL;
+	CHECK_MSG(model_build("simple_cnn", &o, &net) == 0, "%s", gp_errmsg());
+	return net;
+}
+
+/* A device that is not there is one error naming it, and the net stays usable. */
+TEST(net_setup_rejects_bad_device)
+{
+	struct net *net = small_net();
+	if (!net)
+		return;
+	int devices[] = { 1, 7, -1 };
+	for (int k = 0; k < 3; k++) {
+		char want[32];
+		net->device = devices[k];
+		snprintf(want, sizeof(want), "device %d", devices[k]);
+		CHECK_EQ_INT(net_setup(net, BACKEND_CPU, GP_F32, PREC_FP32), GP_ENODEV);
+		CHECK_MSG(strstr(gp_errmsg(), want) != NULL, "message: %s", gp_errmsg());
+		CHECK(strchr(gp_errmsg(), '\n') == NULL);
+		CHECK_EQ_INT(net->mem.total_bytes, 0);
+	}
+	/* on CUDA: no such device here (or no GPU at all), never a crash or a set-up */
+	net->device = 99;
+	CHECK_EQ_INT(net_setup(net, BACKEND_CUDA, GP_F32, PREC_FP32), GP_ENODEV);
+	CHECK_EQ_INT(net->mem.total_bytes, 0);
+	net->device = 0;
+	CHECK_MSG(net_setup(net, BACKEND_CPU, GP_F32, PREC_FP32) == 0, "%s", gp_errmsg());
+	net_free(net);
+}
+
+/* The tuning switches are one table, read once, shown by `info` and recorded in every
+ * result's settings. */
+TEST(tuning_shown_by_info_and_recorded_in_results)
+{
+	const struct tuning *t = tuning_get();
+	CHECK(t == tuning_get());
+	CHECK_EQ_INT(tuning_table_len, 4);
+	for (int i = 0; i < tuning_table_len; i++)
+		CHECK(!strncmp(tuning_table[i].name, "GPUPERF_", 8) && tuning_table[i].meaning[0]);
+	CHECK(t->test.bn_fuse && t->test.bn_own && t->test.conv_ws_arena && t->test.wgrad_stream);
+
+	char cmd[1024], out[8192], dir[600];
+	snprintf(cmd, sizeof(cmd), "GPUPERF_CONV_WORKSPACE_MIB=1234 %s info", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "GPUPERF_CONV_WORKSPACE_MIB") && strstr(out, "1234"), "info: %s", out);
+	CHECK_MSG(strstr(out, "GPUPERF_NVML_LIB") != NULL, "info: %s", out);
+
+	snprintf(dir, sizeof(dir), "%s/tuned", test_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "GPUPERF_CONV_LOG=1 %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
+		 "--out %s",
+		 test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "compare: %s", out);
+	char path[700];
+	snprintf(path, sizeof(path), "%s/compare.json", dir);
+	json_error_t err;
+	json_t *res = json_load_file(path, 0, &err);
+	CHECK_MSG(res != NULL, "%s: %s", path, err.text);
+	json_t *tuning = json_object_get(json_object_get(res, "settings"), "tuning");
+	CHECK_MSG(json_is_object(tuning), "no settings.tuning in %s", path);
+	const char *log = json_string_value(json_object_get(tuning, "GPUPERF_CONV_LOG"));
+	CHECK_MSG(log && !strcmp(log, "1"), "GPUPERF_CONV_LOG recorded as %s", log ? log : "nothing");
+	CHECK_EQ_INT(json_object_size(tuning), tuning_table_len);
+	json_decref(res);
+}
