@@ -12,7 +12,7 @@
 #include "core/timeutil.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
-#include "report/trace.h"
+#include "core/trace.h"
 #include "test.h"
 
 /* --- the per-step scan the analysis did before: the reference ---------------------- */

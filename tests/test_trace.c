@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
-#include "report/trace.h"
+#include "core/trace.h"
 #include "test.h"
 
 #define MS 1000000LL

@@ -11,7 +11,7 @@
 
 #include "core/rng.h"
 #include "report/chrome_trace.h"
-#include "report/trace.h"
+#include "core/trace.h"
 #include "test.h"
 
 #define SAMPLE_DIR "tests/data/sample_trace"

@@ -4,7 +4,7 @@
 #ifndef GP_TRACER_H
 #define GP_TRACER_H
 
-#include "report/trace.h"
+#include "core/trace.h"
 
 /* Start recording into t; fills t->meta's GPU fields when gpu_name is empty. */
 int tracer_start(struct trace *t);

@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "report/trace.h"
+#include "core/trace.h"
 
 /* The parts of a step, in the priority that assigns each instant to one part. */
 enum analysis_part {

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "report/trace.h"
+#include "core/trace.h"
 
 /* Write t to path atomically (a temporary file renamed into place). */
 int chrome_trace_write(const struct trace *t, const char *path);

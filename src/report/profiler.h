@@ -14,7 +14,7 @@
 #include "core/memstat.h"
 #include "nn/net.h"
 #include "nn/trainer.h"
-#include "report/trace.h"
+#include "core/trace.h"
 
 struct analysis;
 

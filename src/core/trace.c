@@ -1,4 +1,4 @@
-#include "report/trace.h"
+#include "core/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
