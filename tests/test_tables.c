@@ -1,9 +1,10 @@
-/* One table per concept: the names helper. */
+/* One table per concept: the names helper and the model table. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/names.h"
+#include "nn/models.h"
 #include "test.h"
 
 static const char *abc_at(int i)
@@ -29,4 +30,30 @@ TEST(names_join_and_find)
 	CHECK_EQ_INT(names_find(abc_at, "bb"), 1);
 	CHECK_EQ_INT(names_find(abc_at, "b"), -1);
 	CHECK_EQ_INT(names_find(abc_at, NULL), -1);
+}
+
+/* Every row builds, its name is found, and its defaults are what model_defaults gives. */
+TEST(tables_every_model_row_builds)
+{
+	int n = 0;
+	for (int i = 0; model_info_at(i); i++, n++) {
+		const struct model_info *m = model_info_at(i);
+		CHECK(!strcmp(model_name_at(i), m->name));
+		CHECK(model_find(m->name) == m);
+		CHECK_EQ_INT(model_name_check(m->name), 0);
+		struct model_opts o = model_defaults(m->name);
+		CHECK_EQ_INT(o.size, m->size);
+		CHECK_EQ_INT(o.classes, m->classes);
+		o.size = 32;
+		o.batch = 1;
+		o.classes = 10;
+		struct net *net = NULL;
+		CHECK_MSG(model_build(m->name, &o, &net) == 0, "%s: %s", m->name, gp_errmsg());
+		net_free(net);
+	}
+	CHECK_EQ_INT(n, 4);
+	CHECK(model_name_at(n) == NULL && model_info_at(-1) == NULL && model_find("vgg16") == NULL);
+	CHECK(model_name_check("vgg16") == GP_EINVAL);
+	CHECK_MSG(strstr(gp_errmsg(), "(known: simple_cnn, resnet18, resnet50, mobilenet_v2)") != NULL,
+		  "%s", gp_errmsg());
 }

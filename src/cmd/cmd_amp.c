@@ -11,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/names.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -54,18 +55,6 @@ static int watch_after_step(void *user, struct net *net, int step, int steps, do
 	}
 	fflush(stdout);
 	return 0;
-}
-
-static int check_model(const char *name)
-{
-	size_t len = strlen(name);
-	for (const char *k = model_names(); *k; k += strspn(k, ", ")) {
-		size_t kl = strcspn(k, ", ");
-		if (kl == len && !strncmp(k, name, len))
-			return 0;
-		k += kl;
-	}
-	return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, model_names());
 }
 
 /* "fp32,fp16" into precisions, each once. */
@@ -272,7 +261,7 @@ int cmd_amp(int argc, char **argv)
 	enum layout asked_layout;
 	enum backend_kind backend;
 	int n_precs = 0, any_amp = 0;
-	GP_TRY(check_model(model));
+	GP_TRY(model_name_check(model));
 	if (batches.n == 0)
 		return gp_error(GP_EINVAL, "--batches: give at least one batch size (e.g. 64,128,256,512)");
 	GP_TRY(parse_precisions(precisions, precs, &n_precs));

@@ -11,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/names.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -86,20 +87,13 @@ static int parse_models(const char *list, char names[][32], int *n)
 	*n = 0;
 	for (;;) {
 		size_t len = strcspn(p, ",");
-		char name[32];
+		char name[32], known[256];
 		if (len == 0 || len >= sizeof(name))
 			return gp_error(GP_EINVAL, "--models '%s': expected names separated by commas (known: %s)",
-					list, model_names());
+					list, names_join(known, sizeof(known), model_name_at, ", ", ", "));
 		memcpy(name, p, len);
 		name[len] = 0;
-		int known = 0;
-		for (const char *k = model_names(); *k; k += strspn(k, ", ")) {
-			size_t kl = strcspn(k, ", ");
-			known |= kl == len && !strncmp(k, name, len);
-			k += kl;
-		}
-		if (!known)
-			return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, model_names());
+		GP_TRY(model_name_check(name));
 		if (*n == COMPARE_MAX_MODELS)
 			return gp_error(GP_EINVAL, "--models: at most %d models", COMPARE_MAX_MODELS);
 		snprintf(names[(*n)++], 32, "%s", name);

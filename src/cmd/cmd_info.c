@@ -9,6 +9,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/memstat.h"
+#include "core/names.h"
 #include "core/version.h"
 #include "gpu/devinfo.h"
 #include "nn/models.h"
@@ -71,7 +72,8 @@ static int info_system(int json)
 	if (d.cudnn_version)
 		printf("  CUDA runtime    %d, driver %d, cuDNN %d, cuBLAS %d\n", d.cudart_version,
 		       d.driver_version, d.cudnn_version, d.cublas_version);
-	printf("  models          %s\n", model_names());
+	char models[256];
+	printf("  models          %s\n", names_join(models, sizeof(models), model_name_at, ", ", ", "));
 	return 0;
 }
 
@@ -95,6 +97,12 @@ int cmd_info(int argc, char **argv)
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf info [--model NAME] [--batch B] [--size S] [--precision P] [--json]", opts);
+		printf("\nmodels:\n");
+		for (int i = 0; model_info_at(i); i++) {
+			const struct model_info *m = model_info_at(i);
+			printf("  %-14s %s; %dx%d, %d classes by default\n", m->name, m->summary,
+			       m->size, m->size, m->classes);
+		}
 		return 0;
 	}
 	enum precision prec;

@@ -13,17 +13,6 @@
 #include "nn/trainer.h"
 #include "report/profiler.h"
 
-/* An unknown model fails here, before the plan is printed. */
-static int model_check_name(const char *name)
-{
-	const char *names = model_names();
-	size_t n = strlen(name);
-	for (const char *p = names; (p = strstr(p, name)); p += n)
-		if ((p == names || p[-1] == ' ' || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-			return 0;
-	return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, names);
-}
-
 int cmd_profile(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
@@ -65,7 +54,7 @@ int cmd_profile(int argc, char **argv)
 	o.classes = classes;
 	if (baseline < 0)
 		baseline = o.steps;
-	GP_TRY(model_check_name(o.model));
+	GP_TRY(model_name_check(o.model)); /* before the plan is printed */
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	o.seed = (uint64_t)seed;
