@@ -1,10 +1,12 @@
-/* One table per concept: the names helper and the model table. */
+/* One table per concept: the names helper, the model, precision, device and layout
+ * tables. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/names.h"
 #include "nn/models.h"
+#include "nn/trainer.h"
 #include "test.h"
 
 static const char *abc_at(int i)
@@ -56,4 +58,31 @@ TEST(tables_every_model_row_builds)
 	CHECK(model_name_check("vgg16") == GP_EINVAL);
 	CHECK_MSG(strstr(gp_errmsg(), "(known: simple_cnn, resnet18, resnet50, mobilenet_v2)") != NULL,
 		  "%s", gp_errmsg());
+}
+
+/* Names and enums agree both ways. */
+TEST(tables_precision_device_layout_names_round_trip)
+{
+	for (int i = 0; train_precision_name_at(i); i++) {
+		enum precision p;
+		CHECK_EQ_INT(train_parse_precision(train_precision_name_at(i), &p), 0);
+		CHECK_EQ_INT((int)p, i);
+		CHECK(!strcmp(train_precision_name(p), train_precision_name_at(i)));
+	}
+	for (int i = 0; train_layout_choice_at(i); i++) {
+		enum layout l;
+		CHECK_EQ_INT(train_parse_layout(train_layout_choice_at(i), &l), 0);
+		CHECK(!strcmp(train_layout_name(l), train_layout_choice_at(i)));
+	}
+	enum layout l = LAYOUT_NCHW;
+	CHECK_EQ_INT(train_parse_layout(NULL, &l), 0);
+	CHECK_EQ_INT((int)l, LAYOUT_AUTO);
+	CHECK_EQ_INT(train_parse_layout("auto", &l), 0);
+	CHECK_EQ_INT((int)l, LAYOUT_AUTO);
+	CHECK(train_parse_layout("nwhc", &l) == GP_EINVAL);
+	CHECK(!strcmp(train_device_name(BACKEND_CPU), "cpu"));
+	CHECK(!strcmp(train_device_name(BACKEND_CUDA), "cuda"));
+	enum backend_kind b = BACKEND_CUDA;
+	CHECK_EQ_INT(train_pick_device("cpu", &b, 1), 0);
+	CHECK_EQ_INT((int)b, BACKEND_CPU);
 }

@@ -57,23 +57,32 @@ static int watch_after_step(void *user, struct net *net, int step, int steps, do
 	return 0;
 }
 
-/* "fp32,fp16" into precisions, each once. */
+/* "fp32,fp16" into precisions, each once; NULL: every precision, in table order. */
 static int parse_precisions(const char *list, enum precision *out, int *n)
 {
 	const char *p = list;
+	char known[64];
 	*n = 0;
+	if (!list) {
+		while (train_precision_name_at(*n) && *n < AMP_MAX_PRECISIONS) {
+			out[*n] = (enum precision)*n;
+			(*n)++;
+		}
+		return 0;
+	}
+	names_join(known, sizeof(known), train_precision_name_at, ", ", ", ");
 	for (;;) {
 		size_t len = strcspn(p, ",");
 		char name[16];
 		enum precision prec;
 		if (len == 0 || len >= sizeof(name))
 			return gp_error(GP_EINVAL, "--precisions '%s': expected names separated by commas "
-					"(fp32, tf32, fp16, bf16)", list);
+					"(%s)", list, known);
 		memcpy(name, p, len);
 		name[len] = 0;
 		if (train_parse_precision(name, &prec) < 0)
-			return gp_error(GP_EINVAL, "--precisions: unknown precision '%s' (known: fp32, "
-					"tf32, fp16, bf16)", name);
+			return gp_error(GP_EINVAL, "--precisions: unknown precision '%s' (known: %s)",
+					name, known);
 		for (int i = 0; i < *n; i++)
 			if (out[i] == prec)
 				return gp_error(GP_EINVAL, "--precisions: '%s' is given twice", name);
@@ -82,11 +91,6 @@ static int parse_precisions(const char *list, enum precision *out, int *n)
 			return 0;
 		p += len + 1;
 	}
-}
-
-static const char *layout_name(enum layout l)
-{
-	return l == LAYOUT_NHWC ? "nhwc" : "nchw";
 }
 
 /* The layout a cell runs in: NHWC exists only under fp16/bf16 on the GPU, so fp32
@@ -156,7 +160,7 @@ static json_t *cell_json(const struct amp_cell *c)
 	int ok = !c->oom;
 	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}",
 		"batch", c->batch, "precision", train_precision_name(c->prec),
-		"layout", layout_name(c->layout), "status", ok ? "ok" : "oom",
+		"layout", train_layout_name(c->layout), "status", ok ? "ok" : "oom",
 		"ms_per_step", real_or_null(ok, c->res.ms_per_step),
 		"img_s", real_or_null(ok, c->res.img_s),
 		"speedup", real_or_null(ok && c->speedup >= 0, c->speedup),
@@ -199,7 +203,7 @@ static json_t *amp_result(int argc, char **argv, const struct amp_settings *s,
 	for (int i = 0; i < n; i++)
 		if (json_array_append_new(arr, cell_json(&cells[i])) < 0)
 			goto fail;
-	const char *device = s->backend == BACKEND_CUDA ? "cuda" : "cpu";
+	const char *device = train_device_name(s->backend);
 	json_t *settings = json_pack("{s:s, s:O, s:O, s:i, s:i, s:s, s:s, s:s}", "model", s->model,
 				     "batches", batches, "precisions", precs, "steps", s->steps,
 				     "size", s->size, "layout", s->layout, "device", device,
@@ -232,7 +236,7 @@ fail:
 
 int cmd_amp(int argc, char **argv)
 {
-	const char *model = "resnet50", *device = "auto", *precisions = "fp32,tf32,fp16,bf16";
+	const char *model = "resnet50", *device = "auto", *precisions = NULL;
 	const char *layout = NULL, *out_dir = NULL;
 	struct int_list batches = { 4, { 64, 128, 256, 512 } };
 	int steps = 30, size = 0, csv = 0, help = 0, overwrite = 0;
@@ -295,7 +299,7 @@ int cmd_amp(int argc, char **argv)
 			gp_error_clear(); /* the result's gpu comes from devinfo then */
 	}
 	printf("%s, %dx%d, %d steps per cell on %s: %d batch sizes x %d precisions\n", model, size,
-	       size, steps, backend == BACKEND_CUDA ? "cuda" : "cpu", batches.n, n_precs);
+	       size, steps, train_device_name(backend), batches.n, n_precs);
 	fflush(stdout);
 	for (int b = 0; b < batches.n; b++) {
 		for (int p = 0; p < n_precs; p++) {

@@ -201,7 +201,7 @@ static int compare_write_result(int argc, char **argv, const struct compare_row 
 	json_t *settings = json_pack("{s:O, s:i, s:i, s:o, s:i, s:s, s:s}", "models", names,
 				     "batch", batch, "steps", steps,
 				     "size", size ? json_integer(size) : json_null(), "classes", classes,
-				     "device", backend == BACKEND_CUDA ? "cuda" : "cpu",
+				     "device", train_device_name(backend),
 				     "precision", train_precision_name(prec));
 	if (!settings || json_object_set_new(res, "settings", settings) < 0 ||
 	    json_object_set(json_object_get(res, "measurements"), "models", models) < 0)

@@ -435,12 +435,12 @@ static json_t *search_result(const struct search *s, int argc, char **argv, cons
 	const char *prec = train_precision_name(s->prec);
 	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "model", model,
 		"precision", prec, "image_size", size, "start", start,
-		"device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"device", train_device_name(s->backend),
 		"mem_limit_mib", limit_bytes ? result_real(limit_bytes / GP_MIB) : json_null(),
 		"search", "double from start, then bisect to the exact batch",
 		"recompute", s->recompute, "conv_algorithms", s->measure_algos ? "measured" : "heuristic");
 	json_t *m = json_pack("{s:s, s:s, s:s, s:o, s:O, s:i, s:i, s:o}", "model", model,
-		"precision", prec, "device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"precision", prec, "device", train_device_name(s->backend),
 		"capacity_mib", result_real(capacity_mib), "trials", trials, "max_batch", max_batch,
 		"predicted_max_batch", predicted, "search_s", result_real(search_s));
 	answer = json_pack("{s:i, s:b, s:o, s:i, s:O, s:i, s:b, s:o, s:o, s:o, s:s}",
@@ -642,7 +642,7 @@ int cmd_maxbatch(int argc, char **argv)
 		goto cleanup;
 	printf("%s, %dx%d, %s on %s: the memory plan predicts a largest batch of %d "
 	       "(%.0f MiB available%s)\n", model, mo.size, mo.size, train_precision_name(s.prec),
-	       s.backend == BACKEND_CUDA ? "cuda" : "cpu", predicted, budget / GP_MIB,
+	       train_device_name(s.backend), predicted, budget / GP_MIB,
 	       s.backend == BACKEND_CUDA ? ", cuDNN workspace measured at set-up, not counted" : "");
 
 	size_t free_before = device_free_bytes(s.backend);

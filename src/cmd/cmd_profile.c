@@ -75,7 +75,7 @@ int cmd_profile(int argc, char **argv)
 	s.argc = argc;
 	s.argv = argv;
 	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "model", o.model,
-			       "device", o.backend == BACKEND_CUDA ? "cuda" : "cpu", "precision",
+			       "device", train_device_name(o.backend), "precision",
 			       precision, "batch", o.batch, "size", size, "wait", wait, "warmup_steps",
 			       warmup, "steps", o.steps, "baseline_steps", baseline, "data", data);
 	if (s.settings && o.data)
@@ -90,7 +90,7 @@ int cmd_profile(int argc, char **argv)
 	o.observer = &ob;
 	printf("profiling %s on %s (%s), batch %d: %d wait, %d unprofiled (timed), %d warm-up, "
 	       "%d recorded steps\n",
-	       o.model, o.backend == BACKEND_CUDA ? "cuda" : "cpu", precision, o.batch, wait,
+	       o.model, train_device_name(o.backend), precision, o.batch, wait,
 	       baseline, warmup, w->active);
 	struct train_result res;
 	int rc = train_run(&o, &res, NULL);

@@ -44,7 +44,7 @@ static int train_run_profiled(struct train_opts *o, const struct int_list *epoch
 	s.argc = argc;
 	s.argv = argv;
 	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i}", "model", o->model, "device",
-			       o->backend == BACKEND_CUDA ? "cuda" : "cpu", "precision", precision,
+			       train_device_name(o->backend), "precision", precision,
 			       "batch", o->batch, "size", o->size, "epochs", o->epochs > 0 ? o->epochs : 1,
 			       "epoch_steps", epoch_steps);
 	if (!s.settings)

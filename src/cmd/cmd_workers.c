@@ -431,7 +431,7 @@ int cmd_workers(int argc, char **argv)
 		"model", model, "data", data, "batch", batch, "steps", steps,
 		"size", size ? size : model_defaults(model).size, "classes", runs[0].res.classes,
 		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
-		"device", backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"device", train_device_name(backend),
 		"precision", train_precision_name(prec));
 	json_t *list = json_array();
 	for (int i = 0; settings && list && i < workers.n; i++)
