@@ -1,5 +1,6 @@
 /* One table per concept: the names helper, the model, precision, device and layout
- * tables. */
+ * tables, and that help texts, messages and the menu list exactly what the tables
+ * hold. */
 #include <stdio.h>
 #include <string.h>
 
@@ -85,4 +86,31 @@ TEST(tables_precision_device_layout_names_round_trip)
 	enum backend_kind b = BACKEND_CUDA;
 	CHECK_EQ_INT(train_pick_device("cpu", &b, 1), 0);
 	CHECK_EQ_INT((int)b, BACKEND_CPU);
+}
+
+/* The help of each command that takes a model lists the table's models, and the
+ * menu's first question does too. */
+TEST(tables_help_and_menu_list_the_tables)
+{
+	static const char *const cmds[] = { "train", "info", "amp", "maxbatch", "workers",
+					    "profile", "advise", "parity" };
+	char cmd[1024], out[16384], list[256], want[300];
+	names_join(list, sizeof(list), model_name_at, " | ", " | ");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "%s %s --help", test_bin(), cmds[i]);
+		CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+		snprintf(want, sizeof(want), "--model S                %s", list);
+		CHECK_MSG(strstr(out, want) != NULL, "%s --help lacks '%s':\n%s", cmds[i], want, out);
+	}
+	snprintf(cmd, sizeof(cmd), "%s train --help", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "--precision S            fp32 | tf32 | fp16 | bf16 (") != NULL);
+	CHECK(strstr(out, "--device S               cpu | cuda | auto (") != NULL);
+	CHECK(strstr(out, "--layout S               nchw | nhwc (") != NULL);
+	/* the first question, then the end of input */
+	snprintf(cmd, sizeof(cmd), "printf '1\\n' | %s menu", test_bin());
+	test_run(cmd, out, sizeof(out));
+	names_join(list, sizeof(list), model_name_at, ", ", ", ");
+	snprintf(want, sizeof(want), "model (%s) [resnet50]", list);
+	CHECK_MSG(strstr(out, want) != NULL, "menu lacks '%s':\n%s", want, out);
 }

@@ -241,24 +241,25 @@ int cmd_amp(int argc, char **argv)
 	struct int_list batches = { 4, { 64, 128, 256, 512 } };
 	int steps = 30, size = 0, csv = 0, help = 0, overwrite = 0;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (resnet50)", 0 },
+		OPT_MODEL(&model, "(resnet50)"),
 		{ "batches", OPT_INT_LIST, &batches, "batch sizes (64,128,256,512)", 1, ARGS_MAX_BATCH },
-		{ "precisions", OPT_STR, &precisions, "comma-separated, from fp32,tf32,fp16,bf16 (all four)", 0 },
-		{ "steps", OPT_INT, &steps, "training steps per cell, the first 10% (at most 10) untimed (30)", 1, ARGS_MAX_STEPS },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "layout", OPT_STR, &layout, "nchw | nhwc for fp16/bf16 (default nhwc; fp32/tf32 run nchw)", 0 },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "out", OPT_PATH, &out_dir, "directory for amp.json and the chart (default: a new results/amp_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the amp.json that --out DIR holds", 0 },
-		{ "csv", OPT_FLAG, &csv, "also write the table as CSV beside the result", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		{ "precisions", OPT_STR, &precisions, "(comma-separated; all of them by default)",
+		  .choices = train_precision_name_at },
+		OPT_STEPS(&steps, "training steps per cell, the first 10% (at most 10) untimed (30)"),
+		OPT_SIZE(&size),
+		OPT_LAYOUT(&layout, "for fp16/bf16 (default nhwc; fp32/tf32 run nchw)"),
+		OPT_DEVICE(&device),
+		OPT_OUT(&out_dir, "amp.json and the chart", "amp"),
+		OPT_OVERWRITE(&overwrite, "amp.json"),
+		OPT_CSV(&csv, "the table"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
-		args_print_help("gpuperf amp [--model resnet50] [--batches 64,128,256,512] "
-				"[--precisions fp32,tf32,fp16,bf16] [--steps N] [--size S] "
-				"[--layout nchw|nhwc] [--device cuda|cpu] [--out DIR] [--csv]", opts);
+		args_print_help("gpuperf amp [--model M] [--batches B,..] [--precisions P,..] "
+				"[--steps N] [--size S] [--layout L] [--device D] [--out DIR] [--csv]",
+				opts);
 		return 0;
 	}
 	enum precision precs[AMP_MAX_PRECISIONS];

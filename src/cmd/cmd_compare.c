@@ -219,27 +219,27 @@ free_json:
 
 int cmd_compare(int argc, char **argv)
 {
-	const char *models = "simple_cnn,resnet18,mobilenet_v2", *device = "auto";
+	const char *models = COMPARE_DEFAULT_MODELS, *device = "auto";
 	const char *precision = "fp32", *out_dir = NULL;
 	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0, overwrite = 0;
 	struct opt opts[] = {
-		{ "models", OPT_STR, &models, "comma-separated models (simple_cnn,resnet18,mobilenet_v2)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (32)", 1, ARGS_MAX_BATCH },
-		{ "steps", OPT_INT, &steps, "training steps per model (100)", 1, ARGS_MAX_STEPS },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_PATH, &out_dir, "directory for compare.json (default: a new results/compare_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the compare.json that --out DIR holds", 0 },
-		{ "csv", OPT_FLAG, &csv, "also write the tables as CSV beside the result", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		{ "models", OPT_STR, &models, "comma-separated models (" COMPARE_DEFAULT_MODELS ")", 0 },
+		OPT_BATCH(&batch, "batch size (32)"),
+		OPT_STEPS(&steps, "training steps per model (100)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (1000)"),
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&precision, "(fp32; GPU math mode, fp16/bf16: mixed precision)"),
+		OPT_OUT(&out_dir, "compare.json", "compare"),
+		OPT_OVERWRITE(&overwrite, "compare.json"),
+		OPT_CSV(&csv, "the tables"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf compare [--models a,b,c] [--batch B] [--steps N] [--size S] "
-				"[--device cpu|cuda] [--out DIR] [--csv]", opts);
+				"[--device D] [--out DIR] [--csv]", opts);
 		return 0;
 	}
 	char names[COMPARE_MAX_MODELS][32];

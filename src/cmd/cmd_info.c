@@ -82,17 +82,16 @@ int cmd_info(int argc, char **argv)
 	const char *model = NULL, *precision = "fp32";
 	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0, recompute_blocks = 0;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1, ARGS_MAX_BATCH },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
-		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
+		OPT_MODEL(&model, "(without it: this machine)"),
+		OPT_BATCH(&batch, "batch size for the training-memory figures (32)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (1000)"),
+		OPT_JSON(&json, "print JSON instead of tables"),
 		{ "recompute", OPT_FLAG, &recompute, "plan with BN+ReLU outputs recomputed in backward", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks, "and residual blocks' outputs too", 0 },
-		{ "precision", OPT_STR, &precision,
-		  "fp32 | tf32 | fp16 | bf16: the GPU's training memory in that mode (fp32)", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_PRECISION(&precision, "(fp32; the GPU's training memory in that mode)"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {

@@ -23,28 +23,28 @@ int cmd_profile(int argc, char **argv)
 	o.model = "mobilenet_v2";
 	o.batch = 64;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "batch", OPT_INT, &o.batch, "batch size (64)", 1, ARGS_MAX_BATCH },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's; 1000 for synthetic)", 1, ARGS_MAX_CLASSES },
-		{ "steps", OPT_INT, &o.steps, "recorded (active) steps (20)", 1, ARGS_MAX_STEPS },
+		OPT_MODEL(&o.model, "(mobilenet_v2)"),
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&precision, "(fp32; GPU math mode, fp16/bf16: mixed precision)"),
+		OPT_BATCH(&o.batch, "batch size (64)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (default: the dataset's; 1000 for synthetic)"),
+		OPT_STEPS(&o.steps, "recorded (active) steps (20)"),
 		{ "wait", OPT_INT, &wait, "steps run first, neither timed nor recorded (1)", 0, ARGS_MAX_STEPS },
 		{ "warmup", OPT_INT, &warmup, "steps recorded and dropped before the active ones (1)", 0, ARGS_MAX_STEPS },
 		{ "baseline-steps", OPT_INT, &baseline, "unprofiled steps timed for the overhead ratio (default: --steps)", 1, ARGS_MAX_STEPS },
-		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
-		{ "data", OPT_PATH, &data, "synthetic | DIR (ImageFolder) | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &workers, "data-loader threads with --data (4)", 0, ARGS_MAX_WORKERS },
-		{ "out", OPT_PATH, &out, "output directory (default: a new results/profile_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the result.json that --out DIR holds", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_SEED(&seed, "seed for initialization and data (0)"),
+		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
+		OPT_WORKERS(&workers, "data-loader threads with --data (4)"),
+		OPT_OUT(&out, "the trace, logs, charts, report and result.json", "profile"),
+		OPT_OVERWRITE(&overwrite, "result.json"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf profile [--model NAME] [--batch B] [--workers N] [--steps N] [--wait W] "
-				"[--warmup W] [--data DIR] [--device cpu|cuda] [--out DIR]", opts);
+				"[--warmup W] [--data DIR] [--device D] [--out DIR]", opts);
 		return 0;
 	}
 	if (strcmp(data, "synthetic")) {
