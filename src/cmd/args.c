@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/names.h"
 
 /* An integer in [min, max]; a value too large for long long is out of range too. */
 static int parse_bounded(const char *name, const char *s, size_t len, long long min,
@@ -179,6 +180,10 @@ void args_print_help(const char *usage, const struct opt *opts)
 				 o->range & OPT_MIN_INCL ? '[' : '(', lo, hi,
 				 o->range & OPT_MAX_INCL ? ']' : ')');
 		}
-		printf("  %-24s %s%s\n", left, o->help ? o->help : "", range);
+		char choices[256] = "";
+		if (o->choices)
+			names_join(choices, sizeof(choices), o->choices, " | ", " | ");
+		printf("  %-24s %s%s%s%s\n", left, choices, *choices && o->help ? " " : "",
+		       o->help ? o->help : "", range);
 	}
 }

@@ -4,6 +4,9 @@
 #ifndef GP_ARGS_H
 #define GP_ARGS_H
 
+#include "nn/models.h"
+#include "nn/trainer.h"
+
 enum opt_type {
 	OPT_FLAG = 0, /* int, set to 1 */
 	OPT_INT,      /* int */
@@ -47,7 +50,57 @@ struct opt {
 	int max_int;      /* OPT_INT/OPT_INT_LIST: largest allowed value (must be set) */
 	double min_d, max_d; /* OPT_DOUBLE: bounds, as range says (always finite) */
 	int range;        /* OPT_DOUBLE: OPT_MIN_* | OPT_MAX_* bits */
+	/* OPT_STR: the i-th value it takes, NULL past the last (a table's, core/names.h);
+	 * help lists them as "a | b | c" before the help text. The command checks the
+	 * value, so its message can name the table's concept. */
+	const char *(*choices)(int i);
 };
+
+/* Rows that several commands share, as git's parse-options.h has them: the name,
+ * type, bounds and the part of the help that does not differ are written once here;
+ * help is what a command adds (its default, what the value means there). */
+#define OPT_MODEL(var, help) \
+	{ "model", OPT_STR, (var), (help), .choices = model_name_at }
+#define OPT_DEVICE(var) \
+	{ "device", OPT_STR, (var), "(auto: cuda when a GPU is present)", \
+	  .choices = train_device_choice_at }
+#define OPT_PRECISION(var, help) \
+	{ "precision", OPT_STR, (var), (help), .choices = train_precision_name_at }
+#define OPT_LAYOUT(var, help) \
+	{ "layout", OPT_STR, (var), (help), .choices = train_layout_choice_at }
+#define OPT_BATCH(var, help) { "batch", OPT_INT, (var), (help), 1, ARGS_MAX_BATCH }
+/* model_build takes sides from 8 (simple_cnn pools three times by 2); the default
+ * is the model table's, which the help spells out as it cannot call it. */
+#define OPT_SIZE(var) \
+	{ "size", OPT_INT, (var), "input height and width (224; 32 for simple_cnn)", 8, \
+	  ARGS_MAX_SIZE }
+#define OPT_CLASSES(var, help) { "classes", OPT_INT, (var), (help), 1, ARGS_MAX_CLASSES }
+#define OPT_STEPS(var, help) { "steps", OPT_INT, (var), (help), 1, ARGS_MAX_STEPS }
+#define OPT_WORKERS(var, help) { "workers", OPT_INT, (var), (help), 0, ARGS_MAX_WORKERS }
+#define OPT_WORKER_LIST(var, help) \
+	{ "workers", OPT_INT_LIST, (var), (help), 0, ARGS_MAX_WORKERS }
+#define OPT_PREFETCH(var, help) { "prefetch", OPT_INT, (var), (help), 1, ARGS_MAX_PREFETCH }
+#define OPT_SEED(var, help) { "seed", OPT_I64, (var), (help) }
+#define OPT_DATA(var, help) { "data", OPT_PATH, (var), (help) }
+#define OPT_LR(var, help) \
+	{ "lr", OPT_DOUBLE, (var), (help), .min_d = 0, .range = OPT_MIN_EXCL }
+#define OPT_MOMENTUM(var, help) \
+	{ "momentum", OPT_DOUBLE, (var), (help), .min_d = 0, .max_d = 1, \
+	  .range = OPT_MIN_INCL | OPT_MAX_INCL }
+#define OPT_WEIGHT_DECAY(var, help) \
+	{ "weight-decay", OPT_DOUBLE, (var), (help), .min_d = 0, .range = OPT_MIN_INCL }
+/* A measuring command's result folder: what it writes there, and the command's name
+ * for the default results/<cmd>_<timestamp>/. */
+#define OPT_OUT(var, files, cmd) \
+	{ "out", OPT_PATH, (var), "directory for " files " (default: a new results/" cmd \
+	  "_<timestamp>/)" }
+#define OPT_OVERWRITE(var, file) \
+	{ "overwrite", OPT_FLAG, (var), "replace the " file " that --out DIR holds" }
+#define OPT_CSV(var, tables) \
+	{ "csv", OPT_FLAG, (var), "also write " tables " as CSV beside the result" }
+#define OPT_JSON(var, help) { "json", OPT_FLAG, (var), (help) }
+#define OPT_HELP(var) { "help", OPT_FLAG, (var), "show this help" }
+#define OPT_END() { 0 }
 
 /* Parse argv[first..argc) against opts (terminated by a zero entry). */
 int args_parse(int argc, char **argv, int first, const struct opt *opts);

@@ -68,18 +68,19 @@ int cmd_advise(int argc, char **argv)
 	base.batch = 64;
 	base.steps = 30;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &base.model, "model (mobilenet_v2)", 0 },
-		{ "batch", OPT_INT, &base.batch, "batch size (64)", 1, ARGS_MAX_BATCH },
-		{ "size", OPT_INT, &size, "input size (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "data", OPT_PATH, &data, "synthetic | DIR | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &base.workers, "data-loader threads (0)", 0, ARGS_MAX_WORKERS },
+		OPT_MODEL(&base.model, "(mobilenet_v2)"),
+		OPT_BATCH(&base.batch, "batch size (64)"),
+		OPT_SIZE(&size),
+		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
+		OPT_WORKERS(&base.workers, "data-loader threads (0)"),
+		/* a measurement needs a step beyond its untimed warm-up */
 		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2, ARGS_MAX_STEPS },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32", 0 },
-		{ "out", OPT_PATH, &out, "directory for advise.json (default: a new results/advise_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the advise.json that --out DIR holds", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&precision, "(fp32; on a GPU at fp32, tf32 is one of the fixes tried)"),
+		OPT_OUT(&out, "advise.json", "advise"),
+		OPT_OVERWRITE(&overwrite, "advise.json"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {

@@ -11,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/names.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -56,35 +57,32 @@ static int watch_after_step(void *user, struct net *net, int step, int steps, do
 	return 0;
 }
 
-static int check_model(const char *name)
-{
-	size_t len = strlen(name);
-	for (const char *k = model_names(); *k; k += strspn(k, ", ")) {
-		size_t kl = strcspn(k, ", ");
-		if (kl == len && !strncmp(k, name, len))
-			return 0;
-		k += kl;
-	}
-	return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, model_names());
-}
-
-/* "fp32,fp16" into precisions, each once. */
+/* "fp32,fp16" into precisions, each once; NULL: every precision, in table order. */
 static int parse_precisions(const char *list, enum precision *out, int *n)
 {
 	const char *p = list;
+	char known[64];
 	*n = 0;
+	if (!list) {
+		while (train_precision_name_at(*n) && *n < AMP_MAX_PRECISIONS) {
+			out[*n] = (enum precision)*n;
+			(*n)++;
+		}
+		return 0;
+	}
+	names_join(known, sizeof(known), train_precision_name_at, ", ", ", ");
 	for (;;) {
 		size_t len = strcspn(p, ",");
 		char name[16];
 		enum precision prec;
 		if (len == 0 || len >= sizeof(name))
 			return gp_error(GP_EINVAL, "--precisions '%s': expected names separated by commas "
-					"(fp32, tf32, fp16, bf16)", list);
+					"(%s)", list, known);
 		memcpy(name, p, len);
 		name[len] = 0;
 		if (train_parse_precision(name, &prec) < 0)
-			return gp_error(GP_EINVAL, "--precisions: unknown precision '%s' (known: fp32, "
-					"tf32, fp16, bf16)", name);
+			return gp_error(GP_EINVAL, "--precisions: unknown precision '%s' (known: %s)",
+					name, known);
 		for (int i = 0; i < *n; i++)
 			if (out[i] == prec)
 				return gp_error(GP_EINVAL, "--precisions: '%s' is given twice", name);
@@ -93,11 +91,6 @@ static int parse_precisions(const char *list, enum precision *out, int *n)
 			return 0;
 		p += len + 1;
 	}
-}
-
-static const char *layout_name(enum layout l)
-{
-	return l == LAYOUT_NHWC ? "nhwc" : "nchw";
 }
 
 /* The layout a cell runs in: NHWC exists only under fp16/bf16 on the GPU, so fp32
@@ -167,7 +160,7 @@ static json_t *cell_json(const struct amp_cell *c)
 	int ok = !c->oom;
 	json_t *j = json_pack("{s:i, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}",
 		"batch", c->batch, "precision", train_precision_name(c->prec),
-		"layout", layout_name(c->layout), "status", ok ? "ok" : "oom",
+		"layout", train_layout_name(c->layout), "status", ok ? "ok" : "oom",
 		"ms_per_step", real_or_null(ok, c->res.ms_per_step),
 		"img_s", real_or_null(ok, c->res.img_s),
 		"speedup", real_or_null(ok && c->speedup >= 0, c->speedup),
@@ -210,7 +203,7 @@ static json_t *amp_result(int argc, char **argv, const struct amp_settings *s,
 	for (int i = 0; i < n; i++)
 		if (json_array_append_new(arr, cell_json(&cells[i])) < 0)
 			goto fail;
-	const char *device = s->backend == BACKEND_CUDA ? "cuda" : "cpu";
+	const char *device = train_device_name(s->backend);
 	json_t *settings = json_pack("{s:s, s:O, s:O, s:i, s:i, s:s, s:s, s:s}", "model", s->model,
 				     "batches", batches, "precisions", precs, "steps", s->steps,
 				     "size", s->size, "layout", s->layout, "device", device,
@@ -243,36 +236,37 @@ fail:
 
 int cmd_amp(int argc, char **argv)
 {
-	const char *model = "resnet50", *device = "auto", *precisions = "fp32,tf32,fp16,bf16";
+	const char *model = "resnet50", *device = "auto", *precisions = NULL;
 	const char *layout = NULL, *out_dir = NULL;
 	struct int_list batches = { 4, { 64, 128, 256, 512 } };
 	int steps = 30, size = 0, csv = 0, help = 0, overwrite = 0;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (resnet50)", 0 },
+		OPT_MODEL(&model, "(resnet50)"),
 		{ "batches", OPT_INT_LIST, &batches, "batch sizes (64,128,256,512)", 1, ARGS_MAX_BATCH },
-		{ "precisions", OPT_STR, &precisions, "comma-separated, from fp32,tf32,fp16,bf16 (all four)", 0 },
-		{ "steps", OPT_INT, &steps, "training steps per cell, the first 10% (at most 10) untimed (30)", 1, ARGS_MAX_STEPS },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "layout", OPT_STR, &layout, "nchw | nhwc for fp16/bf16 (default nhwc; fp32/tf32 run nchw)", 0 },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "out", OPT_PATH, &out_dir, "directory for amp.json and the chart (default: a new results/amp_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the amp.json that --out DIR holds", 0 },
-		{ "csv", OPT_FLAG, &csv, "also write the table as CSV beside the result", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		{ "precisions", OPT_STR, &precisions, "(comma-separated; all of them by default)",
+		  .choices = train_precision_name_at },
+		OPT_STEPS(&steps, "training steps per cell, the first 10% (at most 10) untimed (30)"),
+		OPT_SIZE(&size),
+		OPT_LAYOUT(&layout, "for fp16/bf16 (default nhwc; fp32/tf32 run nchw)"),
+		OPT_DEVICE(&device),
+		OPT_OUT(&out_dir, "amp.json and the chart", "amp"),
+		OPT_OVERWRITE(&overwrite, "amp.json"),
+		OPT_CSV(&csv, "the table"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
-		args_print_help("gpuperf amp [--model resnet50] [--batches 64,128,256,512] "
-				"[--precisions fp32,tf32,fp16,bf16] [--steps N] [--size S] "
-				"[--layout nchw|nhwc] [--device cuda|cpu] [--out DIR] [--csv]", opts);
+		args_print_help("gpuperf amp [--model M] [--batches B,..] [--precisions P,..] "
+				"[--steps N] [--size S] [--layout L] [--device D] [--out DIR] [--csv]",
+				opts);
 		return 0;
 	}
 	enum precision precs[AMP_MAX_PRECISIONS];
 	enum layout asked_layout;
 	enum backend_kind backend;
 	int n_precs = 0, any_amp = 0;
-	GP_TRY(check_model(model));
+	GP_TRY(model_name_check(model));
 	if (batches.n == 0)
 		return gp_error(GP_EINVAL, "--batches: give at least one batch size (e.g. 64,128,256,512)");
 	GP_TRY(parse_precisions(precisions, precs, &n_precs));
@@ -306,7 +300,7 @@ int cmd_amp(int argc, char **argv)
 			gp_error_clear(); /* the result's gpu comes from devinfo then */
 	}
 	printf("%s, %dx%d, %d steps per cell on %s: %d batch sizes x %d precisions\n", model, size,
-	       size, steps, backend == BACKEND_CUDA ? "cuda" : "cpu", batches.n, n_precs);
+	       size, steps, train_device_name(backend), batches.n, n_precs);
 	fflush(stdout);
 	for (int b = 0; b < batches.n; b++) {
 		for (int p = 0; p < n_precs; p++) {

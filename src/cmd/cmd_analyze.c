@@ -86,8 +86,8 @@ int cmd_analyze(int argc, char **argv)
 {
 	int help = 0;
 	const struct opt opts[] = {
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		args_print_help("gpuperf analyze DIR", opts);

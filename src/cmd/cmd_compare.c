@@ -11,6 +11,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/names.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "nn/trainer.h"
@@ -86,20 +87,13 @@ static int parse_models(const char *list, char names[][32], int *n)
 	*n = 0;
 	for (;;) {
 		size_t len = strcspn(p, ",");
-		char name[32];
+		char name[32], known[256];
 		if (len == 0 || len >= sizeof(name))
 			return gp_error(GP_EINVAL, "--models '%s': expected names separated by commas (known: %s)",
-					list, model_names());
+					list, names_join(known, sizeof(known), model_name_at, ", ", ", "));
 		memcpy(name, p, len);
 		name[len] = 0;
-		int known = 0;
-		for (const char *k = model_names(); *k; k += strspn(k, ", ")) {
-			size_t kl = strcspn(k, ", ");
-			known |= kl == len && !strncmp(k, name, len);
-			k += kl;
-		}
-		if (!known)
-			return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, model_names());
+		GP_TRY(model_name_check(name));
 		if (*n == COMPARE_MAX_MODELS)
 			return gp_error(GP_EINVAL, "--models: at most %d models", COMPARE_MAX_MODELS);
 		snprintf(names[(*n)++], 32, "%s", name);
@@ -207,7 +201,7 @@ static int compare_write_result(int argc, char **argv, const struct compare_row 
 	json_t *settings = json_pack("{s:O, s:i, s:i, s:o, s:i, s:s, s:s}", "models", names,
 				     "batch", batch, "steps", steps,
 				     "size", size ? json_integer(size) : json_null(), "classes", classes,
-				     "device", backend == BACKEND_CUDA ? "cuda" : "cpu",
+				     "device", train_device_name(backend),
 				     "precision", train_precision_name(prec));
 	if (!settings || json_object_set_new(res, "settings", settings) < 0 ||
 	    json_object_set(json_object_get(res, "measurements"), "models", models) < 0)
@@ -225,27 +219,27 @@ free_json:
 
 int cmd_compare(int argc, char **argv)
 {
-	const char *models = "simple_cnn,resnet18,mobilenet_v2", *device = "auto";
+	const char *models = COMPARE_DEFAULT_MODELS, *device = "auto";
 	const char *precision = "fp32", *out_dir = NULL;
 	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0, overwrite = 0;
 	struct opt opts[] = {
-		{ "models", OPT_STR, &models, "comma-separated models (simple_cnn,resnet18,mobilenet_v2)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (32)", 1, ARGS_MAX_BATCH },
-		{ "steps", OPT_INT, &steps, "training steps per model (100)", 1, ARGS_MAX_STEPS },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_PATH, &out_dir, "directory for compare.json (default: a new results/compare_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the compare.json that --out DIR holds", 0 },
-		{ "csv", OPT_FLAG, &csv, "also write the tables as CSV beside the result", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		{ "models", OPT_STR, &models, "comma-separated models (" COMPARE_DEFAULT_MODELS ")", 0 },
+		OPT_BATCH(&batch, "batch size (32)"),
+		OPT_STEPS(&steps, "training steps per model (100)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (1000)"),
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&precision, "(fp32; GPU math mode, fp16/bf16: mixed precision)"),
+		OPT_OUT(&out_dir, "compare.json", "compare"),
+		OPT_OVERWRITE(&overwrite, "compare.json"),
+		OPT_CSV(&csv, "the tables"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf compare [--models a,b,c] [--batch B] [--steps N] [--size S] "
-				"[--device cpu|cuda] [--out DIR] [--csv]", opts);
+				"[--device D] [--out DIR] [--csv]", opts);
 		return 0;
 	}
 	char names[COMPARE_MAX_MODELS][32];

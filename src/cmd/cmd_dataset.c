@@ -189,14 +189,14 @@ int cmd_dataset(int argc, char **argv)
 	long long seed = 1;
 	const struct opt opts[] = {
 		{ "out", OPT_PATH, &out, "folder to write (created)", 0 },
-		{ "classes", OPT_INT, &classes, "classes (default 10)", 1, ARGS_MAX_CLASSES },
+		OPT_CLASSES(&classes, "classes (default 10)"),
 		{ "images", OPT_INT, &images, "images in all (default 100)", 1, 10000000 },
 		{ "size", OPT_STR, &size, "WxH (default 500x375)", 0 },
-		{ "seed", OPT_I64, &seed, "random seed (default 1)", 0 },
+		OPT_SEED(&seed, "random seed (default 1)"),
 		{ "quality", OPT_INT, &quality, "JPEG quality 1..100 (default 90)", 1, 100 },
 		{ "threads", OPT_INT, &threads, "threads (default: all cores, at most 64)", 1, 64 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	const char *usage = "gpuperf dataset make --out DIR --classes C --images N "
 			    "[--size WxH] [--seed S] [--quality Q]";

@@ -9,6 +9,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/memstat.h"
+#include "core/names.h"
 #include "core/tuning.h"
 #include "core/version.h"
 #include "gpu/devinfo.h"
@@ -72,7 +73,8 @@ static int info_system(int json)
 	if (d.cudnn_version)
 		printf("  CUDA runtime    %d, driver %d, cuDNN %d, cuBLAS %d\n", d.cudart_version,
 		       d.driver_version, d.cudnn_version, d.cublas_version);
-	printf("  models          %s\n", model_names());
+	char models[256];
+	printf("  models          %s\n", names_join(models, sizeof(models), model_name_at, ", ", ", "));
 	printf("  tuning (environment)\n");
 	for (int i = 0; i < tuning_table_len; i++) {
 		char v[TUNING_PATH_MAX];
@@ -87,21 +89,26 @@ int cmd_info(int argc, char **argv)
 	const char *model = NULL, *precision = "fp32";
 	int batch = 32, size = 0, classes = 1000, json = 0, help = 0, recompute = 0, recompute_blocks = 0;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &model, "model to describe (without it: this machine)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size for the training-memory figures (32)", 1, ARGS_MAX_BATCH },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
-		{ "json", OPT_FLAG, &json, "print JSON instead of tables", 0 },
+		OPT_MODEL(&model, "(without it: this machine)"),
+		OPT_BATCH(&batch, "batch size for the training-memory figures (32)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (1000)"),
+		OPT_JSON(&json, "print JSON instead of tables"),
 		{ "recompute", OPT_FLAG, &recompute, "plan with BN+ReLU outputs recomputed in backward", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks, "and residual blocks' outputs too", 0 },
-		{ "precision", OPT_STR, &precision,
-		  "fp32 | tf32 | fp16 | bf16: the GPU's training memory in that mode (fp32)", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_PRECISION(&precision, "(fp32; the GPU's training memory in that mode)"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf info [--model NAME] [--batch B] [--size S] [--precision P] [--json]", opts);
+		printf("\nmodels:\n");
+		for (int i = 0; model_info_at(i); i++) {
+			const struct model_info *m = model_info_at(i);
+			printf("  %-14s %s; %dx%d, %d classes by default\n", m->name, m->summary,
+			       m->size, m->size, m->classes);
+		}
 		return 0;
 	}
 	enum precision prec;

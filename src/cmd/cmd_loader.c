@@ -51,16 +51,17 @@ int cmd_loader(int argc, char **argv)
 	long long seed = 1;
 	struct int_list workers = { 4, { 0, 2, 4, 8 } };
 	const struct opt opts[] = {
-		{ "data", OPT_PATH, &data, "dataset: folder, cifar10:DIR or synthetic", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (default 64)", 1, ARGS_MAX_BATCH },
-		{ "workers", OPT_INT_LIST, &workers, "worker counts (default 0,2,4,8)", 0, ARGS_MAX_WORKERS },
+		OPT_DATA(&data, "dataset: folder, cifar10:DIR or synthetic"),
+		OPT_BATCH(&batch, "batch size (default 64)"),
+		OPT_WORKER_LIST(&workers, "worker counts (default 0,2,4,8)"),
 		{ "batches", OPT_INT, &batches, "batches per measurement (default 100)", 1, ARGS_MAX_STEPS },
+		/* images, not a model: any side the transforms can make */
 		{ "size", OPT_INT, &size, "image side (default 224)", 1, ARGS_MAX_SIZE },
-		{ "prefetch", OPT_INT, &prefetch, "batches in flight per worker (default 2)", 1, ARGS_MAX_PREFETCH },
-		{ "seed", OPT_I64, &seed, "seed (default 1)", 0 },
+		OPT_PREFETCH(&prefetch, "batches in flight per worker (default 2)"),
+		OPT_SEED(&seed, "seed (default 1)"),
 		{ "eval", OPT_FLAG, &eval, "eval transforms (Resize + CenterCrop), no shuffle", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	const char *usage = "gpuperf loader --data SPEC [--batch 64] [--workers 0,2,4,8] "
 			    "[--batches 100] [--size 224] [--seed 1]";

@@ -435,12 +435,12 @@ static json_t *search_result(const struct search *s, int argc, char **argv, cons
 	const char *prec = train_precision_name(s->prec);
 	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:s, s:b, s:s}", "model", model,
 		"precision", prec, "image_size", size, "start", start,
-		"device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"device", train_device_name(s->backend),
 		"mem_limit_mib", limit_bytes ? result_real(limit_bytes / GP_MIB) : json_null(),
 		"search", "double from start, then bisect to the exact batch",
 		"recompute", s->recompute, "conv_algorithms", s->measure_algos ? "measured" : "heuristic");
 	json_t *m = json_pack("{s:s, s:s, s:s, s:o, s:O, s:i, s:i, s:o}", "model", model,
-		"precision", prec, "device", s->backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"precision", prec, "device", train_device_name(s->backend),
 		"capacity_mib", result_real(capacity_mib), "trials", trials, "max_batch", max_batch,
 		"predicted_max_batch", predicted, "search_s", result_real(search_s));
 	answer = json_pack("{s:i, s:b, s:o, s:i, s:O, s:i, s:b, s:o, s:o, s:o, s:s}",
@@ -561,27 +561,27 @@ int cmd_maxbatch(int argc, char **argv)
 	int no_recompute = 0, measure_algos = 0, confirm_steps = 5;
 	double margin_pct = 5;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
+		OPT_MODEL(&model, "(mobilenet_v2)"),
 		{ "start", OPT_INT, &start, "first batch tried; doubled until out of memory (8)", 1, ARGS_MAX_BATCH },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (1000)", 1, ARGS_MAX_CLASSES },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
+		OPT_PRECISION(&precision, "(fp32; GPU math mode, fp16/bf16: mixed precision)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (1000)"),
+		OPT_DEVICE(&device),
 		{ "mem-limit-mib", OPT_INT, &limit_mib, "fail allocations past this many MiB, as if the memory were this small", 1, 16777216 },
 		{ "margin", OPT_DOUBLE, &margin_pct, "percent of the memory the recommended batch leaves free (5)", 0, 0 },
 		{ "confirm-steps", OPT_INT, &confirm_steps, "steps run at the answer and at the recommended batch to confirm them; 0 skips (5)", 0, 1000 },
-		{ "out", OPT_PATH, &out_dir, "directory for maxbatch.json and the chart (default: a new results/maxbatch_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the maxbatch.json that --out DIR holds", 0 },
-		{ "csv", OPT_FLAG, &csv, "also write the trials table as CSV beside the result", 0 },
+		OPT_OUT(&out_dir, "maxbatch.json and the chart", "maxbatch"),
+		OPT_OVERWRITE(&overwrite, "maxbatch.json"),
+		OPT_CSV(&csv, "the trials table"),
 		{ "recompute", OPT_FLAG, &recompute, "recompute BN+ReLU outputs in backward (the default)", 0 },
 		{ "no-recompute", OPT_FLAG, &no_recompute, "keep BN+ReLU outputs for backward (as PyTorch does)", 0 },
 		{ "measure-algos", OPT_FLAG, &measure_algos, "time cuDNN's algorithms at every batch (slower search) instead of its heuristics", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
-		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device cpu|cuda] "
+		args_print_help("gpuperf maxbatch [--model NAME] [--start B] [--size S] [--device D] "
 				"[--mem-limit-mib N] [--margin PCT] [--confirm-steps N] [--no-recompute] "
 				"[--measure-algos] [--out DIR] [--csv]", opts);
 		return 0;
@@ -642,7 +642,7 @@ int cmd_maxbatch(int argc, char **argv)
 		goto cleanup;
 	printf("%s, %dx%d, %s on %s: the memory plan predicts a largest batch of %d "
 	       "(%.0f MiB available%s)\n", model, mo.size, mo.size, train_precision_name(s.prec),
-	       s.backend == BACKEND_CUDA ? "cuda" : "cpu", predicted, budget / GP_MIB,
+	       train_device_name(s.backend), predicted, budget / GP_MIB,
 	       s.backend == BACKEND_CUDA ? ", cuDNN workspace measured at set-up, not counted" : "");
 
 	size_t free_before = device_free_bytes(s.backend);

@@ -7,8 +7,11 @@
 
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "core/names.h"
 #include "core/version.h"
 #include "gpu/devinfo.h"
+#include "nn/models.h"
+#include "nn/trainer.h"
 #include "report/result.h"
 
 #define MENU_ARGS 24
@@ -20,6 +23,9 @@ struct menu_field {
 	const char *def;     /* default value; "" means leave the option out */
 	const char *cpu_def; /* default without a GPU, where it differs (NULL: def) */
 	int gpu_only;        /* not asked without a GPU */
+	/* The values it takes, listed after the prompt (a table's, core/names.h); NULL
+	 * where the prompt says enough. */
+	const char *(*choices)(int i);
 };
 
 struct menu_item {
@@ -35,24 +41,27 @@ struct menu_item {
 #define MENU_MAKE_DATA "make a small one"
 
 /* A field: asked everywhere with one default (F), with another default without a
- * GPU (FC), or only where there is a GPU (FG). */
-#define F(flag, prompt, def) { flag, prompt, def, NULL, 0 }
-#define FC(flag, prompt, def, cpu_def) { flag, prompt, def, cpu_def, 0 }
-#define FG(flag, prompt, def) { flag, prompt, def, NULL, 1 }
+ * GPU (FC), or only where there is a GPU (FG); FL and FGL also list the values the
+ * field takes, from their table. */
+#define F(flag, prompt, def) { flag, prompt, def, NULL, 0, NULL }
+#define FC(flag, prompt, def, cpu_def) { flag, prompt, def, cpu_def, 0, NULL }
+#define FG(flag, prompt, def) { flag, prompt, def, NULL, 1, NULL }
+#define FL(flag, prompt, def, choices) { flag, prompt, def, NULL, 0, choices }
+#define FGL(flag, prompt, def, choices) { flag, prompt, def, NULL, 1, choices }
 
 static const struct menu_item items[] = {
 	{ "1", "a model's layers, parameters, MACs and training memory", "info", cmd_info,
-	  { F("model", "model (simple_cnn, resnet18, resnet50, mobilenet_v2)", "resnet50"),
+	  { FL("model", "model", "resnet50", model_name_at),
 	    F("batch", "batch size", "32") }, NULL },
 	{ "2", "memory and time of several models side by side", "compare", cmd_compare,
-	  { FC("models", "models", "simple_cnn,resnet18,mobilenet_v2", "simple_cnn,mobilenet_v2"),
+	  { FC("models", "models", COMPARE_DEFAULT_MODELS, "simple_cnn,mobilenet_v2"),
 	    FC("batch", "batch size", "32", "8"), FC("steps", "training steps", "100", "3"),
-	    F("device", "device (cuda, cpu, auto)", "auto") }, NULL },
+	    FL("device", "device", "auto", train_device_choice_at) }, NULL },
 	/* Host memory has no end a search should reach: on the CPU the search runs under
 	 * a cap, small enough for a quick answer. */
 	{ "3", "the largest batch that trains", "maxbatch", cmd_maxbatch,
 	  { FC("model", "model", "mobilenet_v2", "simple_cnn"),
-	    F("device", "device (cuda, cpu, auto)", "auto"),
+	    FL("device", "device", "auto", train_device_choice_at),
 	    FC("mem-limit-mib", "memory cap in MiB (empty: no cap)", "", "64") }, NULL },
 	{ "4", "how many data-loader workers keep the GPU busy", "workers", cmd_workers,
 	  { F("data", "ImageFolder directory", MENU_MAKE_DATA),
@@ -64,7 +73,7 @@ static const struct menu_item items[] = {
 	    FC("steps", "recorded steps", "20", "10") }, NULL },
 	{ "6", "train and measure img/s", "train", cmd_train,
 	  { FC("model", "model", "resnet50", "simple_cnn"), F("batch", "batch size", "64"),
-	    FC("steps", "steps", "30", "10"), FG("precision", "precision (fp32, tf32, fp16, bf16)", "fp32") },
+	    FC("steps", "steps", "30", "10"), FGL("precision", "precision", "fp32", train_precision_name_at) },
 	  NULL },
 	{ "7", "what holds training back, with each fix measured", "advise", cmd_advise,
 	  { FC("model", "model", "mobilenet_v2", "simple_cnn"), FC("batch", "batch size", "64", "32"),
@@ -133,7 +142,11 @@ static int run_item(const struct menu_item *it, int gpu, FILE *in, FILE *out)
 		const char *def = !gpu && fd->cpu_def ? fd->cpu_def : fd->def;
 		if (!gpu && fd->gpu_only)
 			continue;
-		fprintf(out, "  %s [%s]: ", fd->prompt, def);
+		char choices[256] = "";
+		if (fd->choices)
+			names_join(choices, sizeof(choices), fd->choices, ", ", ", ");
+		fprintf(out, "  %s%s%s%s [%s]: ", fd->prompt, *choices ? " (" : "", choices,
+			*choices ? ")" : "", def);
 		fflush(out);
 		if (!read_line(in, values[f], sizeof(values[f])))
 			return 0;

@@ -49,10 +49,10 @@ int cmd_monitor(int argc, char **argv)
 		{ "interval", OPT_DOUBLE, &interval, "seconds between samples (1)", 0, 0, .min_d = 0.01, .max_d = 3600, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		{ "count", OPT_INT, &count, "stop after this many samples (default: until Ctrl-C)", 1, ARGS_MAX_STEPS },
 		{ "gpu", OPT_INT, &dev, "NVML device index (0)", 0, 63 },
-		{ "out", OPT_PATH, &out, "directory for monitor.json (default: a new results/monitor_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the monitor.json that --out DIR holds", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_OUT(&out, "monitor.json", "monitor"),
+		OPT_OVERWRITE(&overwrite, "monitor.json"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {

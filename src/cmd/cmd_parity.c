@@ -58,22 +58,22 @@ int cmd_parity(int argc, char **argv)
 	int batch = 4, size = 0, classes = 10, steps = 3, help = 0, plain_bn = 0;
 	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
 	struct opt opts[] = {
-		{ "model", OPT_STR, &model, "model name", 0 },
+		OPT_MODEL(&model, "(required)"),
 		{ "load", OPT_PATH, &load, "weights written by PyTorch (safetensors)", 0 },
 		{ "input", OPT_PATH, &input, "directory with x.f32 (N x 3 x S x S) and y.i32 (N)", 0 },
 		{ "out", OPT_PATH, &out, "directory for logits.f32, grads.safetensors, after.safetensors, losses.json", 0 },
-		{ "device", OPT_STR, &device, "cpu | cuda", 0 },
-		{ "precision", OPT_STR, &prec, "fp32 | tf32 | fp16 | bf16", 0 },
-		{ "batch", OPT_INT, &batch, "batch size", 1, ARGS_MAX_BATCH },
-		{ "size", OPT_INT, &size, "input size", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "classes", 1, ARGS_MAX_CLASSES },
-		{ "steps", OPT_INT, &steps, "SGD steps (3)", 1, ARGS_MAX_STEPS },
-		{ "lr", OPT_DOUBLE, &sgd.lr, "learning rate", 0, 0, .min_d = 0, .range = OPT_MIN_EXCL },
-		{ "momentum", OPT_DOUBLE, &sgd.momentum, "momentum", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
-		{ "weight-decay", OPT_DOUBLE, &sgd.weight_decay, "weight decay", 0, 0, .min_d = 0, .range = OPT_MIN_INCL },
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&prec, "(fp32)"),
+		OPT_BATCH(&batch, "batch size (4)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (10)"),
+		OPT_STEPS(&steps, "SGD steps (3)"),
+		OPT_LR(&sgd.lr, "learning rate (0.01)"),
+		OPT_MOMENTUM(&sgd.momentum, "momentum (0.9)"),
+		OPT_WEIGHT_DECAY(&sgd.weight_decay, "weight decay (0)"),
 		{ "plain-bn", OPT_FLAG, &plain_bn, "batch norm on cuDNN's kernels, unfused, as PyTorch's (CUDA)", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {

@@ -18,8 +18,8 @@ int cmd_plot(int argc, char **argv)
 	int help = 0;
 	const struct opt opts[] = {
 		{ "out", OPT_PATH, &out_dir, "directory for the charts (default: the result's)", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	json_t *res = NULL;
 	char dir_buf[4096];

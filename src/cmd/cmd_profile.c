@@ -13,17 +13,6 @@
 #include "nn/trainer.h"
 #include "report/profiler.h"
 
-/* An unknown model fails here, before the plan is printed. */
-static int model_check_name(const char *name)
-{
-	const char *names = model_names();
-	size_t n = strlen(name);
-	for (const char *p = names; (p = strstr(p, name)); p += n)
-		if ((p == names || p[-1] == ' ' || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
-			return 0;
-	return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, names);
-}
-
 int cmd_profile(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
@@ -34,28 +23,28 @@ int cmd_profile(int argc, char **argv)
 	o.model = "mobilenet_v2";
 	o.batch = 64;
 	struct opt opts[] = {
-		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "batch", OPT_INT, &o.batch, "batch size (64)", 1, ARGS_MAX_BATCH },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's; 1000 for synthetic)", 1, ARGS_MAX_CLASSES },
-		{ "steps", OPT_INT, &o.steps, "recorded (active) steps (20)", 1, ARGS_MAX_STEPS },
+		OPT_MODEL(&o.model, "(mobilenet_v2)"),
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&precision, "(fp32; GPU math mode, fp16/bf16: mixed precision)"),
+		OPT_BATCH(&o.batch, "batch size (64)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (default: the dataset's; 1000 for synthetic)"),
+		OPT_STEPS(&o.steps, "recorded (active) steps (20)"),
 		{ "wait", OPT_INT, &wait, "steps run first, neither timed nor recorded (1)", 0, ARGS_MAX_STEPS },
 		{ "warmup", OPT_INT, &warmup, "steps recorded and dropped before the active ones (1)", 0, ARGS_MAX_STEPS },
 		{ "baseline-steps", OPT_INT, &baseline, "unprofiled steps timed for the overhead ratio (default: --steps)", 1, ARGS_MAX_STEPS },
-		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
-		{ "data", OPT_PATH, &data, "synthetic | DIR (ImageFolder) | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &workers, "data-loader threads with --data (4)", 0, ARGS_MAX_WORKERS },
-		{ "out", OPT_PATH, &out, "output directory (default: a new results/profile_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the result.json that --out DIR holds", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_SEED(&seed, "seed for initialization and data (0)"),
+		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
+		OPT_WORKERS(&workers, "data-loader threads with --data (4)"),
+		OPT_OUT(&out, "the trace, logs, charts, report and result.json", "profile"),
+		OPT_OVERWRITE(&overwrite, "result.json"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf profile [--model NAME] [--batch B] [--workers N] [--steps N] [--wait W] "
-				"[--warmup W] [--data DIR] [--device cpu|cuda] [--out DIR]", opts);
+				"[--warmup W] [--data DIR] [--device D] [--out DIR]", opts);
 		return 0;
 	}
 	if (strcmp(data, "synthetic")) {
@@ -65,7 +54,7 @@ int cmd_profile(int argc, char **argv)
 	o.classes = classes;
 	if (baseline < 0)
 		baseline = o.steps;
-	GP_TRY(model_check_name(o.model));
+	GP_TRY(model_name_check(o.model)); /* before the plan is printed */
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	o.seed = (uint64_t)seed;
@@ -86,7 +75,7 @@ int cmd_profile(int argc, char **argv)
 	s.argc = argc;
 	s.argv = argv;
 	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "model", o.model,
-			       "device", o.backend == BACKEND_CUDA ? "cuda" : "cpu", "precision",
+			       "device", train_device_name(o.backend), "precision",
 			       precision, "batch", o.batch, "size", size, "wait", wait, "warmup_steps",
 			       warmup, "steps", o.steps, "baseline_steps", baseline, "data", data);
 	if (s.settings && o.data)
@@ -101,7 +90,7 @@ int cmd_profile(int argc, char **argv)
 	o.observer = &ob;
 	printf("profiling %s on %s (%s), batch %d: %d wait, %d unprofiled (timed), %d warm-up, "
 	       "%d recorded steps\n",
-	       o.model, o.backend == BACKEND_CUDA ? "cuda" : "cpu", precision, o.batch, wait,
+	       o.model, train_device_name(o.backend), precision, o.batch, wait,
 	       baseline, warmup, w->active);
 	struct train_result res;
 	int rc = train_run(&o, &res, NULL);

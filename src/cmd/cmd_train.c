@@ -44,7 +44,7 @@ static int train_run_profiled(struct train_opts *o, const struct int_list *epoch
 	s.argc = argc;
 	s.argv = argv;
 	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i}", "model", o->model, "device",
-			       o->backend == BACKEND_CUDA ? "cuda" : "cpu", "precision", precision,
+			       train_device_name(o->backend), "precision", precision,
 			       "batch", o->batch, "size", o->size, "epochs", o->epochs > 0 ? o->epochs : 1,
 			       "epoch_steps", epoch_steps);
 	if (!s.settings)
@@ -112,31 +112,30 @@ int cmd_train(int argc, char **argv)
 	const char *out = NULL;
 	o.dropout = -1; /* the model's own; the option's range refuses negative values */
 	struct opt opts[] = {
-		{ "model", OPT_STR, &o.model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2", 0 },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 | fp16 | bf16 (GPU; fp16/bf16: mixed precision)", 0 },
-		{ "layout", OPT_STR, &layout, "nchw | nhwc (GPU activations; default nhwc under fp16/bf16)", 0 },
-		{ "batch", OPT_INT, &o.batch, "batch size (32)", 1, ARGS_MAX_BATCH },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &o.classes, "output classes (default: the dataset's; 1000 for synthetic)", 1, ARGS_MAX_CLASSES },
-		{ "steps", OPT_INT, &o.steps, "training steps (20)", 1, ARGS_MAX_STEPS },
+		OPT_MODEL(&o.model, "(simple_cnn)"),
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&precision, "(fp32; GPU; fp16/bf16: mixed precision)"),
+		OPT_LAYOUT(&layout, "(GPU activations; default nhwc under fp16/bf16)"),
+		OPT_BATCH(&o.batch, "batch size (32)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&o.classes, "output classes (default: the dataset's; 1000 for synthetic)"),
+		OPT_STEPS(&o.steps, "training steps (20)"),
 		{ "warmup", OPT_INT, &warmup, "steps left out of the img/s figure (default: 10% of steps, at most 10)", 0, ARGS_MAX_STEPS },
 		{ "epochs", OPT_INT, &epochs, "train this many epochs instead of --steps", 1, 1000000 },
 		{ "epoch-steps", OPT_INT, &epoch_steps, "steps per epoch (default: one pass over the data; --steps for synthetic data)", 1, ARGS_MAX_STEPS },
 		{ "profile-epochs", OPT_INT_LIST, &profile_epochs, "profile the first steps of these epochs (from 0)", 0, 1000000 },
 		{ "profile-steps", OPT_INT, &profile_steps, "steps profiled per listed epoch (default: the whole epoch)", 1, ARGS_MAX_STEPS },
-		{ "out", OPT_PATH, &out, "directory for train.json and profile_epoch_<e>_<timestamp>/ "
-		  "(default: a new results/train_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the train.json that --out DIR holds", 0 },
-		{ "lr", OPT_DOUBLE, &o.sgd.lr, "learning rate (0.01)", 0, 0, .min_d = 0, .range = OPT_MIN_EXCL },
-		{ "momentum", OPT_DOUBLE, &o.sgd.momentum, "SGD momentum (0.9)", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
-		{ "weight-decay", OPT_DOUBLE, &o.sgd.weight_decay, "SGD weight decay (0)", 0, 0, .min_d = 0, .range = OPT_MIN_INCL },
+		OPT_OUT(&out, "train.json and profile_epoch_<e>_<timestamp>/", "train"),
+		OPT_OVERWRITE(&overwrite, "train.json"),
+		OPT_LR(&o.sgd.lr, "learning rate (0.01)"),
+		OPT_MOMENTUM(&o.sgd.momentum, "SGD momentum (0.9)"),
+		OPT_WEIGHT_DECAY(&o.sgd.weight_decay, "SGD weight decay (0)"),
 		{ "nesterov", OPT_FLAG, &o.sgd.nesterov, "Nesterov momentum", 0 },
 		{ "dropout", OPT_DOUBLE, &o.dropout, "override the model's dropout probability (0 disables)", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_EXCL },
-		{ "seed", OPT_I64, &seed, "seed for initialization and data (0)", 0 },
-		{ "data", OPT_PATH, &data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR", 0 },
-		{ "workers", OPT_INT, &o.workers, "data-loader threads (0: decode in the training thread)", 0, ARGS_MAX_WORKERS },
-		{ "prefetch", OPT_INT, &o.prefetch, "batches in flight per loader worker (2)", 1, ARGS_MAX_PREFETCH },
+		OPT_SEED(&seed, "seed for initialization and data (0)"),
+		OPT_DATA(&data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR"),
+		OPT_WORKERS(&o.workers, "data-loader threads (0: decode in the training thread)"),
+		OPT_PREFETCH(&o.prefetch, "batches in flight per loader worker (2)"),
 		{ "load", OPT_PATH, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_PATH, &save, "save weights after training", 0 },
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1, ARGS_MAX_STEPS },
@@ -144,15 +143,15 @@ int cmd_train(int argc, char **argv)
 		{ "recompute", OPT_FLAG, &o.recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks,
 		  "--recompute, and residual blocks' outputs too (all but each stage's first)", 0 },
-		{ "json", OPT_FLAG, &json, "print a JSON summary at the end", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_JSON(&json, "print a JSON summary at the end"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (recompute_blocks)
 		o.recompute = 2;
 	if (help) {
-		args_print_help("gpuperf train --model NAME [--device cpu|cuda] [--batch B] [--size S] "
+		args_print_help("gpuperf train --model NAME [--device D] [--batch B] [--size S] "
 				"[--steps N] [--data synthetic|DIR|cifar10:DIR] [--workers N] [--prefetch K] "
 				"[--epochs E]", opts);
 		return 0;

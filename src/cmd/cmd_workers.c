@@ -340,28 +340,28 @@ int cmd_workers(int argc, char **argv)
 	long long seed = 0;
 	struct int_list workers = { 4, { 0, 2, 4, 8 } };
 	struct opt opts[] = {
-		{ "model", OPT_STR, &model, "simple_cnn | resnet18 | resnet50 | mobilenet_v2 (mobilenet_v2)", 0 },
-		{ "data", OPT_PATH, &data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)", 0 },
-		{ "batch", OPT_INT, &batch, "batch size (64)", 1, ARGS_MAX_BATCH },
-		{ "workers", OPT_INT_LIST, &workers, "worker counts to try (0,2,4,8)", 0, ARGS_MAX_WORKERS },
-		{ "steps", OPT_INT, &steps, "training steps per worker count (100)", 1, ARGS_MAX_STEPS },
+		OPT_MODEL(&model, "(mobilenet_v2)"),
+		OPT_DATA(&data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)"),
+		OPT_BATCH(&batch, "batch size (64)"),
+		OPT_WORKER_LIST(&workers, "worker counts to try (0,2,4,8)"),
+		OPT_STEPS(&steps, "training steps per worker count (100)"),
 		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
-		{ "prefetch", OPT_INT, &prefetch, "batches in flight per worker (2)", 1, ARGS_MAX_PREFETCH },
-		{ "size", OPT_INT, &size, "input height and width (224; 32 for simple_cnn)", 8, ARGS_MAX_SIZE },
-		{ "classes", OPT_INT, &classes, "output classes (default: the dataset's)", 1, ARGS_MAX_CLASSES },
-		{ "seed", OPT_I64, &seed, "seed for initialization and data order (0)", 0 },
-		{ "device", OPT_STR, &device, "cuda | cpu | auto (auto: cuda when a GPU is present)", 0 },
-		{ "precision", OPT_STR, &precision, "fp32 | tf32 (GPU math mode)", 0 },
-		{ "out", OPT_PATH, &out_dir, "directory for workers.json and the chart (default: a new results/workers_<timestamp>/)", 0 },
-		{ "overwrite", OPT_FLAG, &overwrite, "replace the workers.json that --out DIR holds", 0 },
-		{ "csv", OPT_FLAG, &csv, "also write the table as workers.csv", 0 },
-		{ "help", OPT_FLAG, &help, "show this help", 0 },
-		{ 0 },
+		OPT_PREFETCH(&prefetch, "batches in flight per worker (2)"),
+		OPT_SIZE(&size),
+		OPT_CLASSES(&classes, "output classes (default: the dataset's)"),
+		OPT_SEED(&seed, "seed for initialization and data order (0)"),
+		OPT_DEVICE(&device),
+		OPT_PRECISION(&precision, "(fp32; GPU math mode, fp16/bf16: mixed precision)"),
+		OPT_OUT(&out_dir, "workers.json and the chart", "workers"),
+		OPT_OVERWRITE(&overwrite, "workers.json"),
+		OPT_CSV(&csv, "the table"),
+		OPT_HELP(&help),
+		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf workers --data DIR [--model mobilenet_v2] [--batch 64] "
-				"[--workers 0,2,4,8] [--steps 100] [--interval 0.5] [--device cuda|cpu] "
+				"[--workers 0,2,4,8] [--steps 100] [--interval 0.5] [--device D] "
 				"[--out DIR] [--csv]", opts);
 		return 0;
 	}
@@ -431,7 +431,7 @@ int cmd_workers(int argc, char **argv)
 		"model", model, "data", data, "batch", batch, "steps", steps,
 		"size", size ? size : model_defaults(model).size, "classes", runs[0].res.classes,
 		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
-		"device", backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"device", train_device_name(backend),
 		"precision", train_precision_name(prec));
 	json_t *list = json_array();
 	for (int i = 0; settings && list && i < workers.n; i++)

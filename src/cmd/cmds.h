@@ -3,6 +3,10 @@
 #ifndef GP_CMDS_H
 #define GP_CMDS_H
 
+/* What compare trains when --models is not given; the menu offers it too where there
+ * is a GPU, so the two cannot drift apart. */
+#define COMPARE_DEFAULT_MODELS "simple_cnn,resnet18,mobilenet_v2"
+
 int cmd_info(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_plot(int argc, char **argv);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/names.h"
 #include "core/rng.h"
 
 /* ---- initialization ------------------------------------------------------------------ */
@@ -233,32 +234,70 @@ static int build_mobilenet_v2(struct net *net, const struct model_opts *o)
 	return 0;
 }
 
-/* ---- registry ------------------------------------------------------------------------- */
+/* ---- the table ------------------------------------------------------------------------
+ * Every list of models (help texts, the menu, messages, look-ups, the build dispatch)
+ * derives from this table: a model is added here and nowhere else. */
 
-const char *model_names(void)
+static int build_resnet18(struct net *net, const struct model_opts *o)
 {
-	return "simple_cnn, resnet18, resnet50, mobilenet_v2";
+	static const int layers[4] = { 2, 2, 2, 2 };
+	return build_resnet(net, o, layers, 0);
+}
+
+static int build_resnet50(struct net *net, const struct model_opts *o)
+{
+	static const int layers[4] = { 3, 4, 6, 3 };
+	return build_resnet(net, o, layers, 1);
+}
+
+static const struct model_info models[] = {
+	{ "simple_cnn", "a small CNN for 32x32 images (CIFAR-10 sized)", 32, 1000, build_simple_cnn },
+	{ "resnet18", "ResNet-18, torchvision's", 224, 1000, build_resnet18 },
+	{ "resnet50", "ResNet-50 v1.5 (stride on the 3x3 convolution), torchvision's", 224, 1000,
+	  build_resnet50 },
+	{ "mobilenet_v2", "MobileNetV2, torchvision's", 224, 1000, build_mobilenet_v2 },
+};
+
+#define N_MODELS ((int)(sizeof(models) / sizeof(models[0])))
+
+const struct model_info *model_info_at(int i)
+{
+	return i >= 0 && i < N_MODELS ? &models[i] : NULL;
+}
+
+const char *model_name_at(int i)
+{
+	return i >= 0 && i < N_MODELS ? models[i].name : NULL;
+}
+
+const struct model_info *model_find(const char *name)
+{
+	int i = names_find(model_name_at, name);
+	return i < 0 ? NULL : &models[i];
 }
 
 int model_name_check(const char *name)
 {
-	if (strcmp(name, "simple_cnn") && strcmp(name, "resnet18") && strcmp(name, "resnet50") &&
-	    strcmp(name, "mobilenet_v2"))
-		return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name, model_names());
-	return 0;
+	char known[256];
+	if (model_find(name))
+		return 0;
+	return gp_error(GP_EINVAL, "unknown model '%s' (known: %s)", name,
+			names_join(known, sizeof(known), model_name_at, ", ", ", "));
 }
 
 struct model_opts model_defaults(const char *name)
 {
+	const struct model_info *m = model_find(name);
 	struct model_opts o = { .classes = 1000, .size = 224, .batch = 32, .seed = 0, .dropout = -1 };
-	if (name && !strcmp(name, "simple_cnn"))
-		o.size = 32;
+	if (m) {
+		o.classes = m->classes;
+		o.size = m->size;
+	}
 	return o;
 }
 
 int model_build(const char *name, const struct model_opts *o, struct net **out)
 {
-	static const int r18[4] = { 2, 2, 2, 2 }, r50[4] = { 3, 4, 6, 3 };
 	*out = NULL;
 	GP_TRY(model_name_check(name));
 	if (o->size < 8 || o->size > 4096)
@@ -273,14 +312,7 @@ int model_build(const char *name, const struct model_opts *o, struct net **out)
 		goto fail;
 	net->seed = o->seed;
 	net->batch = o->batch;
-	if (!strcmp(name, "simple_cnn"))
-		rc = build_simple_cnn(net, o);
-	else if (!strcmp(name, "resnet18"))
-		rc = build_resnet(net, o, r18, 0);
-	else if (!strcmp(name, "resnet50"))
-		rc = build_resnet(net, o, r50, 1);
-	else
-		rc = build_mobilenet_v2(net, o);
+	rc = model_find(name)->build(net, o);
 	if (rc < 0)
 		goto fail;
 	*out = net;

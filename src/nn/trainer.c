@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/names.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
@@ -26,52 +27,95 @@
 #endif
 #include "report/result.h"
 
+/* The names that --device, --precision and --layout take and results record, one
+ * table each; messages, help texts and the menu derive from them. Devices are indexed
+ * by enum backend_kind, then "auto"; precisions by enum precision; layouts by enum
+ * layout. */
+static const char *const device_names[] = { "cpu", "cuda", "auto" };
+static const char *const precision_names[] = { "fp32", "tf32", "fp16", "bf16" };
+static const char *const layout_names[] = { "auto", "nchw", "nhwc" };
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof(a[0])))
+
+const char *train_device_choice_at(int i)
+{
+	return i >= 0 && i < COUNT(device_names) ? device_names[i] : NULL;
+}
+
+const char *train_device_name(enum backend_kind b)
+{
+	return device_names[b];
+}
+
+const char *train_precision_name_at(int i)
+{
+	return i >= 0 && i < COUNT(precision_names) ? precision_names[i] : NULL;
+}
+
+const char *train_precision_name(enum precision p)
+{
+	return precision_names[p];
+}
+
+/* "auto" is taken, and is what no --layout means, but not offered: the choices are
+ * the layouts themselves. */
+const char *train_layout_choice_at(int i)
+{
+	return i >= 0 && i + LAYOUT_NCHW < COUNT(layout_names) ? layout_names[i + LAYOUT_NCHW] : NULL;
+}
+
+const char *train_layout_name(enum layout l)
+{
+	return layout_names[l];
+}
+
 int train_pick_device(const char *device, enum backend_kind *out, int quiet)
 {
 	struct gp_devinfo d;
+	char known[64];
+	int i = device ? names_find(train_device_choice_at, device) : COUNT(device_names) - 1;
+	if (i < 0)
+		return gp_error(GP_EINVAL, "--device must be %s (got '%s')",
+				names_join(known, sizeof(known), train_device_choice_at, ", ", " or "),
+				device);
 	devinfo_query(&d);
-	if (!device || !strcmp(device, "auto")) {
+	if (i == COUNT(device_names) - 1) {
 		*out = d.gpu_count > 0 ? BACKEND_CUDA : BACKEND_CPU;
 		if (!d.gpu_count && !quiet)
 			fprintf(stderr, "note: no GPU (%s); running on the CPU backend\n", d.note);
 		return 0;
 	}
-	if (!strcmp(device, "cpu")) {
-		*out = BACKEND_CPU;
-		return 0;
-	}
-	if (!strcmp(device, "cuda")) {
-		if (!d.gpu_count)
-			return gp_error(GP_ENODEV, "--device cuda: %s", d.note);
-		*out = BACKEND_CUDA;
-		return 0;
-	}
-	return gp_error(GP_EINVAL, "--device must be cpu, cuda or auto (got '%s')", device);
+	if (i == BACKEND_CUDA && !d.gpu_count)
+		return gp_error(GP_ENODEV, "--device cuda: %s", d.note);
+	*out = (enum backend_kind)i;
+	return 0;
 }
-
-/* Indexed by enum precision; the names that --precision takes and results record. */
-static const char *const precision_names[] = { "fp32", "tf32", "fp16", "bf16" };
 
 int train_parse_precision(const char *s, enum precision *out)
 {
-	for (int i = 0; i < (int)(sizeof(precision_names) / sizeof(precision_names[0])); i++)
-		if (!strcmp(s, precision_names[i])) {
-			*out = (enum precision)i;
-			return 0;
-		}
-	return gp_error(GP_EINVAL, "--precision must be fp32, tf32, fp16 or bf16 (got '%s')", s);
+	char known[64];
+	int i = names_find(train_precision_name_at, s);
+	if (i < 0)
+		return gp_error(GP_EINVAL, "--precision must be %s (got '%s')",
+				names_join(known, sizeof(known), train_precision_name_at, ", ", " or "),
+				s);
+	*out = (enum precision)i;
+	return 0;
 }
 
 int train_parse_layout(const char *s, enum layout *out)
 {
-	if (!s || !strcmp(s, "auto"))
+	char known[64];
+	if (!s || !strcmp(s, train_layout_name(LAYOUT_AUTO))) {
 		*out = LAYOUT_AUTO;
-	else if (!strcmp(s, "nchw"))
-		*out = LAYOUT_NCHW;
-	else if (!strcmp(s, "nhwc"))
-		*out = LAYOUT_NHWC;
-	else
-		return gp_error(GP_EINVAL, "--layout must be nchw or nhwc (got '%s')", s);
+		return 0;
+	}
+	int i = names_find(train_layout_choice_at, s);
+	if (i < 0)
+		return gp_error(GP_EINVAL, "--layout must be %s (got '%s')",
+				names_join(known, sizeof(known), train_layout_choice_at, ", ", " or "),
+				s);
+	*out = (enum layout)(i + LAYOUT_NCHW);
 	return 0;
 }
 
@@ -106,11 +150,6 @@ struct train_opts train_opts_default(void)
 		.sgd = { .lr = 0.01, .momentum = 0.9 },
 	};
 	return o;
-}
-
-const char *train_precision_name(enum precision p)
-{
-	return precision_names[p];
 }
 
 static int observe_stage(const struct train_observer *ob, enum train_stage st, int begin)
@@ -291,7 +330,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	int every = o->log_every ? o->log_every : (steps + 19) / 20;
 	if (log) {
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, SGD lr %g momentum %g\n",
-			o->model, o->backend == BACKEND_CUDA ? "cuda" : "cpu", train_precision_name(o->precision),
+			o->model, train_device_name(o->backend), train_precision_name(o->precision),
 			o->batch, mo.size, mo.size, steps, o->sgd.lr, o->sgd.momentum);
 		if (data.ds)
 			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, %d workers\n",
@@ -397,7 +436,7 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 	for (int c = 0; c < MEM_NCAT; c++)
 		json_object_set_new(mem, mem_cat_name(c), json_integer((json_int_t)r->mem.peak_bytes[c]));
 	json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:I, s:I}",
-		"model", o->model, "device", o->backend == BACKEND_CUDA ? "cuda" : "cpu",
+		"model", o->model, "device", train_device_name(o->backend),
 		"precision", train_precision_name(o->precision), "batch", o->batch, "steps", r->steps,
 		"ms_per_step", result_real(r->ms_per_step), "img_s", result_real(r->img_s),
 		"total_s", result_real(r->total_s),
@@ -407,9 +446,9 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 		"peak_bytes_by_category", mem, "peak_bytes", (json_int_t)r->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
 	if (j && o->backend == BACKEND_CUDA)
-		json_object_set_new(j, "layout", json_string(o->layout == LAYOUT_NHWC ||
-							     (o->layout == LAYOUT_AUTO && precision_is_amp(o->precision))
-							     ? "nhwc" : "nchw"));
+		json_object_set_new(j, "layout", json_string(train_layout_name(
+			o->layout == LAYOUT_NHWC || (o->layout == LAYOUT_AUTO && precision_is_amp(o->precision))
+			? LAYOUT_NHWC : LAYOUT_NCHW)));
 	/* A run on a dataset also says where its data came from and what it cost. */
 	if (j && train_uses_dataset(o)) {
 		json_t *d = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", o->data,

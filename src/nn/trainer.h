@@ -84,7 +84,6 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log);
 /* train_run with an observer (obs may be NULL: then o->observer, if any). */
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log);
-const char *train_precision_name(enum precision p);
 
 /* Device memory of this process as nvidia-smi shows it, summed over every GPU that
  * NVML lists (NVML and CUDA may number devices differently). Needs nvml_open();
@@ -103,11 +102,21 @@ int train_plan_total(struct net *net, enum backend_kind backend, size_t workspac
 		     size_t *bytes);
 json_t *train_result_json(const struct train_opts *o, const struct train_result *r);
 
-/* "cpu", "cuda" or "auto"/NULL (cuda when a GPU is present, else cpu with a note). */
+/* A device name (cpu, cuda, or auto/NULL: cuda when a GPU is present, else cpu with a
+ * note unless quiet). */
 int train_pick_device(const char *device, enum backend_kind *out, int quiet);
 int train_parse_precision(const char *s, enum precision *out);
-/* "nchw" | "nhwc" | "auto" (NULL: auto). */
+/* A layout name, or auto/NULL (NHWC under fp16/bf16 on the GPU). */
 int train_parse_layout(const char *s, enum layout *out);
+/* The names these take, in table order, NULL past the last (core/names.h): devices
+ * with auto, every precision, the layouts without auto. */
+const char *train_device_choice_at(int i);
+const char *train_precision_name_at(int i);
+const char *train_layout_choice_at(int i);
+/* The names that results record. */
+const char *train_device_name(enum backend_kind b);
+const char *train_precision_name(enum precision p);
+const char *train_layout_name(enum layout l);
 int train_synthetic_batch(int batch, int c, int h, int w, int classes, uint64_t seed, float **x,
 			  int32_t **labels);
 
