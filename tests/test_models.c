@@ -9,7 +9,7 @@
 #include "core/rng.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "test.h"
 
 static struct net *build(const char *name, int size, int batch, int classes)

@@ -2,7 +2,6 @@
 #ifndef GP_TRAINER_H
 #define GP_TRAINER_H
 
-#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -85,23 +84,14 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log);
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log);
 const char *train_precision_name(enum precision p);
-
-/* Device memory of this process as nvidia-smi shows it, summed over every GPU that
- * NVML lists (NVML and CUDA may number devices differently). Needs nvml_open();
- * GP_ENOTFOUND when this process has no context on any GPU. *dev: the first NVML
- * index it was found on (may be NULL). */
-int train_process_gpu_mem(size_t *bytes, int *dev);
-/* The result's "gpu" object for a run on backend: NVML's static facts for NVML
- * device dev (plus CUDA runtime and cuDNN versions), else what devinfo knows; NULL
- * on the CPU backend. */
-json_t *train_gpu_json(enum backend_kind backend, int dev);
+/* Does the run read a dataset (o->data other than NULL or "synthetic")? */
+int train_uses_dataset(const struct train_opts *o);
 
 /* Bytes that net_setup would plan on backend at the net's current batch: the memory
  * plan for training in fp32, plus workspace_bytes on CUDA (measured at set-up, so
  * the caller passes what it knows) or the CPU backend's own scratch. */
 int train_plan_total(struct net *net, enum backend_kind backend, size_t workspace_bytes,
 		     size_t *bytes);
-json_t *train_result_json(const struct train_opts *o, const struct train_result *r);
 
 /* "cpu", "cuda" or "auto"/NULL (cuda when a GPU is present, else cpu with a note). */
 int train_pick_device(const char *device, enum backend_kind *out, int quiet);
