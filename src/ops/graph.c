@@ -1,6 +1,10 @@
 /* Queries on a net's graph shared by the planner (nn/plan.c) and the backends. */
 #include "ops/graph.h"
 
+#include <string.h>
+
+#include "core/error.h"
+
 int op_bwd_needs_input(enum op_type op)
 {
 	return op == OP_CONV2D || op == OP_BATCHNORM2D || op == OP_LINEAR;
@@ -51,4 +55,22 @@ int node_recompute_identity(const struct net *net, int r)
 	return rn->t_re >= 0 && rn->op == OP_RELU && net->nodes[rn->in[0]].op == OP_ADD
 		       ? node_add_identity(net, &net->nodes[rn->in[0]])
 		       : -1;
+}
+
+/* Indexed by enum precision; the names that --precision takes and results record. */
+static const char *const precision_names[] = { "fp32", "tf32", "fp16", "bf16" };
+
+int train_parse_precision(const char *s, enum precision *out)
+{
+	for (int i = 0; i < (int)(sizeof(precision_names) / sizeof(precision_names[0])); i++)
+		if (!strcmp(s, precision_names[i])) {
+			*out = (enum precision)i;
+			return 0;
+		}
+	return gp_error(GP_EINVAL, "--precision must be fp32, tf32, fp16 or bf16 (got '%s')", s);
+}
+
+const char *train_precision_name(enum precision p)
+{
+	return precision_names[p];
 }

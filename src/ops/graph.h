@@ -24,6 +24,11 @@ enum backend_kind { BACKEND_CPU = 0, BACKEND_CUDA };
 enum precision { PREC_FP32 = 0, PREC_TF32, PREC_FP16, PREC_BF16 };
 enum layout { LAYOUT_AUTO = 0, LAYOUT_NCHW, LAYOUT_NHWC };
 
+/* "fp32", "tf32", "fp16" or "bf16": the names that --precision takes and results
+ * record. */
+const char *train_precision_name(enum precision p);
+int train_parse_precision(const char *s, enum precision *out);
+
 static inline int precision_is_amp(enum precision p)
 {
 	return p == PREC_FP16 || p == PREC_BF16;

@@ -14,7 +14,7 @@
 
 #include "core/memstat.h"
 #include "nn/net.h"
-#include "train/trainer.h"
+#include "nn/observer.h"
 #include "core/trace.h"
 
 struct analysis;

@@ -45,19 +45,6 @@ int train_pick_device(const char *device, enum backend_kind *out, int quiet)
 	return gp_error(GP_EINVAL, "--device must be cpu, cuda or auto (got '%s')", device);
 }
 
-/* Indexed by enum precision; the names that --precision takes and results record. */
-static const char *const precision_names[] = { "fp32", "tf32", "fp16", "bf16" };
-
-int train_parse_precision(const char *s, enum precision *out)
-{
-	for (int i = 0; i < (int)(sizeof(precision_names) / sizeof(precision_names[0])); i++)
-		if (!strcmp(s, precision_names[i])) {
-			*out = (enum precision)i;
-			return 0;
-		}
-	return gp_error(GP_EINVAL, "--precision must be fp32, tf32, fp16 or bf16 (got '%s')", s);
-}
-
 int train_parse_layout(const char *s, enum layout *out)
 {
 	if (!s || !strcmp(s, "auto"))
@@ -102,11 +89,6 @@ struct train_opts train_opts_default(void)
 		.sgd = { .lr = 0.01, .momentum = 0.9 },
 	};
 	return o;
-}
-
-const char *train_precision_name(enum precision p)
-{
-	return precision_names[p];
 }
 
 static int observe_stage(const struct train_observer *ob, enum train_stage st, int begin)

@@ -6,25 +6,7 @@
 #include <stdio.h>
 
 #include "nn/net.h"
-
-/* The stages of a step, in the order of analysis.h's enum analysis_stage. */
-enum train_stage { TRAIN_STAGE_DATA = 0, TRAIN_STAGE_FORWARD, TRAIN_STAGE_BACKWARD,
-		   TRAIN_STAGE_OPTIMIZER };
-
-/* An observer of the training loop (the profiler). With one set, every step also
- * re-uploads its batch inside the data stage, where a loader's batch would arrive.
- * A negative return stops training with that error. */
-/* Optional callbacks around the training loop (each may be NULL): compare samples
- * memory after set-up and per step; the profiler marks steps and stages. */
-struct train_observer {
-	int (*after_setup)(void *user, struct net *net);
-	int (*after_step)(void *user, struct net *net, int step, int steps, double elapsed_s);
-	int (*step_begin)(void *user, struct net *net, int epoch, int step_in_epoch, int step);
-	int (*stage)(void *user, enum train_stage stage, int begin);
-	/* data_wait_ns: how long the step waited for its batch (0 for synthetic data). */
-	int (*step_end)(void *user, struct net *net, int64_t data_wait_ns);
-	void *user;
-};
+#include "nn/observer.h"
 
 struct train_opts {
 	const char *model;
@@ -83,7 +65,6 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log);
 /* train_run with an observer (obs may be NULL: then o->observer, if any). */
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log);
-const char *train_precision_name(enum precision p);
 /* Does the run read a dataset (o->data other than NULL or "synthetic")? */
 int train_uses_dataset(const struct train_opts *o);
 
@@ -95,7 +76,6 @@ int train_plan_total(struct net *net, enum backend_kind backend, size_t workspac
 
 /* "cpu", "cuda" or "auto"/NULL (cuda when a GPU is present, else cpu with a note). */
 int train_pick_device(const char *device, enum backend_kind *out, int quiet);
-int train_parse_precision(const char *s, enum precision *out);
 /* "nchw" | "nhwc" | "auto" (NULL: auto). */
 int train_parse_layout(const char *s, enum layout *out);
 int train_synthetic_batch(int batch, int c, int h, int w, int classes, uint64_t seed, float **x,
