@@ -4,11 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "test.h"
 
 static struct net *build(const char *name, int size, int batch, int classes)

@@ -16,6 +16,7 @@
 #include "report/chrome_trace.h"
 #include "report/profile_charts.h"
 #include "report/profiler.h"
+#include "train/trainer.h"
 #include "test.h"
 
 #define TINY "--model simple_cnn --size 32 --batch 4 --device cpu"

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/names.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "test.h"
 
 static const char *abc_at(int i)

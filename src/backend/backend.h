@@ -4,7 +4,7 @@
 #ifndef GP_BACKEND_H
 #define GP_BACKEND_H
 
-#include "nn/net.h"
+#include "ops/graph.h"
 
 struct backend_ops {
 	const char *name;
@@ -50,6 +50,10 @@ struct backend_ops {
 };
 
 extern const struct backend_ops backend_cpu_ops;
+/* Host-visible pointers to the CPU backend's arrays (NULL on another backend), in the
+ * backend dtype: for tests and gradient checks. */
+void *net_cpu_params(struct net *net);
+void *net_cpu_grads(struct net *net);
 #ifdef GP_HAVE_CUDA
 extern const struct backend_ops backend_cuda_ops;
 /* The net's cuDNN algorithm policy (struct conv_policy), for its next set-up: FP32

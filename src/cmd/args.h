@@ -5,7 +5,7 @@
 #define GP_ARGS_H
 
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 
 enum opt_type {
 	OPT_FLAG = 0, /* int, set to 1 */

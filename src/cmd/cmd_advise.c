@@ -11,7 +11,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "report/result.h"
 #include "report/table.h"
 

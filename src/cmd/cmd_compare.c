@@ -10,11 +10,12 @@
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
+#include "cmd/train_json.h"
 #include "core/error.h"
 #include "core/names.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "report/result.h"
 #include "report/table.h"
 

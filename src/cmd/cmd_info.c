@@ -14,7 +14,7 @@
 #include "core/version.h"
 #include "gpu/devinfo.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "report/result.h"
 
 static double mib(size_t b)

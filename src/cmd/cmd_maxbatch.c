@@ -13,12 +13,13 @@
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
+#include "cmd/train_json.h"
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "gpu/nvml.h"
 #include "backend/backend.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #ifdef GP_HAVE_CUDA
 #include "ops/cuda/device.h"
 #endif

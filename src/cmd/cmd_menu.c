@@ -11,7 +11,7 @@
 #include "core/version.h"
 #include "gpu/devinfo.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "report/result.h"
 
 #define MENU_ARGS 24

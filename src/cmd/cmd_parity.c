@@ -15,7 +15,7 @@
 #include "core/file.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "report/result.h"
 
 static int read_raw(const char *dir, const char *name, void *dst, size_t bytes)

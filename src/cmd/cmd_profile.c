@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "report/result.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "report/profiler.h"
 
 int cmd_profile(int argc, char **argv)

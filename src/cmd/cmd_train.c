@@ -10,9 +10,10 @@
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
+#include "cmd/train_json.h"
 #include "core/error.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "report/result.h"
 #include "report/profiler.h"
 

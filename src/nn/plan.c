@@ -10,30 +10,6 @@
 
 #define PLAN_ALIGN_BYTES 256
 
-int op_bwd_needs_input(enum op_type op)
-{
-	return op == OP_CONV2D || op == OP_BATCHNORM2D || op == OP_LINEAR;
-}
-
-int op_bwd_needs_output(enum op_type op)
-{
-	return op == OP_RELU || op == OP_RELU6;
-}
-
-size_t node_saved_bytes(const struct node *nd, size_t elem_bytes)
-{
-	switch (nd->op) {
-	case OP_BATCHNORM2D: /* statistics stay float under 16-bit activations */
-		return 2 * (size_t)nd->a.bn.c * (elem_bytes < sizeof(float) ? sizeof(float) : elem_bytes);
-	case OP_MAXPOOL2D:
-		return shape_numel(nd->out) * sizeof(int32_t);
-	case OP_DROPOUT:
-		return nd->a.drop.count;
-	default:
-		return 0;
-	}
-}
-
 static int tensor_new(struct net *net, size_t bytes, int first, int last)
 {
 	struct plan_tensor *t = &net->tensors[net->n_tensors];
@@ -83,20 +59,6 @@ static int relu_recomputed(const struct net *net, const struct node *nd, int tra
 	       net->nodes[nd->last_consumer].needs_dx;
 }
 
-/* The identity input of a residual add whose other input is a batch norm read only
- * there (the block's last one); -1 when nd is not such an add. */
-static int add_identity(const struct net *net, const struct node *nd)
-{
-	if (nd->op != OP_ADD || nd->in[0] == nd->in[1])
-		return -1;
-	for (int k = 0; k < 2; k++) {
-		const struct node *b = &net->nodes[nd->in[k]];
-		if (b->op == OP_BATCHNORM2D && b->consumers == 1)
-			return nd->in[1 - k];
-	}
-	return -1;
-}
-
 /* Recompute a residual block's output in backward as well (net->recompute >= 2): a ReLU
  * in place over add(batch norm, identity), where the identity is another block's
  * output (a ReLU: kept, or recomputed the same way first). Its batch norm's input and
@@ -107,17 +69,9 @@ static int block_recomputed(const struct net *net, const struct node *nd, int tr
 {
 	if (net->recompute < 2 || !training || nd->op != OP_RELU || !relu_in_place(net, nd))
 		return 0;
-	int id = add_identity(net, &net->nodes[nd->in[0]]);
+	int id = node_add_identity(net, &net->nodes[nd->in[0]]);
 	return id >= 0 && net->nodes[id].op == OP_RELU && nd->last_consumer >= 0 &&
 	       net->nodes[nd->last_consumer].needs_dx;
-}
-
-int node_recompute_identity(const struct net *net, int r)
-{
-	const struct node *rn = &net->nodes[r];
-	return rn->t_re >= 0 && rn->op == OP_RELU && net->nodes[rn->in[0]].op == OP_ADD
-		       ? add_identity(net, &net->nodes[rn->in[0]])
-		       : -1;
 }
 
 /* No other tensor shares t's memory: its node's backward only reads its gradient. */
@@ -285,12 +239,6 @@ static int plan_overflow(const struct net *net)
 {
 	return gp_error(GP_EINVAL, "the memory plan at batch %d, %dx%d exceeds 64-bit byte counts",
 			net->batch, net->in_h, net->in_w);
-}
-
-int node_has_grad(const struct net *net, int i)
-{
-	const struct node *nd = &net->nodes[i];
-	return nd->needs_dx && (i == net->n_nodes - 1 || nd->last_consumer >= 0);
 }
 
 struct scratch_req *net_scratch_reqs(struct net *net)

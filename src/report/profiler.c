@@ -13,7 +13,6 @@
 #endif
 
 #include "core/error.h"
-#include "nn/trainer.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
 #include "report/profile_charts.h"

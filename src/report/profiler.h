@@ -9,11 +9,12 @@
 #ifndef GP_PROFILER_H
 #define GP_PROFILER_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "core/memstat.h"
 #include "nn/net.h"
-#include "nn/trainer.h"
+#include "nn/observer.h"
 #include "core/trace.h"
 
 struct analysis;

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "nn/models.h"
 #include "nn/net.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "ops/cuda/device.h"
 #include "../test.h"
 

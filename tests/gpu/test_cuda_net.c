@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "backend/backend.h"
 #include "nn/models.h"
-#include "nn/trainer.h"
+#include "train/trainer.h"
 #include "ops/cuda/device.h"
 #include "../test.h"
 #include "net_util.h"

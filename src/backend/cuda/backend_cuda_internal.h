@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "nn/net.h"
+#include "ops/graph.h"
 #include "ops/cuda/cuda_ops.h"
 
 struct backend_state {

@@ -2,30 +2,11 @@
 #ifndef GP_TRAINER_H
 #define GP_TRAINER_H
 
-#include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "nn/net.h"
-
-/* The stages of a step, in the order of analysis.h's enum analysis_stage. */
-enum train_stage { TRAIN_STAGE_DATA = 0, TRAIN_STAGE_FORWARD, TRAIN_STAGE_BACKWARD,
-		   TRAIN_STAGE_OPTIMIZER };
-
-/* An observer of the training loop (the profiler). With one set, every step also
- * re-uploads its batch inside the data stage, where a loader's batch would arrive.
- * A negative return stops training with that error. */
-/* Optional callbacks around the training loop (each may be NULL): compare samples
- * memory after set-up and per step; the profiler marks steps and stages. */
-struct train_observer {
-	int (*after_setup)(void *user, struct net *net);
-	int (*after_step)(void *user, struct net *net, int step, int steps, double elapsed_s);
-	int (*step_begin)(void *user, struct net *net, int epoch, int step_in_epoch, int step);
-	int (*stage)(void *user, enum train_stage stage, int begin);
-	/* data_wait_ns: how long the step waited for its batch (0 for synthetic data). */
-	int (*step_end)(void *user, struct net *net, int64_t data_wait_ns);
-	void *user;
-};
+#include "nn/observer.h"
 
 struct train_opts {
 	const char *model;
@@ -84,38 +65,26 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log);
 /* train_run with an observer (obs may be NULL: then o->observer, if any). */
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log);
-
-/* Device memory of this process as nvidia-smi shows it, summed over every GPU that
- * NVML lists (NVML and CUDA may number devices differently). Needs nvml_open();
- * GP_ENOTFOUND when this process has no context on any GPU. *dev: the first NVML
- * index it was found on (may be NULL). */
-int train_process_gpu_mem(size_t *bytes, int *dev);
-/* The result's "gpu" object for a run on backend: NVML's static facts for NVML
- * device dev (plus CUDA runtime and cuDNN versions), else what devinfo knows; NULL
- * on the CPU backend. */
-json_t *train_gpu_json(enum backend_kind backend, int dev);
+/* Does the run read a dataset (o->data other than NULL or "synthetic")? */
+int train_uses_dataset(const struct train_opts *o);
 
 /* Bytes that net_setup would plan on backend at the net's current batch: the memory
  * plan for training in fp32, plus workspace_bytes on CUDA (measured at set-up, so
  * the caller passes what it knows) or the CPU backend's own scratch. */
 int train_plan_total(struct net *net, enum backend_kind backend, size_t workspace_bytes,
 		     size_t *bytes);
-json_t *train_result_json(const struct train_opts *o, const struct train_result *r);
 
 /* A device name (cpu, cuda, or auto/NULL: cuda when a GPU is present, else cpu with a
  * note unless quiet). */
 int train_pick_device(const char *device, enum backend_kind *out, int quiet);
-int train_parse_precision(const char *s, enum precision *out);
 /* A layout name, or auto/NULL (NHWC under fp16/bf16 on the GPU). */
 int train_parse_layout(const char *s, enum layout *out);
 /* The names these take, in table order, NULL past the last (core/names.h): devices
- * with auto, every precision, the layouts without auto. */
+ * with auto, the layouts without auto (precisions: ops/graph.h). */
 const char *train_device_choice_at(int i);
-const char *train_precision_name_at(int i);
 const char *train_layout_choice_at(int i);
 /* The names that results record. */
 const char *train_device_name(enum backend_kind b);
-const char *train_precision_name(enum precision p);
 const char *train_layout_name(enum layout l);
 int train_synthetic_batch(int batch, int c, int h, int w, int classes, uint64_t seed, float **x,
 			  int32_t **labels);

@@ -1,0 +1,115 @@
+/* The JSON of training results, built where the trainer's structs and the report
+ * layer's result helpers meet (train/ and report/ are siblings and include neither
+ * the other): the run's measurements, the GPU it ran on, and this process's device
+ * memory as NVML sees it. */
+#include "cmd/train_json.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "gpu/devinfo.h"
+#include "gpu/nvml.h"
+#ifdef GP_HAVE_CUDA
+#include "ops/cuda/device.h"
+#endif
+#include "report/result.h"
+
+json_t *train_result_json(const struct train_opts *o, const struct train_result *r)
+{
+	json_t *mem = json_object();
+	for (int c = 0; c < MEM_NCAT; c++)
+		json_object_set_new(mem, mem_cat_name(c), json_integer((json_int_t)r->mem.peak_bytes[c]));
+	json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:I, s:I}",
+		"model", o->model, "device", train_device_name(o->backend),
+		"precision", train_precision_name(o->precision), "batch", o->batch, "steps", r->steps,
+		"ms_per_step", result_real(r->ms_per_step), "img_s", result_real(r->img_s),
+		"total_s", result_real(r->total_s),
+		"first_loss", result_real(r->first_loss), "last_loss", result_real(r->last_loss),
+		"nonfinite_loss_step", r->nonfinite_step ? json_integer(r->nonfinite_step) : json_null(),
+		"params", (json_int_t)r->params,
+		"peak_bytes_by_category", mem, "peak_bytes", (json_int_t)r->mem.total_peak_bytes,
+		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
+	if (j && o->backend == BACKEND_CUDA)
+		json_object_set_new(j, "layout", json_string(train_layout_name(
+			o->layout == LAYOUT_NHWC || (o->layout == LAYOUT_AUTO && precision_is_amp(o->precision))
+			? LAYOUT_NHWC : LAYOUT_NCHW)));
+	/* A run on a dataset also says where its data came from and what it cost. */
+	if (j && train_uses_dataset(o)) {
+		json_t *d = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", o->data,
+			"classes", r->classes, "workers", o->workers, "batches_per_epoch", r->batches_per_epoch,
+			"data_wait_ms", result_real(r->data_wait_ms), "copy_ms", result_real(r->copy_ms),
+			"data_wait_pct", result_real(r->data_wait_pct),
+			"skipped_corrupt", (json_int_t)r->skipped_corrupt);
+		if (!d || json_object_update(j, d) < 0) {
+			json_decref(j);
+			j = NULL;
+		}
+		json_decref(d);
+	}
+	return j;
+}
+
+int train_process_gpu_mem(size_t *bytes, int *dev)
+{
+	int n = 0, found = -1;
+	*bytes = 0;
+	GP_TRY(nvml_device_count(&n));
+	for (int d = 0; d < n; d++) {
+		size_t b = 0;
+		int rc = nvml_process_mem_bytes(d, (unsigned)getpid(), &b);
+		if (rc == GP_ENOTFOUND)
+			continue;
+		if (rc < 0)
+			return rc;
+		*bytes += b;
+		if (found < 0)
+			found = d;
+	}
+	if (found < 0)
+		return gp_error(GP_ENOTFOUND, "this process has no context on any of %d GPUs", n);
+	if (dev)
+		*dev = found;
+	return 0;
+}
+
+/* Library versions as "13.0" and "9.10.2", for the result's gpu object. */
+static void gpu_json_add_versions(json_t *gpu)
+{
+#ifdef GP_HAVE_CUDA
+	struct cuda_versions v;
+	char buf[32];
+	if (cuda_versions_get(&v) < 0) {
+		gp_error_clear();
+		return;
+	}
+	snprintf(buf, sizeof(buf), "%d.%d", v.runtime / 1000, v.runtime % 1000 / 10);
+	json_object_set_new(gpu, "cuda_runtime_version", json_string(buf));
+	snprintf(buf, sizeof(buf), "%zu.%zu.%zu", v.cudnn / 10000, v.cudnn % 10000 / 100,
+		 v.cudnn % 100);
+	json_object_set_new(gpu, "cudnn_version", json_string(buf));
+#else
+	(void)gpu;
+#endif
+}
+
+json_t *train_gpu_json(enum backend_kind backend, int dev)
+{
+	if (backend != BACKEND_CUDA)
+		return NULL;
+	struct nvml_static_info info;
+	json_t *gpu = NULL;
+	if (nvml_static_info(dev, &info) == 0) {
+		gpu = result_gpu_from_nvml(&info);
+	} else {
+		struct gp_devinfo d;
+		gp_error_clear();
+		devinfo_query(&d);
+		if (d.gpu_count > 0)
+			gpu = json_pack("{s:s, s:o}", "name", d.gpu_name, "memory_mib",
+					result_real(d.mem_total_bytes / GP_MIB));
+	}
+	if (gpu)
+		gpu_json_add_versions(gpu);
+	return gpu;
+}

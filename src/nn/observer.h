@@ -1,0 +1,30 @@
+/* The interface between the training loop (train/) and what watches it (the
+ * profiler in report/, compare's memory samples): defined below both, so that cmd/
+ * attaches one to the other and neither includes its sibling. */
+#ifndef GP_OBSERVER_H
+#define GP_OBSERVER_H
+
+#include <stdint.h>
+
+#include "ops/graph.h"
+
+/* The stages of a step, in the order of analysis.h's enum analysis_stage. */
+enum train_stage { TRAIN_STAGE_DATA = 0, TRAIN_STAGE_FORWARD, TRAIN_STAGE_BACKWARD,
+		   TRAIN_STAGE_OPTIMIZER };
+
+/* An observer of the training loop (the profiler). With one set, every step also
+ * re-uploads its batch inside the data stage, where a loader's batch would arrive.
+ * A negative return stops training with that error. */
+/* Optional callbacks around the training loop (each may be NULL): compare samples
+ * memory after set-up and per step; the profiler marks steps and stages. */
+struct train_observer {
+	int (*after_setup)(void *user, struct net *net);
+	int (*after_step)(void *user, struct net *net, int step, int steps, double elapsed_s);
+	int (*step_begin)(void *user, struct net *net, int epoch, int step_in_epoch, int step);
+	int (*stage)(void *user, enum train_stage stage, int begin);
+	/* data_wait_ns: how long the step waited for its batch (0 for synthetic data). */
+	int (*step_end)(void *user, struct net *net, int64_t data_wait_ns);
+	void *user;
+};
+
+#endif

@@ -1,0 +1,86 @@
+/* Queries on a net's graph shared by the planner (nn/plan.c) and the backends. */
+#include "ops/graph.h"
+
+#include <string.h>
+
+#include "core/error.h"
+#include "core/names.h"
+
+int op_bwd_needs_input(enum op_type op)
+{
+	return op == OP_CONV2D || op == OP_BATCHNORM2D || op == OP_LINEAR;
+}
+
+int op_bwd_needs_output(enum op_type op)
+{
+	return op == OP_RELU || op == OP_RELU6;
+}
+
+size_t node_saved_bytes(const struct node *nd, size_t elem_bytes)
+{
+	switch (nd->op) {
+	case OP_BATCHNORM2D: /* statistics stay float under 16-bit activations */
+		return 2 * (size_t)nd->a.bn.c * (elem_bytes < sizeof(float) ? sizeof(float) : elem_bytes);
+	case OP_MAXPOOL2D:
+		return shape_numel(nd->out) * sizeof(int32_t);
+	case OP_DROPOUT:
+		return nd->a.drop.count;
+	default:
+		return 0;
+	}
+}
+
+int node_has_grad(const struct net *net, int i)
+{
+	const struct node *nd = &net->nodes[i];
+	return nd->needs_dx && (i == net->n_nodes - 1 || nd->last_consumer >= 0);
+}
+
+/* The identity input of a residual add whose other input is a batch norm read only
+ * there (the block's last one); -1 when nd is not such an add. */
+int node_add_identity(const struct net *net, const struct node *nd)
+{
+	if (nd->op != OP_ADD || nd->in[0] == nd->in[1])
+		return -1;
+	for (int k = 0; k < 2; k++) {
+		const struct node *b = &net->nodes[nd->in[k]];
+		if (b->op == OP_BATCHNORM2D && b->consumers == 1)
+			return nd->in[1 - k];
+	}
+	return -1;
+}
+
+int node_recompute_identity(const struct net *net, int r)
+{
+	const struct node *rn = &net->nodes[r];
+	return rn->t_re >= 0 && rn->op == OP_RELU && net->nodes[rn->in[0]].op == OP_ADD
+		       ? node_add_identity(net, &net->nodes[rn->in[0]])
+		       : -1;
+}
+
+/* Indexed by enum precision; the names that --precision takes and results record;
+ * messages, help texts and the menu derive from it. */
+static const char *const precision_names[] = { "fp32", "tf32", "fp16", "bf16" };
+
+const char *train_precision_name_at(int i)
+{
+	int n = (int)(sizeof(precision_names) / sizeof(precision_names[0]));
+	return i >= 0 && i < n ? precision_names[i] : NULL;
+}
+
+const char *train_precision_name(enum precision p)
+{
+	return precision_names[p];
+}
+
+int train_parse_precision(const char *s, enum precision *out)
+{
+	char known[64];
+	int i = names_find(train_precision_name_at, s);
+	if (i < 0)
+		return gp_error(GP_EINVAL, "--precision must be %s (got '%s')",
+				names_join(known, sizeof(known), train_precision_name_at, ", ", " or "),
+				s);
+	*out = (enum precision)i;
+	return 0;
+}
