@@ -93,11 +93,11 @@ int trace_reserve(struct trace *t, size_t ranges, size_t gpu, size_t mem)
 	return 0;
 }
 
-static uint64_t str_hash(const char *s)
+static uint64_t str_hash(const char *s, size_t len)
 {
 	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
 	return h;
 }
 
@@ -111,7 +111,7 @@ static int names_grow(struct trace *t)
 	for (size_t i = 0; i < t->cap_names; i++) {
 		if (!t->names[i])
 			continue;
-		size_t j = str_hash(t->names[i]) & (cap - 1);
+		size_t j = str_hash(t->names[i], strlen(t->names[i])) & (cap - 1);
 		while (tab[j])
 			j = (j + 1) & (cap - 1);
 		tab[j] = t->names[i];
@@ -124,17 +124,20 @@ static int names_grow(struct trace *t)
 
 const char *trace_intern(struct trace *t, const char *s)
 {
-	if (!s)
-		return NULL;
+	return s ? trace_intern_len(t, s, strlen(s)) : NULL;
+}
+
+const char *trace_intern_len(struct trace *t, const char *s, size_t len)
+{
 	if ((t->n_names + 1) * 2 > t->cap_names && names_grow(t) < 0)
 		return NULL;
-	size_t j = str_hash(s) & (t->cap_names - 1);
+	size_t j = str_hash(s, len) & (t->cap_names - 1);
 	while (t->names[j]) {
-		if (!strcmp(t->names[j], s))
+		if (t->names[j] == s || (!strncmp(t->names[j], s, len) && t->names[j][len] == 0))
 			return t->names[j];
 		j = (j + 1) & (t->cap_names - 1);
 	}
-	t->names[j] = strdup(s);
+	t->names[j] = strndup(s, len);
 	if (!t->names[j]) {
 		gp_error(GP_ENOMEM, "trace: cannot store a name");
 		return NULL;

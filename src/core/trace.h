@@ -107,6 +107,8 @@ int trace_reserve(struct trace *t, size_t ranges, size_t gpu, size_t mem);
 
 /* A stable copy of s owned by the trace (the same pointer for equal strings). */
 const char *trace_intern(struct trace *t, const char *s);
+/* The same for the len bytes at s (no NUL among them). */
+const char *trace_intern_len(struct trace *t, const char *s, size_t len);
 
 /* Open a host range now (cat is "user_annotation", "cpu_op" or "cuda_runtime") and
  * close the innermost one. Meant for the training thread; cheap after warm-up. */

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "report/trace_event.h"
 
 /* One line of traceEvents, sorted by time before writing. */
 enum ev_kind { EV_RANGE = 0, EV_GPU, EV_FLOW_START, EV_FLOW_END, EV_MEM };
@@ -387,23 +388,52 @@ int chrome_trace_write_dir(const struct trace *t, const char *dir, char *log_pat
 #define TRACE_TS_US_MAX 1e15
 #define TRACE_DUR_US_MAX 1e13
 
-/* An integer field, dflt when it is missing, not a number or beyond long long (a
- * real such as 1e300 would convert to undefined behaviour). */
-static long long jint(json_t *obj, const char *key, long long dflt)
+/* An integer, dflt when it is missing, not a number or beyond long long (a real
+ * such as 1e300 would convert to undefined behaviour). */
+static long long value_int(const struct trace_value *v, long long dflt)
 {
-	json_t *v = json_object_get(obj, key);
-	if (json_is_integer(v))
-		return json_integer_value(v);
-	if (json_is_real(v) && fabs(json_real_value(v)) < 9.2e18)
-		return (long long)json_real_value(v);
+	if (v->type == TRACE_VALUE_INT)
+		return v->i;
+	if (v->type == TRACE_VALUE_REAL && fabs(v->d) < 9.2e18)
+		return (long long)v->d;
 	return dflt;
 }
 
 /* The same within int's range. */
+static int value_int32(const struct trace_value *v, int dflt)
+{
+	long long i = value_int(v, dflt);
+	return i >= INT_MIN && i <= INT_MAX ? (int)i : dflt;
+}
+
+/* A string, or dflt; *len is its length. */
+static const char *value_str(const struct trace_value *v, const char *dflt, size_t *len)
+{
+	if (v->type == TRACE_VALUE_STR) {
+		*len = v->len;
+		return v->s;
+	}
+	*len = strlen(dflt);
+	return dflt;
+}
+
+static int value_str_is(const struct trace_value *v, const char *s)
+{
+	return v->type == TRACE_VALUE_STR && v->len == strlen(s) && !memcmp(v->s, s, v->len);
+}
+
+static long long jint(json_t *obj, const char *key, long long dflt)
+{
+	struct trace_value v = { 0 };
+	trace_value_from_json(json_object_get(obj, key), &v);
+	return value_int(&v, dflt);
+}
+
 static int jint32(json_t *obj, const char *key, int dflt)
 {
-	long long v = jint(obj, key, dflt);
-	return v >= INT_MIN && v <= INT_MAX ? (int)v : dflt;
+	struct trace_value v = { 0 };
+	trace_value_from_json(json_object_get(obj, key), &v);
+	return value_int32(&v, dflt);
 }
 
 static const char *jstr(json_t *obj, const char *key, const char *dflt)
@@ -412,19 +442,32 @@ static const char *jstr(json_t *obj, const char *key, const char *dflt)
 	return s ? s : dflt;
 }
 
-/* A time field in microseconds as nanoseconds (0 when missing), refused outside
- * -max_us .. max_us, or below 0 for a duration. */
-static int jtime_ns(json_t *ev, const char *key, double max_us, size_t idx, int64_t *out)
+/* An event's "ts" or "dur" in microseconds as nanoseconds (0 when missing), refused
+ * outside -max_us .. max_us, or below 0 for a duration. */
+static int event_time_ns(const struct trace_event *ev, enum trace_field f, double max_us,
+			 size_t idx, int64_t *out)
 {
-	json_t *v = json_object_get(ev, key);
-	double us = json_is_number(v) ? json_number_value(v) : 0;
-	int is_dur = !strcmp(key, "dur");
-	if (!(fabs(us) <= max_us) || (is_dur && us < 0))
-		return gp_error(GP_EFORMAT, "event %zu (\"%.60s\"): \"%s\" of %g us is outside "
-				"%g .. %g", idx, jstr(ev, "name", ""), key, us, is_dur ? 0 : -max_us,
-				max_us);
+	const struct trace_value *v = &ev->f[f];
+	double us = v->type == TRACE_VALUE_INT ? (double)v->i
+		    : v->type == TRACE_VALUE_REAL ? v->d : 0;
+	int is_dur = f == TF_DUR;
+	if (!(fabs(us) <= max_us) || (is_dur && us < 0)) {
+		size_t len;
+		const char *name = value_str(&ev->f[TF_NAME], "", &len);
+		return gp_error(GP_EFORMAT, "event %zu (\"%.*s\"): \"%s\" of %g us is outside "
+				"%g .. %g", idx, (int)(len < 60 ? len : 60), name,
+				is_dur ? "dur" : "ts", us, is_dur ? 0 : -max_us, max_us);
+	}
 	*out = (int64_t)llround(us * 1000.0);
 	return 0;
+}
+
+/* A string of the event kept in the trace (NULL when out of memory). */
+static const char *event_intern(struct trace *t, const struct trace_value *v, const char *dflt)
+{
+	size_t len;
+	const char *s = value_str(v, dflt, &len);
+	return trace_intern_len(t, s, len);
 }
 
 static void read_meta(json_t *root, struct trace *t)
@@ -449,41 +492,44 @@ static void read_meta(json_t *root, struct trace *t)
 	}
 }
 
-static int read_x(struct trace *t, json_t *ev, size_t idx, int cat, int64_t base_ns)
+static int read_x(struct trace *t, const struct trace_event *ev, size_t idx, int cat,
+		  int64_t base_ns)
 {
-	json_t *args = json_object_get(ev, "args");
-	const char *name = jstr(ev, "name", "");
+	const struct trace_value *f = ev->f;
 	int64_t ts, dur;
-	GP_TRY(jtime_ns(ev, "ts", TRACE_TS_US_MAX, idx, &ts));
-	GP_TRY(jtime_ns(ev, "dur", TRACE_DUR_US_MAX, idx, &dur));
+	GP_TRY(event_time_ns(ev, TF_TS, TRACE_TS_US_MAX, idx, &ts));
+	GP_TRY(event_time_ns(ev, TF_DUR, TRACE_DUR_US_MAX, idx, &dur));
+	const char *name = event_intern(t, &f[TF_NAME], "");
+	if (!name)
+		return GP_ENOMEM;
 	int64_t start = base_ns + ts, end = start + dur;
 	if (cat <= TRACE_CUDA_RUNTIME) {
 		struct trace_range r = {
-			.name = name, .cat = (enum trace_cat)cat, .tid = jint32(ev, "tid", 0),
+			.name = name, .cat = (enum trace_cat)cat, .tid = value_int32(&f[TF_TID], 0),
 			.start_ns = start, .end_ns = end,
-			.correlation = (uint64_t)jint(args, "correlation", 0),
-			.external_id = (uint64_t)jint(args, "External id", 0),
+			.correlation = (uint64_t)value_int(&f[TF_CORRELATION], 0),
+			.external_id = (uint64_t)value_int(&f[TF_EXTERNAL_ID], 0),
 		};
 		GP_TRY(trace_add_range(t, &r));
 		if (cat == TRACE_USER_ANNOTATION && !strncmp(name, "ProfilerStep#", 13)) {
 			struct trace_step s = { step_number(name + 13), start, end,
-						jint(args, "data_wait_ns", -1) };
+						value_int(&f[TF_DATA_WAIT_NS], -1) };
 			GP_TRY(trace_add_step(t, &s));
 		}
 		return 0;
 	}
 	struct trace_gpu g = {
 		.name = name, .cat = (enum trace_cat)cat,
-		.device = jint32(args, "device", jint32(ev, "pid", 0)),
-		.stream = jint32(args, "stream", jint32(ev, "tid", 0)),
+		.device = value_int32(&f[TF_DEVICE], value_int32(&f[TF_PID], 0)),
+		.stream = value_int32(&f[TF_STREAM], value_int32(&f[TF_TID], 0)),
 		.start_ns = start, .end_ns = end,
-		.correlation = (uint64_t)jint(args, "correlation", 0),
-		.external_id = (uint64_t)jint(args, "External id", 0),
-		.bytes = (uint64_t)jint(args, "bytes", 0),
+		.correlation = (uint64_t)value_int(&f[TF_CORRELATION], 0),
+		.external_id = (uint64_t)value_int(&f[TF_EXTERNAL_ID], 0),
+		.bytes = (uint64_t)value_int(&f[TF_BYTES], 0),
 	};
 	for (int k = 0; k < 3; k++) {
-		g.grid[k] = (int)json_integer_value(json_array_get(json_object_get(args, "grid"), k));
-		g.block[k] = (int)json_integer_value(json_array_get(json_object_get(args, "block"), k));
+		g.grid[k] = (int)ev->grid[k];
+		g.block[k] = (int)ev->block[k];
 	}
 	return trace_add_gpu(t, &g);
 }
@@ -533,31 +579,49 @@ static int steps_fill_data_wait(struct trace *t)
 	return 0;
 }
 
-static int read_event(struct trace *t, json_t *ev, size_t i, int64_t base_ns)
+/* The category of an event: Kineto's names are short, so a longer string is none. */
+static int event_cat(const struct trace_value *v)
 {
-	const char *ph = jstr(ev, "ph", "");
-	if (!strcmp(ph, "X")) {
-		int cat = trace_cat_parse(jstr(ev, "cat", ""));
+	char cat[32];
+	size_t len;
+	const char *s = value_str(v, "", &len);
+	if (len >= sizeof(cat))
+		return -1;
+	memcpy(cat, s, len);
+	cat[len] = 0;
+	return trace_cat_parse(cat);
+}
+
+static int read_event(struct trace *t, const struct trace_event *ev, size_t i, int64_t base_ns)
+{
+	const struct trace_value *f = ev->f;
+	if (value_str_is(&f[TF_PH], "X")) {
+		int cat = event_cat(&f[TF_CAT]);
 		return cat < 0 ? 0 : read_x(t, ev, i, cat, base_ns);
 	}
-	if (strcmp(ph, "i") || strcmp(jstr(ev, "name", ""), "[memory]"))
+	if (!value_str_is(&f[TF_PH], "i") || !value_str_is(&f[TF_NAME], "[memory]"))
 		return 0;
-	json_t *args = json_object_get(ev, "args");
 	int64_t ts = 0;
-	GP_TRY(jtime_ns(ev, "ts", TRACE_TS_US_MAX, i, &ts));
+	GP_TRY(event_time_ns(ev, TF_TS, TRACE_TS_US_MAX, i, &ts));
 	if (!t->tid)
-		t->tid = jint32(ev, "tid", 0);
-	return trace_add_mem(t, base_ns + ts, jint(args, "Total Allocated", 0),
-			     jint(args, "Bytes", 0), jstr(args, "Category", "other"),
-			     jstr(args, "Layer", NULL));
+		t->tid = value_int32(&f[TF_TID], 0);
+	int has_layer = f[TF_LAYER].type == TRACE_VALUE_STR && f[TF_LAYER].len;
+	const char *category = event_intern(t, &f[TF_CATEGORY], "other");
+	const char *layer = has_layer ? event_intern(t, &f[TF_LAYER], "") : NULL;
+	if (!category || (has_layer && !layer))
+		return GP_ENOMEM;
+	return trace_add_mem(t, base_ns + ts, value_int(&f[TF_TOTAL_ALLOCATED], 0),
+			     value_int(&f[TF_MEM_BYTES], 0), category, layer);
 }
 
 /* --- the document, one event at a time ---------------------------------------------
  * A trace is mostly its traceEvents array. Parsing it whole built a tree of millions
  * of small allocations (most of the time of `analyze` went to malloc and page
  * faults); instead the top level is parsed key by key, the array is skipped, and
- * its events are parsed and dropped one by one. Kineto writes baseTimeNanoseconds
- * after the events, so they are read in a second pass. */
+ * its events are read one by one by trace_event_scan, without a tree; an event it
+ * declines (an escape in a string, a syntax error) is parsed by jansson instead.
+ * Kineto writes baseTimeNanoseconds after the events, so they are read in a second
+ * pass. */
 
 struct doc {
 	const char *path, *text, *end;
@@ -682,10 +746,17 @@ static int doc_events(const struct doc *d, const char *begin, const char *end,
 	if (p < end && *p == ']')
 		return 0;
 	for (size_t i = 0;; i++) {
-		json_t *ev;
-		GP_TRY(doc_value(d, &p, &ev));
-		int rc = read_event(t, ev, i, base_ns);
-		json_decref(ev);
+		struct trace_event ev;
+		int rc;
+		if (trace_event_scan(p, d->end, &ev, &p)) {
+			rc = read_event(t, &ev, i, base_ns);
+		} else {
+			json_t *value;
+			GP_TRY(doc_value(d, &p, &value));
+			trace_event_from_json(value, &ev);
+			rc = read_event(t, &ev, i, base_ns);
+			json_decref(value);
+		}
 		if (rc < 0)
 			return gp_error_wrap(rc, "reading '%s'", d->path);
 		p = skip_ws(p, end);
