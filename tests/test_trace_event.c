@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "report/chrome_trace.h"
-#include "report/trace.h"
+#include "core/trace.h"
 #include "report/trace_event.h"
 #include "test.h"
 
