@@ -1,5 +1,6 @@
 #include "core/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -170,6 +172,69 @@ int file_cleanup_on_signals(void)
 	return 0;
 }
 
+/* --- temporary files of dead processes ---------------------------------------------
+ * SIGKILL leaves no chance to remove a temporary file. The first write into a folder
+ * removes those there that name a process no longer alive and have not changed for
+ * a minute (a writer on another host or in another PID namespace keeps touching its
+ * own); once per folder and process, for the first TMP_SWEPT_MAX folders. */
+#define TMP_SWEPT_MAX 256
+#define TMP_STALE_S 60
+static pthread_mutex_t swept_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *swept[TMP_SWEPT_MAX];
+static int n_swept;
+
+/* The pid in ".NAME.tmp.PID" or ".NAME.tmp.PID.K", or 0. */
+static long tmp_name_pid(const char *name)
+{
+	const char *t = NULL, *p = name;
+	if (name[0] != '.')
+		return 0;
+	while ((p = strstr(p + 1, ".tmp.")))
+		t = p;
+	if (!t)
+		return 0;
+	char *end;
+	errno = 0;
+	long pid = strtol(t + 5, &end, 10);
+	if (end == t + 5 || errno || pid <= 0)
+		return 0;
+	if (*end == '.') {
+		const char *k = end + 1;
+		strtol(k, &end, 10);
+		if (end == k)
+			return 0;
+	}
+	return *end ? 0 : pid;
+}
+
+static void tmp_sweep_stale(const char *dir)
+{
+	pthread_mutex_lock(&swept_lock);
+	int i = 0;
+	while (i < n_swept && strcmp(swept[i], dir))
+		i++;
+	int todo = i == n_swept && n_swept < TMP_SWEPT_MAX && (swept[n_swept] = strdup(dir));
+	n_swept += todo;
+	pthread_mutex_unlock(&swept_lock);
+	if (!todo)
+		return;
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	time_t now = time(NULL);
+	struct dirent *e;
+	struct stat st;
+	while ((e = readdir(d))) {
+		long pid = tmp_name_pid(e->d_name);
+		if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && now - st.st_mtime > TMP_STALE_S)
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
 /* Create the temporary file and register it with SIGINT and SIGTERM held back, so
  * that no signal falls between the two. ".NAME.tmp.PID" names its owner; should it
  * exist (another thread writing the same path, or a dead process of the same pid),
@@ -214,6 +279,9 @@ int atomic_file_open(struct atomic_file *af, const char *path)
 	af->tmp_path[0] = 0;
 	if (snprintf(af->path, sizeof(af->path), "%s", path) >= (int)sizeof(af->path))
 		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%.*s", dir_len ? dir_len : 1, dir_len ? path : ".");
+	tmp_sweep_stale(dir);
 	int fd = tmp_create(af, dir_len);
 	if (fd < 0)
 		return fd;
