@@ -279,6 +279,11 @@ int atomic_file_open(struct atomic_file *af, const char *path)
 	af->tmp_path[0] = 0;
 	if (snprintf(af->path, sizeof(af->path), "%s", path) >= (int)sizeof(af->path))
 		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	/* the rename would put a plain file in place of a device node or a FIFO */
+	struct stat st;
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+		return gp_error(GP_EIO, "cannot write '%s': it is %s, not a regular file", path,
+				file_kind(st.st_mode));
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%.*s", dir_len ? dir_len : 1, dir_len ? path : ".");
 	tmp_sweep_stale(dir);
