@@ -150,10 +150,22 @@ int file_tmp_live_count(void)
 	return n;
 }
 
-/* unlink and raise are async-signal-safe; the default action then ends the process
- * with the signal, so the parent sees what it sent. */
+/* Holding SIGINT and SIGTERM back guards only the thread that holds them: the
+ * handler may run in another thread while this one creates a file. tmp_creating
+ * counts the threads between open and registration; the handler first says it is
+ * dying, then waits (at most a second) for them, so each file is registered before
+ * it unlinks, or is never created. */
+static atomic_int tmp_dying, tmp_creating;
+
+/* unlink, nanosleep and raise are async-signal-safe; the default action then ends
+ * the process with the signal, so the parent sees what it sent. */
 static void cleanup_on_signal(int sig)
 {
+	atomic_store(&tmp_dying, 1);
+	for (int i = 0; i < 1000 && atomic_load(&tmp_creating) > 0; i++) {
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL);
+	}
 	for (int i = 0; i < TMP_SLOTS; i++)
 		if (atomic_load(&tmp_state[i]) == SLOT_LIVE)
 			unlink(tmp_paths[i]);
@@ -247,6 +259,12 @@ static int tmp_create(struct atomic_file *af, int dir_len)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
+	atomic_fetch_add(&tmp_creating, 1);
+	if (atomic_load(&tmp_dying)) {
+		atomic_fetch_sub(&tmp_creating, 1);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		return gp_error(GP_EIO, "cannot write '%s': interrupted", af->path);
+	}
 	for (int k = 0; k < 100 && fd < 0; k++) {
 		int n = k ? snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.%ld.%d",
 				     dir_len, af->path, af->path + dir_len, (long)getpid(), k)
@@ -263,6 +281,7 @@ static int tmp_create(struct atomic_file *af, int dir_len)
 	}
 	if (fd >= 0)
 		af->slot = tmp_register(af->tmp_path);
+	atomic_fetch_sub(&tmp_creating, 1);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (fd < 0)
 		return gp_error(GP_EIO, "cannot write '%s': %s", af->path, strerror(err));
