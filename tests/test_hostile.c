@@ -167,8 +167,9 @@ static const struct hcase cases[] = {
 	  "ro/ds", RO_DIR },
 	{ "plot into a read-only folder", "plot \"$F/sample_amp.json\" --out ro", 1, "ro", RO_DIR },
 	{ "analyze a read-only folder", "analyze ro", 1, "ro",
-	  RO_DIR " && mount -o remount,rw ro 2>/dev/null; cp \"$F/trace/profiler_trace.json\" ro/ "
-	  "&& { mount -o remount,ro ro 2>/dev/null || chmod 555 ro; }" },
+	  RO_DIR " && { mount -o remount,rw ro 2>/dev/null || chmod 755 ro; } && "
+	  "cp \"$F/trace/profiler_trace.json\" ro/ && "
+	  "{ mount -o remount,ro ro 2>/dev/null || chmod 555 ro; }" },
 	{ "--save a FIFO", TR "--save fifo --out o", 2, "'fifo' is not a regular file", "mkfifo fifo",
 	  "[ -p fifo ] && [ ! -e o/train.json ]" },
 	{ "--save a device node", TR "--save null --out o", 2, "'null' is not a regular file",
@@ -268,7 +269,7 @@ static const struct hcase cases[] = {
 	  "cp -r \"$F/ds\" ds && printf '\\211PNG\\r\\n\\032\\n' > ds/class_000/x.png" },
 	{ "data a symlink loop", LD "--data ds --batches 2", 0, "",
 	  "cp -r \"$F/ds\" ds && ln -s . ds/class_000/loop" },
-	{ "data an unreadable image", LD "--data ds --batches 6", 0, "",
+	{ "data an unreadable image", LD "--data ds --batches 6", 0, "Permission denied",
 	  "[ \"$(id -u)\" != 0 ] || { echo 'root reads any file'; exit 77; }; cp -r \"$F/ds\" ds && chmod 000 ds/class_000/img_0000000.jpg" },
 	{ "data non-UTF-8 class name", TR "--data ds --out o", 0, "wrote o/train.json",
 	  "mkdir ds && cp -r \"$F/ds/class_000\" \"ds/a$(printf '\\377')\" && cp -r \"$F/ds/class_001\" ds/b" },
