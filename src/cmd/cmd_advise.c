@@ -214,8 +214,8 @@ int cmd_advise(int argc, char **argv)
 	json_t *res = result_new("advise", argc, argv), *trials = json_array();
 	for (int i = 0; i < n; i++)
 		json_array_append_new(trials, trial_json(&t[i], b->img_s));
-	json_object_set_new(res, "settings", json_pack("{s:s, s:i, s:s, s:i, s:i}", "model", base.model,
-			    "batch", base.batch, "data", data, "workers", base.workers, "steps", base.steps));
+	json_object_set_new(res, "settings", json_pack("{s:s, s:i, s:o, s:i, s:i}", "model", base.model,
+			    "batch", base.batch, "data", result_string(data), "workers", base.workers, "steps", base.steps));
 	json_object_set_new(res, "measurements", json_pack("{s:o, s:s, s:o}", "trials", trials, "best",
 			    best->change, "best_img_s", result_real(best->r.img_s)));
 	char path[4096];

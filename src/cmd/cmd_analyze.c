@@ -102,6 +102,8 @@ int cmd_analyze(int argc, char **argv)
 	if (argc != 2 || argv[1][0] == '-')
 		return gp_error(GP_EINVAL, "usage: gpuperf analyze DIR");
 	const char *dir = argv[1];
+	if (!*dir) /* it would read the current folder's name as "" */
+		return gp_error(GP_EINVAL, "DIR: empty path");
 	struct stat st;
 	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
 		return gp_error(GP_ENOTFOUND, "'%s' is not a directory", dir);

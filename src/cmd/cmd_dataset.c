@@ -205,6 +205,9 @@ int cmd_dataset(int argc, char **argv)
 			args_print_help(usage, opts);
 			return 0;
 		}
+		if (argc >= 2 && argv[1][0] != '-')
+			return gp_error(GP_EINVAL, "unknown dataset command '%s' (usage: %s)",
+					argv[1], usage);
 		return gp_error(GP_EINVAL, "usage: %s", usage);
 	}
 	GP_TRY(args_parse(argc, argv, 2, opts));

@@ -72,6 +72,8 @@ int cmd_loader(int argc, char **argv)
 	}
 	if (!data)
 		return gp_error(GP_EINVAL, "--data SPEC is required");
+	if (workers.n == 0)
+		return gp_error(GP_EINVAL, "--workers: give at least one worker count (e.g. 0,2,4,8)");
 	struct dataset *ds;
 	GP_TRY(dataset_open(data, !eval, size, &ds));
 	printf("loader: %s, %d images, %d classes, batch %d, size %d, %s, %d batches per run\n",

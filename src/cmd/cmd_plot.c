@@ -31,6 +31,8 @@ int cmd_plot(int argc, char **argv)
 	}
 	if (argc < 2 || !strncmp(argv[1], "--", 2))
 		return gp_error(GP_EINVAL, "which result? usage: %s", PLOT_USAGE);
+	if (!*argv[1])
+		return gp_error(GP_EINVAL, "RESULT.json: empty path");
 	GP_TRY(args_parse(argc, argv, 2, opts));
 	if (help) {
 		args_print_help(PLOT_USAGE, opts);

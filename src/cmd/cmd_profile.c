@@ -74,10 +74,10 @@ int cmd_profile(int argc, char **argv)
 	s.command = "profile";
 	s.argc = argc;
 	s.argv = argv;
-	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "model", o.model,
+	s.settings = json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "model", o.model,
 			       "device", train_device_name(o.backend), "precision",
 			       precision, "batch", o.batch, "size", size, "wait", wait, "warmup_steps",
-			       warmup, "steps", o.steps, "baseline_steps", baseline, "data", data);
+			       warmup, "steps", o.steps, "baseline_steps", baseline, "data", result_string(data));
 	if (s.settings && o.data)
 		json_object_set_new(s.settings, "workers", json_integer(workers));
 	if (!s.settings)

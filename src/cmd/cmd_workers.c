@@ -428,8 +428,8 @@ int cmd_workers(int argc, char **argv)
 	}
 	int best_i, rec = recommend(runs, workers.n, &best_i);
 
-	json_t *settings = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:o, s:i, s:I, s:s, s:s}",
-		"model", model, "data", data, "batch", batch, "steps", steps,
+	json_t *settings = json_pack("{s:s, s:o, s:i, s:i, s:i, s:i, s:o, s:i, s:I, s:s, s:s}",
+		"model", model, "data", result_string(data), "batch", batch, "steps", steps,
 		"size", size ? size : model_defaults(model).size, "classes", runs[0].res.classes,
 		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
 		"device", train_device_name(backend),

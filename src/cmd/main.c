@@ -1,4 +1,6 @@
 /* gpuperf: the command table. Only this file exits. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,8 +45,38 @@ static void usage(FILE *f)
 		fprintf(f, "  %-10s %s\n", c->name, c->summary);
 }
 
+/* A closed standard descriptor would be handed to the next file opened, and what is
+ * printed would land in a result: hold each closed one with /dev/null opened for
+ * reading, so that a write there fails and says so. */
+static void std_fds_hold(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		int got = open("/dev/null", O_RDONLY);
+		if (got >= 0 && got != fd)
+			close(got);
+	}
+}
+
+/* What was printed reached standard output: a full disk or a closed pipe there loses
+ * the tables or the JSON the user asked for, so it is an error, not a success. */
+static int stdout_check(const char *name)
+{
+	errno = 0;
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return 0;
+	/* stdio keeps no errno from the write that failed: one byte more finds it */
+	if (!errno && write(STDOUT_FILENO, "\n", 1) == 1)
+		errno = EIO;
+	fprintf(stderr, "gpuperf %s: error: cannot write to standard output: %s\n", name,
+		errno ? strerror(errno) : "a write failed");
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
+	std_fds_hold();
 	/* An interrupted run leaves no half-written temporary files behind. */
 	if (file_cleanup_on_signals() < 0) {
 		fprintf(stderr, "gpuperf: error: %s\n", gp_errmsg());
@@ -57,7 +89,7 @@ int main(int argc, char **argv)
 			return cmd_menu(1, menu_argv) < 0 ? 1 : 0;
 		}
 		usage(stdout);
-		return 0;
+		return stdout_check("usage");
 	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		usage(stdout);
@@ -76,7 +108,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "gpuperf %s: error: %s\n", c->name, gp_errmsg());
 			return rc == GP_EINVAL ? 2 : 1;
 		}
-		return 0;
+		return stdout_check(c->name);
 	}
 	fprintf(stderr, "gpuperf: error: unknown command '%s' (see gpuperf --help)\n", argv[1]);
 	return 2;

@@ -36,7 +36,7 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 			? LAYOUT_NHWC : LAYOUT_NCHW)));
 	/* A run on a dataset also says where its data came from and what it cost. */
 	if (j && train_uses_dataset(o)) {
-		json_t *d = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", o->data,
+		json_t *d = json_pack("{s:o, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", result_string(o->data),
 			"classes", r->classes, "workers", o->workers, "batches_per_epoch", r->batches_per_epoch,
 			"data_wait_ms", result_real(r->data_wait_ms), "copy_ms", result_real(r->copy_ms),
 			"data_wait_pct", result_real(r->data_wait_pct),

@@ -1,5 +1,6 @@
 #include "core/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -148,10 +150,22 @@ int file_tmp_live_count(void)
 	return n;
 }
 
-/* unlink and raise are async-signal-safe; the default action then ends the process
- * with the signal, so the parent sees what it sent. */
+/* Holding SIGINT and SIGTERM back guards only the thread that holds them: the
+ * handler may run in another thread while this one creates a file. tmp_creating
+ * counts the threads between open and registration; the handler first says it is
+ * dying, then waits (at most a second) for them, so each file is registered before
+ * it unlinks, or is never created. */
+static atomic_int tmp_dying, tmp_creating;
+
+/* unlink, nanosleep and raise are async-signal-safe; the default action then ends
+ * the process with the signal, so the parent sees what it sent. */
 static void cleanup_on_signal(int sig)
 {
+	atomic_store(&tmp_dying, 1);
+	for (int i = 0; i < 1000 && atomic_load(&tmp_creating) > 0; i++) {
+		struct timespec ms = { 0, 1000000 };
+		nanosleep(&ms, NULL);
+	}
 	for (int i = 0; i < TMP_SLOTS; i++)
 		if (atomic_load(&tmp_state[i]) == SLOT_LIVE)
 			unlink(tmp_paths[i]);
@@ -170,6 +184,69 @@ int file_cleanup_on_signals(void)
 	return 0;
 }
 
+/* --- temporary files of dead processes ---------------------------------------------
+ * SIGKILL leaves no chance to remove a temporary file. The first write into a folder
+ * removes those there that name a process no longer alive and have not changed for
+ * a minute (a writer on another host or in another PID namespace keeps touching its
+ * own); once per folder and process, for the first TMP_SWEPT_MAX folders. */
+#define TMP_SWEPT_MAX 256
+#define TMP_STALE_S 60
+static pthread_mutex_t swept_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *swept[TMP_SWEPT_MAX];
+static int n_swept;
+
+/* The pid in ".NAME.tmp.PID" or ".NAME.tmp.PID.K", or 0. */
+static long tmp_name_pid(const char *name)
+{
+	const char *t = NULL, *p = name;
+	if (name[0] != '.')
+		return 0;
+	while ((p = strstr(p + 1, ".tmp.")))
+		t = p;
+	if (!t)
+		return 0;
+	char *end;
+	errno = 0;
+	long pid = strtol(t + 5, &end, 10);
+	if (end == t + 5 || errno || pid <= 0)
+		return 0;
+	if (*end == '.') {
+		const char *k = end + 1;
+		strtol(k, &end, 10);
+		if (end == k)
+			return 0;
+	}
+	return *end ? 0 : pid;
+}
+
+static void tmp_sweep_stale(const char *dir)
+{
+	pthread_mutex_lock(&swept_lock);
+	int i = 0;
+	while (i < n_swept && strcmp(swept[i], dir))
+		i++;
+	int todo = i == n_swept && n_swept < TMP_SWEPT_MAX && (swept[n_swept] = strdup(dir));
+	n_swept += todo;
+	pthread_mutex_unlock(&swept_lock);
+	if (!todo)
+		return;
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	time_t now = time(NULL);
+	struct dirent *e;
+	struct stat st;
+	while ((e = readdir(d))) {
+		long pid = tmp_name_pid(e->d_name);
+		if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && now - st.st_mtime > TMP_STALE_S)
+			unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
 /* Create the temporary file and register it with SIGINT and SIGTERM held back, so
  * that no signal falls between the two. ".NAME.tmp.PID" names its owner; should it
  * exist (another thread writing the same path, or a dead process of the same pid),
@@ -182,6 +259,12 @@ static int tmp_create(struct atomic_file *af, int dir_len)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
+	atomic_fetch_add(&tmp_creating, 1);
+	if (atomic_load(&tmp_dying)) {
+		atomic_fetch_sub(&tmp_creating, 1);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		return gp_error(GP_EIO, "cannot write '%s': interrupted", af->path);
+	}
 	for (int k = 0; k < 100 && fd < 0; k++) {
 		int n = k ? snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.%ld.%d",
 				     dir_len, af->path, af->path + dir_len, (long)getpid(), k)
@@ -198,6 +281,7 @@ static int tmp_create(struct atomic_file *af, int dir_len)
 	}
 	if (fd >= 0)
 		af->slot = tmp_register(af->tmp_path);
+	atomic_fetch_sub(&tmp_creating, 1);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (fd < 0)
 		return gp_error(GP_EIO, "cannot write '%s': %s", af->path, strerror(err));
@@ -214,6 +298,14 @@ int atomic_file_open(struct atomic_file *af, const char *path)
 	af->tmp_path[0] = 0;
 	if (snprintf(af->path, sizeof(af->path), "%s", path) >= (int)sizeof(af->path))
 		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	/* the rename would put a plain file in place of a device node or a FIFO */
+	struct stat st;
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+		return gp_error(GP_EIO, "cannot write '%s': it is %s, not a regular file", path,
+				file_kind(st.st_mode));
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%.*s", dir_len ? dir_len : 1, dir_len ? path : ".");
+	tmp_sweep_stale(dir);
 	int fd = tmp_create(af, dir_len);
 	if (fd < 0)
 		return fd;

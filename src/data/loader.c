@@ -95,9 +95,9 @@ static void filler_order(struct filler *f, int epoch)
 	f->perm_epoch = epoch;
 }
 
-/* Load sample idx; a corrupt file is warned about once, counted, and replaced by
- * a sample drawn from (seed, epoch, idx, try), so the replacement is the same in
- * every run. */
+/* Load sample idx; a corrupt file, or one that cannot be read (no permission, gone
+ * since the listing), is warned about once, counted, and replaced by a sample drawn
+ * from (seed, epoch, idx, try), so the replacement is the same in every run. */
 static int load_or_replace(struct filler *f, int epoch, int idx, float *x,
 			   int32_t *label, struct loader_stats *st)
 {
@@ -114,7 +114,7 @@ static int load_or_replace(struct filler *f, int epoch, int idx, float *x,
 				st->full_pixels += cost.full_pixels;
 				return 0;
 			}
-			if (rc != GP_EFORMAT)
+			if (rc != GP_EFORMAT && rc != GP_EIO)
 				return rc;
 			if (!atomic_exchange(&l->bad[idx], 1)) {
 				const char *path = dataset_path(l->ds, idx);

@@ -20,6 +20,49 @@ json_t *result_real(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
+/* Length of the well-formed UTF-8 sequence at s (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF), or 0. */
+static int utf8_seq_len(const unsigned char *s)
+{
+	if (s[0] < 0x80)
+		return 1;
+	int n = s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+		: s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+	for (int i = 1; i < n; i++)
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+	if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] > 0x9F) ||
+	    (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] > 0x8F))
+		return 0;
+	return n;
+}
+
+json_t *result_string(const char *s)
+{
+	if (!s)
+		return json_null();
+	size_t len = strlen(s);
+	char *buf = malloc(3 * len + 1), *o = buf;
+	if (!buf)
+		return NULL;
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		int n = utf8_seq_len(p);
+		if (n) {
+			memcpy(o, p, n);
+			o += n;
+			p += n;
+		} else {
+			memcpy(o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			p++;
+		}
+	}
+	*o = 0;
+	json_t *j = json_string(buf);
+	free(buf);
+	return j;
+}
+
 void result_utc_str(time_t t, char *buf, size_t cap)
 {
 	struct tm tm;
@@ -34,7 +77,7 @@ json_t *result_new(const char *command, int argc, char **argv)
 	if (!args)
 		return NULL;
 	for (int i = 0; i < argc; i++)
-		if (json_array_append_new(args, json_string(argv[i])) < 0)
+		if (json_array_append_new(args, result_string(argv[i])) < 0)
 			goto free_args;
 	if (gethostname(host, sizeof(host) - 1) != 0)
 		snprintf(host, sizeof(host), "unknown");
@@ -134,6 +177,9 @@ int path_file_prepare(const char *path)
 	size_t len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
 	if ((slash && !slash[1]) || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
 		return gp_error(GP_EINVAL, "'%s' is a folder, not a file", path);
+	/* a device or a FIFO would be replaced by a plain file, not written to */
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+		return gp_error(GP_EINVAL, "'%s' is not a regular file", path);
 	if (len >= sizeof(dir))
 		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
 	if (slash) {

@@ -28,6 +28,10 @@ json_t *result_real(double v);
  * result_write records in "settings" as "tuning": what a measurement ran under. NULL
  * when out of memory. */
 json_t *result_tuning_json(void);
+/* A JSON string for s, a path or an argument as the user gave it: bytes that are not
+ * UTF-8 (which jansson refuses, and JSON cannot hold) become U+FFFD; json null for
+ * NULL. NULL only when out of memory. */
+json_t *result_string(const char *s);
 /* Where results go when --out is not given: $GPUPERF_RESULTS, else "results". */
 const char *result_default_dir(void);
 /* Where a measuring command's result goes, settled before any work: with out

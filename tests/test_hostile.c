@@ -1,0 +1,858 @@
+/* The hostile battery: gpuperf as a careless or hostile user meets it. Each case is a
+ * command line (or a shell line around one), an optional set-up and check, and the
+ * way it must end: its exit code, for an error exactly one error line holding a given
+ * text, no hang (every case runs under a time limit), no sanitizer report, no
+ * temporary file or empty run folder left, and every file present before the case
+ * (an earlier result among them) byte for byte the same afterwards.
+ *
+ * HOSTILE_REPORT=FILE writes how each case ends as a Markdown table (docs/robustness.md
+ * holds one); HOSTILE_TIMEOUT changes the time limit (20 s). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+
+enum {
+	H_CHANGES = 1, /* may change files that were there before it (--overwrite, kill) */
+	H_LINES = 2,   /* other lines beside the error line (an error after work began; for
+			* exit 0, an error the menu shows and goes on from) */
+};
+
+struct hcase {
+	const char *name;
+	/* gpuperf's arguments; or, after "!", a shell line ($G is gpuperf, $F the
+	 * fixtures: ds/ an ImageFolder, w.safetensors, train.json, trace/, bad/) */
+	const char *cmd;
+	int rc;           /* 0, 1, 2; 128 + N: killed by signal N */
+	const char *line; /* the error line holds this; for exit 0, the output does */
+	const char *setup; /* shell, in the case's folder before it; exit 77 skips */
+	const char *after; /* shell, in the case's folder after it: must exit 0 */
+	int flags;
+	const char *known; /* a known failure, left with this reason */
+};
+
+/* Tiny runs: each training case takes milliseconds. */
+#define TR "train --model simple_cnn --device cpu --size 32 --batch 2 --classes 10 --steps 1 "
+#define PR "profile --model simple_cnn --device cpu --size 32 --batch 2 --classes 10 --steps 1 " \
+	   "--baseline-steps 1 --wait 0 --warmup 0 "
+#define LD "loader --batch 2 --batches 2 --size 16 --workers 0 "
+/* A folder no one may write: a read-only tmpfs for root (who ignores modes), else
+ * mode 555. */
+#define RO_DIR "mkdir ro && if [ \"$(id -u)\" = 0 ]; then mount -t tmpfs -o ro,size=4m none ro " \
+	       "|| { echo 'cannot mount a tmpfs'; exit 77; }; else chmod 555 ro; fi"
+/* A 64 KiB file system that is full. */
+#define FULL_FS "[ \"$(id -u)\" = 0 ] || { echo 'mounting a tmpfs needs root'; exit 77; }; " \
+		"mkdir full && mount -t tmpfs -o size=64k none full || exit 77; head -c 1M /dev/zero > full/fill 2>/dev/null; true"
+/* train.json is whole and holds no progress line (without a JSON tool at hand). */
+#define WHOLE_RESULT "head -c 1 o/train.json | grep -q '{' && [ \"$(tail -n 1 o/train.json)\" = '}' ] " \
+		     "&& ! grep -q 'step ' o/train.json"
+/* What a minute's wait does to the temporary files a killed run left. */
+#define AGE_TMP "find . -name '.*.tmp.*' -exec touch -d '-2 minutes' {} +; "
+/* Wait until the run in the background printed its first step (at most 15 s). */
+#define WAIT_STEP(log) "i=0; while ! grep -q 'step ' " log " && kill -0 $p 2>/dev/null && " \
+		       "[ $i -lt 1500 ]; do sleep 0.01; i=$((i+1)); done; "
+
+static const struct hcase cases[] = {
+	/* --- the command line -------------------------------------------------------- */
+	{ "unknown command", "frobnicate", 2, "unknown command 'frobnicate'" },
+	{ "command of one dash", "-x", 2, "unknown command '-x'" },
+	{ "unknown option", TR "--bogus", 2, "unknown option '--bogus'" },
+	{ "unknown option with a value", TR "--bogus=3", 2, "unknown option '--bogus'" },
+	{ "bare --", TR "--", 2, "unknown option '--'" },
+	{ "single-dash option", TR "-steps 3", 2, "unexpected argument '-steps'" },
+	{ "stray argument", TR "extra", 2, "unexpected argument 'extra'" },
+	{ "missing value at the end", TR "--out", 2, "--out needs a value" },
+	{ "missing value before an option", "train --device cpu --batch --steps 1", 2,
+	  "--batch needs a value" },
+	{ "empty value after =", TR "--batch=", 2, "--batch: empty value" },
+	{ "empty value", TR "--batch ''", 2, "--batch: empty value" },
+	{ "flag given a value", TR "--json=yes", 2, "--json takes no value" },
+	{ "integer with trailing text", TR "--batch 4x", 2, "'4x' is not an integer" },
+	{ "integer in hex", TR "--batch 0x10", 2, "'0x10' is not an integer" },
+	{ "integer with spaces", TR "--batch ' 4 '", 2, "is not an integer" },
+	{ "fraction for an integer", TR "--steps 1.5", 2, "'1.5' is not an integer" },
+	{ "very long integer", TR "--batch 0000000000000000000000000000000000000000000000000000000000000000001",
+	  2, "is not an integer" },
+	{ "real with text", TR "--lr 0.1abc", 2, "'0.1abc' is not a number" },
+	{ "hex real overflowing", TR "--lr 0x1p99999", 2, "--lr must be a finite number" },
+	{ "denormal learning rate", TR "--lr 1e-320", 2, "--lr must be a finite number" },
+	{ "unknown model", "train --model vgg16 --device cpu", 2, "unknown model 'vgg16'" },
+	{ "empty model", "train --model '' --device cpu", 2, "unknown model ''" },
+	{ "unknown model for info", "info --model resnet51", 2, "unknown model 'resnet51'" },
+	{ "unknown model, default device", "train --model vgg16 --steps 1", 2,
+	  "unknown model 'vgg16'" },
+	{ "unknown model in a list", "compare --device cpu --models simple_cnn,vgg16", 2,
+	  "unknown model 'vgg16'" },
+	{ "empty model list", "compare --device cpu --models ,", 2, "--models" },
+	{ "unknown device", TR "--device tpu", 2, "--device must be cpu, cuda or auto" },
+	{ "empty device", TR "--device ''", 2, "--device must be cpu, cuda or auto" },
+	{ "unknown precision", TR "--precision fp8", 2, "--precision must be" },
+	{ "unknown precision for info", "info --model resnet50 --precision fp8", 2,
+	  "--precision must be fp32, tf32, fp16 or bf16 (got 'fp8')" },
+	{ "fp16 on the CPU", TR "--precision fp16", 1, "needs the CUDA backend" },
+	{ "unknown layout", TR "--layout nwhc", 2, "--layout" },
+	{ "unknown precision in amp's list", "amp --device cpu --model simple_cnn --precisions fp32,fp7",
+	  2, "fp7" },
+	{ "device cuda without a GPU", TR "--device cuda", 1, "--device cuda" },
+	{ "maxbatch on cuda without a GPU", "maxbatch --device cuda --model simple_cnn", 1,
+	  "--device cuda" },
+	{ "contradicting flags", "maxbatch --device cpu --model simple_cnn --recompute --no-recompute",
+	  2, "contradict" },
+	{ "non-UTF-8 model name", "!exec \"$G\" train --device cpu --model \"$(printf 'x\\377\\376')\"",
+	  2, "unknown model" },
+	{ "very long model name",
+	  "!exec \"$G\" train --device cpu --model \"$(head -c 100000 /dev/zero | tr '\\0' a)\"", 2,
+	  "unknown model" },
+	{ "very long option name", "!exec \"$G\" train --\"$(head -c 100000 /dev/zero | tr '\\0' a)\"",
+	  2, "unknown option" },
+	{ "very long --out path",
+	  "!exec \"$G\" " TR "--out \"$(head -c 5000 /dev/zero | tr '\\0' a)\"", 2, "" },
+	{ "deep --out path",
+	  "!exec \"$G\" " TR "--out \"$(for i in $(seq 700); do printf 'abcde/'; done)\"", 2, "path too long" },
+	{ "list over the cap",
+	  "amp --device cpu --batches 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,"
+	  "25,26,27,28,29,30,31,32,33", 2, "--batches: more than 32 values" },
+	{ "list over the cap in bare values",
+	  "!exec \"$G\" train --device cpu --epochs 40 --profile-epochs $(seq 0 39)", 2,
+	  "--profile-epochs: more than 32 values" },
+	{ "list of commas only", LD "--data synthetic --workers ,,,", 2,
+	  "--workers: give at least one worker count" },
+	{ "list with a bad item", "workers --device cpu --data x --workers 0,two", 2,
+	  "'two' is not an integer" },
+	{ "non-UTF-8 list", "!exec \"$G\" amp --device cpu --batches \"$(printf '\\377')\"", 2,
+	  "is not an integer" },
+	{ "help of every command",
+	  "!for c in info train plot analyze parity dataset loader compare amp maxbatch workers "
+	  "profile advise menu monitor; do \"$G\" $c --help > /dev/null || exit 1; done", 0 },
+	{ "help among other options", TR "--bogus --help", 2, "unknown option '--bogus'" },
+	{ "plain gpuperf without a terminal", "", 0, "usage: gpuperf COMMAND" },
+	{ "version", "--version", 0, "gpuperf " },
+	{ "dataset without make", "dataset --out x", 2, "make" },
+	{ "dataset with another verb", "dataset delete", 2, "unknown dataset command 'delete'" },
+	{ "dataset size not WxH", "dataset make --out ds --size 40", 2, "--size" },
+	{ "dataset size zero", "dataset make --out ds --size 0x40", 2, "--size" },
+	{ "dataset size huge", "dataset make --out ds --size 99999999999x99999999999", 2, "--size" },
+	{ "dataset size negative", "dataset make --out ds --size -5x-5", 2, "--size" },
+	{ "dataset size with text", "dataset make --out ds --size 40x40px", 2, "--size" },
+
+	/* --- paths --------------------------------------------------------------------- */
+	{ "empty --out", TR "--out ''", 2, "--out: empty path" },
+	{ "empty --save", TR "--save ''", 2, "--save: empty path" },
+	{ "empty --load", TR "--load ''", 2, "--load: empty path" },
+	{ "empty --data", TR "--data ''", 2, "--data: empty path" },
+	{ "cifar10: without a folder", TR "--data cifar10:", 2, "names no folder" },
+	{ "empty plot file", "plot ''", 2, "empty path" },
+	{ "empty analyze folder", "analyze ''", 2, "empty path" },
+	{ "dataset make --out empty", "dataset make --out ''", 2, "--out: empty path" },
+	{ "profile --out empty", PR "--out ''", 2, "--out: empty path" },
+	{ "parity --out empty", "parity --out ''", 2, "--out: empty path" },
+	{ "--out is a file", TR "--out afile", 1, "cannot create directory", "touch afile" },
+	{ "--out under a file", TR "--out afile/sub", 1, "cannot create directory", "touch afile" },
+	{ "--out read-only", TR "--out ro/o", 1, "ro/o", RO_DIR },
+	{ "--save read-only", TR "--save ro/w.safetensors --out o", 1, "cannot write in 'ro'", RO_DIR,
+	  "[ ! -e o/train.json ]" },
+	{ "--save is a folder", TR "--save . --out o", 2, "is a folder, not a file" },
+	{ "--save into a missing folder", TR "--save no/such/w.safetensors --out o", 0,
+	  "saved no/such/w.safetensors", NULL, "[ -s no/such/w.safetensors ]" },
+	{ "results folder is a file", TR, 1, "res", "rm -rf res && touch res" , NULL, H_CHANGES },
+	{ "results folder read-only", "!GPUPERF_RESULTS=ro/res exec \"$G\" " TR, 1, "ro/res", RO_DIR },
+	{ "profile --out is a file", PR "--out afile", 1, "cannot create directory", "touch afile" },
+	{ "dataset make into a file", "dataset make --out afile --classes 1 --images 1 --size 8x8", 1,
+	  "afile", "touch afile" },
+	{ "dataset make read-only", "dataset make --out ro/ds --classes 1 --images 1 --size 8x8", 1,
+	  "ro/ds", RO_DIR },
+	{ "plot into a read-only folder", "plot \"$F/sample_amp.json\" --out ro", 1, "ro", RO_DIR },
+	{ "analyze a read-only folder", "analyze ro", 1, "ro",
+	  RO_DIR " && { mount -o remount,rw ro 2>/dev/null || chmod 755 ro; } && "
+	  "cp \"$F/trace/profiler_trace.json\" ro/ && "
+	  "{ mount -o remount,ro ro 2>/dev/null || chmod 555 ro; }" },
+	{ "--save a FIFO", TR "--save fifo --out o", 2, "'fifo' is not a regular file", "mkfifo fifo",
+	  "[ -p fifo ] && [ ! -e o/train.json ]" },
+	{ "--save a device node", TR "--save null --out o", 2, "'null' is not a regular file",
+	  "[ \"$(id -u)\" = 0 ] || { echo 'mknod needs root'; exit 77; }; mknod null c 1 3", "[ -c null ]" },
+	{ "--save a link to /dev/null", TR "--save wl --out o", 0, "saved wl", "ln -s /dev/null wl",
+	  "[ -c /dev/null ] && [ -f wl ]", H_CHANGES },
+	{ "result file a FIFO, --overwrite", TR "--out o --overwrite", 1, "it is a FIFO",
+	  "mkdir o && mkfifo o/train.json", "[ -p o/train.json ]", H_LINES },
+	{ "--out in /proc", TR "--out /proc/gpuperf_o", 1, "cannot create directory" },
+	{ "--out holds a result", TR "--out o", 2, "holds an earlier result",
+	  "mkdir o && cp \"$F/train.json\" o/" },
+	{ "--out holds a result, --overwrite", TR "--out o --overwrite", 0, "wrote o/train.json",
+	  "mkdir o && cp \"$F/train.json\" o/", NULL, H_CHANGES },
+	{ "two runs, two folders", "!\"$G\" " TR "> /dev/null && exec \"$G\" " TR, 0, "wrote res/train_",
+	  NULL, "[ $(ls -d res/train_* | wc -l) -eq 3 ]" },
+	{ "non-UTF-8 --out", "!exec \"$G\" " TR "--out \"o$(printf '\\377')\"", 0, "wrote o",
+	  NULL, "ls o* | grep -q train.json" },
+	{ "non-UTF-8 --save", "!exec \"$G\" " TR "--out o --save \"w$(printf '\\377').safetensors\"",
+	  0, "wrote o/train.json" },
+	{ "--out with a newline", "!exec \"$G\" " TR "--out \"$(printf 'a\\nb')\"", 0, "" },
+
+	/* --- full disk and closed outputs ---------------------------------------------- */
+	{ "result on a full disk", TR "--out full/o", 1, "cannot write 'full/o/train.json'", FULL_FS,
+	  "grep -q '\"measurements\"' ../out.log" },
+	{ "save on a full disk", TR "--out o --save full/w.safetensors", 1, "full/w.safetensors",
+	  FULL_FS, "[ -f o/train.json ] && [ ! -e full/w.safetensors ]", H_LINES },
+	{ "dataset make on a full disk", "dataset make --out full/ds --classes 2 --images 50 --size 64x64",
+	  1, "full/ds", FULL_FS, NULL, H_LINES },
+	{ "earlier result kept on a full disk", TR "--out full/o --overwrite", 1, "full/o",
+	  FULL_FS " && rm full/fill && mkdir full/o && cp \"$F/train.json\" full/o/ && "
+	  "head -c 1M /dev/zero > full/fill 2>/dev/null; true",
+	  "cmp full/o/train.json \"$F/train.json\"", H_LINES },
+	{ "stdout is /dev/full", "!exec \"$G\" " TR "--out o > /dev/full", 1,
+	  "cannot write to standard output", NULL, WHOLE_RESULT },
+	{ "json to /dev/full", "!exec \"$G\" " TR "--out o --json > /dev/full", 1,
+	  "cannot write to standard output" },
+	{ "info --json to /dev/full", "!exec \"$G\" info --model resnet18 --json > /dev/full", 1,
+	  "cannot write to standard output" },
+	{ "stdout closed", "!exec \"$G\" " TR "--out o >&-", 1, "cannot write to standard output",
+	  NULL, WHOLE_RESULT },
+	{ "stdout a closed pipe", "!\"$G\" info --model resnet50 | head -c 1 > /dev/null; exit 0",
+	  0 },
+
+	/* --- weights ----------------------------------------------------------------------- */
+	{ "load a missing file", TR "--load nowhere.safetensors", 1, "cannot open 'nowhere.safetensors'" },
+	{ "load a 0-byte file", TR "--load w.safetensors", 1, "w.safetensors", "touch w.safetensors" },
+	{ "load text", TR "--load w.safetensors", 1, "not a safetensors file",
+	  "echo 'not a safetensors file at all' > w.safetensors" },
+	{ "load a folder", TR "--load .", 1, "is not a regular file (a directory)" },
+	{ "load a FIFO", TR "--load w.safetensors", 1, "is not a regular file (a FIFO)",
+	  "mkfifo w.safetensors" },
+	{ "load /dev/zero", TR "--load /dev/zero", 1, "is not a regular file (a character device)" },
+	{ "load truncated weights", TR "--load w.safetensors", 1, "w.safetensors",
+	  "head -c 5000 \"$F/w.safetensors\" > w.safetensors" },
+	{ "load weights cut in the header", TR "--load w.safetensors", 1, "w.safetensors",
+	  "head -c 100 \"$F/w.safetensors\" > w.safetensors" },
+	{ "load a huge header length", TR "--load w.safetensors", 1, "w.safetensors",
+	  "printf '\\377\\377\\377\\377\\377\\377\\377\\177{}' > w.safetensors" },
+	{ "load weights of another shape", TR "--classes 20 --load \"$F/w.safetensors\"", 1,
+	  "fc2.weight" },
+	{ "load weights of another model", "train --model resnet18 --device cpu --size 32 --batch 2 "
+	  "--steps 1 --classes 10 --load \"$F/w.safetensors\"", 1, "" },
+	{ "load weights with a NaN", TR "--load w.safetensors --out o", 0, "warning: the loss became NaN",
+	  "cp \"$F/w.safetensors\" w.safetensors && sz=$(stat -c %s w.safetensors) && "
+	  "printf '\\377\\377\\377\\177' | dd of=w.safetensors bs=1 seek=$((sz-4)) conv=notrunc "
+	  "2>/dev/null" },
+	{ "save over the weights loaded", TR "--load w.safetensors --save w.safetensors --out o", 0,
+	  "saved w.safetensors", "cp \"$F/w.safetensors\" .", "[ -s w.safetensors ]", H_CHANGES },
+
+	/* --- data ---------------------------------------------------------------------- */
+	{ "data folder missing", TR "--data nowhere", 1, "dataset folder 'nowhere' does not exist" },
+	{ "data a file", TR "--data afile", 2, "is not a folder", "touch afile" },
+	{ "data folder empty", TR "--data ds", 1, "has no class sub-folders", "mkdir ds" },
+	{ "data with an empty class", TR "--data ds", 1, "has no images",
+	  "cp -r \"$F/ds\" ds && mkdir ds/class_zz" },
+	{ "data with zero images", TR "--data ds", 1, "has no images",
+	  "mkdir -p ds/a ds/b" },
+	{ "data with only non-images", TR "--data ds", 1, "has no images",
+	  "mkdir -p ds/a && echo hi > ds/a/readme.txt" },
+	{ "data train/val layout", TR "--data ds --out o", 0, "training on 'ds/train'",
+	  "mkdir ds && cp -r \"$F/ds\" ds/train && cp -r \"$F/ds\" ds/val" },
+	{ "data with corrupt images", TR "--steps 3 --data \"$F/bad\" --out o", 0, "",
+	  NULL, "grep -q corrupt o/train.json" },
+	{ "data all images corrupt", TR "--steps 2 --data ds --out o", 1, "",
+	  "mkdir -p ds/a ds/b && echo x > ds/a/1.jpg && echo y > ds/b/2.jpg", NULL, H_LINES },
+	{ "data a 0-byte image", TR "--steps 2 --data ds --out o", 0, "",
+	  "cp -r \"$F/ds\" ds && : > ds/class_000/empty.jpg" },
+	{ "data a folder named .jpg", TR "--steps 2 --data ds --out o", 0, "",
+	  "cp -r \"$F/ds\" ds && mkdir ds/class_000/dir.jpg" },
+	{ "data a FIFO named .jpg", LD "--data ds --batches 6", 0, "is not a regular file (a FIFO)",
+	  "cp -r \"$F/ds\" ds && mkfifo ds/class_000/fifo.jpg" },
+	{ "data a JPEG claiming 20000x20000", LD "--data ds --batches 6", 0, "over the limit",
+	  "cp -r \"$F/ds\" ds && f=ds/class_000/img_0000000.jpg && "
+	  "off=$(LC_ALL=C grep -obUaP '\\xff\\xc0' $f | head -1 | cut -d: -f1) && "
+	  "printf '\\116\\040\\116\\040' | dd of=$f bs=1 seek=$((off+5)) conv=notrunc 2>/dev/null" },
+	{ "data a PNG header only", LD "--data ds --batches 6", 0, "warning: skipping",
+	  "cp -r \"$F/ds\" ds && printf '\\211PNG\\r\\n\\032\\n' > ds/class_000/x.png" },
+	{ "data a symlink loop", LD "--data ds --batches 2", 0, "",
+	  "cp -r \"$F/ds\" ds && ln -s . ds/class_000/loop" },
+	{ "data an unreadable image", LD "--data ds --batches 6", 0, "Permission denied",
+	  "[ \"$(id -u)\" != 0 ] || { echo 'root reads any file'; exit 77; }; cp -r \"$F/ds\" ds && chmod 000 ds/class_000/img_0000000.jpg" },
+	{ "data non-UTF-8 class name", TR "--data ds --out o", 0, "wrote o/train.json",
+	  "mkdir ds && cp -r \"$F/ds/class_000\" \"ds/a$(printf '\\377')\" && cp -r \"$F/ds/class_001\" ds/b" },
+	{ "data 1 image, batch 2", TR "--data ds --steps 2 --out o", 2, "1 images make no full batch of 2",
+	  "mkdir -p ds/a && cp \"$F/ds/class_000/img_0000000.jpg\" ds/a/" },
+	{ "cifar10 missing", TR "--data cifar10:nowhere", 1, "nowhere/data_batch_1.bin" },
+	{ "cifar10 file of the wrong size", TR "--data cifar10:c", 1, "not a positive multiple of 3073",
+	  "mkdir c && head -c 3000 /dev/zero > c/data_batch_1.bin" },
+	{ "cifar10 0-byte file", TR "--data cifar10:c", 1, "is 0 bytes", "mkdir c && : > c/data_batch_1.bin" },
+	{ "cifar10 bad label", TR "--data cifar10:c", 1, "has label 200",
+	  "mkdir c && { printf '\\310'; head -c 3072 /dev/zero; } > c/data_batch_1.bin" },
+	{ "cifar10 a folder as a batch", TR "--data cifar10:c", 1, "(a directory)",
+	  "mkdir -p c/data_batch_1.bin" },
+	{ "cifar10 a FIFO as a batch", TR "--data cifar10:c", 1, "(a FIFO)",
+	  "mkdir c && mkfifo c/data_batch_1.bin" },
+	{ "cifar10 a batch missing", TR "--data cifar10:c", 1, "data_batch_2.bin",
+	  "mkdir c && head -c 3073 /dev/zero > c/data_batch_1.bin" },
+	{ "cifar10 tiny but whole", TR "--data cifar10:c --out o", 0, "wrote o/train.json",
+	  "mkdir c && for b in 1 2 3 4 5; do head -c 6146 /dev/zero > c/data_batch_$b.bin; done" },
+	{ "loader with no data", "loader", 2, "--data" },
+	{ "workers with no data", "workers --device cpu", 2, "--data" },
+	{ "workers data missing", "workers --device cpu --model simple_cnn --data nowhere --out o", 1,
+	  "nowhere" },
+
+	/* --- files for plot and analyze --------------------------------------------------- */
+	{ "plot a missing file", "plot nowhere.json", 1, "nowhere.json" },
+	{ "plot a folder", "plot .", 1, "(a directory)" },
+	{ "plot a 0-byte file", "plot r.json", 1, "r.json", "touch r.json" },
+	{ "plot text", "plot r.json", 1, "r.json", "echo hello > r.json" },
+	{ "plot a JSON array", "plot r.json", 1, "", "echo '[1,2,3]' > r.json" },
+	{ "plot a result of another schema", "plot r.json", 1, "",
+	  "echo '{\"schema\": \"something/else\", \"command\": \"amp\"}' > r.json" },
+	{ "plot a train result", "plot r.json --out p", 1, "", "cp \"$F/train.json\" r.json" },
+	{ "plot amp with a batch of 1e308", "plot r.json --out p", 1, "",
+	  "sed 's/\"batch\": *[0-9]*/\"batch\": 1e308/' \"$F/sample_amp.json\" > r.json" },
+	{ "plot amp with negative times", "plot r.json --out p", 0, "",
+	  "sed 's/\"ms_per_step\": *\\([0-9][0-9.]*\\)/\"ms_per_step\": -\\1/' \"$F/sample_amp.json\" > r.json" },
+	{ "plot amp with strings for numbers", "plot r.json --out p", 1, "",
+	  "sed 's/\"batch\": *\\([0-9]*\\)/\"batch\": \"\\1\"/' \"$F/sample_amp.json\" > r.json" },
+	{ "plot deeply nested JSON", "plot r.json", 1, "",
+	  "{ head -c 100000 /dev/zero | tr '\\0' '['; } > r.json" },
+	{ "plot maxbatch result", "plot \"$F/sample_maxbatch.json\" --out p", 0, "" },
+	{ "plot workers result", "plot \"$F/sample_workers.json\" --out p", 0, "" },
+	{ "analyze a missing folder", "analyze nowhere", 1, "nowhere" },
+	{ "analyze a file", "analyze afile", 1, "afile", "touch afile" },
+	{ "analyze an empty folder", "analyze t", 1, "t", "mkdir t" },
+	{ "analyze a 0-byte trace", "analyze t", 1, "profiler_trace.json",
+	  "mkdir t && : > t/profiler_trace.json" },
+	{ "analyze a trace of text", "analyze t", 1, "profiler_trace.json",
+	  "mkdir t && echo nope > t/profiler_trace.json" },
+	{ "analyze a trace of no events", "analyze t", 1, "",
+	  "mkdir t && echo '{\"traceEvents\": []}' > t/profiler_trace.json" },
+	{ "analyze baseTimeNanoseconds 2^63-1", "analyze t", 1, "\"baseTimeNanoseconds\" must be an integer from 0",
+	  "mkdir t && sed 's/\"traceEvents\"/\"baseTimeNanoseconds\": 9223372036854775807, \"traceEvents\"/' "
+	  "\"$F/trace/profiler_trace.json\" > t/profiler_trace.json" },
+	{ "analyze durations of -1e12", "analyze t", 1, "\"dur\" of -1e+12 us is outside",
+	  "mkdir t && sed 's/\"dur\": *[0-9.]*/\"dur\": -1e12/g' \"$F/trace/profiler_trace.json\" > t/profiler_trace.json" },
+	{ "analyze durations of 1e308", "analyze t", 1, "\"dur\" of 1e+308 us is outside",
+	  "mkdir t && sed 's/\"dur\": *[0-9.]*/\"dur\": 1e308/g' \"$F/trace/profiler_trace.json\" > t/profiler_trace.json" },
+	{ "analyze timestamps of -1e300", "analyze t", 1, "\"ts\" of -1e+300 us is outside",
+	  "mkdir t && sed 's/\"ts\": *[0-9.]*/\"ts\": -1e300/g' \"$F/trace/profiler_trace.json\" > t/profiler_trace.json" },
+	{ "analyze a truncated trace", "analyze t", 1, "profiler_trace.json",
+	  "mkdir t && head -c 20000 \"$F/trace/profiler_trace.json\" > t/profiler_trace.json" },
+	{ "analyze a good trace", "analyze t", 0, "", "mkdir t && cp \"$F/trace/profiler_trace.json\" t/" },
+
+	/* --- interruption ------------------------------------------------------------------- */
+	{ "SIGINT during training",
+	  "!\"$G\" train --model simple_cnn --device cpu --batch 2 --classes 10 --steps 100000 --out o "
+	  "--save o2/w.safetensors > log 2>&1 & p=$!; " WAIT_STEP("log") "kill -INT $p; wait $p",
+	  130, NULL, NULL, "[ ! -e o/train.json ] && [ ! -e o2/w.safetensors ]" },
+	{ "SIGTERM during training",
+	  "!\"$G\" train --model simple_cnn --device cpu --batch 2 --classes 10 --steps 100000 --out o "
+	  "> log 2>&1 & p=$!; " WAIT_STEP("log") "kill -TERM $p; wait $p",
+	  143, NULL, NULL, "[ ! -e o/train.json ]" },
+	{ "SIGTERM during a save",
+	  "!\"$G\" train --model resnet50 --device cpu --size 32 --batch 1 --classes 10 --steps 1 "
+	  "--out o --save w.safetensors > log 2>&1 & p=$!; "
+	  "i=0; while ! ls -a | grep -q '^\\.w\\.safetensors\\.tmp' && kill -0 $p 2>/dev/null && "
+	  "[ $i -lt 2000 ]; do sleep 0.005; i=$((i+1)); done; kill -TERM $p; wait $p",
+	  143, NULL, NULL, "[ ! -e w.safetensors ]" },
+	{ "kill -9 during a save, then a new run",
+	  "!\"$G\" train --model resnet50 --device cpu --size 32 --batch 1 --classes 10 --steps 1 "
+	  "--out o --save w.safetensors > log 2>&1 & p=$!; "
+	  "i=0; while ! ls -a | grep -q '^\\.w\\.safetensors\\.tmp' && kill -0 $p 2>/dev/null && "
+	  "[ $i -lt 2000 ]; do sleep 0.005; i=$((i+1)); done; kill -KILL $p; wait $p; "
+	  "[ ! -e w.safetensors ] || \"$G\" " TR "--load w.safetensors --out o1 > /dev/null || exit 3; "
+	  AGE_TMP "exec \"$G\" " TR "--out o2 --save w.safetensors", 0, "saved w.safetensors", NULL,
+	  "\"$G\" " TR "--load w.safetensors --out o3 > /dev/null" },
+	{ "kill -9 during dataset make, then again",
+	  "!\"$G\" dataset make --out ds --classes 2 --images 4000 --size 64x64 --threads 1 > log 2>&1 & "
+	  "p=$!; sleep 0.3; kill -KILL $p; wait $p; " AGE_TMP
+	  "exec \"$G\" dataset make --out ds --classes 2 --images 10 --size 64x64 --threads 1", 0,
+	  "wrote 10 images" },
+	/* five times: a signal taken by one thread while another creates its file */
+	{ "SIGINT during dataset make, 4 threads",
+	  "!for t in 0.1 0.2 0.3 0.15 0.25; do rm -rf ds; \"$G\" dataset make --out ds --classes 4 "
+	  "--images 4000 --size 64x64 --threads 4 > log 2>&1 & p=$!; sleep $t; kill -INT $p; wait $p; "
+	  "rc=$?; [ -z \"$(find ds -name '.*.tmp*')\" ] || exit 3; done; exit $rc", 130 },
+	{ "SIGTERM during profile",
+	  "!\"$G\" profile --model simple_cnn --device cpu --batch 2 --classes 10 --steps 100000 "
+	  "--baseline-steps 1 --out o > log 2>&1 & p=$!; sleep 0.5; kill -TERM $p; wait $p", 143, NULL,
+	  NULL, "[ ! -e o/result.json ]" },
+	{ "SIGINT during a loader run",
+	  "!\"$G\" loader --data \"$F/ds\" --batch 2 --batches 10000000 --size 16 --workers 2 > log 2>&1 & "
+	  "p=$!; sleep 0.5; kill -INT $p; wait $p", 130 },
+	{ "SIGTERM to monitor (no NVML here)", "!\"$G\" monitor --interval 0.05 --out o > log 2>&1 & p=$!; "
+	  "sleep 0.5; kill -TERM $p; wait $p; rc=$?; cat log; exit $rc", 1, "NVML" },
+
+	/* --- other commands at their edges ---------------------------------------------- */
+	{ "monitor without a GPU", "monitor --count 1 --out o", 1, "NVML" },
+	{ "monitor a GPU index past the end", "monitor --count 1 --gpu 63", 1, "" },
+	{ "info with a huge plan", "info --model resnet50 --batch 65536 --size 4096", 0, "total" },
+	{ "info json with a huge plan", "info --model resnet50 --batch 65536 --size 4096 --json", 0,
+	  "\"activation_arena_peak\"" },
+	{ "train a size too small for the model", "train --model resnet50 --device cpu --size 8 --batch 2 "
+	  "--steps 1 --classes 10 --out o", 0, "" },
+	{ "simple_cnn of a size not divisible by 8", TR "--size 12 --out o", 2, "divisible by 8" },
+	/* 1.6 PiB: malloc says no (ASan would abort instead of saying it, unless told) */
+	{ "train huge batch x size", "!ASAN_OPTIONS=allocator_may_return_null=1 exec \"$G\" train "
+	  "--model resnet50 --device cpu --batch 65536 --size 4096 --steps 1 --out o", 1,
+	  "cannot allocate 1786776661.1 MiB of host memory for batch 65536" },
+	{ "train 1 class", TR "--classes 1 --out o", 0, "" },
+	{ "warmup beyond steps", TR "--warmup 5 --out o", 0, "over the last 1 steps" },
+	{ "profile epochs beyond epochs", "train --device cpu --epochs 2 --profile-epochs 5", 2,
+	  "--profile-epochs 5 is beyond --epochs 2" },
+	{ "dropout negative", TR "--dropout -0.5", 2, "--dropout must be at least 0" },
+	{ "maxbatch at a 1 MiB cap", "maxbatch --device cpu --model simple_cnn --size 32 --classes 10 "
+	  "--mem-limit-mib 1 --confirm-steps 1 --out o", 1, "" },
+	{ "maxbatch margin 100", "maxbatch --device cpu --model simple_cnn --margin 100", 2, "--margin" },
+	{ "maxbatch small cap", "maxbatch --device cpu --model simple_cnn --size 32 --classes 10 "
+	  "--mem-limit-mib 8 --confirm-steps 1 --out o", 0, "" },
+	{ "advise with 1 step", "advise --device cpu --model simple_cnn --steps 1", 2, "--steps" },
+	{ "amp fp16 on the CPU", "amp --device cpu --model simple_cnn --size 32 --batches 2 --steps 1 "
+	  "--out o", 1, "" },
+	{ "compare duplicate models", "compare --device cpu --models simple_cnn,simple_cnn --size 32 "
+	  "--batch 2 --steps 1 --classes 10 --out o", 0, "" },
+	{ "parity with nothing", "parity", 2, "" },
+	{ "parity input missing", "parity --model simple_cnn --load \"$F/w.safetensors\" --input nowhere "
+	  "--out o --classes 10 --size 32 --batch 2", 1, "nowhere" },
+	{ "parity input of the wrong size", "parity --model simple_cnn --load \"$F/w.safetensors\" "
+	  "--input in --out o --classes 10 --size 32 --batch 2", 1, "x.f32",
+	  "mkdir in && head -c 100 /dev/zero > in/x.f32 && head -c 8 /dev/zero > in/y.i32" },
+	{ "parity labels out of range", "parity --model simple_cnn --load \"$F/w.safetensors\" "
+	  "--input in --out o --classes 10 --size 32 --batch 2", 2, "label 2147483647 of sample 0",
+	  "mkdir in && head -c 24576 /dev/zero > in/x.f32 && printf '\\377\\377\\377\\177\\0\\0\\0\\0' > in/y.i32" },
+	{ "workers on the CPU", "workers --device cpu --model simple_cnn --data \"$F/ds\" --workers 0,1 "
+	  "--steps 2 --batch 2 --size 32 --out o", 0, "wrote o/workers.json" },
+	{ "advise on the CPU", "advise --device cpu --model simple_cnn --batch 2 --size 32 --steps 2 --out o",
+	  0, "wrote o/advise.json" },
+	{ "amp fp32 on the CPU", "amp --device cpu --model simple_cnn --size 32 --batches 2 --precisions fp32 "
+	  "--steps 2 --out o", 0, "wrote o/amp.json" },
+	{ "loader eval transforms", LD "--data \"$F/ds\" --eval", 0, "eval" },
+	{ "profile corrupt images", PR "--data \"$F/bad\" --workers 1 --out o", 0, "o/result.json" },
+	{ "train epochs, profile one", "train --model simple_cnn --device cpu --size 32 --batch 2 "
+	  "--classes 10 --epochs 2 --epoch-steps 1 --profile-epochs 1 --out o", 0, "",
+	  NULL, "ls -d o/profile_epoch_1_*" },
+	{ "plot maxbatch with a negative batch", "plot r.json --out p", 0, "batch_size_memory_usage.png",
+	  "sed 's/\"batch\": *\\([0-9]\\)/\"batch\": -\\1/' \"$F/sample_maxbatch.json\" > r.json" },
+	{ "plot workers with huge numbers", "plot r.json --out p", 0, "",
+	  "sed 's/: *\\([0-9][0-9]*\\.[0-9]*\\)/: 1e308/g' \"$F/sample_workers.json\" > r.json" },
+	{ "menu with EOF", "!exec \"$G\" menu < /dev/null", 0, "" },
+	{ "menu with an unknown choice then EOF", "!printf '42\\n' | exec \"$G\" menu", 0, "no choice '42'" },
+	{ "menu EOF in the middle of questions", "!printf '1\\n' | exec \"$G\" menu", 0, "" },
+	{ "menu bad answer", "!printf '1\\nvgg16\\n\\nq\\n' | exec \"$G\" menu", 0, "unknown model 'vgg16'",
+	  .flags = H_LINES },
+	{ "menu binary garbage", "!{ printf '\\377\\376\\001\\033[A\\n'; head -c 100000 /dev/zero | "
+	  "tr '\\0' '\\200'; } | exec \"$G\" menu", 0, "no choice" },
+	{ "menu a very long line", "!{ head -c 100000 /dev/zero | tr '\\0' 1; echo; } | exec \"$G\" menu",
+	  0, "" },
+	{ "menu --help", "menu --help", 0, "usage: gpuperf menu" },
+	{ "menu with an option", "menu --bogus", 2, "menu takes no options but --help (got '--bogus')" },
+	{ "menu monitor without a GPU", "!printf '8\\nq\\n' | exec \"$G\" menu", 0, "NVML" },
+	{ "menu amp without a GPU", "!printf '9\\nq\\n' | exec \"$G\" menu", 0, "CUDA GPU" },
+};
+
+/* Every numeric option of every command, given values too large for it, negative or
+ * not a number: one line naming the option, exit 2. */
+struct numopt {
+	const char *prefix, *opt;
+	char kind; /* i: integer (or list), d: real, s: a seed (any 64-bit integer) */
+};
+
+static const struct numopt numopts[] = {
+	{ "info --model resnet18", "batch", 'i' }, { "info --model resnet18", "size", 'i' },
+	{ "info --model resnet18", "classes", 'i' },
+	{ "train --device cpu", "batch", 'i' }, { "train --device cpu", "size", 'i' },
+	{ "train --device cpu", "classes", 'i' }, { "train --device cpu", "steps", 'i' },
+	{ "train --device cpu", "warmup", 'i' }, { "train --device cpu", "epochs", 'i' },
+	{ "train --device cpu", "epoch-steps", 'i' }, { "train --device cpu", "profile-epochs", 'i' },
+	{ "train --device cpu", "profile-steps", 'i' }, { "train --device cpu", "lr", 'd' },
+	{ "train --device cpu", "momentum", 'd' }, { "train --device cpu", "weight-decay", 'd' },
+	{ "train --device cpu", "dropout", 'd' }, { "train --device cpu", "seed", 's' },
+	{ "train --device cpu", "workers", 'i' }, { "train --device cpu", "prefetch", 'i' },
+	{ "train --device cpu", "log-every", 'i' },
+	{ "compare --device cpu", "batch", 'i' }, { "compare --device cpu", "steps", 'i' },
+	{ "compare --device cpu", "size", 'i' }, { "compare --device cpu", "classes", 'i' },
+	{ "amp --device cpu", "batches", 'i' }, { "amp --device cpu", "steps", 'i' },
+	{ "amp --device cpu", "size", 'i' },
+	{ "maxbatch --device cpu", "start", 'i' }, { "maxbatch --device cpu", "size", 'i' },
+	{ "maxbatch --device cpu", "classes", 'i' }, { "maxbatch --device cpu", "mem-limit-mib", 'i' },
+	{ "maxbatch --device cpu", "margin", 'd' }, { "maxbatch --device cpu", "confirm-steps", 'i' },
+	{ "workers --device cpu --data x", "batch", 'i' }, { "workers --device cpu --data x", "workers", 'i' },
+	{ "workers --device cpu --data x", "steps", 'i' }, { "workers --device cpu --data x", "interval", 'd' },
+	{ "workers --device cpu --data x", "prefetch", 'i' }, { "workers --device cpu --data x", "size", 'i' },
+	{ "workers --device cpu --data x", "classes", 'i' }, { "workers --device cpu --data x", "seed", 's' },
+	{ "profile --device cpu", "batch", 'i' }, { "profile --device cpu", "size", 'i' },
+	{ "profile --device cpu", "classes", 'i' }, { "profile --device cpu", "steps", 'i' },
+	{ "profile --device cpu", "wait", 'i' }, { "profile --device cpu", "warmup", 'i' },
+	{ "profile --device cpu", "baseline-steps", 'i' }, { "profile --device cpu", "seed", 's' },
+	{ "profile --device cpu", "workers", 'i' },
+	{ "advise --device cpu", "batch", 'i' }, { "advise --device cpu", "size", 'i' },
+	{ "advise --device cpu", "workers", 'i' }, { "advise --device cpu", "steps", 'i' },
+	{ "monitor", "interval", 'd' }, { "monitor", "count", 'i' }, { "monitor", "gpu", 'i' },
+	{ "dataset make --out ds", "classes", 'i' }, { "dataset make --out ds", "images", 'i' },
+	{ "dataset make --out ds", "seed", 's' }, { "dataset make --out ds", "quality", 'i' },
+	{ "dataset make --out ds", "threads", 'i' },
+	{ "loader --data x", "batch", 'i' }, { "loader --data x", "workers", 'i' },
+	{ "loader --data x", "batches", 'i' }, { "loader --data x", "size", 'i' },
+	{ "loader --data x", "prefetch", 'i' }, { "loader --data x", "seed", 's' },
+	{ "parity", "batch", 'i' }, { "parity", "size", 'i' }, { "parity", "classes", 'i' },
+	{ "parity", "steps", 'i' }, { "parity", "lr", 'd' }, { "parity", "momentum", 'd' },
+	{ "parity", "weight-decay", 'd' },
+};
+
+static const char *const bad_values[3][3] = {
+	{ "-1", "99999999999999999999", "nan" },                       /* i */
+	{ "-1", "1e999", "nan" },                                      /* d */
+	{ "99999999999999999999", "-99999999999999999999", "nan" },    /* s */
+};
+
+#define NUM_CASES (sizeof(numopts) / sizeof(numopts[0]) * 3)
+#define N_CASES (sizeof(cases) / sizeof(cases[0]))
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return calloc(1, 1);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc(n + 1);
+	size_t got = b ? fread(b, 1, n, f) : 0;
+	if (b)
+		b[got] = 0;
+	fclose(f);
+	return b;
+}
+
+static void put(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* The driver runs one case in DIR/w: the earlier result, the set-up, a list of the
+ * files there, the command under the time limit, then the checks that hold for every
+ * case; what fails goes to DIR/problems. */
+static const char driver[] =
+	"D=$1; flags=$2; cd \"$D/w\" || exit 90; export GPUPERF_RESULTS=res\n"
+	"unmount() { for m in ro full; do [ -d $m ] && mountpoint -q $m && umount $m; done; true; }\n"
+	"mkdir -p res/train_earlier && cp \"$F/train.json\" res/train_earlier/\n"
+	"if [ -f ../setup.sh ]; then sh ../setup.sh > ../setup.log 2>&1; s=$?\n"
+	"  [ $s = 77 ] && { echo skip > ../skipped; unmount; exit 0; }\n"
+	"  [ $s = 0 ] || { echo \"set-up failed ($s): $(cat ../setup.log)\" >> ../problems; unmount; exit 0; }\n"
+	"fi\n"
+	"find . -type f ! -path './res/latest*' -exec md5sum {} + > ../before.md5 2>/dev/null\n"
+	"timeout -k 5 \"$TMO\" sh ../case.sh > ../out.log 2>&1 < /dev/null; echo $? > ../rc\n"
+	"if [ -f ../after.sh ]; then sh ../after.sh > ../after.log 2>&1 || "
+	"echo \"check after failed: $(head -c 300 ../after.log)\" >> ../problems; fi\n"
+	"if [ \"$flags\" != changes ]; then md5sum -c --quiet ../before.md5 > ../md5.log 2>&1 || "
+	"echo \"changed: $(head -c 300 ../md5.log)\" >> ../problems; fi\n"
+	"find . \\( -name '.*.tmp*' -o -name '*.tmp' \\) -printf 'left behind: %p\\n' -o "
+	"-path './res/*' -type d -empty -printf 'empty run folder: %p\\n' 2>/dev/null | head -3 >> ../problems\n"
+	"unmount\n"
+	"[ -d ro ] && chmod -R u+rwX . 2>/dev/null; exit 0\n";
+
+/* The line of out that holds needle (or its last line), in buf. */
+static void line_with(const char *out, const char *needle, char *buf, size_t cap)
+{
+	const char *p = needle && *needle ? strstr(out, needle) : NULL, *s, *e;
+	if (p) {
+		for (s = p; s > out && s[-1] != '\n'; s--)
+			;
+	} else {
+		e = out + strlen(out);
+		while (e > out && e[-1] == '\n')
+			e--;
+		for (s = e; s > out && s[-1] != '\n'; s--)
+			;
+	}
+	for (e = s; *e && *e != '\n'; e++)
+		;
+	size_t n = (size_t)(e - s) < cap - 1 ? (size_t)(e - s) : cap - 1;
+	memcpy(buf, s, n);
+	buf[n] = 0;
+}
+
+/* How many lines of out hold "error:", and the first of them in buf. */
+static int error_lines(const char *out, char *buf, size_t cap)
+{
+	int n = 0;
+	buf[0] = 0;
+	for (const char *s = out; *s;) {
+		const char *e = strchr(s, '\n');
+		size_t len = e ? (size_t)(e - s) : strlen(s);
+		char *hit = memmem(s, len, "error:", 6);
+		if (hit && !n++) {
+			size_t k = len < cap - 1 ? len : cap - 1;
+			memcpy(buf, s, k);
+			buf[k] = 0;
+		}
+		s += len + (e != NULL);
+	}
+	return n;
+}
+
+/* Markdown-safe: pipes escaped, bytes outside printable ASCII as \xNN, the shell
+ * variables named. */
+static void md_escape(FILE *f, const char *s, size_t max)
+{
+	size_t n = 0;
+	for (; *s && n < max; s++, n++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '|')
+			fputs("\\|", f);
+		else if (c == '`')
+			fputc('\'', f);
+		else if (c < 32 || c > 126)
+			fprintf(f, "\\x%02X", c);
+		else
+			fputc(c, f);
+	}
+	if (*s)
+		fputs("...", f);
+}
+
+/* A case's command as a reader would type it: "$G" is gpuperf, "$F/" the fixtures. */
+static void md_command(FILE *f, const char *cmd)
+{
+	char buf[4096];
+	size_t n = 0;
+	for (const char *s = cmd; *s && n + 16 < sizeof(buf);) {
+		if (!strncmp(s, "\"$G\"", 4)) {
+			n += (size_t)sprintf(buf + n, "gpuperf");
+			s += 4;
+		} else if (!strncmp(s, "$F/", 3)) {
+			n += (size_t)sprintf(buf + n, "fixtures/");
+			s += 3;
+		} else {
+			buf[n++] = *s++;
+		}
+	}
+	buf[n] = 0;
+	md_escape(f, buf, 160);
+}
+
+struct outcome {
+	int rc, skipped;
+	char line[512];
+	char why[1024];
+};
+
+/* Run one case; why is empty when it ended as it must. */
+static void run_case(const struct hcase *c, int idx, const char *root, struct outcome *o)
+{
+	char dir[600], path[700], cmd[2048];
+	memset(o, 0, sizeof(*o));
+	snprintf(dir, sizeof(dir), "%s/c%03d", root, idx);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/w'", dir);
+	if (system(cmd) != 0) {
+		snprintf(o->why, sizeof(o->why), "cannot make %s", dir);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/case.sh", dir);
+	if (c->cmd[0] == '!') {
+		put(path, c->cmd + 1);
+	} else {
+		char *line = malloc(strlen(c->cmd) + 32);
+		sprintf(line, "exec \"$G\" %s\n", c->cmd);
+		put(path, line);
+		free(line);
+	}
+	if (c->setup) {
+		snprintf(path, sizeof(path), "%s/setup.sh", dir);
+		put(path, c->setup);
+	}
+	if (c->after) {
+		snprintf(path, sizeof(path), "%s/after.sh", dir);
+		put(path, c->after);
+	}
+	snprintf(cmd, sizeof(cmd), "sh '%s/driver.sh' '%s' %s", root, dir,
+		 c->flags & H_CHANGES ? "changes" : "-");
+	if (test_run(cmd, NULL, 0) != 0) {
+		snprintf(o->why, sizeof(o->why), "the driver failed");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/skipped", dir);
+	if (access(path, F_OK) == 0) {
+		o->skipped = 1;
+		snprintf(path, sizeof(path), "%s/setup.log", dir);
+		char *why = slurp(path);
+		why[strcspn(why, "\n")] = 0;
+		snprintf(o->line, sizeof(o->line), "skipped: %s", *why ? why : "the set-up cannot run here");
+		free(why);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/rc", dir);
+	char *rcs = slurp(path);
+	o->rc = atoi(rcs);
+	free(rcs);
+	snprintf(path, sizeof(path), "%s/out.log", dir);
+	char *out = slurp(path);
+	snprintf(path, sizeof(path), "%s/problems", dir);
+	char *problems = slurp(path);
+	size_t w = 0;
+#define WHY(...) (w += snprintf(o->why + w, w < sizeof(o->why) ? sizeof(o->why) - w : 0, __VA_ARGS__))
+	char err[512];
+	int n_err = error_lines(out, err, sizeof(err));
+	if (o->rc == 124 || o->rc == 137)
+		WHY("hung: still running after the time limit; ");
+	else if (o->rc != c->rc)
+		WHY("exit %d, expected %d; ", o->rc, c->rc);
+	if (strstr(out, "ERROR: AddressSanitizer") || strstr(out, "ERROR: LeakSanitizer") ||
+	    strstr(out, "runtime error:") || strstr(out, "SUMMARY: "))
+		WHY("sanitizer report; ");
+	if (c->rc == 1 || c->rc == 2) {
+		if (n_err != 1)
+			WHY("%d error lines; ", n_err);
+		else if (c->line && !strstr(err, c->line))
+			WHY("the error line lacks '%s'; ", c->line);
+		if (c->rc == 2 && !(c->flags & H_LINES) && test_count_lines(out) != 1)
+			WHY("%d lines of output; ", test_count_lines(out));
+		snprintf(o->line, sizeof(o->line), "%s", n_err ? err : "");
+		if (!n_err)
+			line_with(out, NULL, o->line, sizeof(o->line));
+	} else {
+		if (c->rc == 0 && n_err && !(c->flags & H_LINES))
+			WHY("an error line: %.200s; ", err);
+		if (c->line && *c->line && !strstr(out, c->line))
+			WHY("the output lacks '%s'; ", c->line);
+		line_with(out, c->line, o->line, sizeof(o->line));
+	}
+	if (*problems)
+		WHY("%s", problems);
+	/* the fixtures' folder changes from run to run: the table names it "fixtures" */
+	const char *fx = getenv("F");
+	char *at;
+	if (fx && *fx && (at = strstr(o->line, fx))) {
+		size_t fl = strlen(fx);
+		memmove(at + 8, at + fl, strlen(at + fl) + 1);
+		memcpy(at, "fixtures", 8);
+	}
+	if (w && !strstr(o->why, "output:")) {
+		char tail[300];
+		line_with(out, NULL, tail, sizeof(tail));
+		WHY(" [last line: %s]", tail);
+	}
+#undef WHY
+	free(out);
+	free(problems);
+}
+
+/* Fixtures shared by the cases, made once with gpuperf itself. */
+static int make_fixtures(const char *root, char *fx, size_t cap)
+{
+	char cmd[4096], out[8192];
+	snprintf(fx, cap, "%s/fx", root);
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; mkdir -p '%s/trace'; cp tests/data/sample_trace/profiler_trace.json '%s/trace/'; "
+		 "cp tests/data/sample_amp.json tests/data/sample_maxbatch.json tests/data/sample_workers.json "
+		 "'%s/'; cp -r tests/data/bad '%s/bad'; cd '%s'; "
+		 "\"$G\" dataset make --out ds --classes 2 --images 8 --size 40x40 --threads 1 --seed 3; "
+		 "\"$G\" " TR "--out r --save w.safetensors; cp r/train.json train.json",
+		 fx, fx, fx, fx, fx);
+	int rc = test_run(cmd, out, sizeof(out));
+	if (rc != 0)
+		printf("    fixtures: %s\n", out);
+	return rc;
+}
+
+TEST(hostile_battery)
+{
+	char root[300], bin[PATH_MAX], fx[400], path[400];
+	const char *report = getenv("HOSTILE_REPORT"), *tmo = getenv("HOSTILE_TIMEOUT");
+	snprintf(root, sizeof(root), "%s", test_tmpdir());
+	if (!realpath(test_bin(), bin)) {
+		CHECK_MSG(0, "no gpuperf at %s", test_bin());
+		return;
+	}
+	setenv("G", bin, 1);
+	setenv("TMO", tmo && *tmo ? tmo : "20", 1);
+	if (make_fixtures(root, fx, sizeof(fx)) != 0) {
+		CHECK_MSG(0, "cannot make the fixtures");
+		return;
+	}
+	setenv("F", fx, 1);
+	snprintf(path, sizeof(path), "%s/driver.sh", root);
+	put(path, driver);
+
+	static char names[NUM_CASES][96], cmds[NUM_CASES][192];
+	struct hcase all[N_CASES + NUM_CASES];
+	size_t n = 0;
+	for (size_t i = 0; i < N_CASES; i++)
+		all[n++] = cases[i];
+	for (size_t i = 0, k = 0; i < NUM_CASES / 3; i++) {
+		const struct numopt *no = &numopts[i];
+		int row = no->kind == 'i' ? 0 : no->kind == 'd' ? 1 : 2;
+		for (int v = 0; v < 3; v++, k++) {
+			const char *cmdname = no->prefix;
+			snprintf(names[k], sizeof(names[k]), "%.*s --%s %s",
+				 (int)strcspn(cmdname, " "), cmdname, no->opt, bad_values[row][v]);
+			snprintf(cmds[k], sizeof(cmds[k]), "%s --%s %s", no->prefix, no->opt,
+				 bad_values[row][v]);
+			char needle[64];
+			snprintf(needle, sizeof(needle), "--%s", no->opt);
+			all[n++] = (struct hcase){ names[k], cmds[k], 2, strdup(needle) };
+		}
+	}
+
+	FILE *rep = report && *report ? fopen(report, "w") : NULL;
+	if (rep)
+		fprintf(rep, "| # | case | command | how it ends |\n|---|---|---|---|\n");
+	int passed = 0, failed = 0, known = 0, skipped = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct hcase *c = &all[i];
+		struct outcome o;
+		run_case(c, (int)i, root, &o);
+		const char *status;
+		if (o.skipped) {
+			skipped++;
+			status = "skipped";
+		} else if (!o.why[0]) {
+			passed++;
+			status = c->known ? "passes (was a known failure)" : NULL;
+		} else if (c->known) {
+			known++;
+			status = "known failure";
+		} else {
+			failed++;
+			status = "FAILS";
+			CHECK_MSG(0, "case '%s': %s", c->name, o.why);
+		}
+		if (getenv("HOSTILE_VERBOSE"))
+			printf("    %-40s %s exit %d: %s\n", c->name, o.why[0] ? o.why : "ok", o.rc, o.line);
+		if (!rep)
+			continue;
+		fprintf(rep, "| %zu | ", i + 1);
+		md_escape(rep, c->name, 80);
+		fprintf(rep, " | `");
+		if (c->cmd[0] != '!')
+			fprintf(rep, "gpuperf ");
+		md_command(rep, c->cmd[0] == '!' ? c->cmd + 1 : c->cmd);
+		fprintf(rep, "` | ");
+		if (o.skipped) {
+			md_escape(rep, o.line, 200);
+		} else {
+			fprintf(rep, o.rc > 128 ? "killed by signal %d" : "exit %d", o.rc > 128 ? o.rc - 128 : o.rc);
+			if (o.line[0]) {
+				fprintf(rep, ": ");
+				md_escape(rep, o.line, 200);
+			}
+		}
+		if (status) {
+			fprintf(rep, " (**%s**", status);
+			if (c->known) {
+				fprintf(rep, ": ");
+				md_escape(rep, c->known, 300);
+			}
+			fprintf(rep, ")");
+		}
+		fprintf(rep, " |\n");
+	}
+	if (rep) {
+		fprintf(rep, "\n%zu cases: %d end as they must, %d known failures, %d skipped, %d fail.\n",
+			n, passed, known, skipped, failed);
+		fclose(rep);
+	}
+	printf("    hostile: %zu cases, %d as they must, %d known failures, %d skipped, %d failed\n", n,
+	       passed, known, skipped, failed);
+	for (size_t i = N_CASES; i < n; i++)
+		free((char *)all[i].line);
+}
