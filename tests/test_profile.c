@@ -406,3 +406,31 @@ TEST(profile_with_a_dataset)
 	CHECK_EQ_INT(json_integer_value(json_object_get(settings, "workers")), 2);
 	json_decref(j);
 }
+
+/* A file beside the result that cannot be written (here profile_report.md is a
+ * folder, so the atomic rename fails) does not cost the measurements: result.json is
+ * still written, and the run ends with one error line naming that file. */
+TEST(profile_failed_side_file_keeps_the_result)
+{
+	char cmd[2048], out[16384], res[600];
+	const char *tmp = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "mkdir -p %s/prof/profile_report.md && %s profile --model "
+		 "simple_cnn --device cpu --batch 4 --steps 2 --baseline-steps 1 --out %s/prof",
+		 tmp, test_bin(), tmp);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
+	const char *e = strstr(out, "gpuperf profile: error: cannot write '");
+	const char *nl = e ? strchr(e, '\n') : NULL;
+	const char *name = e ? strstr(e, "prof/profile_report.md'") : NULL;
+	CHECK_MSG(e && name && (!nl || name < nl), "%s", out);
+	CHECK_MSG(e && (!nl || !strstr(nl, "error:")), "more than one error line: %s", out);
+	snprintf(res, sizeof(res), "%s/prof/result.json", tmp);
+	json_error_t je;
+	json_t *j = json_load_file(res, 0, &je);
+	CHECK_MSG(j != NULL, "%s: %s", res, je.text);
+	if (!j)
+		return;
+	CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "measurements"),
+							"profiled_steps")), 2);
+	json_decref(j);
+}

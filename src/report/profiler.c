@@ -338,29 +338,37 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	char path[4096], log_path[4096], tb_path[4096], logdir[4096];
 	struct analysis a;
 	json_t *res = NULL, *aj = NULL;
-	int rc;
-	GP_TRY(path_mkdirs(dir));
-	GP_TRY(chrome_trace_write_dir(t, dir, log_path, sizeof(log_path)));
+	int rc, rc_files = 0;
+	char files_err[1024] = "";
+	long long trace_bytes = 0;
+	/* A file that cannot be written beside the result does not cost the result: the
+	 * first such failure is kept and returned after result.json is written. */
+#define FILES_TRY(call)                                                             \
+	do {                                                                        \
+		if (rc_files == 0 && (rc_files = (call)) < 0)                       \
+			snprintf(files_err, sizeof(files_err), "%s", gp_errmsg());  \
+	} while (0)
+	FILES_TRY(path_mkdirs(dir));
+	FILES_TRY(chrome_trace_write_dir(t, dir, log_path, sizeof(log_path)));
 	snprintf(path, sizeof(path), "%s/profiler_trace.json", dir);
-	long long trace_bytes = file_size(path);
+	if (rc_files == 0)
+		trace_bytes = file_size(path);
 	snprintf(logdir, sizeof(logdir), "%s/profiler_logs", dir);
-	GP_TRY(tb_write_steps(t, logdir, tb_path, sizeof(tb_path)));
+	FILES_TRY(tb_write_steps(t, logdir, tb_path, sizeof(tb_path)));
 
 	GP_TRY(analysis_run(t, &a));
 	analysis_print(&a, stdout);
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
-	if ((rc = profile_report_write(&a, path, ov, trace_bytes)) < 0)
-		goto free_analysis;
+	FILES_TRY(profile_report_write(&a, path, ov, trace_bytes));
 	aj = analysis_to_json(&a);
 	if (!aj) {
 		rc = gp_error(GP_ENOMEM, "cannot build the analysis summary");
 		goto free_analysis;
 	}
 	snprintf(path, sizeof(path), "%s/analysis.json", dir);
-	if ((rc = json_write_atomic(aj, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6))) < 0)
-		goto free_json;
-	if ((rc = profile_charts_draw(&a, dir, stdout)) < 0)
-		goto free_json;
+	FILES_TRY(json_write_atomic(aj, path, JSON_INDENT(2) | JSON_REAL_PRECISION(6)));
+	FILES_TRY(profile_charts_draw(&a, dir, stdout));
+#undef FILES_TRY
 
 	res = result_new(command, argc, argv);
 	if (!res) {
@@ -383,6 +391,11 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	rc = result_write(res, dir, "result", path, sizeof(path));
 	if (rc < 0)
 		goto free_json;
+	if (rc_files < 0) {
+		printf("wrote %s\n", path);
+		rc = gp_error(rc_files, "%s", files_err);
+		goto free_json;
+	}
 
 	printf("\nprofile written to %s/\n"
 	       "  trace        %s/profiler_trace.json (%.2f MB)\n"
