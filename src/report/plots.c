@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/names.h"
+#include "ops/graph.h"
 #include "report/chart.h"
 #include "report/result.h"
 
@@ -326,15 +328,13 @@ static int pairs_sort(double *x, double *y, int n)
 	return 0;
 }
 
-/* A fixed colour per precision, so charts of different runs read alike. */
+/* A fixed colour per precision (indexed by enum precision), so charts of different
+ * runs read alike. */
 static struct chart_color amp_color(const char *precision, int i)
 {
-	static const char *names[] = { "fp32", "tf32", "fp16", "bf16" };
 	const struct chart_color colors[] = { CHART_BLUE, CHART_ORANGE, CHART_GREEN, CHART_PURPLE };
-	for (int k = 0; k < 4; k++)
-		if (!strcmp(precision, names[k]))
-			return colors[k];
-	return chart_palette(4 + i);
+	int k = names_find(train_precision_name_at, precision);
+	return k >= 0 && k < 4 ? colors[k] : chart_palette(4 + i);
 }
 
 static int plot_amp(json_t *m, const char *path)
