@@ -11,18 +11,6 @@
 #include "report/trace_event.h"
 #include "test.h"
 
-static int value_same(const struct trace_value *a, const struct trace_value *b)
-{
-	if (a->type != b->type)
-		return 0;
-	switch (a->type) {
-	case TRACE_VALUE_INT: return a->i == b->i;
-	case TRACE_VALUE_REAL: return !memcmp(&a->d, &b->d, sizeof(a->d));
-	case TRACE_VALUE_STR: return a->len == b->len && !memcmp(a->s, b->s, a->len);
-	default: return 1;
-	}
-}
-
 /* Scan text; when taken, jansson must read the same. Returns whether it was taken;
  * *ev gets the scanned fields. */
 static int scan_and_compare(const char *text, struct trace_event *ev)
@@ -40,7 +28,7 @@ static int scan_and_compare(const char *text, struct trace_event *ev)
 	struct trace_event parsed;
 	trace_event_from_json(v, &parsed);
 	for (int f = 0; f < TF_COUNT; f++)
-		CHECK_MSG(value_same(&ev->f[f], &parsed.f[f]), "%s: field %d differs", text, f);
+		CHECK_MSG(trace_value_same(&ev->f[f], &parsed.f[f]), "%s: field %d differs", text, f);
 	CHECK_MSG(!memcmp(ev->grid, parsed.grid, sizeof(ev->grid)) &&
 		  !memcmp(ev->block, parsed.block, sizeof(ev->block)), "%s: grid/block differ",
 		  text);

@@ -369,3 +369,15 @@ void trace_event_from_json(json_t *ev, struct trace_event *out)
 		out->block[k] = json_integer_value(json_array_get(json_object_get(args, "block"), k));
 	}
 }
+
+int trace_value_same(const struct trace_value *a, const struct trace_value *b)
+{
+	if (a->type != b->type)
+		return 0;
+	switch (a->type) {
+	case TRACE_VALUE_INT: return a->i == b->i;
+	case TRACE_VALUE_REAL: return !memcmp(&a->d, &b->d, sizeof(a->d));
+	case TRACE_VALUE_STR: return a->len == b->len && !memcmp(a->s, b->s, a->len);
+	default: return 1;
+	}
+}

@@ -49,6 +49,9 @@ int trace_event_scan(const char *p, const char *end, struct trace_event *ev,
 
 /* A value jansson parsed (NULL: missing) as a trace_value. */
 void trace_value_from_json(json_t *v, struct trace_value *out);
+/* Do two values hold the same thing (reals bit for bit)? What the scanner and
+ * jansson must agree on, in the tests and the fuzz target. */
+int trace_value_same(const struct trace_value *a, const struct trace_value *b);
 
 /* The same fields from an event jansson parsed (any JSON value; strings point into
  * it and live as long as it). */

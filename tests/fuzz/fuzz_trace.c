@@ -31,18 +31,6 @@ static uint32_t fnv1a(const uint8_t *data, size_t size)
 	return h;
 }
 
-static int value_same(const struct trace_value *a, const struct trace_value *b)
-{
-	if (a->type != b->type)
-		return 0;
-	switch (a->type) {
-	case TRACE_VALUE_INT: return a->i == b->i;
-	case TRACE_VALUE_REAL: return !memcmp(&a->d, &b->d, sizeof(a->d));
-	case TRACE_VALUE_STR: return a->len == b->len && !memcmp(a->s, b->s, a->len);
-	default: return 1;
-	}
-}
-
 /* When the scanner takes the value at p, jansson must parse it, end at the same
  * place and give the same fields. */
 static void scan_check(const char *p, const char *end)
@@ -60,7 +48,7 @@ static void scan_check(const char *p, const char *end)
 		fuzz_die("the scanner and jansson end the event at different places");
 	trace_event_from_json(v, &parsed);
 	for (int f = 0; f < TF_COUNT; f++)
-		if (!value_same(&scanned.f[f], &parsed.f[f]))
+		if (!trace_value_same(&scanned.f[f], &parsed.f[f]))
 			fuzz_die("the scanner and jansson read a field differently");
 	if (memcmp(scanned.grid, parsed.grid, sizeof(parsed.grid)) ||
 	    memcmp(scanned.block, parsed.block, sizeof(parsed.block)))
