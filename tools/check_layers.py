@@ -17,6 +17,7 @@ import sys
 RANKS = {
     "core": 0,
     "gpu": 1,
+    "dist": 1,
     "ops": 2,
     "data": 3,
     "backend": 4,
