@@ -20,6 +20,7 @@ struct command {
 static const struct command commands[] = {
 	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
 	{ "train", cmd_train, "train a model (synthetic data, an ImageFolder or CIFAR-10) and report img/s" },
+	{ "scale", cmd_scale, "data-parallel training on 1, 2, 4, 8 GPUs: the scaling report" },
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
 	{ "parity", cmd_parity, "(for tests) train a few steps from given weights and batch, dump results" },

@@ -113,6 +113,7 @@ static void cuda_teardown(struct net *net)
 	cuda_device_bind(ctx->device);
 	cudaStreamSynchronize(ctx->stream);
 	cudaStreamSynchronize(ctx->side_stream); /* an error may have left side work unjoined */
+	cuda_dp_teardown(net);
 	if (b->step_exec)
 		cudaGraphExecDestroy(b->step_exec);
 	if (b->copy_stream) {
@@ -315,6 +316,7 @@ static int cuda_setup(struct net *net)
 	}
 	GP_TRY(cuda_workspace_reserve(ctx, ws_need));
 	GP_TRY(cuda_sync_from_host(net));
+	GP_TRY(cuda_dp_setup(net));
 	net->plan.workspace_bytes = ctx->workspace_bytes;
 	b->set_up = 1;
 	return 0;
@@ -468,6 +470,10 @@ static int cuda_forward_node(struct net *net, int i, int training)
 {
 	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net)); /* a forward after a backward without an optimizer step */
+	if (i == 1 && training)
+		GP_TRY(cuda_dp_bcast_running(net));
+	if (training && net->sync_bn && net->nodes[i].op == OP_BATCHNORM2D)
+		return cuda_bn_sync_fwd(net, i, act_ptr(net, net->nodes[i].in[0]), act_ptr(net, i));
 	if (net->bk->amp)
 		return amp_forward_node(net, i, training);
 	return fp32_forward_node(net, i, training);
@@ -510,9 +516,27 @@ static int wgrad_on_side(struct net *net, const struct node *nd, const float *x,
 	return 0;
 }
 
+static int backward_node(struct net *net, int i);
+
+/* A node's backward, then the all-reduce of the gradient buckets it completes. */
 static int cuda_backward_node(struct net *net, int i)
 {
 	GP_TRY(bind_device(net));
+	const struct node *nd = &net->nodes[i];
+	if (net->sync_bn && nd->op == OP_BATCHNORM2D) {
+		void *dx = grad_ptr(net, nd->in[0]);
+		if (!dx)
+			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		GP_TRY(cuda_bn_sync_bwd(net, i, act_ptr_bwd(net, nd->in[0]), grad_ptr(net, i), dx,
+					net->nodes[nd->in[0]].last_consumer != i));
+	} else {
+		GP_TRY(backward_node(net, i));
+	}
+	return cuda_dp_after_backward(net, i);
+}
+
+static int backward_node(struct net *net, int i)
+{
 	if (net->bk->amp)
 		return amp_backward_node(net, i);
 	struct node *nd = &net->nodes[i];
@@ -620,6 +644,7 @@ static int cuda_sgd(struct net *net, const struct sgd_args *sgd)
 	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(side_join(net));
+	GP_TRY(cuda_dp_finish(net));
 	GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
 			     sgd->momentum != 0 ? b->momentum : NULL));
 	return counter_inc_cuda(b->ctx->stream, b->d_step);
@@ -692,6 +717,7 @@ static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
 	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(side_join(net)); /* the weight gradients must all be there */
+	GP_TRY(cuda_dp_finish(net));
 	CUDA_TRY(cudaMemsetAsync(b->d_nonfinite, 0, sizeof(int), b->ctx->stream));
 	GP_TRY(scale_cuda(b->ctx->stream, b->grads, net->params_count, factor, b->d_nonfinite));
 	return cuda_copy_d2h(b->ctx, nonfinite, b->d_nonfinite, sizeof(int));
@@ -710,6 +736,7 @@ static int cuda_grads_to_host(struct net *net, float *dst)
 {
 	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net));
+	GP_TRY(cuda_dp_finish(net));
 	return cuda_copy_d2h(net->bk->ctx, dst, net->bk->grads, net->bk->params_bytes);
 }
 
@@ -757,5 +784,6 @@ const struct backend_ops backend_cuda_ops = {
 	.logits_to_host = cuda_logits_to_host,
 	.scale_output_grad = cuda_scale_output_grad,
 	.unscale_grads = cuda_unscale_grads,
+	.grad_allreduce = cuda_dp_grad_allreduce,
 	.workspace_bytes = cuda_workspace_bytes,
 };

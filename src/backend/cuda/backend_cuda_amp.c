@@ -240,7 +240,9 @@ static int relu6_foldable(const struct net *net, int r)
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 {
 	struct backend_state *b = net->bk;
-	if (!net->tuning.test.bn_fuse) /* bn_fuse_plan_cuda declines what has no fused form */
+	/* bn_fuse_plan_cuda declines what has no fused form; synchronized batch norm has its
+	 * own kernels */
+	if (!net->tuning.test.bn_fuse || net->sync_bn)
 		return 0;
 	int n = net->n_nodes;
 	b->fuse = calloc((size_t)n, 1);

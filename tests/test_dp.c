@@ -1,0 +1,223 @@
+/* Data parallelism on the CPU backend: N ranks at batch B compute what one rank
+ * computes at N x B (gradients averaged over ranks, synchronized batch norm), ranks
+ * forked here and meeting over TCP on 127.0.0.1; and a group of one changes nothing. */
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "dist/dist.h"
+#include "nn/models.h"
+#include "nn/net.h"
+#include "train/trainer.h"
+#include "test.h"
+
+static struct net *build(const char *name, int size, int batch, int classes)
+{
+	struct model_opts o = model_defaults(name);
+	o.size = size;
+	o.batch = batch;
+	o.classes = classes;
+	o.seed = 11;
+	o.dropout = 0;
+	struct net *net = NULL;
+	int rc = model_build(name, &o, &net);
+	CHECK_MSG(rc == 0, "model_build(%s): %s", name, gp_errmsg());
+	return net;
+}
+
+/* Three SGD steps on rows [first, first + batch) of the batch of all ranks; the
+ * parameters and running statistics after them into params (params_count floats)
+ * and running (running_count floats). */
+static int train3(const char *model, int batch, int first, int all, struct dist *d, int sync_bn,
+		  float *params, float *running)
+{
+	struct net *net = build(model, 32, batch, 10);
+	if (!net)
+		return GP_EINVAL;
+	float *x = NULL;
+	int32_t *labels = NULL;
+	int rc = net_set_dist(net, d, sync_bn, 1 << 16); /* small buckets: several in flight */
+	if (rc == 0)
+		rc = net_setup(net, BACKEND_CPU, GP_F64, PREC_FP32);
+	if (rc == 0)
+		rc = train_synthetic_batch(all, 3, 32, 32, 10, 3, &x, &labels);
+	size_t row = 3 * 32 * 32;
+	if (rc == 0)
+		rc = net_set_batch_data(net, x + row * first, labels + first);
+	struct sgd_args sgd = { .lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4 };
+	for (int s = 0; s < 3 && rc == 0; s++)
+		rc = net_train_step(net, &sgd, NULL, NULL);
+	if (rc == 0)
+		rc = net_sync_to_host(net);
+	if (rc == 0) {
+		memcpy(params, net->host_params, net->params_count * sizeof(float));
+		memcpy(running, net->host_running, net->running_count * sizeof(float));
+	}
+	free(x);
+	free(labels);
+	net_free(net);
+	return rc;
+}
+
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+	double d = 0, s = 0;
+	for (size_t i = 0; i < n; i++) {
+		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		s += (double)b[i] * b[i];
+	}
+	return sqrt(d) / (sqrt(s) + 1e-30);
+}
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int port = 0;
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* world ranks forked at batch B; rank 0's parameters and statistics come back through
+ * a file. Returns 0 when every rank ended well. */
+static int run_ranks(const char *model, int world, int batch, int sync_bn, size_t np, size_t nr,
+		     float *params, float *running)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/rank0.bin", test_tmpdir());
+	int port = free_port();
+	pid_t pid[8];
+	for (int r = 0; r < world; r++) {
+		pid[r] = fork();
+		if (pid[r] == 0) {
+			alarm(120); /* never hang the suite */
+			struct dist_env env = { .launcher = DIST_LAUNCH_TORCHRUN, .rank = r, .world = world,
+						.local_rank = r, .local_world = world, .master_port = port };
+			snprintf(env.master_addr, sizeof(env.master_addr), "127.0.0.1");
+			struct dist_opts o = dist_opts_default();
+			o.timeout_s = 60;
+			o.transport = DIST_TRANSPORT_TCP;
+			struct dist *d = NULL;
+			float *p = malloc(np * sizeof(float)), *q = malloc((nr ? nr : 1) * sizeof(float));
+			int rc = dist_open(&env, &o, &d);
+			if (rc == 0)
+				rc = train3(model, batch, r * batch, world * batch, d, sync_bn, p, q);
+			if (rc < 0) {
+				fprintf(stderr, "rank %d: %s\n", r, gp_errmsg());
+				dist_abort(d, gp_errmsg());
+			}
+			if (rc == 0 && r == 0) {
+				FILE *f = fopen(path, "wb");
+				rc = f && fwrite(p, sizeof(float), np, f) == np &&
+				     fwrite(q, sizeof(float), nr, f) == nr ? 0 : -1;
+				if (f)
+					fclose(f);
+			}
+			dist_close(d);
+			_exit(rc == 0 ? 0 : 1);
+		}
+	}
+	int ok = 1;
+	for (int r = 0; r < world; r++) {
+		int st = 0;
+		waitpid(pid[r], &st, 0);
+		ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	}
+	if (!ok)
+		return -1;
+	FILE *f = fopen(path, "rb");
+	int rc = f && fread(params, sizeof(float), np, f) == np &&
+		 fread(running, sizeof(float), nr, f) == nr ? 0 : -1;
+	if (f)
+		fclose(f);
+	return rc;
+}
+
+static void check_equivalence(const char *model, int world, int batch, int sync_bn)
+{
+	struct net *probe = build(model, 32, batch, 10);
+	if (!probe)
+		return;
+	size_t np = probe->params_count, nr = probe->running_count;
+	net_free(probe);
+	float *p1 = malloc(np * sizeof(float)), *pn = malloc(np * sizeof(float));
+	float *r1 = malloc((nr + 1) * sizeof(float)), *rn = malloc((nr + 1) * sizeof(float));
+	CHECK_EQ_INT(train3(model, world * batch, 0, world * batch, NULL, 0, p1, r1), 0);
+	CHECK_EQ_INT(run_ranks(model, world, batch, sync_bn, np, nr, pn, rn), 0);
+	if (!test_failed()) {
+		double dp = rel_diff(pn, p1, np);
+		CHECK_MSG(dp <= 1e-5, "%s: %d ranks x %d against 1 x %d: parameters differ by %.3g "
+			  "(relative norm)", model, world, batch, world * batch, dp);
+		/* and training moved them: the comparison is not of two untouched copies */
+		struct net *init = build(model, 32, batch, 10);
+		if (init) {
+			CHECK(rel_diff(init->host_params, p1, np) > 1e-4);
+			net_free(init);
+		}
+		if (nr && sync_bn) {
+			double dr = rel_diff(rn, r1, nr);
+			CHECK_MSG(dr <= 1e-5, "%s: running statistics differ by %.3g", model, dr);
+		}
+	}
+	free(p1);
+	free(pn);
+	free(r1);
+	free(rn);
+}
+
+TEST(dp_cpu_two_ranks_equal_one_at_twice_the_batch_simple_cnn)
+{
+	check_equivalence("simple_cnn", 2, 4, 0);
+}
+
+TEST(dp_cpu_two_ranks_sync_bn_equal_one_at_twice_the_batch_resnet18)
+{
+	check_equivalence("resnet18", 2, 2, 1);
+}
+
+TEST(dp_cpu_three_ranks_sync_bn_resnet18)
+{
+	check_equivalence("resnet18", 3, 2, 1);
+}
+
+/* A group of one: synchronized batch norm and the bucket all-reduce go through the
+ * group's calls and change nothing, bit for bit. */
+TEST(dp_cpu_group_of_one_changes_nothing)
+{
+	struct dist_env env = { 0 };
+	struct dist *d = NULL;
+	CHECK_EQ_INT(dist_env_read(&env), 0); /* the suite runs without a launcher */
+	struct dist_env alone = { .launcher = DIST_LAUNCH_NONE, .world = 1 };
+	struct dist_opts o = dist_opts_default();
+	CHECK_EQ_INT(dist_open(&alone, &o, &d), 0);
+	CHECK_EQ_INT(dist_world(d), 1);
+	struct net *probe = build("resnet18", 32, 4, 10);
+	if (!probe || test_failed())
+		return;
+	size_t np = probe->params_count, nr = probe->running_count;
+	net_free(probe);
+	float *a = malloc(np * 4), *b = malloc(np * 4), *ra = malloc(nr * 4), *rb = malloc(nr * 4);
+	CHECK_EQ_INT(train3("resnet18", 4, 0, 4, NULL, 0, a, ra), 0);
+	CHECK_EQ_INT(train3("resnet18", 4, 0, 4, d, 1, b, rb), 0);
+	CHECK(!memcmp(a, b, np * 4));
+	CHECK(!memcmp(ra, rb, nr * 4));
+	free(a);
+	free(b);
+	free(ra);
+	free(rb);
+	dist_close(d);
+}
