@@ -52,7 +52,7 @@ static int scale_one(int n, char **train_argv, int train_argc, const char *dir, 
 	v[train_argc] = (char *)"--out";
 	v[train_argc + 1] = sub;
 	v[train_argc + 2] = NULL;
-	int rc = launch_local(n, train_argc + 2, v);
+	int rc = launch_local(n, train_argc + 2, v, &(struct launch_opts){ 0 });
 	free(v);
 	if (rc < 0)
 		return gp_error(rc, "%d GPU%s: %s", n, n == 1 ? "" : "s", gp_errmsg());

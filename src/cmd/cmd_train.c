@@ -212,7 +212,7 @@ int cmd_train(int argc, char **argv)
 		int cargc;
 		char **cargv;
 		GP_TRY(cmd_dist_child_argv(argc, argv, dir, &cargc, &cargv));
-		int rc = launch_local(nproc, cargc, cargv);
+		int rc = launch_local(nproc, cargc, cargv, &(struct launch_opts){ 0 });
 		free(cargv);
 		return rc;
 	}
