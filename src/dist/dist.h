@@ -34,12 +34,20 @@ struct dist_env {
 	int local_rank, local_world; /* on this host; local_world 0 when unknown */
 	char master_addr[256];      /* "" when not given */
 	int master_port;            /* 0 when not given */
+	/* The launch this rank belongs to (the launcher's job id, "" when none): ranks
+	 * of two jobs that meet at one port refuse each other. */
+	char job[64];
 };
 
 /* Read the launcher's variables. Without any, a world of one. Inconsistent or
  * malformed values (RANK without WORLD_SIZE, rank >= world, a port out of range) are
- * GP_EINVAL with a message naming the variable. */
+ * GP_EINVAL with a message naming the variable. When every rank is on this host and
+ * no MASTER_ADDR is given, the rendezvous is 127.0.0.1 at a port derived from the job
+ * id (29500 without one). */
 int dist_env_read(struct dist_env *env);
+/* The same from a lookup function instead of the process's environment (tests). */
+int dist_env_parse(const char *(*get)(const char *name, void *arg), void *arg,
+		   struct dist_env *env);
 const char *dist_launcher_name(enum dist_launcher l);
 
 struct dist_opts {
@@ -77,6 +85,9 @@ int dist_wait(struct dist *d, struct dist_req *req);
 /* Tell every other rank that this one failed (one line, why) and make the group
  * unusable; safe to call more than once and from the failing path only. */
 void dist_abort(struct dist *d, const char *why);
+/* Look, without waiting, whether another rank has failed or gone (for long waits
+ * outside the collectives, such as NCCL's set-up): 0, or the group's GP_EDEVICE. */
+int dist_poll(struct dist *d);
 /* 1 once another rank has failed (its message in dist_failure), else 0. */
 int dist_failed(const struct dist *d);
 const char *dist_failure(const struct dist *d);
