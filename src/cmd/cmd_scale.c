@@ -42,7 +42,7 @@ struct scale_row {
 /* One GPU count: `train` with n ranks into dir/gpus_<n>, then its measurements. */
 static int scale_one(int n, char **train_argv, int train_argc, const char *dir, struct scale_row *row)
 {
-	char sub[4096], path[4200];
+	char sub[4200], path[4300];
 	snprintf(sub, sizeof(sub), "%s/gpus_%d", dir, n);
 	GP_TRY(path_mkdirs(sub));
 	char **v = malloc(sizeof(char *) * ((size_t)train_argc + 3));
@@ -82,7 +82,8 @@ static int scale_one(int n, char **train_argv, int train_argc, const char *dir, 
 	return 0;
 }
 
-static int scale_chart(const struct scale_row *rows, int n, const char *path, const char *title)
+static int scale_chart(const struct scale_row *rows, int n, const char *path, const char *title,
+		       const char *x_label)
 {
 	struct chart_figure *fig = chart_figure_new(1, 2, 0, 0, title);
 	if (!fig)
@@ -96,18 +97,18 @@ static int scale_chart(const struct scale_row *rows, int n, const char *path, co
 	}
 	struct chart_panel *p = chart_figure_panel(fig, 0);
 	chart_panel_set_title(p, "throughput");
-	chart_panel_set_labels(p, "GPUs", "img/s (all GPUs)");
+	chart_panel_set_labels(p, x_label, "img/s (all ranks)");
 	chart_panel_set_x_scale(p, CHART_LOG2);
 	chart_panel_add_line(p, x, ideal, n, (struct chart_line_style){ CHART_GREY, 0, 1, 0 }, "ideal (N x 1 GPU)");
 	chart_panel_add_line(p, x, img, n, (struct chart_line_style){ CHART_BLUE, 0, 0, 1 }, "measured");
 	p = chart_figure_panel(fig, 1);
 	chart_panel_set_title(p, "scaling efficiency");
-	chart_panel_set_labels(p, "GPUs", "efficiency (%)");
+	chart_panel_set_labels(p, x_label, "efficiency (%)");
 	chart_panel_set_x_scale(p, CHART_LOG2);
 	double lo = 100;
 	for (int i = 0; i < n; i++)
 		lo = eff[i] < lo ? eff[i] : lo;
-	chart_panel_set_y_range(p, lo < 80 ? floor(lo / 10) * 10 : 80, 102);
+	chart_panel_set_y_range(p, lo < 85 ? floor((lo - 5) / 10) * 10 : 80, 102);
 	chart_panel_add_hline(p, 100, CHART_GREY, 1, "ideal");
 	chart_panel_add_line(p, x, eff, n, (struct chart_line_style){ CHART_ORANGE, 0, 0, 1 }, "measured");
 	int rc = chart_figure_save(fig, path);
@@ -117,7 +118,7 @@ static int scale_chart(const struct scale_row *rows, int n, const char *path, co
 
 int cmd_scale(int argc, char **argv)
 {
-	const char *model = "resnet50", *device = "auto", *precision = "bf16", *out = NULL;
+	const char *model = "resnet50", *device = "auto", *precision = NULL, *out = NULL;
 	const char *transport = "auto", *layout = NULL, *csv = NULL;
 	int batch = 256, steps = 60, help = 0, json = 0, overwrite = 0, sync_bn = 0, size = 0;
 	int bucket_mb = 0;
@@ -125,7 +126,7 @@ int cmd_scale(int argc, char **argv)
 	struct opt opts[] = {
 		OPT_MODEL(&model, "(resnet50)"),
 		OPT_DEVICE(&device),
-		OPT_PRECISION(&precision, "(bf16)"),
+		OPT_PRECISION(&precision, "(bf16 on the GPU; the CPU computes in fp32)"),
 		OPT_LAYOUT(&layout, "(GPU activations; default nhwc under fp16/bf16)"),
 		OPT_BATCH(&batch, "batch size per GPU (256)"),
 		OPT_SIZE(&size),
@@ -152,7 +153,11 @@ int cmd_scale(int argc, char **argv)
 	enum layout lay;
 	GP_TRY(model_name_check(model));
 	GP_TRY(train_pick_device(device, &backend, 0));
+	if (!precision)
+		precision = backend == BACKEND_CUDA ? "bf16" : "fp32";
 	GP_TRY(train_parse_precision(precision, &prec));
+	if (backend == BACKEND_CPU && prec != PREC_FP32)
+		return gp_error(GP_EINVAL, "--precision %s needs the CUDA backend", precision);
 	GP_TRY(train_parse_layout(layout, &lay));
 	if (cmd_dist_launched())
 		return gp_error(GP_EINVAL, "scale starts its own ranks: run it alone, not under a launcher");
@@ -212,6 +217,8 @@ int cmd_scale(int argc, char **argv)
 	targv[targc++] = (char *)"--batch";
 	targv[targc++] = b_s;
 	targv[targc++] = (char *)"--steps";
+	targv[targc++] = st_s;
+	targv[targc++] = (char *)"--log-every"; /* the first and the last step */
 	targv[targc++] = st_s;
 	if (backend == BACKEND_CUDA) {
 		targv[targc++] = (char *)"--precision";
@@ -308,7 +315,8 @@ int cmd_scale(int argc, char **argv)
 	if (rc_w == 0) {
 		snprintf(png, sizeof(png), "%s/scaling.png", dir);
 		snprintf(title, sizeof(title), "%s %s, batch %d per GPU", model, precision, batch);
-		rc_w = scale_chart(rows, done, png, title);
+		rc_w = scale_chart(rows, done, png, title,
+				   backend == BACKEND_CUDA ? "GPUs" : "ranks (CPU processes)");
 	}
 	if (rc_w == 0 && csv)
 		rc_w = table_write_csv(&t, csv);

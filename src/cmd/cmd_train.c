@@ -201,8 +201,9 @@ int cmd_train(int argc, char **argv)
 				"data-parallel runs (--nproc N, or under torchrun, mpirun or srun)");
 	if (nproc && profile_epochs.n)
 		return gp_error(GP_EINVAL, "--profile-epochs is not supported with several ranks yet");
-	/* every output is tried before the first step (rank 0 writes them) */
-	char dir[4096];
+	/* every output is tried before the first step (rank 0 writes them); the folder's
+	 * path leaves room for the profile windows' names inside it */
+	char dir[3900];
 	if (nproc) {
 		GP_TRY(cmd_dist_check_nproc(nproc, o.backend));
 		if (save)

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "dist/dist.h"
 #include "gpu/devinfo.h"
 #include "gpu/nvml.h"
 #ifdef GP_HAVE_CUDA
@@ -43,7 +42,7 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 			json_array_append_new(dw, result_real(r->rank_data_wait_ms[k]));
 		}
 		json_t *d = json_pack("{s:i, s:o, s:b, s:o, s:o, s:i, s:i}", "world", r->world,
-			"transport", result_string(dist_transport_name(o->dist)), "sync_bn", o->sync_bn,
+			"transport", result_string(r->transport), "sync_bn", o->sync_bn,
 			"rank_ms_per_step", ms, "rank_data_wait_ms", dw, "slowest_rank", r->slowest_rank,
 			"global_batch", o->batch * r->world);
 		json_t *per = result_real(r->img_s_per_rank);

@@ -246,6 +246,7 @@ static int gather_rank_times(struct dist *d, struct train_result *res)
 {
 	int world = dist_world(d), rank = dist_rank(d);
 	res->world = world;
+	snprintf(res->transport, sizeof(res->transport), "%s", dist_transport_name(d));
 	memset(res->rank_ms_per_step, 0, sizeof(double) * world);
 	memset(res->rank_data_wait_ms, 0, sizeof(double) * world);
 	res->rank_ms_per_step[rank] = res->ms_per_step;

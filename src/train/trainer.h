@@ -75,6 +75,7 @@ struct train_result {
 	 * buckets; 0 with one rank), and how many buckets carry it. */
 	double allreduce_ms;
 	int buckets;
+	char transport[8];    /* the group's host transport (dist_transport_name) */
 	double rank_ms_per_step[TRAIN_MAX_RANKS], rank_data_wait_ms[TRAIN_MAX_RANKS];
 };
 
