@@ -2,6 +2,7 @@
  * computes at N x B (gradients averaged over ranks, synchronized batch norm), ranks
  * forked here and meeting over TCP on 127.0.0.1; and a group of one changes nothing. */
 #include <arpa/inet.h>
+#include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -220,4 +221,122 @@ TEST(dp_cpu_group_of_one_changes_nothing)
 	free(ra);
 	free(rb);
 	dist_close(d);
+}
+
+/* --- through the command line ------------------------------------------------------ */
+
+static int run_cli(const char *args, char *out, size_t cap)
+{
+	char cmd[3072];
+	snprintf(cmd, sizeof(cmd), "timeout 120 %.500s %.2500s", test_bin(), args);
+	return test_run(cmd, out, cap);
+}
+
+static json_t *measurements(const char *path)
+{
+	json_t *j = json_load_file(path, 0, NULL);
+	CHECK_MSG(j != NULL, "cannot read %s", path);
+	json_t *m = json_incref(json_object_get(j, "measurements"));
+	json_decref(j);
+	return m;
+}
+
+/* --nproc 2 on the CPU: two ranks over TCP, one result (rank 0's) holding both
+ * ranks' times, one progress log. */
+TEST(dp_cli_train_nproc_two_cpu_ranks)
+{
+	char out[16384], args[1024], path[600], tmp[400];
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	snprintf(args, sizeof(args), "train --model simple_cnn --device cpu --batch 4 --size 32 "
+		 "--steps 4 --log-every 1 --nproc 2 --out %s/nproc", tmp);
+	int rc = run_cli(args, out, sizeof(out));
+	CHECK_MSG(rc == 0, "train --nproc 2 exited %d: %s", rc, out);
+	CHECK(strstr(out, "data parallel: 2 ranks (tcp), batch 4 per rank, 8 in all") != NULL);
+	/* one progress log: rank 1's standard output is not shown */
+	const char *s = strstr(out, "step     4/4"), *again = s ? strstr(s + 1, "step     4/4") : NULL;
+	CHECK(s != NULL && again == NULL);
+	snprintf(path, sizeof(path), "%s/nproc/train.json", tmp);
+	json_t *m = measurements(path);
+	if (m) {
+		CHECK_EQ_INT(json_integer_value(json_object_get(m, "world")), 2);
+		CHECK_EQ_INT(json_array_size(json_object_get(m, "rank_ms_per_step")), 2);
+		CHECK(!strcmp(json_string_value(json_object_get(m, "transport")), "tcp"));
+		CHECK(json_number_value(json_object_get(m, "allreduce_ms")) > 0);
+		double img = json_number_value(json_object_get(m, "img_s"));
+		double per = json_number_value(json_object_get(m, "img_s_per_rank"));
+		CHECK_NEAR(per * 2, img, 1e-6 * img);
+	}
+	json_decref(m);
+}
+
+/* Under mpirun, the MPI plugin carries the group (skips where Open MPI is missing). */
+TEST(dp_cli_train_under_mpirun)
+{
+	char out[16384], args[1024], path[600], tmp[400];
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	if (test_run("command -v mpirun >/dev/null", NULL, 0) != 0)
+		SKIP("no mpirun (Open MPI: apt-get install openmpi-bin libopenmpi-dev)");
+	snprintf(args, sizeof(args), "train --model simple_cnn --device cpu --batch 4 --size 32 "
+		 "--steps 3 --out %s/mpirun", tmp);
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s",
+		 test_bin(), args);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "mpirun exited %d: %s", rc, out);
+	snprintf(path, sizeof(path), "%s/mpirun/train.json", tmp);
+	json_t *m = measurements(path);
+	if (m) {
+		CHECK_EQ_INT(json_integer_value(json_object_get(m, "world")), 2);
+		CHECK(!strcmp(json_string_value(json_object_get(m, "transport")), "mpi"));
+	}
+	json_decref(m);
+}
+
+/* scale on CPU ranks: a run per count, 1 first, efficiency against N x the first. */
+TEST(dp_cli_scale_cpu_ranks)
+{
+	char out[16384], args[1024], path[600], tmp[400];
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	snprintf(args, sizeof(args), "scale --model simple_cnn --device cpu --batch 4 --size 32 "
+		 "--steps 4 --gpus 2 --out %s/scale", tmp);
+	int rc = run_cli(args, out, sizeof(out));
+	CHECK_MSG(rc == 0, "scale exited %d: %s", rc, out);
+	snprintf(path, sizeof(path), "%s/scale/scale.json", tmp);
+	json_t *m = measurements(path);
+	json_t *runs = json_object_get(m, "runs");
+	CHECK_EQ_INT(json_array_size(runs), 2);
+	if (json_array_size(runs) == 2) {
+		json_t *a = json_array_get(runs, 0), *b = json_array_get(runs, 1);
+		CHECK_EQ_INT(json_integer_value(json_object_get(a, "gpus")), 1);
+		CHECK_EQ_INT(json_integer_value(json_object_get(b, "gpus")), 2);
+		CHECK_NEAR(json_number_value(json_object_get(a, "efficiency")), 1.0, 1e-12);
+		double e = json_number_value(json_object_get(b, "efficiency"));
+		double want = json_number_value(json_object_get(b, "img_s")) /
+			      (2 * json_number_value(json_object_get(a, "img_s")));
+		CHECK_NEAR(e, want, 1e-9);
+	}
+	json_decref(m);
+	snprintf(path, sizeof(path), "%s/scale/scaling.png", tmp);
+	FILE *f = fopen(path, "rb");
+	CHECK_MSG(f != NULL, "no %s", path);
+	if (f)
+		fclose(f);
+}
+
+TEST(dp_cli_bad_input_one_line)
+{
+	test_check_bad("train --model simple_cnn --device cpu --nproc 0", "--nproc must be between 1 and");
+	test_check_bad("train --model simple_cnn --device cpu --sync-bn", "are for data-parallel runs");
+	test_check_bad("train --model simple_cnn --device cpu --nproc 2 --rendezvous pigeon",
+		       "--rendezvous must be auto, tcp or mpi (got 'pigeon')");
+	test_check_bad("scale --device cpu --precision bf16", "--precision bf16 needs the CUDA backend");
+	test_check_bad("scale --device cpu --transport socket", "--transport socket is NCCL's");
+	/* a launched rank may not launch */
+	char out[4096], cmd[1024];
+	snprintf(cmd, sizeof(cmd), "RANK=0 WORLD_SIZE=1 %s train --model simple_cnn --device cpu "
+		 "--nproc 2", test_bin());
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK(rc == 2);
+	CHECK(strstr(out, "--nproc inside a run a launcher started") != NULL);
+	CHECK_EQ_INT(test_count_lines(out), 1);
 }
