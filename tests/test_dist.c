@@ -571,3 +571,121 @@ TEST(dist_open_refuses_what_it_cannot_reach)
 	CHECK_EQ_INT(dist_open(&env, &o, &d), GP_EINVAL);
 	CHECK_MSG(strstr(gp_errmsg(), "needs a run started by mpirun") != NULL, "%s", gp_errmsg());
 }
+
+/* ---- through the binary: gpuperf's launcher, torchrun's variables, mpirun ---- */
+
+static double run_timed(const char *cmd, char *out, size_t cap, int *rc)
+{
+	double t0 = mono_s();
+	*rc = test_run(cmd, out, cap);
+	return mono_s() - t0;
+}
+
+TEST(dist_check_two_local_ranks)
+{
+	char cmd[1024], out[8192];
+	int rc;
+	snprintf(cmd, sizeof(cmd), "timeout 60 %s dist-check --nproc 2 --device cpu --size 8 --iters 2",
+		 test_bin());
+	run_timed(cmd, out, sizeof(out), &rc);
+	CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+	CHECK_MSG(strstr(out, "world of 2 (torchrun), transport tcp") != NULL, "%s", out);
+	CHECK_MSG(strstr(out, "checks: barrier, bcast, gather, allreduce f32 and f64, iallreduce: ok"),
+		  "%s", out);
+	CHECK_MSG(strstr(out, "tcp    allreduce      8.0 MiB") != NULL, "%s", out);
+	CHECK_MSG(strstr(out, "dist-check: ok (2 ranks)") != NULL, "%s", out);
+	/* rank 1's standard output went nowhere: one header, not two */
+	const char *h = strstr(out, "dist-check: world");
+	CHECK_MSG(h && !strstr(h + 1, "dist-check: world"), "%s", out);
+}
+
+TEST(dist_check_torchrun_variables)
+{
+	char cmd[2048], out[8192];
+	int rc, port = free_port();
+	const char *b = test_bin();
+	snprintf(cmd, sizeof(cmd),
+		 "export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=%d; "
+		 "RANK=1 LOCAL_RANK=1 timeout 60 %s dist-check --device cpu --size 1 --iters 1 "
+		 ">/dev/null & RANK=0 LOCAL_RANK=0 timeout 60 %s dist-check --device cpu --size 1 "
+		 "--iters 1; r=$?; wait $! || r=9; exit $r",
+		 port, b, b);
+	run_timed(cmd, out, sizeof(out), &rc);
+	CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+	CHECK_MSG(strstr(out, "dist-check: ok (2 ranks)") != NULL, "%s", out);
+}
+
+/* One rank fails on purpose: one error line, naming it, and a quick end. */
+static void check_launch_failure(const char *stage, const char *needle)
+{
+	char cmd[1024], out[8192];
+	int rc;
+	/* standard error alone: what the user sees of a failure */
+	snprintf(cmd, sizeof(cmd), "(timeout 60 %s dist-check --nproc 3 --device cpu --size 1 "
+		 "--iters 1 --fail-rank 1 --fail-at %s --timeout 2 2>&1 >/dev/null)", test_bin(), stage);
+	double s = run_timed(cmd, out, sizeof(out), &rc);
+	CHECK_MSG(rc == 1, "%s: exit %d: %s", stage, rc, out);
+	CHECK_MSG(test_count_lines(out) == 1, "%s: %d lines: %s", stage, test_count_lines(out), out);
+	CHECK_MSG(strstr(out, "gpuperf dist-check: error: rank 1 failed: ") == out, "%s: %s", stage, out);
+	CHECK_MSG(strstr(out, needle) != NULL, "%s: '%s' lacks '%s'", stage, out, needle);
+	CHECK_MSG(s < 10, "%s: took %.1f s", stage, s);
+}
+
+TEST(dist_launcher_ends_everything_with_one_line)
+{
+	check_launch_failure("allreduce", "failing at allreduce as asked (--fail-at) (exit status 1)");
+	check_launch_failure("barrier", "failing at barrier as asked");
+	check_launch_failure("crash", "killed by signal 9");
+	check_launch_failure("start", "failing at start as asked");
+	check_launch_failure("hang", "rank 1 failed: no answer within 2 s");
+}
+
+TEST(dist_check_bad_input)
+{
+	test_check_bad("dist-check --transport udp", "--transport must be auto, tcp or mpi");
+	test_check_bad("dist-check --nproc 0", "--nproc must be between 1 and 256");
+	test_check_bad("dist-check --fail-at never", "--fail-at must be");
+	char args[256];
+	snprintf(args, sizeof(args), "dist-check --nproc 2 --size 1");
+	char cmd[1024], out[4096];
+	snprintf(cmd, sizeof(cmd), "RANK=0 WORLD_SIZE=2 timeout 20 %s %s", test_bin(), args);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_EQ_INT(rc, 2);
+	CHECK_MSG(strstr(out, "already started by torchrun (rank 0 of 2)") && test_count_lines(out) == 1,
+		  "%s", out);
+	snprintf(cmd, sizeof(cmd), "RANK=0 timeout 20 %s dist-check --size 1", test_bin());
+	rc = test_run(cmd, out, sizeof(out));
+	CHECK_EQ_INT(rc, 2);
+	CHECK_MSG(strstr(out, "RANK is set but WORLD_SIZE is not") && test_count_lines(out) == 1,
+		  "%s", out);
+}
+
+TEST(dist_check_under_mpirun)
+{
+	char out[8192], cmd[1024];
+	if (test_run("command -v mpirun", out, sizeof(out)) != 0)
+		SKIP("mpirun not found");
+	/* the plugin lives beside the binary */
+	snprintf(cmd, sizeof(cmd), "test -f \"$(dirname %s)/libgpuperf_mpi.so\"", test_bin());
+	if (test_run(cmd, out, sizeof(out)) != 0)
+		SKIP("libgpuperf_mpi.so not built (no mpicc)");
+	snprintf(cmd, sizeof(cmd), "timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "
+		 "%s dist-check --device cpu --size 4 --iters 2 --transport mpi", test_bin());
+	int rc;
+	run_timed(cmd, out, sizeof(out), &rc);
+	CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+	CHECK_MSG(strstr(out, "world of 2 (mpi), transport mpi") != NULL, "%s", out);
+	CHECK_MSG(strstr(out, "dist-check: ok (2 ranks)") != NULL, "%s", out);
+	/* a plugin that cannot load: auto falls back to TCP with a note, mpi refuses */
+	snprintf(cmd, sizeof(cmd), "GPUPERF_MPI_LIB=/nonexistent/libx.so timeout 120 mpirun "
+		 "--allow-run-as-root --oversubscribe -np 2 %s dist-check --device cpu --size 1 "
+		 "--iters 1", test_bin());
+	run_timed(cmd, out, sizeof(out), &rc);
+	CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+	CHECK_MSG(strstr(out, "note: MPI plugin not loaded") && strstr(out, "transport tcp"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "GPUPERF_MPI_LIB=/nonexistent/libx.so timeout 120 mpirun "
+		 "--allow-run-as-root --oversubscribe -np 1 %s dist-check --device cpu --transport mpi",
+		 test_bin());
+	run_timed(cmd, out, sizeof(out), &rc);
+	CHECK_MSG(rc != 0 && strstr(out, "the MPI transport cannot load"), "exit %d: %s", rc, out);
+}

@@ -33,6 +33,7 @@ static const struct command commands[] = {
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
 	{ "advise", cmd_advise, "find what holds training back and prove each fix by measuring it" },
 	{ "menu", cmd_menu, "choose a question from a menu (what plain gpuperf does on a terminal)" },
+	{ "dist-check", cmd_dist_check, "check the process group of several ranks: collectives, bandwidth" },
 	{ "monitor", cmd_monitor, "live NVML view: utilization, memory, power, temperature, clocks" },
 	{ NULL, NULL, NULL },
 };

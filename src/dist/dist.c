@@ -102,6 +102,7 @@ int dist_rank(const struct dist *d) { return d ? d->rank : 0; }
 int dist_world(const struct dist *d) { return d ? d->world : 1; }
 int dist_local_rank(const struct dist *d) { return d ? d->local_rank : 0; }
 int dist_failed(const struct dist *d) { return d && d->failed; }
+double dist_timeout_s(const struct dist *d) { return d ? d->timeout_s : DIST_TIMEOUT_DEFAULT_S; }
 const char *dist_failure(const struct dist *d) { return d && d->failed ? d->failure : ""; }
 
 const char *dist_transport_name(const struct dist *d)

@@ -68,6 +68,7 @@ int dist_rank(const struct dist *d);       /* 0 for NULL */
 int dist_world(const struct dist *d);      /* 1 for NULL */
 int dist_local_rank(const struct dist *d); /* 0 for NULL */
 const char *dist_transport_name(const struct dist *d); /* "none", "tcp" or "mpi" */
+double dist_timeout_s(const struct dist *d); /* what each wait may take */
 
 /* Host collectives; buf in host memory. dtype GP_F32 or GP_F64 for the reductions. */
 int dist_barrier(struct dist *d);
