@@ -446,6 +446,14 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "saved %s\n", o->save);
 	}
 out:
+	/* a rank that failed says so before its net (and its NCCL communicator) goes,
+	 * so that no rank waits for it in a collective */
+	if (rc < 0 && o->dist && !dist_failed(o->dist)) {
+		char why[1024];
+		snprintf(why, sizeof(why), "%s", gp_errmsg());
+		dist_abort(o->dist, why);
+		gp_error(rc, "%s", why);
+	}
 	if (data.held) {
 		/* the last staged copy may still read the batch: wait before handing it back */
 		if (net)

@@ -111,9 +111,10 @@ static void cuda_teardown(struct net *net)
 		return;
 	struct cuda_ctx *ctx = b->ctx;
 	cuda_device_bind(ctx->device);
+	/* first: a kernel waiting for a rank that failed ends only when NCCL aborts */
+	cuda_dp_teardown(net);
 	cudaStreamSynchronize(ctx->stream);
 	cudaStreamSynchronize(ctx->side_stream); /* an error may have left side work unjoined */
-	cuda_dp_teardown(net);
 	if (b->step_exec)
 		cudaGraphExecDestroy(b->step_exec);
 	if (b->copy_stream) {

@@ -20,6 +20,19 @@ struct cuda_dp {
 	size_t sums_bytes;
 };
 
+/* The context's watcher while this net trains with others: NCCL's own errors, a
+ * failure another rank reported, and the group's timeout end a host wait. */
+static int dp_watch(void *user, double waited_s)
+{
+	struct net *net = user;
+	struct cuda_dp *dp = net->bk->dp;
+	GP_TRY(dist_nccl_check(dp->nccl));
+	if (waited_s > dist_timeout_s(net->dist))
+		return gp_error(GP_EDEVICE, "the GPU's work was not done within %g s: a rank may be "
+				"stuck in an all-reduce", dist_timeout_s(net->dist));
+	return 0;
+}
+
 int cuda_dp_setup(struct net *net)
 {
 	struct backend_state *b = net->bk;
@@ -33,6 +46,8 @@ int cuda_dp_setup(struct net *net)
 	CUDA_TRY(cudaEventCreateWithFlags(&dp->ev_grads, cudaEventDisableTiming));
 	CUDA_TRY(cudaEventCreateWithFlags(&dp->ev_done, cudaEventDisableTiming));
 	GP_TRY(dist_nccl_open(net->dist, b->ctx->device, &dp->nccl));
+	b->ctx->watch = dp_watch;
+	b->ctx->watch_user = net;
 	if (net->sync_bn) {
 		int max_c = 1;
 		for (int i = 0; i < net->n_nodes; i++)
@@ -50,6 +65,11 @@ void cuda_dp_teardown(struct net *net)
 	struct cuda_dp *dp = b->dp;
 	if (!dp)
 		return;
+	b->ctx->watch = NULL;
+	b->ctx->watch_user = NULL;
+	/* finalized (queued work flushed) or, after a failure, aborted: then no kernel
+	 * waits for another rank and the streams can be synchronized */
+	dist_nccl_close(dp->nccl);
 	if (dp->comm) {
 		cudaStreamSynchronize(dp->comm);
 		cudaStreamDestroy(dp->comm);
@@ -59,7 +79,6 @@ void cuda_dp_teardown(struct net *net)
 	if (dp->ev_done)
 		cudaEventDestroy(dp->ev_done);
 	cuda_free(b->ctx, dp->sums, dp->sums_bytes, MEM_OTHER);
-	dist_nccl_close(dp->nccl);
 	free(dp);
 	b->dp = NULL;
 }
