@@ -558,7 +558,7 @@ static int backward_node(struct net *net, int i)
 		return 0;
 	case OP_CONV2D: {
 		struct conv_call call = conv_call_of(net, nd, 1);
-		if (net->scratch[i].side && !net->buckets.n) /* buckets: gradients ready on the main stream */
+		if (net->scratch[i].side && !net->buckets.ready) /* an observer reads them on the main stream */
 			GP_TRY(wgrad_on_side(net, nd, x, dy));
 		else
 			GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, &call, x, dy, pgrad_ptr(net, nd, 0),

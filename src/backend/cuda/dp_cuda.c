@@ -98,6 +98,8 @@ int cuda_dp_after_backward(struct net *net, int i)
 		return 0;
 	CUDA_TRY(cudaEventRecord(dp->ev_grads, b->ctx->stream));
 	CUDA_TRY(cudaStreamWaitEvent(dp->comm, dp->ev_grads, 0));
+	if (b->side_pending) /* weight gradients made on the side stream so far */
+		CUDA_TRY(cudaStreamWaitEvent(dp->comm, b->ctx->ev_join, 0));
 	while (dp->next_bucket < gb->n && gb->last_node[dp->next_bucket] >= i) {
 		int k = dp->next_bucket++;
 		GP_TRY(dist_nccl_allreduce(dp->nccl, b->grads + gb->first[k], gb->count[k], GP_F32, 1,
