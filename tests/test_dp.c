@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/timeutil.h"
 #include "dist/dist.h"
 #include "nn/models.h"
 #include "nn/net.h"
@@ -339,4 +340,33 @@ TEST(dp_cli_bad_input_one_line)
 	CHECK(rc == 2);
 	CHECK(strstr(out, "--nproc inside a run a launcher started") != NULL);
 	CHECK_EQ_INT(test_count_lines(out), 1);
+}
+
+/* A rank killed in the middle of training: the launcher ends the other at once, with
+ * one line naming the rank, and no rank waits out its timeout. */
+TEST(dp_cli_rank_killed_mid_training_ends_all_with_one_line)
+{
+	char tmp[400], script[3072], out[16384];
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	snprintf(script, sizeof(script),
+		 "(timeout 60 %s train --model simple_cnn --device cpu --batch 4 --size 32 "
+		 "--steps 1000000 --log-every 1000000 --nproc 2 --seed 4242 --out %s/run > %s/out.txt 2>&1; "
+		 "echo \"rc=$?\" >> %s/out.txt) & "
+		 "sleep 1; for i in $(seq 100); do sleep 0.1; "
+		 "  for p in $(pgrep -f 'seed 4242'); do "
+		 "    if tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then kill -9 $p; break 2; fi; "
+		 "  done; done; "
+		 "wait; cat %s/out.txt",
+		 test_bin(), tmp, tmp, tmp, tmp);
+	double t0 = gp_now_s();
+	test_run(script, out, sizeof(out));
+	double took = gp_now_s() - t0;
+	CHECK_MSG(took < 30, "the run took %.1f s to end after rank 1 was killed", took);
+	CHECK_MSG(strstr(out, "error: rank 1 failed") != NULL, "%s", out);
+	CHECK_MSG(strstr(out, "signal 9") != NULL, "%s", out);
+	CHECK_MSG(strstr(out, "rc=0") == NULL && strstr(out, "rc=") != NULL, "%s", out);
+	int errors = 0;
+	for (const char *p = out; (p = strstr(p, "error:")) != NULL; p++)
+		errors++;
+	CHECK_MSG(errors == 1, "%d error lines: %s", errors, out);
 }
