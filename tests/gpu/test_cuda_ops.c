@@ -85,8 +85,8 @@ TEST(cuda_alloc_counts_and_recovers_from_oom)
 
 /* --- elementwise ------------------------------------------------------------------------ */
 
-typedef int (*act_fwd_cuda_fn)(cudaStream_t, size_t, const float *, float *);
-typedef int (*act_bwd_cuda_fn)(cudaStream_t, size_t, const float *, const float *, float *, int);
+typedef int (*act_fwd_cuda_fn)(cudaStream_t, enum gp_dtype, size_t, const void *, void *);
+typedef int (*act_bwd_cuda_fn)(cudaStream_t, enum gp_dtype, size_t, const void *, const void *, void *, int);
 typedef void (*act_fwd_cpu_fn)(size_t, const float *, float *);
 typedef void (*act_bwd_cpu_fn)(size_t, const float *, const float *, float *, int);
 
@@ -100,7 +100,7 @@ static void check_activation(struct gpu *g, act_fwd_cuda_fn fwd, act_bwd_cuda_fn
 	float *d_dx = dev_f(g, n);
 
 	fwd_cpu(n, x, y);
-	CHECK_OK(fwd(g->ctx->stream, n, d_x, d_y));
+	CHECK_OK(fwd(g->ctx->stream, GP_F32, n, d_x, d_y));
 	CHECK_LE(max_abs_diff(down(g, d_y, n), y, n), 0);
 	for (int acc = 0; acc <= 1; acc++) {
 		float *dx = copy_f(g, dx0, n);
@@ -109,7 +109,7 @@ static void check_activation(struct gpu *g, act_fwd_cuda_fn fwd, act_bwd_cuda_fn
 		else
 			poison(g, d_dx, n * sizeof(float));
 		bwd_cpu(n, y, dy, dx, acc);
-		CHECK_OK(bwd(g->ctx->stream, n, d_y, d_dy, d_dx, acc));
+		CHECK_OK(bwd(g->ctx->stream, GP_F32, n, d_y, d_dy, d_dx, acc));
 		CHECK_LE(max_abs_diff(down(g, d_dx, n), dx, n), 0);
 	}
 }
@@ -134,7 +134,7 @@ TEST(cuda_add_grad_pass_fill_copy)
 		float *d_a = dev_from(&g, a, n), *d_b = dev_from(&g, b, n), *d_y = dev_f(&g, n);
 
 		add_fwd_cpu_f32(n, a, b, y);
-		CHECK_OK(add_fwd_cuda(g.ctx->stream, n, d_a, d_b, d_y));
+		CHECK_OK(add_fwd_cuda(g.ctx->stream, GP_F32, n, d_a, d_b, d_y));
 		CHECK_LE(max_abs_diff(down(&g, d_y, n), y, n), 0);
 		for (int acc = 0; acc <= 1; acc++) {
 			float *dx = copy_f(&g, b, n);
@@ -142,7 +142,7 @@ TEST(cuda_add_grad_pass_fill_copy)
 			if (!acc)
 				poison(&g, d_y, n * sizeof(float));
 			grad_pass_cpu_f32(n, a, dx, acc);
-			CHECK_OK(grad_pass_cuda(g.ctx->stream, n, d_a, d_y, acc));
+			CHECK_OK(grad_pass_cuda(g.ctx->stream, GP_F32, n, d_a, d_y, acc));
 			CHECK_LE(max_abs_diff(down(&g, d_y, n), dx, n), 0);
 	}
 	float *h = host_f(&g, n);
@@ -173,15 +173,15 @@ TEST(cuda_bn_apply_fused_equals_separate_kernels)
 	cudaStream_t s = g.ctx->stream;
 	for (int act = BN_APPLY_LINEAR; act <= BN_APPLY_RELU6; act++)
 		for (int with_id = 0; with_id <= 1; with_id++) {
-			CHECK_OK(bn_apply_cuda(s, n, c, hw, d_x, NULL, d_gamma, d_beta, d_mean, d_invstd,
+			CHECK_OK(bn_apply_cuda(s, GP_F32, 0, n, c, hw, d_x, NULL, d_gamma, d_beta, d_mean, d_invstd,
 					       BN_APPLY_LINEAR, d_ref));
 			if (with_id)
-				CHECK_OK(add_fwd_cuda(s, nx, d_ref, d_id, d_ref));
+				CHECK_OK(add_fwd_cuda(s, GP_F32, nx, d_ref, d_id, d_ref));
 			if (act == BN_APPLY_RELU)
-				CHECK_OK(relu_fwd_cuda(s, nx, d_ref, d_ref));
+				CHECK_OK(relu_fwd_cuda(s, GP_F32, nx, d_ref, d_ref));
 			if (act == BN_APPLY_RELU6)
-				CHECK_OK(relu6_fwd_cuda(s, nx, d_ref, d_ref));
-			CHECK_OK(bn_apply_cuda(s, n, c, hw, d_x, with_id ? d_id : NULL, d_gamma, d_beta, d_mean,
+				CHECK_OK(relu6_fwd_cuda(s, GP_F32, nx, d_ref, d_ref));
+			CHECK_OK(bn_apply_cuda(s, GP_F32, 0, n, c, hw, d_x, with_id ? d_id : NULL, d_gamma, d_beta, d_mean,
 					       d_invstd, (enum bn_apply_act)act, d_y));
 			float *ref = down(&g, d_ref, nx), *y = down(&g, d_y, nx);
 			size_t differ = 0, clipped = 0;
@@ -215,9 +215,9 @@ TEST(cuda_bias_add_channel_sum)
 				s += y[((size_t)ni * c + ch) * hw + j];
 		want_db[ch] = (float)s;
 	}
-	CHECK_OK(channel_sum_cuda(g.ctx->stream, n, c, hw, d_y, d_db));
+	CHECK_OK(channel_sum_cuda(g.ctx->stream, GP_F32, 0, n, c, hw, d_y, d_db));
 	CHECK_LE(rel_err_norm_f32(down(&g, d_db, c), want_db, c), 1e-6);
-	CHECK_OK(bias_add_cuda(g.ctx->stream, n, c, hw, d_b, d_y));
+	CHECK_OK(bias_add_cuda(g.ctx->stream, GP_F32, 0, n, c, hw, d_b, d_y));
 	CHECK_LE(max_abs_diff(down(&g, d_y, count), want, count), 0);
 	gpu_close(&g);
 }
@@ -249,7 +249,7 @@ TEST(cuda_maxpool_matches_cpu)
 		int32_t *d_am = dev_bytes(&g, ny * 4);
 
 		maxpool_fwd_cpu_f32(&a, x, y, am);
-		CHECK_OK(maxpool_fwd_cuda(g.ctx->stream, &a, d_x, d_y, d_am));
+		CHECK_OK(maxpool_fwd_cuda(g.ctx->stream, GP_F32, 0, &a, d_x, d_y, d_am));
 		CHECK_LE(max_abs_diff(down(&g, d_y, ny), y, ny), 0);
 		get(&g, am_gpu, d_am, ny * 4);
 		CHECK(memcmp(am_gpu, am, ny * 4) == 0);
@@ -259,7 +259,7 @@ TEST(cuda_maxpool_matches_cpu)
 			if (!acc)
 				poison(&g, d_dx, nx * sizeof(float));
 			maxpool_bwd_cpu_f32(&a, dy, am, dx, acc);
-			CHECK_OK(maxpool_bwd_cuda(g.ctx->stream, &a, d_dy, d_am, d_dx, acc));
+			CHECK_OK(maxpool_bwd_cuda(g.ctx->stream, GP_F32, 0, &a, d_dy, d_am, d_dx, acc));
 			CHECK_LE(rel_err_norm_f32(down(&g, d_dx, nx), dx, nx), 1e-6);
 		}
 	}
@@ -280,7 +280,7 @@ TEST(cuda_avgpool_global_matches_cpu)
 		float *d_dx = dev_f(&g, nx);
 
 		avgpool_global_fwd_cpu_f32(n, c, hw, x, y);
-		CHECK_OK(avgpool_global_fwd_cuda(g.ctx->stream, n, c, hw, d_x, d_y));
+		CHECK_OK(avgpool_global_fwd_cuda(g.ctx->stream, GP_F32, 0, n, c, hw, d_x, d_y));
 		CHECK_LE(rel_err_norm_f32(down(&g, d_y, ny), y, ny), 1e-6);
 		for (int acc = 0; acc <= 1; acc++) {
 			float *dx = copy_f(&g, dx0, nx);
@@ -288,7 +288,7 @@ TEST(cuda_avgpool_global_matches_cpu)
 			if (!acc)
 				poison(&g, d_dx, nx * sizeof(float));
 			avgpool_global_bwd_cpu_f32(n, c, hw, dy, dx, acc);
-			CHECK_OK(avgpool_global_bwd_cuda(g.ctx->stream, n, c, hw, d_dy, d_dx, acc));
+			CHECK_OK(avgpool_global_bwd_cuda(g.ctx->stream, GP_F32, 0, n, c, hw, d_dy, d_dx, acc));
 			CHECK_LE(rel_err_norm_f32(down(&g, d_dx, nx), dx, nx), 1e-6);
 		}
 	}
@@ -311,7 +311,7 @@ TEST(cuda_dropout_matches_cpu)
 	dropout_mask_cpu(n, a.p, 1234, mask);
 	put(&g, d_mask, mask, n);
 	dropout_fwd_cpu_f32(&a, mask, x, y);
-	CHECK_OK(dropout_fwd_cuda(g.ctx->stream, &a, d_mask, d_x, d_y));
+	CHECK_OK(dropout_fwd_cuda(g.ctx->stream, GP_F32, &a, d_mask, d_x, d_y));
 	CHECK_LE(rel_err_norm_f32(down(&g, d_y, n), y, n), 1e-6);
 	for (int acc = 0; acc <= 1; acc++) {
 		float *dx = copy_f(&g, dx0, n);
@@ -319,7 +319,7 @@ TEST(cuda_dropout_matches_cpu)
 		if (!acc)
 			poison(&g, d_dx, n * sizeof(float));
 		dropout_bwd_cpu_f32(&a, mask, x, dx, acc);
-		CHECK_OK(dropout_bwd_cuda(g.ctx->stream, &a, d_mask, d_x, d_dx, acc));
+		CHECK_OK(dropout_bwd_cuda(g.ctx->stream, GP_F32, &a, d_mask, d_x, d_dx, acc));
 		CHECK_LE(rel_err_norm_f32(down(&g, d_dx, n), dx, n), 1e-6);
 	}
 	gpu_close(&g);
@@ -396,7 +396,7 @@ TEST(cuda_softmax_xent_matches_cpu)
 		put(&g, d_labels, labels, n * sizeof(int32_t));
 
 		double loss = softmax_xent_cpu_f32(n, k, logits, labels, dl, &correct);
-		CHECK_OK(softmax_xent_cuda(g.ctx->stream, n, k, d_logits, d_labels, d_dl, d_scratch,
+		CHECK_OK(softmax_xent_cuda(g.ctx->stream, GP_F32, n, k, d_logits, d_labels, d_dl, d_scratch,
 					   d_loss, d_correct));
 		get(&g, &loss_gpu, d_loss, sizeof(double));
 		get(&g, &correct_gpu, d_correct, sizeof(int));
@@ -713,7 +713,7 @@ static void check_bn_fused(const struct bn_args *args, enum bn_fuse op)
 	CHECK_LE(rel_err_norm_f32(down(&g, d_rm, c), rm, c), 1e-5);
 	CHECK_LE(rel_err_norm_f32(down(&g, d_rv, c), rv, c), 1e-5);
 
-	CHECK_OK(bn_apply_cuda(g.ctx->stream, a.n, a.c, a.h * a.w, d_x, add ? d_z : NULL, d_gamma, d_beta, d_mean,
+	CHECK_OK(bn_apply_cuda(g.ctx->stream, GP_F32, 0, a.n, a.c, a.h * a.w, d_x, add ? d_z : NULL, d_gamma, d_beta, d_mean,
 			       d_invstd, six ? BN_APPLY_RELU6 : BN_APPLY_RELU, d_r));
 	float *gr = down(&g, d_r, nx);
 	size_t differ = 0;

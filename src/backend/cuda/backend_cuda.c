@@ -16,9 +16,8 @@
 
 #include "core/error.h"
 #include "backend/backend.h"
-#include "ops/cuda/cuda_amp.h"
-#include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_common.h"
 #include "backend/cuda/backend_cuda_internal.h"
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -423,16 +422,16 @@ static int fp32_forward_node(struct net *net, int i, int training)
 	case OP_RELU:
 		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU_AFTER_ADD))
 			return 0; /* in place: the fused batch norm wrote it */
-		return relu_fwd_cuda(s, count, x, y);
+		return relu_fwd_cuda(s, GP_F32, count, x, y);
 	case OP_RELU6:
 		if (training && fuse_role(net, i) == FUSE_RELU_DONE)
 			return 0;
-		return relu6_fwd_cuda(s, count, x, y);
+		return relu6_fwd_cuda(s, GP_F32, count, x, y);
 	case OP_MAXPOOL2D:
-		return maxpool_fwd_cuda(s, &nd->a.pool, x, y, saved);
+		return maxpool_fwd_cuda(s, GP_F32, 0, &nd->a.pool, x, y, saved);
 	case OP_AVGPOOL_GLOBAL: {
 		struct shape in = net->nodes[nd->in[0]].out;
-		return avgpool_global_fwd_cuda(s, in.n, in.c, in.h * in.w, x, y);
+		return avgpool_global_fwd_cuda(s, GP_F32, 0, in.n, in.c, in.h * in.w, x, y);
 	}
 	case OP_FLATTEN:
 		return x == y ? 0 : copy_cuda(s, y, x, count);
@@ -449,12 +448,12 @@ static int fp32_forward_node(struct net *net, int i, int training)
 						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
 						       run + bn->a.bn.c, NULL, 0);
 		}
-		return add_fwd_cuda(s, count, x, act_ptr(net, nd->in[1]), y);
+		return add_fwd_cuda(s, GP_F32, count, x, act_ptr(net, nd->in[1]), y);
 	case OP_DROPOUT:
 		if (training && saved) {
 			GP_TRY(dropout_mask_step_cuda(s, count, nd->a.drop.p, dropout_seed(net, i),
 						      net->bk->d_step, saved));
-			return dropout_fwd_cuda(s, &nd->a.drop, saved, x, y);
+			return dropout_fwd_cuda(s, GP_F32, &nd->a.drop, saved, x, y);
 		}
 		return x == y ? 0 : copy_cuda(s, y, x, count);
 	case OP_COUNT:
@@ -482,7 +481,7 @@ static int cuda_recompute(struct net *net, int r)
 	const struct node *bn = &net->nodes[b];
 	float *stats = saved_ptr(net, b);
 	const struct bn_args *a = &bn->a.bn;
-	return bn_apply_cuda(net->bk->ctx->stream, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
+	return bn_apply_cuda(net->bk->ctx->stream, GP_F32, 0, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
 			     id >= 0 ? act_ptr_bwd(net, id) : NULL, param_ptr(net, bn, 0),
 			     param_ptr(net, bn, 1), stats, stats + a->c,
 			     rn->op == OP_RELU6 ? BN_APPLY_RELU6 : BN_APPLY_RELU, act_ptr_bwd(net, r));
@@ -556,19 +555,19 @@ static int cuda_backward_node(struct net *net, int i)
 	case OP_RELU:
 		if (fuse_role(net, i) == FUSE_RELU_DONE) /* the batch norm's backward masks */
 			return 0;
-		return dx ? relu_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+		return dx ? relu_bwd_cuda(s, GP_F32, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
 		if (fuse_role(net, i) == FUSE_RELU_DONE)
 			return 0;
-		return dx ? relu6_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+		return dx ? relu6_bwd_cuda(s, GP_F32, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_MAXPOOL2D:
-		return dx ? maxpool_bwd_cuda(s, &nd->a.pool, dy, saved, dx, acc) : 0;
+		return dx ? maxpool_bwd_cuda(s, GP_F32, 0, &nd->a.pool, dy, saved, dx, acc) : 0;
 	case OP_AVGPOOL_GLOBAL: {
 		struct shape in = net->nodes[nd->in[0]].out;
-		return dx ? avgpool_global_bwd_cuda(s, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
+		return dx ? avgpool_global_bwd_cuda(s, GP_F32, 0, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
 	}
 	case OP_FLATTEN:
-		return dx && dx != dy ? grad_pass_cuda(s, count, dy, dx, acc) : 0;
+		return dx && dx != dy ? grad_pass_cuda(s, GP_F32, count, dy, dx, acc) : 0;
 	case OP_LINEAR:
 		GP_TRY(linear_bwd_weight_cuda(ctx, &nd->a.lin, x, dy, pgrad_ptr(net, nd, 0),
 					      nd->a.lin.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
@@ -577,11 +576,11 @@ static int cuda_backward_node(struct net *net, int i)
 		for (int k = 0; k < 2; k++) {
 			float *dxk = grad_ptr(net, nd->in[k]);
 			if (dxk && dxk != dy) /* the same buffer when the plan shares it */
-				GP_TRY(grad_pass_cuda(s, count, dy, dxk, net->nodes[nd->in[k]].last_consumer != i));
+				GP_TRY(grad_pass_cuda(s, GP_F32, count, dy, dxk, net->nodes[nd->in[k]].last_consumer != i));
 		}
 		return 0;
 	case OP_DROPOUT:
-		return dx ? dropout_bwd_cuda(s, &nd->a.drop, saved, dy, dx, acc) : 0;
+		return dx ? dropout_bwd_cuda(s, GP_F32, &nd->a.drop, saved, dy, dx, acc) : 0;
 	case OP_COUNT:
 		break;
 	}
@@ -606,11 +605,11 @@ static int cuda_loss(struct net *net, double *loss, int *correct)
 	int last = net->n_nodes - 1;
 	struct shape s = net->nodes[last].out;
 	if (b->amp)
-		GP_TRY(softmax_xent_h_cuda(b->ctx->stream, b->ht, s.n, s.c * s.h * s.w, act_ptr(net, last),
+		GP_TRY(softmax_xent_cuda(b->ctx->stream, b->ht, s.n, s.c * s.h * s.w, act_ptr(net, last),
 					   b->labels, grad_ptr(net, last), b->row_scratch, b->d_loss,
 					   b->d_correct));
 	else
-		GP_TRY(softmax_xent_cuda(b->ctx->stream, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
+		GP_TRY(softmax_xent_cuda(b->ctx->stream, GP_F32, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
 					 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
 	return cuda_read_loss(net, loss, correct);
 }
@@ -680,9 +679,9 @@ static int cuda_scale_output_grad(struct net *net, int node, double factor)
 {
 	GP_TRY(bind_device(net));
 	if (net->bk->amp)
-		return scale_h_cuda(net->bk->ctx->stream, net->bk->ht, grad_ptr(net, node),
+		return scale_cuda(net->bk->ctx->stream, net->bk->ht, grad_ptr(net, node),
 				    shape_numel(net->nodes[node].out), factor, NULL);
-	return scale_cuda(net->bk->ctx->stream, grad_ptr(net, node), shape_numel(net->nodes[node].out),
+	return scale_cuda(net->bk->ctx->stream, GP_F32, grad_ptr(net, node), shape_numel(net->nodes[node].out),
 			  factor, NULL);
 }
 
@@ -693,7 +692,7 @@ static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
 	struct backend_state *b = net->bk;
 	GP_TRY(side_join(net)); /* the weight gradients must all be there */
 	CUDA_TRY(cudaMemsetAsync(b->d_nonfinite, 0, sizeof(int), b->ctx->stream));
-	GP_TRY(scale_cuda(b->ctx->stream, b->grads, net->params_count, factor, b->d_nonfinite));
+	GP_TRY(scale_cuda(b->ctx->stream, GP_F32, b->grads, net->params_count, factor, b->d_nonfinite));
 	return cuda_copy_d2h(b->ctx, nonfinite, b->d_nonfinite, sizeof(int));
 }
 

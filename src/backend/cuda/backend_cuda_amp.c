@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda_internal.h"
-#include "ops/cuda/cuda_amp.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cuda_common.h"
 
 /* The same graph with 16-bit activations: convolutions and linear layers take 16-bit
@@ -53,16 +53,16 @@ int amp_forward_node(struct net *net, int i, int training)
 	case OP_RELU:
 		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU_AFTER_ADD))
 			return 0; /* in place: the fused batch norm wrote it */
-		return relu_fwd_h_cuda(s, b->ht, count, x, y);
+		return relu_fwd_cuda(s, b->ht, count, x, y);
 	case OP_RELU6:
 		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU6_FOLDED))
 			return 0;
-		return relu6_fwd_h_cuda(s, b->ht, count, x, y);
+		return relu6_fwd_cuda(s, b->ht, count, x, y);
 	case OP_MAXPOOL2D:
-		return maxpool_fwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, x, y, saved);
+		return maxpool_fwd_cuda(s, b->ht, b->nhwc, &nd->a.pool, x, y, saved);
 	case OP_AVGPOOL_GLOBAL: {
 		struct shape in = net->nodes[nd->in[0]].out;
-		return avgpool_global_fwd_h_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, x, y);
+		return avgpool_global_fwd_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, x, y);
 	}
 	case OP_FLATTEN:
 		if (x != y)
@@ -84,11 +84,11 @@ int amp_forward_node(struct net *net, int i, int training)
 						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
 						       run + bn->a.bn.c, rsv_ptr(net, bi), rsv_bytes(net, bi));
 		}
-		return add_fwd_h_cuda(s, b->ht, count, x, act_ptr(net, nd->in[1]), y);
+		return add_fwd_cuda(s, b->ht, count, x, act_ptr(net, nd->in[1]), y);
 	case OP_DROPOUT:
 		if (training && saved) {
 			GP_TRY(dropout_mask_step_cuda(s, count, nd->a.drop.p, dropout_seed(net, i), b->d_step, saved));
-			return dropout_fwd_h_cuda(s, b->ht, &nd->a.drop, saved, x, y);
+			return dropout_fwd_cuda(s, b->ht, &nd->a.drop, saved, x, y);
 		}
 		if (x != y)
 			CUDA_TRY(cudaMemcpyAsync(y, x, count * 2, cudaMemcpyDeviceToDevice, s));
@@ -108,7 +108,7 @@ static int amp_recompute(struct net *net, int r)
 	const struct node *bn = &net->nodes[bi];
 	float *stats = saved_ptr(net, bi);
 	const struct bn_args *a = &bn->a.bn;
-	return bn_apply_h_cuda(b->ctx->stream, b->ht, b->nhwc, a->n, a->c, a->h * a->w,
+	return bn_apply_cuda(b->ctx->stream, b->ht, b->nhwc, a->n, a->c, a->h * a->w,
 			       act_ptr(net, bn->in[0]), id >= 0 ? act_ptr_bwd(net, id) : NULL,
 			       param_ptr(net, bn, 0), param_ptr(net, bn, 1), stats, stats + a->c,
 			       rn->op == OP_RELU6 ? BN_APPLY_RELU6 : BN_APPLY_RELU, act_ptr_bwd(net, r));
@@ -165,19 +165,19 @@ int amp_backward_node(struct net *net, int i)
 	case OP_RELU:
 		if (fuse_role(net, i) == FUSE_RELU_DONE) /* the batch norm's backward masks */
 			return 0;
-		return dx ? relu_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+		return dx ? relu_bwd_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
 		if (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU6_FOLDED)
 			return 0;
-		return dx ? relu6_bwd_h_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+		return dx ? relu6_bwd_cuda(s, b->ht, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_MAXPOOL2D:
-		return dx ? maxpool_bwd_h_cuda(s, b->ht, b->nhwc, &nd->a.pool, dy, saved, dx, acc) : 0;
+		return dx ? maxpool_bwd_cuda(s, b->ht, b->nhwc, &nd->a.pool, dy, saved, dx, acc) : 0;
 	case OP_AVGPOOL_GLOBAL: {
 		struct shape in = net->nodes[nd->in[0]].out;
-		return dx ? avgpool_global_bwd_h_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
+		return dx ? avgpool_global_bwd_cuda(s, b->ht, b->nhwc, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
 	}
 	case OP_FLATTEN:
-		return dx && dx != dy ? grad_pass_h_cuda(s, b->ht, count, dy, dx, acc) : 0;
+		return dx && dx != dy ? grad_pass_cuda(s, b->ht, count, dy, dx, acc) : 0;
 	case OP_LINEAR: {
 		const struct linear_args *a = &nd->a.lin;
 		GP_TRY(linear_bwd_weight_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0),
@@ -188,12 +188,12 @@ int amp_backward_node(struct net *net, int i)
 		for (int k = 0; k < 2; k++) {
 			void *dxk = grad_ptr(net, nd->in[k]);
 			if (dxk && dxk != dy)
-				GP_TRY(grad_pass_h_cuda(s, b->ht, count, dy, dxk,
+				GP_TRY(grad_pass_cuda(s, b->ht, count, dy, dxk,
 							net->nodes[nd->in[k]].last_consumer != i));
 		}
 		return 0;
 	case OP_DROPOUT:
-		return dx ? dropout_bwd_h_cuda(s, b->ht, &nd->a.drop, saved, dy, dx, acc) : 0;
+		return dx ? dropout_bwd_cuda(s, b->ht, &nd->a.drop, saved, dy, dx, acc) : 0;
 	case OP_COUNT:
 		break;
 	}

@@ -19,7 +19,6 @@
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_dwconv.h"
 #include "ops/cuda/cuda_dwconv_h.h"
-#include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_ops.h"
 
 struct conv_plan {
@@ -864,11 +863,9 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 						  p->fwd_desc, p->fwd_algo, ws, p->fwd_ws_bytes, &zero, p->y_desc,
 						  AT(y, yo)));
 	}
-	if (a->has_bias && b && ctx->act_dtype != GP_F32)
-		return bias_add_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
-				       a->h_out * a->w_out, b, y);
 	if (a->has_bias && b)
-		GP_TRY(bias_add_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, b, y));
+		return bias_add_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
+				     a->h_out * a->w_out, b, y);
 	return 0;
 }
 
@@ -931,11 +928,9 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 							 AT_C(dy, yo), p->bwd_filter_desc, p->bwd_filter_algo, ws,
 							 p->bwd_filter_ws_bytes, i ? &one : &zero, p->w_desc, dw));
 	}
-	if (a->has_bias && db && ctx->act_dtype != GP_F32)
-		return channel_sum_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n,
-					  a->c_out, a->h_out * a->w_out, dy, db);
 	if (a->has_bias && db)
-		GP_TRY(channel_sum_cuda(ctx->stream, a->n, a->c_out, a->h_out * a->w_out, dy, db));
+		return channel_sum_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
+					a->h_out * a->w_out, dy, db);
 	return 0;
 }
 
@@ -962,7 +957,7 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 		GP_TRY(linear_bwd_weight_acc_cuda(ctx, &l, AT_C(x, xo), AT_C(dy, yo), dw, i > 0));
 	}
 	if (a->has_bias && db)
-		GP_TRY(channel_sum_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
-					  a->h_out * a->w_out, dy, db));
+		GP_TRY(channel_sum_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
+					a->h_out * a->w_out, dy, db));
 	return 1;
 }

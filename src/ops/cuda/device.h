@@ -41,7 +41,7 @@ struct cuda_ctx {
 	 * 1 for NHWC (channels last; convolution weights KRSC then). */
 	int act_dtype;
 	int nhwc;
-	/* FP32 NCHW batch norms run on the own kernels (bn_f32.cu) unless this is set
+	/* FP32 NCHW batch norms run on the own kernels (bn.cu) unless this is set
 	 * (cuDNN's for those not fused with an activation: a test's yardstick) */
 	int bn_cudnn;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
