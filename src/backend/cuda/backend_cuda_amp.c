@@ -234,7 +234,7 @@ static int relu6_foldable(const struct net *net, int r)
 	if (rn->consumers != 1 || rn->last_consumer < 0)
 		return 0;
 	const struct node *cn = &net->nodes[rn->last_consumer];
-	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_uses_dwconv_h(net->bk->ctx, &cn->a.conv);
+	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_can_fold_relu6(net->bk->ctx, &cn->a.conv);
 }
 
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)

@@ -17,8 +17,6 @@
 #include "core/error.h"
 #include "core/tuning.h"
 #include "ops/cuda/cuda_common.h"
-#include "ops/cuda/cuda_dwconv.h"
-#include "ops/cuda/cuda_dwconv_h.h"
 #include "ops/cuda/cuda_ops.h"
 
 struct conv_plan {
@@ -727,29 +725,24 @@ static struct conv2d_args conv_slice(const struct conv2d_args *a, int per, int i
 	return s;
 }
 
-/* FP32 NCHW depthwise convolutions run on own kernels (dwconv.cu): cuDNN's took 22 ms
- * per step for MobileNetV2's first one alone at batch 256 on the H100 (~100 kernels),
- * where PyTorch's native kernels take 10 ms for all 17 layers' weight gradients. */
+/* Depthwise convolutions run on own kernels (dwconv.cu) in FP32 NCHW and in 16-bit
+ * NHWC. FP32: cuDNN's took 22 ms per step for MobileNetV2's first one alone at batch 256
+ * on the H100 (~100 kernels), where PyTorch's native kernels take 10 ms for all 17
+ * layers' weight gradients. 16 bits: cuDNN's path made MobileNetV2 bf16 0.29x of
+ * PyTorch's speed, these 0.69x. */
 static int use_dwconv(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	return ctx->act_dtype == GP_F32 && !ctx->nhwc && dwconv_supported(a);
+	return dwconv_supported((enum gp_dtype)ctx->act_dtype, ctx->nhwc, a);
 }
 
-/* 16-bit NHWC depthwise on own kernels (dwconv_h.cu; cuDNN's path made MobileNetV2
- * bf16 0.29x of PyTorch's speed, these 0.69x). */
-static int use_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
+int conv2d_can_fold_relu6(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	return ctx->act_dtype != GP_F32 && ctx->nhwc && dwconv_h_supported(a);
-}
-
-int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a)
-{
-	return use_dwconv_h(ctx, a);
+	return ctx->act_dtype != GP_F32 && use_dwconv(ctx, a);
 }
 
 int conv2d_wgrad_is_cudnn(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	return !use_dwconv(ctx, a) && !use_dwconv_h(ctx, a);
+	return !use_dwconv(ctx, a);
 }
 
 /* The workspace a convolution call uses, of need bytes: the caller's (planned for it),
@@ -777,7 +770,7 @@ int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size
 	*fwd = *bwd = 0;
 	if (wgrad)
 		*wgrad = 0;
-	if (use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
+	if (use_dwconv(ctx, a))
 		return 0; /* the own kernels' scratch is in the shared workspace */
 	int per, k = conv_slices(a, &per);
 	size_t xo, yo;
@@ -802,14 +795,13 @@ int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size
 
 static int dwconv_reserve(struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	size_t floats = use_dwconv_h(ctx, a) ? dwconv_h_bwd_filter_scratch_floats(a)
-					     : dwconv_bwd_filter_scratch_floats(a);
+	size_t floats = dwconv_bwd_filter_scratch_floats((enum gp_dtype)ctx->act_dtype, a);
 	return cuda_workspace_reserve(ctx, floats * sizeof(float));
 }
 
 int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	if (use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
+	if (use_dwconv(ctx, a))
 		return dwconv_reserve(ctx, a);
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -822,7 +814,7 @@ int conv2d_plan_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a)
 
 int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs)
 {
-	if (use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
+	if (use_dwconv(ctx, a))
 		return dwconv_reserve(ctx, a);
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -840,10 +832,8 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		    const void *x, const void *w, const float *b, void *y)
 {
 	if (use_dwconv(ctx, a))
-		return dwconv_fwd_cuda(ctx->stream, a, x, w, a->has_bias ? b : NULL, y);
-	if (use_dwconv_h(ctx, a))
-		return (call_relu6(call) ? dwconv_h_fwd_relu6_cuda : dwconv_h_fwd_cuda)(
-			ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, a->has_bias ? b : NULL, y);
+		return dwconv_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, a->has_bias ? b : NULL, y,
+				       call_relu6(call));
 	if (call_relu6(call))
 		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
@@ -873,12 +863,8 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 			 const void *dy, const void *w, void *dx, int accumulate)
 {
 	if (use_dwconv(ctx, a))
-		return dwconv_bwd_data_cuda(ctx->stream, a, dy, w, dx, accumulate);
-	if (use_dwconv_h(ctx, a))
-		return call_relu6(call) ? dwconv_h_bwd_data_relu6_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy,
-								      w, call->relu6_x, dx, accumulate)
-					: dwconv_h_bwd_data_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w, dx,
-								 accumulate);
+		return dwconv_bwd_data_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, dy, w, dx, accumulate,
+					    call_relu6(call), call_relu6(call) ? call->relu6_x : NULL);
 	if (call_relu6(call))
 		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
 	struct conv_plan *p;
@@ -906,13 +892,8 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 {
 	if (use_dwconv(ctx, a)) {
 		GP_TRY(dwconv_reserve(ctx, a)); /* nothing to do once planned */
-		return dwconv_bwd_filter_cuda(ctx->stream, a, x, dy, dw, a->has_bias ? db : NULL, ctx->workspace);
-	}
-	if (use_dwconv_h(ctx, a)) {
-		GP_TRY(dwconv_reserve(ctx, a));
-		return (call_relu6(call) ? dwconv_h_bwd_filter_relu6_cuda : dwconv_h_bwd_filter_cuda)(
-			ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, dy, dw,
-						a->has_bias ? db : NULL, ctx->workspace);
+		return dwconv_bwd_filter_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, dy, dw,
+					      a->has_bias ? db : NULL, ctx->workspace, call_relu6(call));
 	}
 	if (call_relu6(call))
 		return gp_error(GP_EINVAL, "a ReLU6 folded into a convolution that is not a 16-bit depthwise one");
@@ -937,7 +918,7 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
 			       float *dw, float *db)
 {
-	if (!wgrad_gemm_ok(ctx, a) || use_dwconv(ctx, a) || use_dwconv_h(ctx, a))
+	if (!wgrad_gemm_ok(ctx, a) || use_dwconv(ctx, a))
 		return 0;
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);

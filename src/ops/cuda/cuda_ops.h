@@ -133,6 +133,39 @@ int bias_add_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int 
 int channel_sum_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw,
 		     const void *dy, float *db);
 
+/* --- depthwise convolution on own kernels (dwconv.cu) ------------------------------------
+ * For the layers where cuDNN's depthwise paths are slow (MobileNetV2's 3x3 convolutions).
+ * GP_F32 runs NCHW float kernels, weights c x 1 x k x k (PyTorch layout); GP_F16 and
+ * GP_BF16 NHWC kernels, weights KRSC ([c][kh][kw][1], the same memory order), moving 8,
+ * 4 or 2 channels per thread when c is a multiple and the 16-bit arrays are aligned to
+ * that (else a scalar path). The bias and its gradient are float; weight gradients are
+ * in the activations' type. Results do not depend on the run: every reduction sums in a
+ * fixed order, without atomics. */
+/* 1 when a is a depthwise convolution these kernels handle in type dt and layout nhwc
+ * (float NCHW, 16-bit NHWC): groups == c_in == c_out, kh == kw (odd, <= 7), stride 1 or
+ * 2, any pad; in 16 bits one image of x or y holds at most 2^31 - 1 elements. */
+int dwconv_supported(enum gp_dtype dt, int nhwc, const struct conv2d_args *a);
+/* relu6 (16 bits only; float: GP_EUNSUPPORTED): a ReLU6 folded into the convolution that
+ * reads its output (the batch norm before it applies max(., 0) in cuDNN's fused ReLU and
+ * stores that; these apply min(., 6)): forward and weight gradient take min(x, 6) for x,
+ * and backward data keeps dx only where relu6_x < 6 (relu6_x: the stored input, laid out
+ * as dx; accumulate adds the masked gradient). */
+/* y = x (*) w, plus b[c] when b is given and a->has_bias. */
+int dwconv_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
+		    const void *w, const float *b, void *y, int relu6);
+int dwconv_bwd_data_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *dy,
+			 const void *w, void *dx, int accumulate, int relu6, const void *relu6_x);
+/* Scratch floats dwconv_bwd_filter_cuda needs (per-block partial sums, reduced in a
+ * second, fixed-order pass); 0 for an unsupported shape. */
+size_t dwconv_bwd_filter_scratch_floats(enum gp_dtype dt, const struct conv2d_args *a);
+/* dw overwritten ([c][kh][kw]); db (may be NULL, c floats) overwritten with the sum of dy. */
+int dwconv_bwd_filter_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
+			   const void *dy, void *dw, float *db, float *scratch, int relu6);
+/* 16 bits: channels per thread for every direction (8, 4, 2, 1; 0: the measured
+ * defaults) and rows per thread at 4 channels (2 or 4; 0: the defaults): for the tests,
+ * which check every width. Process-wide and not thread-safe; set before launching. */
+void dwconv_set_widths(int v, int vh);
+
 /* --- convolution (conv_cudnn.c) ---------------------------------------------------------
  * The first call for a shape (and math mode) builds its plan: descriptors and the
  * fastest algorithms measured by cuDNN within ctx->workspace_limit_bytes. Building a
@@ -149,7 +182,7 @@ int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const
  * (memory the caller planned for this call, such as part of the activation arena;
  * NULL when it needs none) instead of the context's shared one, which a call without
  * it grows where it is too small (so never inside a CUDA graph capture). relu6: a
- * 16-bit depthwise convolution (conv2d_uses_dwconv_h) reads the output of a ReLU6
+ * 16-bit depthwise convolution (conv2d_can_fold_relu6) reads the output of a ReLU6
  * folded into it: min(x, 6) on load, and backward data masked where the stored input
  * relu6_x reaches 6. A NULL call: the shared workspace, nothing folded. */
 struct conv_call {
@@ -178,7 +211,7 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 			       float *dw, float *db);
 /* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's mode (a ReLU6
  * before it can then be folded in: struct conv_call's relu6). */
-int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a);
+int conv2d_can_fold_relu6(const struct cuda_ctx *ctx, const struct conv2d_args *a);
 /* The workspace a planned convolution's forward and backward take; with wgrad, bwd is
  * backward data's alone and *wgrad the weight gradient's (they then run apart). */
 int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd,
