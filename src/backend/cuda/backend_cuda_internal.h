@@ -55,8 +55,7 @@ struct backend_state {
 	size_t ws_before;
 	int set_up;
 	/* Weight gradients were enqueued on the context's side stream (struct
-	 * scratch_req's side) that the main stream has not yet waited for (backend_cuda.c:
-	 * side_join). */
+	 * scratch_req's side) that the main stream has not yet waited for (side_join). */
 	int side_pending;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;

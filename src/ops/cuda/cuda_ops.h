@@ -166,7 +166,7 @@ int dwconv_bwd_filter_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d
  * which check every width. Process-wide and not thread-safe; set before launching. */
 void dwconv_set_widths(int v, int vh);
 
-/* --- convolution (conv_cudnn.c) ---------------------------------------------------------
+/* --- convolution (conv_plan.c: plans, algorithms; conv_cudnn.c: the calls) --------------
  * The first call for a shape (and math mode) builds its plan: descriptors and the
  * fastest algorithms measured by cuDNN within ctx->workspace_limit_bytes. Building a
  * plan allocates scratch; it synchronizes the device. Plans are cached per device for
