@@ -178,26 +178,39 @@ static int cast_from_h_t(cudaStream_t s, size_t count, const void *x, float *y)
 	return cast_launch(s, count, (const T *)x, y, 0);
 }
 
+/* The 16-bit side of a conversion: f16 or bf16 (float to float is no conversion). */
+static int half_only(enum gp_dtype ht)
+{
+	if (ht == GP_F16 || ht == GP_BF16)
+		return 0;
+	return gp_error(GP_EINVAL, "conversions between float and 16 bits take f16 or bf16, not %s",
+			dtype_name(ht));
+}
+
 extern "C" int cast_f32_to_h_cuda(cudaStream_t s, enum gp_dtype ht, size_t count, const float *x,
 				  void *y)
 {
+	GP_TRY(half_only(ht));
 	return DISPATCH_H(ht, cast_to_h_t, s, count, x, y);
 }
 
 extern "C" int cast_h_to_f32_cuda(cudaStream_t s, enum gp_dtype ht, size_t count, const void *x,
 				  float *y)
 {
+	GP_TRY(half_only(ht));
 	return DISPATCH_H(ht, cast_from_h_t, s, count, x, y);
 }
 
 extern "C" int to_h_layout_cuda(cudaStream_t s, enum gp_dtype ht, int n, int c, int h, int w,
 				int nhwc_out, const float *x, void *y)
 {
+	GP_TRY(half_only(ht));
 	return DISPATCH_H(ht, to_layout_t, s, n, c, h, w, nhwc_out, x, y);
 }
 
 extern "C" int from_h_layout_cuda(cudaStream_t s, enum gp_dtype ht, int n, int c, int h, int w,
 				  int nhwc_in, const void *x, float *y, int accumulate)
 {
+	GP_TRY(half_only(ht));
 	return DISPATCH_H(ht, from_layout_t, s, n, c, h, w, nhwc_in, x, y, accumulate);
 }
