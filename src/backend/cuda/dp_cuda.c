@@ -139,7 +139,7 @@ int cuda_dp_bcast_running(struct net *net)
 
 static enum gp_dtype act_dtype(const struct net *net)
 {
-	return net->bk->amp ? net->bk->ht : GP_F32;
+	return net->bk->dt;
 }
 
 static double global_count(const struct net *net, const struct bn_args *a)

@@ -11,17 +11,25 @@
  * slices combined in order by a per-channel kernel (reproducible, no atomics), then an
  * element-wise pass. Planes whose size is a multiple of 4 move as float4. Every value
  * of bn(x) is computed by bn_val, so the forward output, a recomputed output and the
- * mask in backward agree bit for bit. */
+ * mask in backward agree bit for bit.
+ *
+ * bn_apply_cuda (below) takes every element type: fp16 and bf16 in either layout run one
+ * templated pass on ew_kernel (eltwise.cuh), widened to float and rounded once. */
 #include <math.h>
 #include <stdint.h>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 extern "C" {
 #include "core/error.h"
+#include "core/tensor.h"
 #include "ops/ops.h"
 }
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/eltwise.cuh"
 
 /* Slices of the batch per channel: enough blocks to fill the GPU (about 2,048), at most
  * BN_SLICES (the scratch is sized for that) and at most one per image. */
@@ -317,9 +325,9 @@ static int bn_apply_launch(cudaStream_t s, size_t count, int c, size_t hw, const
 	return 0;
 }
 
-extern "C" int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
-			     const float *gamma, const float *beta, const float *mean, const float *invstd,
-			     enum bn_apply_act act, float *y)
+static int bn_apply_f32(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
+			const float *gamma, const float *beta, const float *mean, const float *invstd,
+			enum bn_apply_act act, float *y)
 {
 	size_t count = (size_t)n * c * hw;
 	if (!count)
@@ -364,7 +372,7 @@ extern "C" int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, co
 								 a->momentum, x, partial, save_mean, save_invstd,
 								 running_mean, running_var);
 	CUDA_CHECK_LAUNCH();
-	return bn_apply_cuda(s, a->n, a->c, (int)hw, x, z, gamma, beta, save_mean, save_invstd, act, y);
+	return bn_apply_f32(s, a->n, a->c, (int)hw, x, z, gamma, beta, save_mean, save_invstd, act, y);
 }
 
 template <int V, typename I>
@@ -442,3 +450,92 @@ extern "C" int bn_fwd_eval_own_cuda(cudaStream_t s, const struct bn_args *a, con
 	return 0;
 }
 
+
+/* --- batch norm apply in 16 bits ------------------------------------------------------------
+ * act(bn(x) + identity), identity b reading 0 when absent; all in float, rounded once. */
+struct bn_apply_op {
+	static constexpr bool indexed = true;
+	const float *gamma, *beta, *mean, *invstd;
+	int act;
+	float cap;
+	/* One element from its channel's statistics and parameters (both kernels' formula). */
+	__device__ float at(float x, float id, float m, float is, float g, float b) const
+	{
+		float v = (x - m) * is * g + b + id;
+		if (act) {
+			v = v > 0.0f ? v : 0.0f;
+			v = v > cap ? cap : v;
+		}
+		return v;
+	}
+	__device__ float operator()(const cursor &p, float x, float id, int) const
+	{
+		int c = p.ch;
+		return at(x, id, mean[c], invstd[c], gamma[c], beta[c]);
+	}
+};
+
+/* NHWC with c % 8 == 0: chunk k holds channels (8k mod c) .. + 7, so a thread whose chunks
+ * step by a multiple of c / 8 keeps one channel group: its 32 statistics and parameters
+ * load once into registers, and no element needs a division to find its channel.
+ * bn_apply_op::at computes each element, so both paths give the same bits. */
+template <typename T>
+__global__ static void bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, const T *x, const T *id,
+					     bn_apply_op f, T *y)
+{
+	unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
+	unsigned threads = gridDim.x * blockDim.x / groups * groups;
+	if (tid >= threads)
+		return;
+	unsigned c0 = tid % groups * VEC;
+	float mean[VEC], invstd[VEC], gamma[VEC], beta[VEC];
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		mean[e] = f.mean[c0 + e];
+		invstd[e] = f.invstd[c0 + e];
+		gamma[e] = f.gamma[c0 + e];
+		beta[e] = f.beta[c0 + e];
+	}
+	for (size_t k = tid; k < chunks; k += threads) {
+		float v[VEC], vi[VEC] = {};
+		load8<true>(x, k, v);
+		if (id)
+			load8<true>(id, k, vi);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			v[e] = f.at(v[e], vi[e], mean[e], invstd[e], gamma[e], beta[e]);
+		store8<true>(y, k, v);
+	}
+}
+
+template <typename T>
+static int bn_apply_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void *x, const void *id,
+		      bn_apply_op f, void *y)
+{
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return 0;
+	size_t count = (size_t)n * c * hw, chunks = count / VEC;
+	unsigned blocks = grid_for(chunks) < 4096 ? grid_for(chunks) : 4096;
+	if (nhwc && c % VEC == 0 && (unsigned)(c / VEC) <= blocks * BLOCK && aligned(x, 16) &&
+	    aligned(id, 16) && aligned(y, 16)) {
+		bn_apply_nhwc8_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)(c / VEC), (const T *)x,
+								 (const T *)id, f, (T *)y);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
+	return ew_launch<T>(s, count, x, id, NULL, y, 0, f, layout{ nhwc, c, hw });
+}
+
+extern "C" int bn_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw, const void *x,
+			     const void *identity, const float *gamma, const float *beta, const float *mean,
+			     const float *invstd, enum bn_apply_act act, void *y)
+{
+	if (dt == GP_F32) {
+		GP_TRY(f32_nchw_only(nhwc, "batch norm apply"));
+		return bn_apply_f32(s, n, c, hw, (const float *)x, (const float *)identity, gamma, beta, mean,
+				    invstd, act, (float *)y);
+	}
+	bn_apply_op f = { gamma, beta, mean, invstd, act != BN_APPLY_LINEAR,
+			  act == BN_APPLY_RELU6 ? 6.0f : INFINITY };
+	return DISPATCH_H(dt, bn_apply_t, s, nhwc, n, c, hw, x, identity, f, y);
+}
