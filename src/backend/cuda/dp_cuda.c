@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "dist/cuda/nccl.h"
 #include "dist/dist.h"
-#include "ops/cuda/bn_sync.h"
 #include "ops/cuda/cuda_common.h"
 
 struct cuda_dp {
