@@ -9,11 +9,11 @@
  * The host collectives below go through that transport; gradients on a GPU go through
  * NCCL (dist/cuda/nccl.h), whose unique id travels by dist_bcast.
  *
- * Every rank calls the collectives in the same order. A rank that fails calls
- * dist_abort with its reason: every other rank's pending and later calls then return
- * GP_EDEVICE with the message "rank R failed: REASON"; a rank that dies or stops
- * answering for timeout_s is reported as "rank R ..." in the same way, so no rank
- * hangs. Errors are values: nothing here exits. */
+ * Every rank calls the collectives in the same order (one thread at a time per group).
+ * A rank that fails calls dist_abort with its reason: every other rank's pending and
+ * later calls then return GP_EDEVICE with the message "rank R failed: REASON"; a rank
+ * that dies or stops answering for timeout_s is reported as "rank R ..." in the same
+ * way, so no rank hangs. Errors are values: nothing here exits. */
 #ifndef GP_DIST_H
 #define GP_DIST_H
 
