@@ -61,7 +61,9 @@ struct dist;
 /* Join the group described by env. A world of one needs no transport and always
  * succeeds. */
 int dist_open(const struct dist_env *env, const struct dist_opts *o, struct dist **out);
-/* Leave the group (after a failure, without waiting for the others). NULL is fine. */
+/* Leave the group (after a failure, without waiting for the others). NULL is fine.
+ * A rank that fails calls dist_abort first: under MPI a plain close is MPI_Finalize,
+ * which waits for the other ranks. */
 void dist_close(struct dist *d);
 
 int dist_rank(const struct dist *d);       /* 0 for NULL */
