@@ -578,6 +578,11 @@ TEST(dist_open_refuses_what_it_cannot_reach)
 	CHECK_EQ_INT(dist_open(&env, NULL, &d), GP_EINVAL);
 	CHECK_MSG(strstr(gp_errmsg(), "MASTER_ADDR is not set") != NULL, "%s", gp_errmsg());
 	CHECK(d == NULL);
+	/* rank 0 needs only the port it listens on */
+	struct dist_env env0 = { .launcher = DIST_LAUNCH_TORCHRUN, .rank = 0, .world = 2,
+				 .master_port = 70000 };
+	CHECK_EQ_INT(dist_open(&env0, NULL, &d), GP_EINVAL);
+	CHECK_MSG(strstr(gp_errmsg(), "MASTER_PORT=70000 is out of range") != NULL, "%s", gp_errmsg());
 	struct dist_opts o = dist_opts_default();
 	o.transport = DIST_TRANSPORT_MPI;
 	CHECK_EQ_INT(dist_open(&env, &o, &d), GP_EINVAL);

@@ -22,9 +22,9 @@
 #include "dist/dist.h"
 #include "report/result.h"
 #include "train/trainer.h"
+#include "gpu/devinfo.h"
 #ifdef GP_HAVE_CUDA
 #include "dist/cuda/nccl.h"
-#include "gpu/devinfo.h"
 #endif
 
 #define CHECK_MAX_MIB 4096
@@ -312,6 +312,11 @@ static int run_check(const struct check_opts *o)
 	struct dist_opts dop = dist_opts_default();
 	dop.timeout_s = o->timeout_s;
 	dop.transport = o->transport;
+	struct gp_devinfo di;
+	if (o->backend == BACKEND_CUDA && (devinfo_query(&di), env.local_world > di.gpu_count))
+		return gp_error(GP_EINVAL, "%d ranks on this host with --device cuda, but %d GPU%s "
+				"(one per rank)", env.local_world, di.gpu_count,
+				di.gpu_count == 1 ? "" : "s");
 	if (env.world > CHECK_MAX_RANKS)
 		return gp_error(GP_EUNSUPPORTED, "dist-check takes at most %d ranks", CHECK_MAX_RANKS);
 	struct dist *d;
@@ -415,6 +420,11 @@ int cmd_dist_check(int argc, char **argv)
 	enum backend_kind be;
 	GP_TRY(train_pick_device(device, &be, 1));
 	o.backend = (int)be;
+	/* one GPU per rank: NCCL refuses two ranks on one device */
+	struct gp_devinfo di;
+	if (be == BACKEND_CUDA && nproc > 1 && (devinfo_query(&di), nproc > di.gpu_count))
+		return gp_error(GP_EINVAL, "--nproc %d with --device cuda: this host has %d GPU%s "
+				"(one per rank)", nproc, di.gpu_count, di.gpu_count == 1 ? "" : "s");
 	if (nproc > 1) {
 		struct dist_env env;
 		GP_TRY(dist_env_read(&env));

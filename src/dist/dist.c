@@ -688,7 +688,8 @@ int dist_open(const struct dist_env *env, const struct dist_opts *o, struct dist
 		return 0;
 	}
 	d->kind = T_TCP;
-	if (!env->master_addr[0]) {
+	/* rank 0 listens on every interface: only the others need its address */
+	if (d->rank != 0 && !env->master_addr[0]) {
 		rc = gp_error(GP_EINVAL, "MASTER_ADDR is not set: ranks on several hosts need rank "
 			      "0's address (and MASTER_PORT)");
 		goto fail;
