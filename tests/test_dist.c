@@ -483,6 +483,34 @@ TEST(dist_rank_that_exits_is_reported_at_once)
 	check_all_passed(&w);
 }
 
+/* A rank that leaves after its last collective while rank 0 still sends the result
+ * to the others is no failure: it has all it needs. */
+static int body_leave_early(struct dist *d, int rank, char *msg, size_t cap)
+{
+	for (int round = 0; round < 3; round++) {
+		size_t n = BIG_COUNT;
+		float *big = calloc(n, sizeof(float));
+		RCHECK(big != NULL);
+		int rc = dist_allreduce_sum(d, big, n, GP_F32);
+		free(big);
+		RCHECK(rc == 0);
+		int32_t g[2] = { rank, round }, all[2 * MAX_RANKS];
+		RCHECK(dist_gather(d, g, sizeof(g), rank == 2 ? all : NULL, 2) == 0);
+		if (rank == 2)
+			RCHECK(all[2] == 1 && all[3] == round);
+		if (rank == 1 && round == 2)
+			return 0; /* and gone */
+	}
+	return 0;
+}
+
+TEST(dist_rank_that_leaves_after_its_last_collective_is_no_failure)
+{
+	struct world w = { .n = 3, .timeout_s = 10, .body = body_leave_early };
+	world_run(&w);
+	check_all_passed(&w);
+}
+
 /* rank 1 stops answering: rank 0 names it after the timeout, rank 2 hears it from 0,
  * and rank 1 itself, looking with dist_poll, learns that it was dropped */
 static int body_stuck(struct dist *d, int rank, char *msg, size_t cap)

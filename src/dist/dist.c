@@ -71,6 +71,9 @@ struct dist {
 	/* TCP: rank 0 holds fd[r] for every other rank r (fd[0] = -1); the others hold
 	 * fd[0], the connection to rank 0. -1 once closed. */
 	int *fd;
+	/* rank 0, during a collective: owed[r] while rank r has not had all of it (its
+	 * connection closing then is a failure; after, it may have left for good) */
+	unsigned char *owed;
 	unsigned char *scratch; /* rank 0's receive chunk */
 	/* MPI */
 	const struct dist_mpi_ops *mpi;
@@ -228,13 +231,17 @@ static int abort_received(struct dist *d, int peer, const struct frame_hdr *h)
 
 /* A peer's connection is readable while nothing is expected from it: an ABORT
  * frame, its end, or the next collective's data from a rank that is ahead (left
- * where it is). Returns 1 for data, or the group's error. */
-static int peer_peek(struct dist *d, int peer)
+ * where it is). Returns 1 for data, or for an end when end_ok (a rank that had all
+ * of the current collective may leave; its next read finds the end), else the
+ * group's error. */
+static int peer_peek(struct dist *d, int peer, int end_ok)
 {
 	struct frame_hdr h;
 	int fd = peer_fd(d, peer);
 	ssize_t k = recv(fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
 	if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		if (end_ok)
+			return 1;
 		fd_close(d, peer);
 		return group_fail(d, peer, "exited or closed its connection");
 	}
@@ -296,7 +303,8 @@ static int wait_peer(struct dist *d, int peer, short ev)
 			if (r == self && ev == POLLIN)
 				return 0; /* data, or its end: the read says which */
 			if (re & (POLLIN | POLLHUP | POLLERR)) {
-				int rc = peer_peek(d, d->rank == 0 ? r : 0);
+				int rc = peer_peek(d, d->rank == 0 ? r : 0,
+						   d->rank == 0 && r != self && !d->owed[r]);
 				if (rc < 0)
 					return rc;
 				watch[r] = 0;
@@ -323,7 +331,7 @@ static int send_all(struct dist *d, int peer, const void *buf, size_t n)
 		}
 		if (k < 0 && (errno == EPIPE || errno == ECONNRESET)) {
 			/* what it sent before it went may say why */
-			int rc = peer_peek(d, peer);
+			int rc = peer_peek(d, peer, 0);
 			if (rc < 0)
 				return rc;
 			fd_close(d, peer);
@@ -705,7 +713,8 @@ int dist_open(const struct dist_env *env, const struct dist_opts *o, struct dist
 	}
 	for (int r = 0; r < d->world; r++)
 		d->fd[r] = -1;
-	if (d->rank == 0 && !(d->scratch = malloc(DIST_CHUNK))) {
+	if (d->rank == 0 && (!(d->scratch = malloc(DIST_CHUNK)) ||
+			     !(d->owed = calloc((size_t)d->world, 1)))) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -732,6 +741,7 @@ void dist_close(struct dist *d)
 			if (d->fd[r] >= 0)
 				close(d->fd[r]);
 	free(d->fd);
+	free(d->owed);
 	free(d->scratch);
 	free(d);
 }
@@ -777,12 +787,25 @@ int dist_poll(struct dist *d)
 			continue;
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
 		if (poll(&pf, 1, 0) == 1) {
-			int rc = peer_peek(d, r);
+			int rc = peer_peek(d, r, 0);
 			if (rc < 0)
 				return rc;
 		}
 	}
 	return 0;
+}
+
+/* Rank 0 at the start of a collective: every rank is owed its part. */
+static void hub_begin(struct dist *d)
+{
+	if (d->rank == 0)
+		memset(d->owed, 1, (size_t)d->world);
+}
+
+static void hub_done(struct dist *d, int r)
+{
+	if (d->rank == 0)
+		d->owed[r] = 0;
 }
 
 int dist_barrier(struct dist *d)
@@ -798,10 +821,13 @@ int dist_barrier(struct dist *d)
 		GP_TRY(frame_send(d, 0, F_DATA, C_BARRIER, NULL, 0));
 		return frame_recv(d, 0, F_DATA, C_BARRIER, NULL, 0);
 	}
+	hub_begin(d);
 	for (int r = 1; r < d->world; r++)
 		GP_TRY(frame_recv(d, r, F_DATA, C_BARRIER, NULL, 0));
-	for (int r = 1; r < d->world; r++)
+	for (int r = 1; r < d->world; r++) {
 		GP_TRY(frame_send(d, r, F_DATA, C_BARRIER, NULL, 0));
+		hub_done(d, r);
+	}
 	return 0;
 }
 
@@ -824,14 +850,21 @@ int dist_bcast(struct dist *d, void *buf, size_t bytes, int root)
 	if (d->kind == T_NONE)
 		return 0;
 	char *p = buf;
+	hub_begin(d);
 	for (size_t off = 0; off < bytes; off += DIST_CHUNK) {
 		size_t n = bytes - off < DIST_CHUNK ? bytes - off : DIST_CHUNK;
+		int last = off + n == bytes;
 		if (d->rank == 0) {
 			if (root != 0)
 				GP_TRY(frame_recv(d, root, F_DATA, C_BCAST, p + off, n));
+			if (root != 0 && last)
+				hub_done(d, root);
 			for (int r = 1; r < d->world; r++)
-				if (r != root)
+				if (r != root) {
 					GP_TRY(frame_send(d, r, F_DATA, C_BCAST, p + off, n));
+					if (last)
+						hub_done(d, r);
+				}
 		} else if (d->rank == root) {
 			GP_TRY(frame_send(d, 0, F_DATA, C_BCAST, p + off, n));
 		} else {
@@ -862,6 +895,7 @@ static int tcp_allreduce(struct dist *d, void *buf, size_t count, enum gp_dtype 
 {
 	size_t elem = dtype_size(dtype), bytes = count * elem;
 	char *p = buf;
+	hub_begin(d);
 	for (size_t off = 0; off < bytes; off += DIST_CHUNK) {
 		size_t n = bytes - off < DIST_CHUNK ? bytes - off : DIST_CHUNK;
 		if (d->rank != 0) {
@@ -873,8 +907,11 @@ static int tcp_allreduce(struct dist *d, void *buf, size_t count, enum gp_dtype 
 			GP_TRY(frame_recv(d, r, F_DATA, C_ALLREDUCE, d->scratch, n));
 			add_into(p + off, d->scratch, n / elem, dtype);
 		}
-		for (int r = 1; r < d->world; r++)
+		for (int r = 1; r < d->world; r++) {
 			GP_TRY(frame_send(d, r, F_DATA, C_ALLREDUCE, p + off, n));
+			if (off + n == bytes)
+				hub_done(d, r);
+		}
 	}
 	return 0;
 }
@@ -923,11 +960,15 @@ static int tcp_gather(struct dist *d, const void *send, size_t bytes, void *recv
 		return gp_error(GP_ENOMEM, "dist_gather: out of memory for %zu bytes", total);
 	int rc = 0;
 	memcpy(all, send, bytes);
-	for (int r = 1; r < d->world && rc == 0; r++)
+	hub_begin(d);
+	for (int r = 1; r < d->world && rc == 0; r++) {
 		for (size_t off = 0; off < bytes && rc == 0; off += DIST_CHUNK) {
 			size_t n = bytes - off < DIST_CHUNK ? bytes - off : DIST_CHUNK;
 			rc = frame_recv(d, r, F_DATA, C_GATHER, all + (size_t)r * bytes + off, n);
 		}
+		if (r != root)
+			hub_done(d, r); /* the others only send */
+	}
 	for (size_t off = 0; root != 0 && off < total && rc == 0; off += DIST_CHUNK) {
 		size_t n = total - off < DIST_CHUNK ? total - off : DIST_CHUNK;
 		rc = frame_send(d, root, F_DATA, C_GATHER, all + off, n);
