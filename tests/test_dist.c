@@ -483,6 +483,40 @@ TEST(dist_rank_that_exits_is_reported_at_once)
 	check_all_passed(&w);
 }
 
+/* rank 1 aborts while rank 0 is in the middle of sending a frame of the gather to
+ * root 2: rank 2 still reads rank 1's reason, not a broken stream */
+static int body_abort_mid_frame(struct dist *d, int rank, char *msg, size_t cap)
+{
+	size_t bytes = (size_t)24 << 20;
+	char *mine = calloc(bytes, 1), *all = rank == 2 ? malloc(3 * bytes) : NULL;
+	RCHECK(mine && (rank != 2 || all));
+	int rc = dist_gather(d, mine, bytes, all, 2);
+	free(mine);
+	free(all);
+	if (rank == 1) {
+		RCHECK(rc == 0);
+		dist_abort(d, "out of paper");
+		struct timespec ts = { 0, 300000000 };
+		nanosleep(&ts, NULL);
+		return 0;
+	}
+	if (rc == 0)
+		rc = dist_barrier(d);
+	snprintf(msg, cap, "%s", gp_errmsg());
+	RCHECK(rc == GP_EDEVICE);
+	RCHECK(strstr(gp_errmsg(), "rank 1 failed: out of paper") != NULL);
+	return 0;
+}
+
+TEST(dist_abort_in_the_middle_of_a_frame_still_says_why)
+{
+	for (int i = 0; i < 3 && !test_failed(); i++) {
+		struct world w = { .n = 3, .timeout_s = 10, .body = body_abort_mid_frame };
+		world_run(&w);
+		check_all_passed(&w);
+	}
+}
+
 /* A rank that leaves after its last collective while rank 0 still sends the result
  * to the others is no failure: it has all it needs. */
 static int body_leave_early(struct dist *d, int rank, char *msg, size_t cap)
