@@ -10,7 +10,9 @@
 # with --recompute and --recompute-blocks), fuse32 (FP32 batch norm),
 # kprof32 (resnet50 FP32 kernel trace), regress (this build against BASE_BIN, interleaved,
 # and PyTorch, at batch 256 in REGRESS_PRECISIONS; tools/regress_table.py sums it up),
-# dp (data parallel with one GPU through NCCL: tests, train --nproc 1, scale, dist-check).
+# dp (data parallel with one GPU through NCCL: tests, train --nproc 1, scale, dist-check),
+# dist (the process group's tests and NCCL over a group of one: dist-check --device
+# cuda; two CPU ranks; two ranks asking for a GPU each on a one-GPU host: one line).
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
 # (docs/cuda.md, tuning switches). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
@@ -36,6 +38,7 @@ for s in "$@"; do
 	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
 	tests) TAIL=60 stage tests ${TESTS_TIMEOUT:-400} sh -c "build/bundle/gpuperf_tests | grep -v '^ok '" ;;
 	gputests) TAIL=80 stage gputests 300 build/bundle/gpuperf_tests ${GPUTESTS:-cuda} ;;
+	dist) stage dist 240 sh -c "build/bundle/gpuperf_tests nccl dist_; $BIN dist-check --device cuda --size 256 --out $OUT/dist --overwrite; $BIN dist-check --device cpu --nproc 2 --size 64; $BIN dist-check --device cuda --nproc 2 --size 8 --timeout 30; echo \"two ranks, one GPU: rc=\$? (2 expected)\"" ;;
 	parity) stage parity 300 python3 tests/torch/parity.py --bin $BIN --device cuda --ref64 --json "$OUT/parity_cuda.json" ;;
 	paritycpu) stage paritycpu 300 python3 tests/torch/parity.py --bin $BIN --device cpu --models simple_cnn,resnet18,mobilenet_v2 --json "$OUT/parity_cpu.json" ;;
 	speed)

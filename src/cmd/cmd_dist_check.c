@@ -20,10 +20,11 @@
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "dist/dist.h"
+#include "report/result.h"
 #include "train/trainer.h"
+#include "gpu/devinfo.h"
 #ifdef GP_HAVE_CUDA
 #include "dist/cuda/nccl.h"
-#include "gpu/devinfo.h"
 #endif
 
 #define CHECK_MAX_MIB 4096
@@ -61,7 +62,58 @@ struct rank_info {
 struct check_opts {
 	double size_mib, timeout_s;
 	int iters, backend, transport, fail_rank, fail_stage;
+	const char *out;
+	int overwrite;
+	int argc;
+	char **argv;
 };
+
+/* What rank 0 measured, for the result. */
+struct check_result {
+	json_t *ranks; /* one object per rank */
+	double host_mean_ms, host_min_ms, nccl_mean_ms, nccl_min_ms;
+	int nccl;
+};
+
+static json_t *bw_json(size_t bytes, int iters, int world, double mean_ms, double min_ms)
+{
+	double alg = mean_ms > 0 ? bytes / (mean_ms * 1e-3) / 1e9 : 0;
+	double bus = alg * (world > 1 ? 2.0 * (world - 1) / world : 1.0);
+	return json_pack("{s:I, s:i, s:o, s:o, s:o, s:o}", "bytes", (json_int_t)bytes, "iters", iters,
+			 "mean_ms", result_real(mean_ms), "min_ms", result_real(min_ms),
+			 "algbw_gb_s", result_real(alg), "busbw_gb_s", result_real(bus));
+}
+
+static int check_write(const struct check_opts *o, struct dist *d, const struct dist_env *env,
+		       const char *dir, size_t bytes, const struct check_result *cr)
+{
+	int world = dist_world(d);
+	json_t *res = result_new("dist-check", o->argc, o->argv);
+	if (!res)
+		return gp_error(GP_ENOMEM, "out of memory writing the result");
+	json_object_set_new(res, "settings",
+			    json_pack("{s:o, s:i, s:s, s:s, s:o}", "size_mib", result_real(o->size_mib),
+				      "iters", o->iters, "device", o->backend == BACKEND_CUDA ? "cuda" : "cpu",
+				      "transport", dist_transport_name(d), "timeout_s",
+				      result_real(o->timeout_s)));
+	json_t *m = json_pack("{s:i, s:s, s:s, s:O, s:b}", "world", world, "launcher",
+			      dist_launcher_name(env->launcher), "transport", dist_transport_name(d),
+			      "ranks", cr->ranks, "checks_ok", 1);
+	if (m && world > 1)
+		json_object_set_new(m, "host_allreduce", bw_json(bytes, o->iters, world, cr->host_mean_ms,
+								 cr->host_min_ms));
+	if (m && cr->nccl)
+		json_object_set_new(m, "nccl_allreduce", bw_json(bytes, o->iters, world, cr->nccl_mean_ms,
+								 cr->nccl_min_ms));
+	json_object_set_new(res, "measurements", m);
+	char path[4096];
+	int rc = m ? result_write(res, dir, "dist-check", path, sizeof(path))
+		   : gp_error(GP_ENOMEM, "out of memory writing the result");
+	if (rc == 0)
+		printf("wrote %s\n", path);
+	json_decref(res);
+	return rc;
+}
 
 /* The test hook: rank fail_rank fails at stage as a real fault would. */
 static int fail_hook(struct dist *d, const struct check_opts *o, int stage)
@@ -178,7 +230,7 @@ static void print_bw(const char *what, size_t bytes, int world, double mean_ms, 
 	       "busbw %7.2f GB/s\n", what, bytes / 1048576.0, mean_ms, min_ms, alg, bus);
 }
 
-static int world_table(struct dist *d, const struct check_opts *o)
+static int world_table(struct dist *d, const struct check_opts *o, struct check_result *cr)
 {
 	struct rank_info me = { .rank = dist_rank(d), .local_rank = dist_local_rank(d),
 				.pid = (int32_t)getpid() };
@@ -204,6 +256,11 @@ static int world_table(struct dist *d, const struct check_opts *o)
 				rc = mismatch(d, "dist_gather", (size_t)r, all[r].rank, r);
 			printf("%6d %6d %-24.24s %8d %s\n", all[r].rank, all[r].local_rank, all[r].host,
 			       all[r].pid, all[r].device);
+			all[r].host[sizeof(all[r].host) - 1] = 0;
+			all[r].device[sizeof(all[r].device) - 1] = 0;
+			json_array_append_new(cr->ranks, json_pack("{s:i, s:i, s:o, s:i, s:s}", "rank",
+				all[r].rank, "local_rank", all[r].local_rank, "host",
+				result_string(all[r].host), "pid", all[r].pid, "device", all[r].device));
 		}
 	}
 	free(all);
@@ -211,7 +268,8 @@ static int world_table(struct dist *d, const struct check_opts *o)
 }
 
 #ifdef GP_HAVE_CUDA
-static int nccl_part(struct dist *d, const struct check_opts *o, size_t bytes)
+static int nccl_part(struct dist *d, const struct check_opts *o, size_t bytes,
+		     struct check_result *cr)
 {
 	struct gp_devinfo di;
 	devinfo_query(&di);
@@ -234,6 +292,9 @@ static int nccl_part(struct dist *d, const struct check_opts *o, size_t bytes)
 		}
 		printf("nccl   sum and mean of f32 and bf16 values: ok\n");
 		print_bw("nccl", bytes, dist_world(d), mean, best);
+		cr->nccl = 1;
+		cr->nccl_mean_ms = mean;
+		cr->nccl_min_ms = best;
 	}
 	return rc;
 }
@@ -251,20 +312,35 @@ static int run_check(const struct check_opts *o)
 	struct dist_opts dop = dist_opts_default();
 	dop.timeout_s = o->timeout_s;
 	dop.transport = o->transport;
+	struct gp_devinfo di;
+	if (o->backend == BACKEND_CUDA && (devinfo_query(&di), env.local_world > di.gpu_count))
+		return gp_error(GP_EINVAL, "%d ranks on this host with --device cuda, but %d GPU%s "
+				"(one per rank)", env.local_world, di.gpu_count,
+				di.gpu_count == 1 ? "" : "s");
 	if (env.world > CHECK_MAX_RANKS)
 		return gp_error(GP_EUNSUPPORTED, "dist-check takes at most %d ranks", CHECK_MAX_RANKS);
 	struct dist *d;
 	GP_TRY(dist_open(&env, &dop, &d));
-	int rank = dist_rank(d), world = dist_world(d), n_checks = 0;
-	if (rank == 0 && !strcmp(dist_transport_name(d), "tcp"))
+	int rank = dist_rank(d), world = dist_world(d), n_checks = 0, rc = 0;
+	/* rank 0 alone writes; its folder is settled before the work, as every command's */
+	char dir[4096];
+	struct check_result cr = { .ranks = json_array() };
+	if (!cr.ranks)
+		rc = gp_error(GP_ENOMEM, "out of memory");
+	if (rc == 0 && rank == 0)
+		rc = result_dir_prepare("dist-check", "dist-check", o->out, o->overwrite, dir, sizeof(dir));
+	if (rc < 0)
+		dist_abort(d, gp_errmsg());
+	if (rc == 0 && rank == 0 && !strcmp(dist_transport_name(d), "tcp"))
 		printf("dist-check: world of %d (%s), transport tcp, rank 0 at %s:%d\n", world,
 		       dist_launcher_name(env.launcher), env.master_addr, env.master_port);
-	else if (rank == 0)
+	else if (rc == 0 && rank == 0)
 		printf("dist-check: world of %d (%s), transport %s\n", world,
 		       dist_launcher_name(env.launcher), dist_transport_name(d));
-	int rc = fail_hook(d, o, 1);
 	if (rc == 0)
-		rc = world_table(d, o);
+		rc = fail_hook(d, o, 1);
+	if (rc == 0)
+		rc = world_table(d, o, &cr);
 	if (rc == 0)
 		rc = check_values(d, &n_checks);
 	if (rc == 0 && rank == 0)
@@ -276,15 +352,14 @@ static int run_check(const struct check_opts *o)
 	if (rc == 0)
 		rc = fail_hook(d, o, 4);
 	size_t bytes = (size_t)(o->size_mib * 1048576.0) / 4 * 4;
-	double mean_ms = 0, min_ms = 0;
 	/* a world of one moves nothing on the host: no bandwidth to speak of */
 	if (rc == 0 && world > 1)
-		rc = time_host_allreduce(d, bytes, o->iters, &mean_ms, &min_ms);
+		rc = time_host_allreduce(d, bytes, o->iters, &cr.host_mean_ms, &cr.host_min_ms);
 	if (rc == 0 && rank == 0 && world > 1)
-		print_bw(dist_transport_name(d), bytes, world, mean_ms, min_ms);
+		print_bw(dist_transport_name(d), bytes, world, cr.host_mean_ms, cr.host_min_ms);
 #ifdef GP_HAVE_CUDA
 	if (rc == 0 && o->backend == BACKEND_CUDA)
-		rc = nccl_part(d, o, bytes);
+		rc = nccl_part(d, o, bytes, &cr);
 #endif
 	if (rc == 0)
 		rc = dist_barrier(d);
@@ -292,6 +367,9 @@ static int run_check(const struct check_opts *o)
 		dist_abort(d, gp_errmsg());
 	if (rc == 0 && rank == 0)
 		printf("dist-check: ok (%d ranks)\n", world);
+	if (rc == 0 && rank == 0)
+		rc = check_write(o, d, &env, dir, bytes, &cr);
+	json_decref(cr.ranks);
 	dist_close(d);
 	return rc;
 }
@@ -300,7 +378,8 @@ int cmd_dist_check(int argc, char **argv)
 {
 	int nproc = 1, port = 0, iters = 10, help = 0, fail_rank = -1;
 	double size_mib = 64, timeout_s = 300;
-	const char *device = "auto", *transport = "auto", *fail_at = "allreduce";
+	const char *device = "auto", *transport = "auto", *fail_at = "allreduce", *out = NULL;
+	int overwrite = 0;
 	const struct opt opts[] = {
 		{ "nproc", OPT_INT, &nproc, "start N local ranks, as torchrun --nproc-per-node "
 		  "(default 1: the ranks a launcher started)", 1, 256 },
@@ -318,6 +397,8 @@ int cmd_dist_check(int argc, char **argv)
 		  1 << 20 },
 		{ "fail-at", OPT_STR, &fail_at, "(for tests) where --fail-rank fails "
 		  "(default allreduce)", .choices = fail_stage_at },
+		OPT_OUT(&out, "dist-check.json", "dist-check"),
+		OPT_OVERWRITE(&overwrite, "dist-check.json"),
 		OPT_HELP(&help),
 		OPT_END(),
 	};
@@ -329,7 +410,8 @@ int cmd_dist_check(int argc, char **argv)
 		return 0;
 	}
 	struct check_opts o = { .size_mib = size_mib, .timeout_s = timeout_s, .iters = iters,
-				.fail_rank = fail_rank };
+				.fail_rank = fail_rank, .out = out, .overwrite = overwrite,
+				.argc = argc, .argv = argv };
 	if ((o.transport = name_index(transport_at, transport)) < 0)
 		return gp_error(GP_EINVAL, "--transport must be auto, tcp or mpi (got '%s')", transport);
 	if ((o.fail_stage = name_index(fail_stage_at, fail_at)) < 0)
@@ -338,6 +420,11 @@ int cmd_dist_check(int argc, char **argv)
 	enum backend_kind be;
 	GP_TRY(train_pick_device(device, &be, 1));
 	o.backend = (int)be;
+	/* one GPU per rank: NCCL refuses two ranks on one device */
+	struct gp_devinfo di;
+	if (be == BACKEND_CUDA && nproc > 1 && (devinfo_query(&di), nproc > di.gpu_count))
+		return gp_error(GP_EINVAL, "--nproc %d with --device cuda: this host has %d GPU%s "
+				"(one per rank)", nproc, di.gpu_count, di.gpu_count == 1 ? "" : "s");
 	if (nproc > 1) {
 		struct dist_env env;
 		GP_TRY(dist_env_read(&env));

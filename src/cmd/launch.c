@@ -339,6 +339,13 @@ int launch_local(int nproc, int argc, char **argv, const struct launch_opts *o)
 	}
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
+	/* no failure: a held line was only words, and belongs to the user */
+	for (int r = 0; rc == 0 && !failed && r < started; r++) {
+		if (p[r].error[0] && r > 0)
+			fprintf(stderr, "[rank %d] %s\n", r, p[r].error);
+		else if (p[r].error[0])
+			fprintf(stderr, "%s\n", p[r].error);
+	}
 	if (rc == 0 && interrupted)
 		rc = gp_error(GP_EIO, "interrupted by %s: every rank was stopped",
 			      strsignal(interrupted));

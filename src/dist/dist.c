@@ -71,12 +71,20 @@ struct dist {
 	/* TCP: rank 0 holds fd[r] for every other rank r (fd[0] = -1); the others hold
 	 * fd[0], the connection to rank 0. -1 once closed. */
 	int *fd;
+	/* rank 0, during a collective: owed[r] while rank r has not had all of it (its
+	 * connection closing then is a failure; after, it may have left for good) */
+	unsigned char *owed;
+	/* bytes of the frame being sent on each connection still to go: an ABORT frame
+	 * must not land in the middle of another */
+	size_t *send_left;
 	unsigned char *scratch; /* rank 0's receive chunk */
 	/* MPI */
 	const struct dist_mpi_ops *mpi;
 	/* failure: failed once this rank or another has failed; message for callers */
 	int failed, aborted;
 	char failure[512];
+	int fail_origin;    /* the rank that failed, and its reason, for relaying */
+	char fail_why[400];
 };
 
 struct dist_req {
@@ -155,7 +163,7 @@ static int send_best_effort(int fd, const void *buf, size_t n, double limit_s)
 	return n == 0 ? 0 : -1;
 }
 
-static void send_abort_frame(int fd, int origin, const char *why)
+static void abort_frame_send(int fd, int origin, const char *why)
 {
 	char buf[sizeof(struct frame_hdr) + 4 + 400];
 	size_t wl = strnlen(why, 399);
@@ -165,6 +173,18 @@ static void send_abort_frame(int fd, int origin, const char *why)
 	memcpy(buf + sizeof(h), &o, 4);
 	memcpy(buf + sizeof(h) + 4, why, wl);
 	send_best_effort(fd, buf, sizeof(h) + 4 + wl, DIST_ABORT_SEND_S);
+}
+
+/* An ABORT frame to peer; where a frame to it was cut short, the connection is
+ * closed instead: bytes of another kind in the middle of a frame would be read as
+ * data, and the end of the connection cannot be. */
+static void send_abort_frame(struct dist *d, int peer, int origin, const char *why)
+{
+	if (d->send_left[d->rank == 0 ? peer : 0] > 0) {
+		fd_close(d, peer);
+		return;
+	}
+	abort_frame_send(peer_fd(d, peer), origin, why);
 }
 
 /* Record that rank origin failed for why, tell the others (rank 0 relays to every
@@ -180,11 +200,14 @@ static int GP_PRINTF(3, 4) group_fail(struct dist *d, int origin, const char *fm
 	va_end(ap);
 	d->failed = 1;
 	snprintf(d->failure, sizeof(d->failure), "rank %d failed: %s", origin, why);
-	/* origin too: where the fault is in the protocol, it does not know yet */
+	d->fail_origin = origin;
+	snprintf(d->fail_why, sizeof(d->fail_why), "%s", why);
+	/* origin too: where the fault is in the protocol, it does not know yet. A rank
+	 * in the middle of a frame from us hears it when frame_send has finished it. */
 	if (d->kind == T_TCP && d->rank == 0)
 		for (int r = 1; r < d->world; r++)
-			if (d->fd[r] >= 0)
-				send_abort_frame(d->fd[r], origin, why);
+			if (d->fd[r] >= 0 && d->send_left[r] == 0)
+				abort_frame_send(d->fd[r], origin, why);
 	return group_error(d);
 }
 
@@ -228,13 +251,17 @@ static int abort_received(struct dist *d, int peer, const struct frame_hdr *h)
 
 /* A peer's connection is readable while nothing is expected from it: an ABORT
  * frame, its end, or the next collective's data from a rank that is ahead (left
- * where it is). Returns 1 for data, or the group's error. */
-static int peer_peek(struct dist *d, int peer)
+ * where it is). Returns 1 for data, or for an end when end_ok (a rank that had all
+ * of the current collective may leave; its next read finds the end), else the
+ * group's error. */
+static int peer_peek(struct dist *d, int peer, int end_ok)
 {
 	struct frame_hdr h;
 	int fd = peer_fd(d, peer);
 	ssize_t k = recv(fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
 	if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+		if (end_ok)
+			return 1;
 		fd_close(d, peer);
 		return group_fail(d, peer, "exited or closed its connection");
 	}
@@ -296,7 +323,8 @@ static int wait_peer(struct dist *d, int peer, short ev)
 			if (r == self && ev == POLLIN)
 				return 0; /* data, or its end: the read says which */
 			if (re & (POLLIN | POLLHUP | POLLERR)) {
-				int rc = peer_peek(d, d->rank == 0 ? r : 0);
+				int rc = peer_peek(d, d->rank == 0 ? r : 0,
+						   d->rank == 0 && r != self && !d->owed[r]);
 				if (rc < 0)
 					return rc;
 				watch[r] = 0;
@@ -310,11 +338,13 @@ static int wait_peer(struct dist *d, int peer, short ev)
 static int send_all(struct dist *d, int peer, const void *buf, size_t n)
 {
 	const char *p = buf;
+	size_t *left = &d->send_left[d->rank == 0 ? peer : 0];
 	while (n > 0) {
 		ssize_t k = send(peer_fd(d, peer), p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k > 0) {
 			p += k;
 			n -= (size_t)k;
+			*left -= (size_t)k;
 			continue;
 		}
 		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
@@ -323,7 +353,7 @@ static int send_all(struct dist *d, int peer, const void *buf, size_t n)
 		}
 		if (k < 0 && (errno == EPIPE || errno == ECONNRESET)) {
 			/* what it sent before it went may say why */
-			int rc = peer_peek(d, peer);
+			int rc = peer_peek(d, peer, 0);
 			if (rc < 0)
 				return rc;
 			fd_close(d, peer);
@@ -359,8 +389,31 @@ static int frame_send(struct dist *d, int peer, enum frame_type t, enum coll c, 
 		      size_t n)
 {
 	struct frame_hdr h = { DIST_MAGIC, (uint16_t)t, (uint16_t)c, n };
-	GP_TRY(send_all(d, peer, &h, sizeof(h)));
-	return n ? send_all(d, peer, buf, n) : 0;
+	size_t *left = &d->send_left[d->rank == 0 ? peer : 0];
+	*left = sizeof(h) + n;
+	int rc = send_all(d, peer, &h, sizeof(h));
+	if (rc == 0 && n)
+		rc = send_all(d, peer, buf, n);
+	if (rc == 0 || *left == 0 || peer_fd(d, peer) < 0)
+		return rc;
+	/* Cut short by a failure. Rank 0, hearing of another rank's: the frame is sound
+	 * data, so finish it, then relay the failure; else close (see send_abort_frame). */
+	size_t sent = sizeof(h) + n - *left;
+	int fd = peer_fd(d, peer), done = d->rank == 0 && d->failed && d->fail_origin != peer;
+	if (done && sent < sizeof(h))
+		done = send_best_effort(fd, (const char *)&h + sent, sizeof(h) - sent,
+					DIST_ABORT_SEND_S) == 0 &&
+		       send_best_effort(fd, buf, n, DIST_ABORT_SEND_S) == 0;
+	else if (done)
+		done = send_best_effort(fd, (const char *)buf + (sent - sizeof(h)), n - (sent - sizeof(h)),
+					DIST_ABORT_SEND_S) == 0;
+	if (done) {
+		*left = 0;
+		abort_frame_send(fd, d->fail_origin, d->fail_why);
+	} else {
+		fd_close(d, peer);
+	}
+	return rc;
 }
 
 /* Read the next frame from peer, which must be type t of collective c with n bytes
@@ -462,7 +515,7 @@ static int tcp_serve(struct dist *d, const struct dist_env *env, double deadline
 				 d->timeout_s);
 			for (int r = 1; r < d->world; r++)
 				if (d->fd[r] >= 0)
-					send_abort_frame(d->fd[r], 0, d->failure);
+					send_abort_frame(d, r, 0, d->failure);
 			rc = group_error(d);
 			break;
 		}
@@ -486,14 +539,14 @@ static int tcp_serve(struct dist *d, const struct dist_env *env, double deadline
 		if (why[0]) {
 			char msg[400];
 			snprintf(msg, sizeof(msg), "rank 0 refused a rank: it %s", why);
-			send_abort_frame(c, 0, msg);
+			abort_frame_send(c, 0, msg);
 			close(c);
 			d->failed = 1;
 			snprintf(d->failure, sizeof(d->failure), "rendezvous: rank %d %s",
 				 (int)hi.rank, why);
 			for (int r = 1; r < d->world; r++)
 				if (d->fd[r] >= 0)
-					send_abort_frame(d->fd[r], 0, d->failure);
+					send_abort_frame(d, r, 0, d->failure);
 			rc = group_error(d);
 			break;
 		}
@@ -688,7 +741,8 @@ int dist_open(const struct dist_env *env, const struct dist_opts *o, struct dist
 		return 0;
 	}
 	d->kind = T_TCP;
-	if (!env->master_addr[0]) {
+	/* rank 0 listens on every interface: only the others need its address */
+	if (d->rank != 0 && !env->master_addr[0]) {
 		rc = gp_error(GP_EINVAL, "MASTER_ADDR is not set: ranks on several hosts need rank "
 			      "0's address (and MASTER_PORT)");
 		goto fail;
@@ -698,13 +752,15 @@ int dist_open(const struct dist_env *env, const struct dist_opts *o, struct dist
 		goto fail;
 	}
 	d->fd = malloc((size_t)d->world * sizeof(int));
-	if (!d->fd) {
+	d->send_left = calloc((size_t)d->world, sizeof(size_t));
+	if (!d->fd || !d->send_left) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
 	}
 	for (int r = 0; r < d->world; r++)
 		d->fd[r] = -1;
-	if (d->rank == 0 && !(d->scratch = malloc(DIST_CHUNK))) {
+	if (d->rank == 0 && (!(d->scratch = malloc(DIST_CHUNK)) ||
+			     !(d->owed = calloc((size_t)d->world, 1)))) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -731,6 +787,8 @@ void dist_close(struct dist *d)
 			if (d->fd[r] >= 0)
 				close(d->fd[r]);
 	free(d->fd);
+	free(d->send_left);
+	free(d->owed);
 	free(d->scratch);
 	free(d);
 }
@@ -743,15 +801,17 @@ void dist_abort(struct dist *d, const char *why)
 	if (!d->failed) {
 		d->failed = 1;
 		snprintf(d->failure, sizeof(d->failure), "rank %d failed: %s", d->rank, why);
+		d->fail_origin = d->rank;
+		snprintf(d->fail_why, sizeof(d->fail_why), "%s", why);
 	}
 	if (d->kind != T_TCP)
 		return;
 	if (d->rank == 0) {
 		for (int r = 1; r < d->world; r++)
 			if (d->fd[r] >= 0)
-				send_abort_frame(d->fd[r], 0, why);
+				send_abort_frame(d, r, 0, why);
 	} else if (d->fd[0] >= 0) {
-		send_abort_frame(d->fd[0], d->rank, why);
+		send_abort_frame(d, 0, d->rank, why);
 		shutdown(d->fd[0], SHUT_WR);
 	}
 }
@@ -776,12 +836,25 @@ int dist_poll(struct dist *d)
 			continue;
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
 		if (poll(&pf, 1, 0) == 1) {
-			int rc = peer_peek(d, r);
+			int rc = peer_peek(d, r, 0);
 			if (rc < 0)
 				return rc;
 		}
 	}
 	return 0;
+}
+
+/* Rank 0 at the start of a collective: every rank is owed its part. */
+static void hub_begin(struct dist *d)
+{
+	if (d->rank == 0)
+		memset(d->owed, 1, (size_t)d->world);
+}
+
+static void hub_done(struct dist *d, int r)
+{
+	if (d->rank == 0)
+		d->owed[r] = 0;
 }
 
 int dist_barrier(struct dist *d)
@@ -797,10 +870,13 @@ int dist_barrier(struct dist *d)
 		GP_TRY(frame_send(d, 0, F_DATA, C_BARRIER, NULL, 0));
 		return frame_recv(d, 0, F_DATA, C_BARRIER, NULL, 0);
 	}
+	hub_begin(d);
 	for (int r = 1; r < d->world; r++)
 		GP_TRY(frame_recv(d, r, F_DATA, C_BARRIER, NULL, 0));
-	for (int r = 1; r < d->world; r++)
+	for (int r = 1; r < d->world; r++) {
 		GP_TRY(frame_send(d, r, F_DATA, C_BARRIER, NULL, 0));
+		hub_done(d, r);
+	}
 	return 0;
 }
 
@@ -823,14 +899,21 @@ int dist_bcast(struct dist *d, void *buf, size_t bytes, int root)
 	if (d->kind == T_NONE)
 		return 0;
 	char *p = buf;
+	hub_begin(d);
 	for (size_t off = 0; off < bytes; off += DIST_CHUNK) {
 		size_t n = bytes - off < DIST_CHUNK ? bytes - off : DIST_CHUNK;
+		int last = off + n == bytes;
 		if (d->rank == 0) {
 			if (root != 0)
 				GP_TRY(frame_recv(d, root, F_DATA, C_BCAST, p + off, n));
+			if (root != 0 && last)
+				hub_done(d, root);
 			for (int r = 1; r < d->world; r++)
-				if (r != root)
+				if (r != root) {
 					GP_TRY(frame_send(d, r, F_DATA, C_BCAST, p + off, n));
+					if (last)
+						hub_done(d, r);
+				}
 		} else if (d->rank == root) {
 			GP_TRY(frame_send(d, 0, F_DATA, C_BCAST, p + off, n));
 		} else {
@@ -861,6 +944,7 @@ static int tcp_allreduce(struct dist *d, void *buf, size_t count, enum gp_dtype 
 {
 	size_t elem = dtype_size(dtype), bytes = count * elem;
 	char *p = buf;
+	hub_begin(d);
 	for (size_t off = 0; off < bytes; off += DIST_CHUNK) {
 		size_t n = bytes - off < DIST_CHUNK ? bytes - off : DIST_CHUNK;
 		if (d->rank != 0) {
@@ -872,8 +956,11 @@ static int tcp_allreduce(struct dist *d, void *buf, size_t count, enum gp_dtype 
 			GP_TRY(frame_recv(d, r, F_DATA, C_ALLREDUCE, d->scratch, n));
 			add_into(p + off, d->scratch, n / elem, dtype);
 		}
-		for (int r = 1; r < d->world; r++)
+		for (int r = 1; r < d->world; r++) {
 			GP_TRY(frame_send(d, r, F_DATA, C_ALLREDUCE, p + off, n));
+			if (off + n == bytes)
+				hub_done(d, r);
+		}
 	}
 	return 0;
 }
@@ -922,11 +1009,15 @@ static int tcp_gather(struct dist *d, const void *send, size_t bytes, void *recv
 		return gp_error(GP_ENOMEM, "dist_gather: out of memory for %zu bytes", total);
 	int rc = 0;
 	memcpy(all, send, bytes);
-	for (int r = 1; r < d->world && rc == 0; r++)
+	hub_begin(d);
+	for (int r = 1; r < d->world && rc == 0; r++) {
 		for (size_t off = 0; off < bytes && rc == 0; off += DIST_CHUNK) {
 			size_t n = bytes - off < DIST_CHUNK ? bytes - off : DIST_CHUNK;
 			rc = frame_recv(d, r, F_DATA, C_GATHER, all + (size_t)r * bytes + off, n);
 		}
+		if (r != root)
+			hub_done(d, r); /* the others only send */
+	}
 	for (size_t off = 0; root != 0 && off < total && rc == 0; off += DIST_CHUNK) {
 		size_t n = total - off < DIST_CHUNK ? total - off : DIST_CHUNK;
 		rc = frame_send(d, root, F_DATA, C_GATHER, all + off, n);

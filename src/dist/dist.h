@@ -9,11 +9,11 @@
  * The host collectives below go through that transport; gradients on a GPU go through
  * NCCL (dist/cuda/nccl.h), whose unique id travels by dist_bcast.
  *
- * Every rank calls the collectives in the same order. A rank that fails calls
- * dist_abort with its reason: every other rank's pending and later calls then return
- * GP_EDEVICE with the message "rank R failed: REASON"; a rank that dies or stops
- * answering for timeout_s is reported as "rank R ..." in the same way, so no rank
- * hangs. Errors are values: nothing here exits. */
+ * Every rank calls the collectives in the same order (one thread at a time per group).
+ * A rank that fails calls dist_abort with its reason: every other rank's pending and
+ * later calls then return GP_EDEVICE with the message "rank R failed: REASON"; a rank
+ * that dies or stops answering for timeout_s is reported as "rank R ..." in the same
+ * way, so no rank hangs. Errors are values: nothing here exits. */
 #ifndef GP_DIST_H
 #define GP_DIST_H
 
@@ -61,7 +61,9 @@ struct dist;
 /* Join the group described by env. A world of one needs no transport and always
  * succeeds. */
 int dist_open(const struct dist_env *env, const struct dist_opts *o, struct dist **out);
-/* Leave the group (after a failure, without waiting for the others). NULL is fine. */
+/* Leave the group (after a failure, without waiting for the others). NULL is fine.
+ * A rank that fails calls dist_abort first: under MPI a plain close is MPI_Finalize,
+ * which waits for the other ranks. */
 void dist_close(struct dist *d);
 
 int dist_rank(const struct dist *d);       /* 0 for NULL */
