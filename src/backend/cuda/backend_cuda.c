@@ -95,6 +95,8 @@ static void cuda_teardown(struct net *net)
 		return;
 	struct cuda_ctx *ctx = b->ctx;
 	cuda_device_bind(ctx->device);
+	/* first: a kernel waiting for a rank that failed ends only when NCCL aborts */
+	cuda_dp_teardown(net);
 	cudaStreamSynchronize(ctx->stream);
 	cudaStreamSynchronize(ctx->side_stream); /* an error may have left side work unjoined */
 	if (b->step_exec)
@@ -300,6 +302,7 @@ static int cuda_setup(struct net *net)
 	}
 	GP_TRY(cuda_workspace_reserve(ctx, ws_need));
 	GP_TRY(cuda_sync_from_host(net));
+	GP_TRY(cuda_dp_setup(net));
 	net->plan.workspace_bytes = ctx->workspace_bytes;
 	b->set_up = 1;
 	return 0;
@@ -400,6 +403,7 @@ static int cuda_grads_to_host(struct net *net, float *dst)
 {
 	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net));
+	GP_TRY(cuda_dp_finish(net));
 	return cuda_copy_d2h(net->bk->ctx, dst, net->bk->grads, net->bk->params_bytes);
 }
 
@@ -447,5 +451,6 @@ const struct backend_ops backend_cuda_ops = {
 	.logits_to_host = cuda_logits_to_host,
 	.scale_output_grad = cuda_scale_output_grad,
 	.unscale_grads = cuda_unscale_grads,
+	.grad_allreduce = cuda_dp_grad_allreduce,
 	.workspace_bytes = cuda_workspace_bytes,
 };

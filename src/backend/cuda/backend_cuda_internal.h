@@ -63,7 +63,20 @@ struct backend_state {
 	 * through cuDNN, FP32 NCHW on the own kernels; cuda_plan_fusion): each node's part,
 	 * enum fuse_role; NULL when none is fused. */
 	unsigned char *fuse;
+	/* Data parallelism (net->dist): NCCL, the communication stream, bucket state
+	 * (dp_cuda.c); NULL for a net alone. */
+	struct cuda_dp *dp;
 };
+
+/* dp_cuda.c: data parallelism. Each does nothing for a net without net->dist. */
+int cuda_dp_setup(struct net *net);
+void cuda_dp_teardown(struct net *net);
+int cuda_dp_after_backward(struct net *net, int i);
+int cuda_dp_finish(struct net *net);
+int cuda_dp_bcast_running(struct net *net);
+int cuda_dp_grad_allreduce(struct net *net);
+int cuda_bn_sync_fwd(struct net *net, int i, const void *x, void *y);
+int cuda_bn_sync_bwd(struct net *net, int i, const void *x, const void *dy, void *dx, int acc);
 
 enum fuse_role {
 	FUSE_NONE = 0,

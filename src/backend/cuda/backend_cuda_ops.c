@@ -45,10 +45,21 @@ static int act_copy(struct net *net, void *y, const void *x, size_t count)
 	return 0;
 }
 
+static int forward_node(struct net *net, int i, int training);
+
 int cuda_forward_node(struct net *net, int i, int training)
 {
 	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net)); /* a forward after a backward without an optimizer step */
+	if (i == 1 && training)
+		GP_TRY(cuda_dp_bcast_running(net));
+	if (training && net->sync_bn && net->nodes[i].op == OP_BATCHNORM2D)
+		return cuda_bn_sync_fwd(net, i, act_ptr(net, net->nodes[i].in[0]), act_ptr(net, i));
+	return forward_node(net, i, training);
+}
+
+static int forward_node(struct net *net, int i, int training)
+{
 	struct node *nd = &net->nodes[i];
 	struct backend_state *b = net->bk;
 	struct cuda_ctx *ctx = b->ctx;
@@ -178,7 +189,7 @@ static int conv_wgrad(struct net *net, int i, const struct conv_call *call, cons
 	const struct conv2d_args *a = &nd->a.conv;
 	float *db = a->has_bias ? pgrad_ptr(net, nd, 1) : NULL;
 	if (!b->amp) {
-		if (net->scratch[i].side && !net->buckets.n) /* buckets: gradients ready on the main stream */
+		if (net->scratch[i].side && !net->buckets.ready) /* an observer reads them on the main stream */
 			return wgrad_on_side(net, nd, x, dy);
 		return conv2d_bwd_filter_cuda(ctx, a, call, x, dy, pgrad_ptr(net, nd, 0), db);
 	}
@@ -190,9 +201,27 @@ static int conv_wgrad(struct net *net, int i, const struct conv_call *call, cons
 				  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0);
 }
 
+static int backward_node(struct net *net, int i);
+
+/* A node's backward, then the all-reduce of the gradient buckets it completes. */
 int cuda_backward_node(struct net *net, int i)
 {
 	GP_TRY(bind_device(net));
+	const struct node *nd = &net->nodes[i];
+	if (net->sync_bn && nd->op == OP_BATCHNORM2D) {
+		void *dx = grad_ptr(net, nd->in[0]);
+		if (!dx)
+			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		GP_TRY(cuda_bn_sync_bwd(net, i, act_ptr_bwd(net, nd->in[0]), grad_ptr(net, i), dx,
+					net->nodes[nd->in[0]].last_consumer != i));
+	} else {
+		GP_TRY(backward_node(net, i));
+	}
+	return cuda_dp_after_backward(net, i);
+}
+
+static int backward_node(struct net *net, int i)
+{
 	struct node *nd = &net->nodes[i];
 	struct backend_state *b = net->bk;
 	struct cuda_ctx *ctx = b->ctx;
@@ -294,7 +323,9 @@ static int relu6_foldable(const struct net *net, int r)
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 {
 	struct backend_state *b = net->bk;
-	if (!net->tuning.test.bn_fuse) /* bn_fuse_plan_cuda declines what has no fused form */
+	/* bn_fuse_plan_cuda declines what has no fused form; synchronized batch norm has its
+	 * own kernels */
+	if (!net->tuning.test.bn_fuse || net->sync_bn)
 		return 0;
 	int n = net->n_nodes;
 	b->fuse = calloc((size_t)n, 1);

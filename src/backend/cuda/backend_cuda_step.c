@@ -39,6 +39,7 @@ int cuda_sgd(struct net *net, const struct sgd_args *sgd)
 	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(side_join(net));
+	GP_TRY(cuda_dp_finish(net));
 	GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
 			     sgd->momentum != 0 ? b->momentum : NULL));
 	return counter_inc_cuda(b->ctx->stream, b->d_step);
@@ -108,6 +109,7 @@ int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
 	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	GP_TRY(side_join(net)); /* the weight gradients must all be there */
+	GP_TRY(cuda_dp_finish(net));
 	CUDA_TRY(cudaMemsetAsync(b->d_nonfinite, 0, sizeof(int), b->ctx->stream));
 	GP_TRY(scale_cuda(b->ctx->stream, GP_F32, b->grads, net->params_count, factor, b->d_nonfinite));
 	return cuda_copy_d2h(b->ctx, nonfinite, b->d_nonfinite, sizeof(int));

@@ -248,6 +248,30 @@ int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, enum bn_apply_act a
  * synchronizes the device when it grows. */
 int cuda_workspace_reserve(struct cuda_ctx *ctx, size_t bytes);
 
+/* --- synchronized batch norm (bn.cu), over several ranks (SyncBatchNorm) --------------
+ * In pieces between which the caller all-reduces per-channel sums (double): x, y, dy
+ * and dx in dt and NCHW or NHWC; statistics, running values and parameter gradients
+ * float; sums 2 x channels doubles. */
+/* sums[0..c) = sum of x, sums[c..2c) = sum of x^2, per channel (sums zeroed here). */
+int bn_sync_sums_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+		      const void *x, double *sums);
+/* From summed sums over count elements: save_mean, save_invstd, and the running
+ * values (momentum, unbiased variance). */
+int bn_sync_finalize_cuda(cudaStream_t s, const struct bn_args *a, const double *sums, double count,
+			  float *save_mean, float *save_invstd, float *run_mean, float *run_var);
+int bn_sync_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+		       const void *x, const float *gamma, const float *beta, const float *mean,
+		       const float *invstd, void *y);
+/* sums[0..c) = sum of dy, sums[c..2c) = sum of dy * xhat (zeroed here); dgamma and
+ * dbeta get this rank's values (float). */
+int bn_sync_bwd_sums_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+			  const void *x, const void *dy, const float *mean, const float *invstd,
+			  double *sums, float *dgamma, float *dbeta);
+int bn_sync_bwd_dx_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+			const void *x, const void *dy, const float *gamma, const float *mean,
+			const float *invstd, const double *sums, double count, void *dx,
+			int accumulate);
+
 /* --- batch norm (bn_cudnn.c), cuDNN spatial mode; more than 2^31 - 1 elements: own kernels */
 /* Reserve what a batch norm of these arguments needs (the own kernels' scratch). */
 int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a);

@@ -61,6 +61,13 @@ struct cuda_ctx {
 	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
 	/* fused batch norm + ReLU / ReLU6 (Ex calls; ReLU6 as a ReLU clipped at 6) */
 	cudnnActivationDescriptor_t bn_relu_desc, bn_relu6_desc;
+
+	/* Optional: called about every 100 us while the host waits for the stream
+	 * (cuda_ctx_sync, cuda_copy_d2h) with the seconds waited so far; a negative return
+	 * ends the wait with that error. A net that all-reduces with other ranks sets it,
+	 * since a kernel waiting for a rank that died never ends by itself. */
+	int (*watch)(void *user, double waited_s);
+	void *watch_user;
 };
 
 /* The driver's allocation granule: cuda_alloc takes whole pages. */
