@@ -260,6 +260,19 @@ TEST(profile_writes_every_output)
 		CHECK(json_real_value(json_object_get(m, "baseline_ms_per_step")) > 0);
 		CHECK_EQ_INT(json_integer_value(json_object_get(m, "baseline_steps")), 3);
 		CHECK_EQ_INT(json_integer_value(json_object_get(m, "profiled_steps")), 3);
+		/* the compute thread's time by stage sums to each step within 1% */
+		json_t *steps = json_object_get(json_object_get(m, "analysis"), "steps");
+		CHECK_EQ_INT(json_array_size(steps), 3);
+		for (size_t i = 0; i < json_array_size(steps); i++) {
+			json_t *st = json_array_get(steps, i), *v;
+			const char *k;
+			double sum = 0, dur = json_real_value(json_object_get(st, "dur_ms"));
+			json_object_foreach(json_object_get(st, "device_stage_ms"), k, v)
+				sum += json_real_value(v);
+			CHECK(dur > 0 && fabs(sum - dur) <= 0.01 * dur);
+			CHECK(json_real_value(json_object_get(json_object_get(st, "device_stage_ms"),
+							       "forward")) > 0);
+		}
 		json_decref(res);
 	}
 

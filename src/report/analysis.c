@@ -13,10 +13,173 @@ static const char *const part_names[PART_COUNT] = {
 	"kernel", "memcpy", "memset", "runtime", "data", "cpu", "idle",
 };
 static const char *const stage_names[STAGE_COUNT] = { "data", "forward", "backward", "optimizer" };
+static const char *const dstage_names[DSTAGE_COUNT] = {
+	"data", "forward", "backward", "optimizer", "communication", "other", "idle",
+};
+/* The order that gives an instant two device stages share to one of them (rank 0
+ * first), and its inverse. */
+static const int dstage_rank[DSTAGE_IDLE] = { 4, 0, 1, 2, 3, 5 };
+static const int rank_dstage[DSTAGE_IDLE] = { DSTAGE_FORWARD, DSTAGE_BACKWARD, DSTAGE_OPTIMIZER,
+					      DSTAGE_COMM, DSTAGE_DATA, DSTAGE_OTHER };
 
 const char *analysis_stage_name(int stage)
 {
 	return stage >= 0 && stage < STAGE_COUNT ? stage_names[stage] : "?";
+}
+
+const char *analysis_dstage_name(int dstage)
+{
+	return dstage >= 0 && dstage < DSTAGE_COUNT ? dstage_names[dstage] : "?";
+}
+
+/* --- who launched what ------------------------------------------------------------------ */
+
+struct id_entry {
+	uint64_t id;
+	size_t idx;
+};
+
+static int id_cmp(const void *a, const void *b)
+{
+	const struct id_entry *x = a, *y = b;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static long id_find(const struct id_entry *tab, size_t n, uint64_t id)
+{
+	struct id_entry key = { id, 0 };
+	const struct id_entry *e = bsearch(&key, tab, n, sizeof(*tab), id_cmp);
+	return e ? (long)e->idx : -1;
+}
+
+/* A stage annotation, for finding the one a host timestamp falls in. */
+struct stage_span {
+	int64_t start_ns, end_ns;
+	int stage;
+};
+
+static int stage_span_cmp(const void *a, const void *b)
+{
+	const struct stage_span *x = a, *y = b;
+	return (x->start_ns > y->start_ns) - (x->start_ns < y->start_ns);
+}
+
+/* Maps from a GPU activity to the runtime call that launched it (correlation id),
+ * from there to the layer range it ran in (external id), and from a host time to
+ * the stage annotation around it. */
+struct attrib {
+	struct id_entry *corr, *ext;
+	size_t n_corr, n_ext;
+	struct stage_span *stages;
+	size_t n_stages;
+};
+
+static int stage_of(const struct trace_range *r);
+
+static void attrib_free(struct attrib *at)
+{
+	free(at->corr);
+	free(at->ext);
+	free(at->stages);
+	memset(at, 0, sizeof(*at));
+}
+
+static int attrib_build(const struct trace *t, struct attrib *at)
+{
+	size_t n = t->n_ranges ? t->n_ranges : 1;
+	memset(at, 0, sizeof(*at));
+	at->corr = malloc(n * sizeof(*at->corr));
+	at->ext = malloc(n * sizeof(*at->ext));
+	at->stages = malloc(n * sizeof(*at->stages));
+	if (!at->corr || !at->ext || !at->stages) {
+		attrib_free(at);
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	}
+	for (size_t i = 0; i < t->n_ranges; i++) {
+		const struct trace_range *r = &t->ranges[i];
+		int st = stage_of(r);
+		if (r->cat == TRACE_CUDA_RUNTIME && r->correlation)
+			at->corr[at->n_corr++] = (struct id_entry){ r->correlation, i };
+		else if (r->cat == TRACE_CPU_OP && r->external_id)
+			at->ext[at->n_ext++] = (struct id_entry){ r->external_id, i };
+		if (st >= 0)
+			at->stages[at->n_stages++] = (struct stage_span){ r->start_ns, r->end_ns, st };
+	}
+	qsort(at->corr, at->n_corr, sizeof(*at->corr), id_cmp);
+	qsort(at->ext, at->n_ext, sizeof(*at->ext), id_cmp);
+	qsort(at->stages, at->n_stages, sizeof(*at->stages), stage_span_cmp);
+	return 0;
+}
+
+/* The stage annotation that covers host time ts (the latest to start), or -1. */
+static int attrib_stage_at(const struct attrib *at, int64_t ts)
+{
+	size_t lo = 0, hi = at->n_stages;
+	while (lo < hi) {
+		size_t m = lo + (hi - lo) / 2;
+		if (at->stages[m].start_ns <= ts)
+			lo = m + 1;
+		else
+			hi = m;
+	}
+	for (size_t i = lo; i-- > 0;) {
+		if (at->stages[i].end_ns >= ts)
+			return at->stages[i].stage;
+		if (lo - i > 4) /* stages do not nest: a few back is far enough */
+			break;
+	}
+	return -1;
+}
+
+/* The runtime call that launched g, or -1. */
+static long attrib_launch(const struct attrib *at, const struct trace_gpu *g)
+{
+	return g->correlation ? id_find(at->corr, at->n_corr, g->correlation) : -1;
+}
+
+/* The layer range (cpu_op) in which g was launched, or -1. */
+static long attrib_op(const struct attrib *at, const struct trace *t, const struct trace_gpu *g)
+{
+	long r = attrib_launch(at, g);
+	uint64_t ext = r >= 0 ? t->ranges[r].external_id : g->external_id;
+	return ext ? id_find(at->ext, at->n_ext, ext) : -1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && !memcmp(s + n - m, suffix, m);
+}
+
+/* The phase of a layer range by its name: "<layer>.backward", the optimizer's
+ * "Optimizer.step#...", else a forward layer. */
+static int op_dstage(const char *name)
+{
+	if (ends_with(name, ".backward"))
+		return DSTAGE_BACKWARD;
+	if (!strncmp(name, "Optimizer.", 10) || !strncmp(name, "optimizer", 9))
+		return DSTAGE_OPTIMIZER;
+	return DSTAGE_FORWARD;
+}
+
+static const int stage_dstage[STAGE_COUNT] = { DSTAGE_DATA, DSTAGE_FORWARD, DSTAGE_BACKWARD,
+					       DSTAGE_OPTIMIZER };
+
+/* The device stage of one GPU activity: communication by name, else its layer's
+ * phase, else the stage annotation its launch ran in; copies and memsets that no
+ * layer launched are data/copy, other work that nothing claims "other". */
+static int gpu_dstage(const struct attrib *at, const struct trace *t, const struct trace_gpu *g)
+{
+	if (g->cat == TRACE_KERNEL && g->name && !strncmp(g->name, "nccl", 4))
+		return DSTAGE_COMM;
+	long op = attrib_op(at, t, g);
+	if (op >= 0)
+		return op_dstage(t->ranges[op].name);
+	long r = attrib_launch(at, g);
+	int st = r >= 0 ? attrib_stage_at(at, t->ranges[r].start_ns) : -1;
+	if (st >= 0 && !(st != STAGE_DATA && g->cat != TRACE_KERNEL))
+		return stage_dstage[st];
+	return g->cat == TRACE_KERNEL ? DSTAGE_OTHER : DSTAGE_DATA;
 }
 
 /* --- interval unions -------------------------------------------------------------------- */
@@ -82,7 +245,9 @@ static int stage_of(const struct trace_range *r)
 }
 
 /* One event's interval clipped to one step, and what it counts towards: a part
- * (0 .. PART_IDLE - 1) or a stage (PART_IDLE + stage). */
+ * (0 .. PART_IDLE - 1), a stage (PART_IDLE + stage) or a device stage by its rank
+ * (KIND_DEVICE + rank). */
+#define KIND_DEVICE (PART_IDLE + STAGE_COUNT)
 struct step_iv {
 	uint32_t step;
 	uint32_t kind;
@@ -168,7 +333,7 @@ static int iv_list_add(struct iv_list *l, const struct step_pos *x, size_t n_ste
 
 /* Every event's intervals, clipped to the steps they overlap, sorted by step and
  * kind: one pass over the events instead of one per step. */
-static int step_ivs_collect(const struct trace *t, struct iv_list *l)
+static int step_ivs_collect(const struct trace *t, const signed char *dstage, struct iv_list *l)
 {
 	size_t ns = t->n_steps;
 	int rc = 0;
@@ -182,9 +347,13 @@ static int step_ivs_collect(const struct trace *t, struct iv_list *l)
 		free(l->v);
 		return gp_error(GP_ENOMEM, "analysis: out of memory");
 	}
-	for (size_t i = 0; i < t->n_gpu && rc == 0; i++)
+	for (size_t i = 0; i < t->n_gpu && rc == 0; i++) {
 		rc = iv_list_add(l, x, ns, gpu_part(&t->gpu[i]), t->gpu[i].start_ns,
 				 t->gpu[i].end_ns);
+		if (rc == 0)
+			rc = iv_list_add(l, x, ns, KIND_DEVICE + dstage_rank[dstage[i]],
+					 t->gpu[i].start_ns, t->gpu[i].end_ns);
+	}
 	for (size_t i = 0; i < t->n_ranges && rc == 0; i++) {
 		const struct trace_range *r = &t->ranges[i];
 		int part = range_part(r), st = stage_of(r);
@@ -192,6 +361,10 @@ static int step_ivs_collect(const struct trace *t, struct iv_list *l)
 			rc = iv_list_add(l, x, ns, part, r->start_ns, r->end_ns);
 		if (rc == 0 && st >= 0)
 			rc = iv_list_add(l, x, ns, PART_IDLE + st, r->start_ns, r->end_ns);
+		/* without GPU work the device is the compute thread: its stages */
+		if (rc == 0 && st >= 0 && t->n_gpu == 0)
+			rc = iv_list_add(l, x, ns, KIND_DEVICE + dstage_rank[stage_dstage[st]],
+					 r->start_ns, r->end_ns);
 	}
 	free(x);
 	if (rc < 0) {
@@ -228,6 +401,17 @@ static void step_breakdown(const struct trace_step *s, const struct step_iv *iv,
 			tmp[c++] = iv[k].iv;
 		out->stage_ms[st] = union_ns(tmp, c) / 1e6;
 	}
+	m = 0;
+	prev = 0;
+	for (int rank = 0; rank < DSTAGE_IDLE; rank++) {
+		for (; k < n && iv[k].kind == (uint32_t)(KIND_DEVICE + rank); k++)
+			buf[m++] = iv[k].iv;
+		memcpy(tmp, buf, m * sizeof(*buf));
+		int64_t cum = union_ns(tmp, m);
+		out->device_ms[rank_dstage[rank]] = (cum - prev) / 1e6;
+		prev = cum;
+	}
+	out->device_ms[DSTAGE_IDLE] = (s->end_ns - s->start_ns - prev) / 1e6;
 }
 
 /* --- aggregation by name ---------------------------------------------------------------- */
@@ -279,60 +463,21 @@ static int top_by_name(struct keyed *k, size_t n, struct analysis_op *top, int *
 	return 0;
 }
 
-struct id_entry {
-	uint64_t id;
-	size_t idx;
-};
-
-static int id_cmp(const void *a, const void *b)
-{
-	const struct id_entry *x = a, *y = b;
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
-static long id_find(const struct id_entry *tab, size_t n, uint64_t id)
-{
-	struct id_entry key = { id, 0 };
-	const struct id_entry *e = bsearch(&key, tab, n, sizeof(*tab), id_cmp);
-	return e ? (long)e->idx : -1;
-}
-
 /* Kernel time by layer: kernel -> launching runtime call (correlation id) -> its
  * enclosing cpu_op (external id). Kernels whose chain breaks count as "(no layer)". */
-static int top_gpu_ops(const struct trace *t, struct analysis *a, struct keyed *k)
+static int top_gpu_ops(const struct trace *t, const struct attrib *at, struct analysis *a,
+		       struct keyed *k)
 {
-	struct id_entry *corr = malloc((t->n_ranges ? t->n_ranges : 1) * sizeof(*corr));
-	struct id_entry *ext = malloc((t->n_ranges ? t->n_ranges : 1) * sizeof(*ext));
-	size_t n_corr = 0, n_ext = 0, n = 0;
-	int rc = 0;
-	if (!corr || !ext) {
-		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
-		goto free_maps;
-	}
-	for (size_t i = 0; i < t->n_ranges; i++) {
-		const struct trace_range *r = &t->ranges[i];
-		if (r->cat == TRACE_CUDA_RUNTIME && r->correlation)
-			corr[n_corr++] = (struct id_entry){ r->correlation, i };
-		else if (r->cat == TRACE_CPU_OP && r->external_id)
-			ext[n_ext++] = (struct id_entry){ r->external_id, i };
-	}
-	qsort(corr, n_corr, sizeof(*corr), id_cmp);
-	qsort(ext, n_ext, sizeof(*ext), id_cmp);
+	size_t n = 0;
 	for (size_t i = 0; i < t->n_gpu; i++) {
 		const struct trace_gpu *g = &t->gpu[i];
 		if (g->cat != TRACE_KERNEL)
 			continue;
-		long r = id_find(corr, n_corr, g->correlation);
-		uint64_t ext_id = r >= 0 ? t->ranges[r].external_id : g->external_id;
-		long op = ext_id ? id_find(ext, n_ext, ext_id) : -1;
+		long op = attrib_op(at, t, g);
 		k[n].name = op >= 0 ? t->ranges[op].name : "(no layer)";
 		k[n++].value = (g->end_ns - g->start_ns) / 1e6;
 	}
-	rc = top_by_name(k, n, a->top_gpu, &a->n_top_gpu);
-free_maps:
-	free(corr);
-	free(ext);
-	return rc;
+	return top_by_name(k, n, a->top_gpu, &a->n_top_gpu);
 }
 
 /* A readable kernel name: the function of an Itanium-mangled name ("_Z13add_kernelmPKfS0_Pf"
@@ -480,11 +625,11 @@ static int memory_trend(const struct trace *t, struct analysis *a, struct keyed 
 	return top_by_name(k, n, a->top_mem, &a->n_top_mem);
 }
 
-static int steps_analyse(const struct trace *t, struct analysis *a)
+static int steps_analyse(const struct trace *t, const signed char *dstage, struct analysis *a)
 {
 	struct iv_list l;
 	struct iv *buf = NULL, *tmp = NULL;
-	int rc = step_ivs_collect(t, &l);
+	int rc = step_ivs_collect(t, dstage, &l);
 	if (rc < 0)
 		return rc;
 	size_t cap = 1;
@@ -524,6 +669,8 @@ static int steps_analyse(const struct trace *t, struct analysis *a)
 			a->mean.part_ms[p] += o->part_ms[p] / t->n_steps;
 		for (int st = 0; st < STAGE_COUNT; st++)
 			a->mean.stage_ms[st] += o->stage_ms[st] / t->n_steps;
+		for (int d = 0; d < DSTAGE_COUNT; d++)
+			a->mean.device_ms[d] += o->device_ms[d] / t->n_steps;
 	}
 	a->gpu_busy_share = dur > 0 ? busy / dur : 0;
 	a->gpu_idle_share = 1 - a->gpu_busy_share;
@@ -543,10 +690,24 @@ int analysis_run(const struct trace *t, struct analysis *a)
 		return gp_error(GP_EFORMAT, "the trace has no steps (no ProfilerStep#N ranges)");
 	size_t cap = t->n_ranges + t->n_gpu + t->n_mem + 1;
 	struct keyed *k = malloc(cap * sizeof(*k));
+	signed char *dstage = malloc(t->n_gpu ? t->n_gpu : 1);
+	struct attrib at;
 	int rc;
-	if (!k)
+	if (!k || !dstage) {
+		free(k);
+		free(dstage);
 		return gp_error(GP_ENOMEM, "analysis: out of memory");
-	rc = steps_analyse(t, a);
+	}
+	rc = attrib_build(t, &at);
+	if (rc < 0) {
+		free(k);
+		free(dstage);
+		return rc;
+	}
+	for (size_t i = 0; i < t->n_gpu; i++)
+		dstage[i] = (signed char)gpu_dstage(&at, t, &t->gpu[i]);
+	a->device_from_host = t->n_gpu == 0;
+	rc = steps_analyse(t, dstage, a);
 	if (rc < 0)
 		goto fail;
 	size_t n = 0;
@@ -557,7 +718,7 @@ int analysis_run(const struct trace *t, struct analysis *a)
 	rc = top_by_name(k, n, a->top_cpu, &a->n_top_cpu);
 	if (rc < 0)
 		goto fail;
-	rc = top_gpu_ops(t, a, k);
+	rc = top_gpu_ops(t, &at, a, k);
 	if (rc < 0)
 		goto fail;
 	rc = top_kernels(t, a, k);
@@ -571,9 +732,13 @@ int analysis_run(const struct trace *t, struct analysis *a)
 		goto fail;
 	advice_rules(a);
 	free(k);
+	free(dstage);
+	attrib_free(&at);
 	return 0;
 fail:
 	free(k);
+	free(dstage);
+	attrib_free(&at);
 	analysis_free(a);
 	return rc;
 }
@@ -621,7 +786,22 @@ void analysis_print(const struct analysis *a, FILE *f)
 			fprintf(f, " %8.3f", s->part_ms[p]);
 		fputc('\n', f);
 	}
-	fprintf(f, "\nstages, mean per step (ms):");
+	fprintf(f, "\n%s time by stage (ms; sums to the step)\n  %6s %9s",
+		a->device_from_host ? "compute thread" : "GPU", "step", "total");
+	for (int d = 0; d < DSTAGE_COUNT; d++)
+		fprintf(f, " %9.9s", d == DSTAGE_COMM ? "comm" : dstage_names[d]);
+	fputc('\n', f);
+	for (int i = 0; i <= a->n_steps; i++) {
+		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
+		if (i < a->n_steps)
+			fprintf(f, "  %6d %9.3f", s->step, s->dur_ms);
+		else
+			fprintf(f, "  %6s %9.3f", "mean", s->dur_ms);
+		for (int d = 0; d < DSTAGE_COUNT; d++)
+			fprintf(f, " %9.3f", s->device_ms[d]);
+		fputc('\n', f);
+	}
+	fprintf(f, "host stages, mean per step (ms):");
 	for (int st = 0; st < STAGE_COUNT; st++)
 		fprintf(f, " %s %.3f", stage_names[st], a->mean.stage_ms[st]);
 	fprintf(f, "\nGPU busy %.1f%%, data wait %.1f%%, %ld kernels (median %.1f us, total %.3f ms)\n",
@@ -664,6 +844,13 @@ static json_t *step_json(const struct analysis_step *s)
 		snprintf(key, sizeof(key), "stage_%s_ms", stage_names[st]);
 		json_object_set_new(o, key, result_real(s->stage_ms[st]));
 	}
+	json_t *dev = json_object();
+	for (int d = 0; dev && d < DSTAGE_COUNT; d++)
+		json_object_set_new(dev, dstage_names[d], result_real(s->device_ms[d]));
+	if (o && dev)
+		json_object_set_new(o, "device_stage_ms", dev);
+	else
+		json_decref(dev);
 	return o;
 }
 
@@ -678,7 +865,7 @@ json_t *analysis_to_json(const struct analysis *a)
 							result_real(a->advice[i].value), "threshold",
 							result_real(a->advice[i].threshold), "text",
 							a->advice[i].text));
-	return json_pack("{s:{s:s, s:i, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
+	json_t *j = json_pack("{s:{s:s, s:i, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
 			 "s:o, s:o, s:o, s:o, s:o, s:o}",
 			 "meta", "model", a->meta.model, "batch", a->meta.batch, "precision",
 			 a->meta.precision, "gpu", a->meta.gpu_name,
@@ -692,6 +879,10 @@ json_t *analysis_to_json(const struct analysis *a)
 			 "top_kernels", ops_json(a->top_kernels, a->n_top_kernels, "ms"),
 			 "top_memory_layers", ops_json(a->top_mem, a->n_top_mem, "bytes"),
 			 "memory_peak_bytes", result_real(a->mem_peak_bytes), "advice", advice);
+	if (j)
+		json_object_set_new(j, "device_time_source",
+				    json_string(a->device_from_host ? "cpu_compute_thread" : "gpu"));
+	return j;
 }
 
 static void md_ops(FILE *f, const char *title, const struct analysis_op *ops, int n, int bytes)
@@ -732,6 +923,33 @@ void analysis_markdown_print(const struct analysis *a, FILE *f)
 			fprintf(f, "| mean | %.3f |", s->dur_ms);
 		for (int p = 0; p < PART_COUNT; p++)
 			fprintf(f, " %.3f |", s->part_ms[p]);
+		for (int st = 0; st < STAGE_COUNT; st++)
+			fprintf(f, " %.3f |", s->stage_ms[st]);
+		fputc('\n', f);
+	}
+	fprintf(f, "\n## %s time by stage (ms)\n\nEach instant of the step goes to the stage whose "
+		   "%s then (forward, backward, optimizer, communication, data, other first), "
+		   "the rest is idle: the columns sum to the step. Host time in each stage's "
+		   "annotation is the last four columns.\n\n| step | total |",
+		a->device_from_host ? "Compute thread" : "GPU",
+		a->device_from_host ? "annotation covers the compute thread"
+				    : "kernels, copies or memsets ran");
+	for (int d = 0; d < DSTAGE_COUNT; d++)
+		fprintf(f, " %s |", dstage_names[d]);
+	for (int st = 0; st < STAGE_COUNT; st++)
+		fprintf(f, " host %s |", stage_names[st]);
+	fprintf(f, "\n|---:|---:|");
+	for (int p = 0; p < DSTAGE_COUNT + STAGE_COUNT; p++)
+		fprintf(f, "---:|");
+	fputc('\n', f);
+	for (int i = 0; i <= a->n_steps; i++) {
+		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
+		if (i < a->n_steps)
+			fprintf(f, "| %d | %.3f |", s->step, s->dur_ms);
+		else
+			fprintf(f, "| mean | %.3f |", s->dur_ms);
+		for (int d = 0; d < DSTAGE_COUNT; d++)
+			fprintf(f, " %.3f |", s->device_ms[d]);
 		for (int st = 0; st < STAGE_COUNT; st++)
 			fprintf(f, " %.3f |", s->stage_ms[st]);
 		fputc('\n', f);

@@ -27,13 +27,33 @@ enum analysis_stage { STAGE_DATA = 0, STAGE_FORWARD, STAGE_BACKWARD, STAGE_OPTIM
 
 const char *analysis_stage_name(int stage);
 
+/* Where each instant of a step went on the device: the stage whose GPU work (kernel,
+ * copy or memset) ran then, by the layer and phase that launched it; nccl* kernels
+ * are communication; idle when nothing ran. On the CPU backend, the compute
+ * thread's stages. An instant two stages share goes to the first in the order
+ * forward, backward, optimizer, communication, data, other, so communication and
+ * copies count only where no compute hides them. The parts sum to the step. */
+enum analysis_dstage {
+	DSTAGE_DATA = 0, /* data/copy: the batch's upload, copies outside layers */
+	DSTAGE_FORWARD,  /* forward layers and the loss */
+	DSTAGE_BACKWARD,
+	DSTAGE_OPTIMIZER,
+	DSTAGE_COMM,     /* kernels named nccl* */
+	DSTAGE_OTHER,    /* GPU work no layer or stage claims */
+	DSTAGE_IDLE,
+	DSTAGE_COUNT
+};
+
+const char *analysis_dstage_name(int dstage);
+
 struct analysis_step {
 	int step;
 	double dur_ms;
 	double part_ms[PART_COUNT];   /* sums to dur_ms */
 	double gpu_busy_ms;           /* union of kernel, memcpy and memset intervals */
 	double data_wait_ms;
-	double stage_ms[STAGE_COUNT]; /* per-step stage arrays, for the stage chart */
+	double stage_ms[STAGE_COUNT]; /* host time in each stage's annotation */
+	double device_ms[DSTAGE_COUNT]; /* device time by stage; sums to dur_ms */
 };
 
 /* One row of a top-10 table: time rows in ms, memory rows in bytes. */
@@ -59,6 +79,8 @@ struct analysis {
 	struct analysis_step *steps;
 	int n_steps;
 	struct analysis_step mean;  /* every field averaged over the steps */
+	int device_from_host;       /* 1: no GPU work in the trace, device_ms is the
+				       compute thread's stages (the CPU backend) */
 
 	double gpu_busy_share;      /* sum of gpu_busy_ms / sum of dur_ms */
 	double gpu_idle_share;      /* 1 - gpu_busy_share */
