@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "report/result.h"
 #include "core/file.h"
+#include "report/mem_report.h"
 
 static const char *const part_names[PART_COUNT] = {
 	"kernel", "memcpy", "memset", "runtime", "data", "cpu", "idle",
@@ -743,8 +744,21 @@ fail:
 	return rc;
 }
 
+int analysis_set_mem_timeline(struct analysis *a, const struct mem_timeline *tl)
+{
+	if (a->have_mem_tl)
+		mem_timeline_free(&a->mem_tl);
+	a->have_mem_tl = 0;
+	GP_TRY(mem_timeline_copy(tl, &a->mem_tl));
+	a->have_mem_tl = 1;
+	return 0;
+}
+
 void analysis_free(struct analysis *a)
 {
+	if (a->have_mem_tl)
+		mem_timeline_free(&a->mem_tl);
+	a->have_mem_tl = 0;
 	free(a->steps);
 	free(a->mem_t_ms);
 	free(a->mem_total_bytes);
@@ -811,6 +825,8 @@ void analysis_print(const struct analysis *a, FILE *f)
 	print_ops(f, "top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
 	print_ops(f, "top kernels by GPU time", a->top_kernels, a->n_top_kernels, 0);
 	print_ops(f, "top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
+	if (a->have_mem_tl)
+		mem_timeline_print(&a->mem_tl, f);
 	fprintf(f, "\nadvice\n");
 	if (!a->n_advice)
 		fprintf(f, "  none: no rule fired\n");
@@ -882,6 +898,8 @@ json_t *analysis_to_json(const struct analysis *a)
 	if (j)
 		json_object_set_new(j, "device_time_source",
 				    json_string(a->device_from_host ? "cpu_compute_thread" : "gpu"));
+	if (j && a->have_mem_tl)
+		json_object_set_new(j, "memory_timeline", mem_timeline_to_json(&a->mem_tl));
 	return j;
 }
 
@@ -958,6 +976,8 @@ void analysis_markdown_print(const struct analysis *a, FILE *f)
 	md_ops(f, "Top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
 	md_ops(f, "Top kernels by GPU time", a->top_kernels, a->n_top_kernels, 0);
 	md_ops(f, "Top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
+	if (a->have_mem_tl)
+		mem_timeline_markdown(&a->mem_tl, f);
 	fprintf(f, "\n## Advice\n\n");
 	if (!a->n_advice)
 		fprintf(f, "No rule fired.\n");

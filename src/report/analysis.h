@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "core/trace.h"
+#include "nn/mem_timeline.h"
 
 /* The parts of a step, in the priority that assigns each instant to one part. */
 enum analysis_part {
@@ -101,12 +102,19 @@ struct analysis {
 
 	struct analysis_advice advice[ANALYSIS_MAX_ADVICE];
 	int n_advice;
+
+	/* Live memory along the step from the plan (have_mem_tl 0: none, as for a
+	 * torch.profiler trace); set by analysis_set_mem_timeline. */
+	struct mem_timeline mem_tl;
+	int have_mem_tl;
 };
 
 /* Analyse t (which needs at least one step); a is owned by the caller and released
  * with analysis_free. */
 int analysis_run(const struct trace *t, struct analysis *a);
 void analysis_free(struct analysis *a);
+/* Attach a copy of the plan's memory timeline: the report, JSON and charts show it. */
+int analysis_set_mem_timeline(struct analysis *a, const struct mem_timeline *tl);
 
 void analysis_print(const struct analysis *a, FILE *f);
 /* A JSON summary (new reference), or NULL when out of memory. */

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/memstat.h"
 #include "report/chart.h"
+#include "report/mem_report.h"
 
 int profile_chart_stages(const struct analysis *a, const char *path)
 {
@@ -94,6 +95,10 @@ int profile_charts_draw(const struct analysis *a, const char *dir, FILE *log)
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/stage_breakdown.png", dir);
 	GP_TRY(profile_chart_stages(a, path));
+	if (a->have_mem_tl) {
+		snprintf(path, sizeof(path), "%s/memory_timeline.png", dir);
+		return mem_timeline_chart(&a->mem_tl, a->meta.model, a->meta.batch, path);
+	}
 	snprintf(path, sizeof(path), "%s/memory_trend.png", dir);
 	if (a->n_mem < 1) {
 		if (log)

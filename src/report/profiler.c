@@ -75,6 +75,15 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 		trace_free(t);
 		return rc == GP_ENOMEM ? gp_error(GP_ENOMEM, "profiler: out of memory") : rc;
 	}
+	/* the plan is the net's for this batch: its timeline is the step's memory */
+	if (net->training && net->tensors) {
+		rc = net_mem_timeline(net, &p->mem_tl);
+		if (rc < 0) {
+			trace_free(t);
+			return rc;
+		}
+		p->have_mem_tl = 1;
+	}
 	return 0;
 }
 
@@ -255,6 +264,8 @@ void profiler_free(struct profiler *p)
 		tracer_stop();
 #endif
 	trace_free(&p->trace);
+	if (p->have_mem_tl)
+		mem_timeline_free(&p->mem_tl);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -333,7 +344,8 @@ int profile_report_write(const struct analysis *a, const char *path,
 }
 
 int profile_write_outputs(struct trace *t, const char *dir, const struct profile_overhead *ov,
-			  const char *command, int argc, char **argv, json_t *settings)
+			  const struct mem_timeline *tl, const char *command, int argc,
+			  char **argv, json_t *settings)
 {
 	char path[4096], log_path[4096], tb_path[4096], logdir[4096];
 	struct analysis a;
@@ -357,6 +369,8 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	FILES_TRY(tb_write_steps(t, logdir, tb_path, sizeof(tb_path)));
 
 	GP_TRY(analysis_run(t, &a));
+	if (tl && (rc = analysis_set_mem_timeline(&a, tl)) < 0)
+		goto free_analysis;
 	analysis_print(&a, stdout);
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
 	FILES_TRY(profile_report_write(&a, path, ov, trace_bytes));
@@ -402,9 +416,10 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	       "  trace (TB)   %s\n"
 	       "  scalars (TB) %s\n"
 	       "  report       %s/profile_report.md, %s/analysis.json\n"
-	       "  charts       %s/stage_breakdown.png, %s/memory_trend.png\n"
+	       "  charts       %s/stage_breakdown.png, %s/%s\n"
 	       "  result       %s\n",
-	       dir, dir, trace_bytes / 1e6, log_path, tb_path, dir, dir, dir, dir, path);
+	       dir, dir, trace_bytes / 1e6, log_path, tb_path, dir, dir, dir, dir,
+	       a.have_mem_tl ? "memory_timeline.png" : "memory_trend.png", path);
 	if (ov->baseline_steps > 0)
 		printf("overhead: profiled %.3f ms/step vs unprofiled %.3f ms/step: %.3fx\n",
 		       ov->profiled_ms, ov->baseline_ms, ov->ratio);
@@ -487,8 +502,9 @@ static int session_window_end(struct profile_session *s)
 	json_object_set_new(settings, "active_steps", json_integer(w->active));
 	if (w->epoch >= 0)
 		json_object_set_new(settings, "epoch", json_integer(w->epoch));
-	rc = profile_write_outputs(&s->prof.trace, w->dir, &ov, s->command, s->argc, s->argv,
-				   settings);
+	rc = profile_write_outputs(&s->prof.trace, w->dir, &ov,
+				   s->prof.have_mem_tl ? &s->prof.mem_tl : NULL, s->command, s->argc,
+				   s->argv, settings);
 	json_decref(settings);
 	if (rc == 0)
 		s->windows_written++;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/memstat.h"
+#include "nn/mem_timeline.h"
 #include "nn/net.h"
 #include "nn/observer.h"
 #include "core/trace.h"
@@ -32,6 +33,8 @@ struct profiler {
 	int attached, tracing;
 	int err;                     /* first error inside a hook (hooks return nothing) */
 	int64_t keep_from_ns;        /* GPU activity before this is warm-up and dropped */
+	struct mem_timeline mem_tl;  /* live memory along the step, from the net's plan */
+	int have_mem_tl;
 };
 
 /* Prepare to record max_steps steps of net numbered from first_step: intern every
@@ -67,10 +70,12 @@ int profile_report_write(const struct analysis *a, const char *path,
 			 const struct profile_overhead *ov, long long trace_bytes);
 
 /* Write every output of a recorded trace into dir (created): the Chrome trace and
- * its profiler_logs copy, TensorBoard scalars, analysis (printed, markdown, JSON),
- * the two charts and result.json (command, argv, settings merged in). */
+ * its profiler_logs copy, TensorBoard scalars, analysis (printed, markdown, JSON)
+ * with the plan's memory timeline tl (NULL: none), the two charts and result.json
+ * (command, argv, settings merged in). */
 int profile_write_outputs(struct trace *t, const char *dir, const struct profile_overhead *ov,
-			  const char *command, int argc, char **argv, json_t *settings);
+			  const struct mem_timeline *tl, const char *command, int argc,
+			  char **argv, json_t *settings);
 
 /* One recorded window: from step first (global), warmup steps recorded and dropped,
  * then active steps kept; outputs go to dir (made when the window ends). */
