@@ -357,7 +357,7 @@ TEST(profiler_hooks_allocate_nothing)
 	int32_t *labels = NULL;
 	struct profiler p;
 	CHECK_EQ_INT(train_synthetic_batch(4, 3, 32, 32, net->classes, 1, &x, &labels), 0);
-	CHECK_EQ_INT(profiler_init(&p, net, 10, 2), 0);
+	CHECK_EQ_INT(profiler_init(&p, net, 10, 2, 1), 0);
 	if (test_failed())
 		goto free_net;
 	size_t cap_ranges = p.trace.cap_ranges, cap_mem = p.trace.cap_mem;

@@ -59,7 +59,7 @@ static void gen_launch(struct gen *g, const char *kernel, enum trace_cat cat, in
 	struct trace_gpu k = { .name = kernel, .cat = cat, .device = 0, .stream = 7,
 			       .start_ns = start, .end_ns = start + jitter(g, dur_ns),
 			       .correlation = corr, .grid = { 128, 1, 1 }, .block = { 256, 1, 1 },
-			       .bytes = bytes };
+			       .registers = cat == TRACE_KERNEL ? 64 : 0, .bytes = bytes };
 	CHECK_EQ_INT(trace_add_gpu(g->t, &k), 0);
 	g->gpu_ns = k.end_ns;
 	g->host_ns = hi + 1 * US;
@@ -115,6 +115,16 @@ static void sample_build(struct trace *t)
 	rng_seed(&g.rng, 7, 1);
 	g.host_ns = g.gpu_ns = t->base_ns;
 	g.mem_bytes = 45 << 20;
+	/* what each layer is, for the op tables: the op type by its name */
+	for (int i = 0; i < N_LAYERS; i++) {
+		const char *op = strstr(layers[i], "conv") ? "conv2d"
+				 : strstr(layers[i], "bn")  ? "batchnorm2d"
+				 : !strcmp(layers[i], "relu") ? "relu"
+				 : !strcmp(layers[i], "fc")   ? "linear"
+							      : !strcmp(layers[i], "maxpool") ? "maxpool2d"
+											      : "avgpool_global";
+		CHECK_EQ_INT(trace_add_layer(t, layers[i], op, NULL), 0);
+	}
 	CHECK_EQ_INT(trace_add_mem(t, g.host_ns, g.mem_bytes, g.mem_bytes, "weights", NULL), 0);
 	for (int step = 1; step <= 3; step++) {
 		int64_t step_lo = g.host_ns, lo;

@@ -99,12 +99,15 @@ static int report_read_overhead(const char *dir, struct profile_overhead *ov,
 int cmd_analyze(int argc, char **argv)
 {
 	int help = 0;
+	const char *sort = NULL;
 	const struct opt opts[] = {
+		{ "sort", OPT_STR, &sort, "op tables by gpu or cpu time (gpu when kernels ran)",
+		  .choices = analysis_sort_name_at },
 		OPT_HELP(&help),
 		OPT_END(),
 	};
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		args_print_help("gpuperf analyze DIR", opts);
+		args_print_help("gpuperf analyze DIR [--sort gpu|cpu]", opts);
 		printf("\nDIR: a folder that gpuperf profile (or train --profile-epochs) wrote, or one\n"
 		       "holding torch.profiler's profiler_logs/*.pt.trace.json.\n\n"
 		       "Reads DIR/profiler_trace.json (else the first profiler_logs/*.pt.trace.json),\n"
@@ -115,8 +118,10 @@ int cmd_analyze(int argc, char **argv)
 		       "events for a trace without one). Needs no GPU.\n");
 		return 0;
 	}
-	if (argc != 2 || argv[1][0] == '-')
-		return gp_error(GP_EINVAL, "usage: gpuperf analyze DIR");
+	if (argc < 2 || argv[1][0] == '-')
+		return gp_error(GP_EINVAL, "usage: gpuperf analyze DIR [--sort gpu|cpu]");
+	GP_TRY(args_parse(argc, argv, 2, opts));
+	GP_TRY(analysis_sort_check(sort));
 	const char *dir = argv[1];
 	if (!*dir) /* it would read the current folder's name as "" */
 		return gp_error(GP_EINVAL, "DIR: empty path");
@@ -142,6 +147,8 @@ int cmd_analyze(int argc, char **argv)
 	rc = report_read_overhead(dir, &ov, &trace_bytes, &have_ov, &a);
 	if (rc < 0)
 		goto free_analysis;
+	if (sort)
+		analysis_sort_ops(&a, !strcmp(sort, "gpu"));
 	analysis_print(&a, stdout);
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
 	rc = profile_report_write(&a, path, have_ov ? &ov : NULL, trace_bytes);

@@ -66,6 +66,7 @@ void trace_free(struct trace *t)
 	free(t->gpu);
 	free(t->mem);
 	free(t->steps);
+	free(t->layers);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -251,4 +252,28 @@ int trace_step_end(struct trace *t, int64_t data_wait_ns)
 	s->end_ns = t->ranges[t->stack[t->depth]].end_ns;
 	s->data_wait_ns = data_wait_ns;
 	return 0;
+}
+
+int trace_add_layer(struct trace *t, const char *name, const char *op, const char *shapes)
+{
+	GP_TRY(grow((void **)&t->layers, &t->cap_layers, t->n_layers + 1, sizeof(*t->layers)));
+	struct trace_layer *l = &t->layers[t->n_layers];
+	l->name = trace_intern(t, name ? name : "");
+	l->op = trace_intern(t, op ? op : "");
+	l->shapes = shapes && *shapes ? trace_intern(t, shapes) : NULL;
+	if (!l->name || !l->op || (shapes && *shapes && !l->shapes))
+		return GP_ENOMEM;
+	t->n_layers++;
+	return 0;
+}
+
+const struct trace_layer *trace_layer_find(const struct trace *t, const char *op_name)
+{
+	size_t n = strlen(op_name);
+	if (n > 9 && !strcmp(op_name + n - 9, ".backward"))
+		n -= 9;
+	for (size_t i = 0; i < t->n_layers; i++)
+		if (!strncmp(t->layers[i].name, op_name, n) && t->layers[i].name[n] == 0)
+			return &t->layers[i];
+	return NULL;
 }

@@ -533,6 +533,450 @@ static int top_kernels(const struct trace *t, struct analysis *a, struct keyed *
 	return rc;
 }
 
+/* --- op tables ------------------------------------------------------------------------- */
+
+/* The category of an op type (ops/ops.h's names), its rows' labels by phase. */
+static const struct {
+	const char *op, *fwd, *bwd;
+} op_kinds[] = {
+	{ "conv2d", "conv forward", "conv backward" },
+	{ "batchnorm2d", "batch norm forward", "batch norm backward" },
+	{ "relu", "activation forward", "activation backward" },
+	{ "relu6", "activation forward", "activation backward" },
+	{ "maxpool2d", "pooling forward", "pooling backward" },
+	{ "avgpool_global", "pooling forward", "pooling backward" },
+	{ "linear", "linear forward", "linear backward" },
+	{ "add", "add forward", "add backward" },
+	{ "dropout", "dropout forward", "dropout backward" },
+	{ "flatten", "flatten forward", "flatten backward" },
+	{ "optimizer", "optimizer", "optimizer" },
+};
+
+static const char ROW_LOSS[] = "loss", ROW_COPY[] = "copy", ROW_RUNTIME[] = "CUDA runtime",
+		  ROW_COMM[] = "communication", ROW_BWD_OUT[] = "backward outside layers",
+		  ROW_NONE[] = "(no layer)", ROW_DGRAD[] = "conv data gradient (GPU)",
+		  ROW_WGRAD[] = "conv weight gradient (GPU)";
+
+/* One contribution to a row of both tables (layer NULL: the type table only). */
+struct oprec {
+	const char *type, *layer, *shapes;
+	double cpu_self, cpu_total, gpu;
+	long calls, gpu_calls;
+};
+
+struct oprec_list {
+	struct oprec *v;
+	size_t n, cap;
+};
+
+static int oprec_add(struct oprec_list *l, struct oprec r)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 1024;
+		struct oprec *v = realloc(l->v, cap * sizeof(*v));
+		if (!v)
+			return gp_error(GP_ENOMEM, "analysis: out of memory");
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = r;
+	return 0;
+}
+
+/* A kernel of a convolution's backward that computes the data or the weight
+ * gradient, by its name (cuDNN's dgrad/wgrad, our depthwise bwd_data/filter
+ * kernels, bias gradients as channel sums); NULL when the name does not say. */
+static const char *conv_bwd_part(const char *name)
+{
+	char low[160];
+	size_t n = 0;
+	for (; name[n] && n + 1 < sizeof(low); n++)
+		low[n] = (char)(name[n] >= 'A' && name[n] <= 'Z' ? name[n] + 32 : name[n]);
+	low[n] = 0;
+	if (strstr(low, "wgrad") || strstr(low, "filter") || strstr(low, "channel_sum"))
+		return ROW_WGRAD;
+	if (strstr(low, "dgrad") || strstr(low, "bwd_data") || strstr(low, "backward_data"))
+		return ROW_DGRAD;
+	return NULL;
+}
+
+/* cpu_op names to their layers: looked up once per distinct (interned) name. */
+struct name_layer {
+	const char *name;
+	const struct trace_layer *layer;
+};
+
+static int name_layer_cmp(const void *a, const void *b)
+{
+	const struct name_layer *x = a, *y = b;
+	return (x->name > y->name) - (x->name < y->name);
+}
+
+static const struct trace_layer *name_layer_get(const struct name_layer *m, size_t n,
+						const char *name)
+{
+	struct name_layer key = { name, NULL };
+	const struct name_layer *e = bsearch(&key, m, n, sizeof(*m), name_layer_cmp);
+	return e ? e->layer : NULL;
+}
+
+static const char *op_type_label(const struct trace_layer *l, const char *range_name)
+{
+	if (!l)
+		return range_name;
+	int bwd = ends_with(range_name, ".backward");
+	for (size_t i = 0; i < sizeof(op_kinds) / sizeof(op_kinds[0]); i++)
+		if (!strcmp(l->op, op_kinds[i].op))
+			return bwd ? op_kinds[i].bwd : op_kinds[i].fwd;
+	return l->op;
+}
+
+static int oprow_by_key(const void *a, const void *b, int layer)
+{
+	const struct oprec *x = a, *y = b;
+	const char *p = layer ? x->layer : x->type, *q = layer ? y->layer : y->type;
+	return strcmp(p, q);
+}
+static int oprec_by_type(const void *a, const void *b) { return oprow_by_key(a, b, 0); }
+static int oprec_by_layer(const void *a, const void *b) { return oprow_by_key(a, b, 1); }
+
+/* Sum the records by type (layer 0) or layer (1) into *rows. */
+static int oprows_merge(struct oprec_list *l, int layer, struct analysis_oprow **rows, int *n_rows)
+{
+	size_t n = 0;
+	struct oprec *v = l->v;
+	for (size_t i = 0; i < l->n; i++)
+		if (!layer || v[i].layer)
+			v[n++] = v[i];
+	qsort(v, n, sizeof(*v), layer ? oprec_by_layer : oprec_by_type);
+	struct analysis_oprow *r = calloc(n ? n : 1, sizeof(*r));
+	if (!r)
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	int m = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *key = layer ? v[i].layer : v[i].type;
+		if (!m || strcmp(r[m - 1].name, key)) {
+			snprintf(r[m].name, sizeof(r[m].name), "%s", key);
+			m++;
+		}
+		struct analysis_oprow *o = &r[m - 1];
+		if (layer && v[i].shapes && !o->shapes[0])
+			snprintf(o->shapes, sizeof(o->shapes), "%s", v[i].shapes);
+		o->calls += v[i].calls;
+		o->gpu_calls += v[i].gpu_calls;
+		o->cpu_self_ms += v[i].cpu_self;
+		o->cpu_total_ms += v[i].cpu_total;
+		o->gpu_ms += v[i].gpu;
+	}
+	*rows = r;
+	*n_rows = m;
+	return 0;
+}
+
+/* The records: every layer range (host time, less its runtime calls for self), every
+ * runtime call, every GPU activity (to the layer that launched it, else to the row
+ * its stage stands for), and the host time of the forward and data annotations
+ * outside layers (the loss; the batch's upload). */
+static int op_tables(const struct trace *t, const struct attrib *at, const signed char *dstage,
+		     struct analysis *a)
+{
+	struct oprec_list l = { 0 };
+	size_t nr = t->n_ranges ? t->n_ranges : 1;
+	double *rt_in = calloc(nr, sizeof(*rt_in));
+	struct name_layer *names = malloc(nr * sizeof(*names));
+	double stage_host[STAGE_COUNT] = { 0 }, stage_ops[STAGE_COUNT] = { 0 };
+	double stage_rt[STAGE_COUNT] = { 0 };
+	long stage_calls[STAGE_COUNT] = { 0 };
+	size_t n_names = 0;
+	int rc = 0;
+	if (!rt_in || !names) {
+		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < t->n_ranges; i++) {
+		const struct trace_range *r = &t->ranges[i];
+		double ms = (r->end_ns - r->start_ns) / 1e6;
+		int st = stage_of(r);
+		if (st >= 0) {
+			stage_host[st] += ms;
+			stage_calls[st]++;
+		}
+		if (r->cat == TRACE_CPU_OP)
+			names[n_names++] = (struct name_layer){ r->name, NULL };
+		if (r->cat != TRACE_CUDA_RUNTIME)
+			continue;
+		long op = r->external_id ? id_find(at->ext, at->n_ext, r->external_id) : -1;
+		if (op >= 0) {
+			rt_in[op] += ms;
+		} else {
+			int s = attrib_stage_at(at, r->start_ns);
+			if (s >= 0)
+				stage_rt[s] += ms;
+		}
+		rc = oprec_add(&l, (struct oprec){ ROW_RUNTIME, NULL, NULL, ms, ms, 0, 1, 0 });
+		if (rc < 0)
+			goto out;
+	}
+	qsort(names, n_names, sizeof(*names), name_layer_cmp);
+	size_t u = 0;
+	for (size_t i = 0; i < n_names; i++)
+		if (!u || names[u - 1].name != names[i].name)
+			names[u++] = names[i];
+	n_names = u;
+	for (size_t i = 0; i < n_names; i++)
+		names[i].layer = trace_layer_find(t, names[i].name);
+	for (size_t i = 0; i < t->n_ranges && rc == 0; i++) {
+		const struct trace_range *r = &t->ranges[i];
+		if (r->cat != TRACE_CPU_OP)
+			continue;
+		const struct trace_layer *ly = name_layer_get(names, n_names, r->name);
+		double ms = (r->end_ns - r->start_ns) / 1e6;
+		int st = attrib_stage_at(at, r->start_ns);
+		if (st >= 0)
+			stage_ops[st] += ms;
+		if (ly)
+			a->have_shapes |= ly->shapes != NULL;
+		rc = oprec_add(&l, (struct oprec){ op_type_label(ly, r->name), r->name,
+						   ly ? ly->shapes : NULL, ms - rt_in[i], ms, 0, 1,
+						   0 });
+	}
+	for (size_t i = 0; i < t->n_gpu && rc == 0; i++) {
+		const struct trace_gpu *g = &t->gpu[i];
+		double ms = (g->end_ns - g->start_ns) / 1e6;
+		long op = dstage[i] == DSTAGE_COMM ? -1 : attrib_op(at, t, g);
+		if (op >= 0) {
+			const char *name = t->ranges[op].name;
+			const struct trace_layer *ly = name_layer_get(names, n_names, name);
+			const char *type = op_type_label(ly, name);
+			rc = oprec_add(&l, (struct oprec){ type, name, NULL, 0, 0, ms, 0, 1 });
+			const char *part = type == op_kinds[0].bwd && g->cat == TRACE_KERNEL
+						   ? conv_bwd_part(g->name ? g->name : "")
+						   : NULL;
+			if (rc == 0 && part)
+				rc = oprec_add(&l, (struct oprec){ part, NULL, NULL, 0, 0, ms, 0, 1 });
+			continue;
+		}
+		static const char *const row_of[DSTAGE_IDLE] = {
+			[DSTAGE_DATA] = ROW_COPY, [DSTAGE_FORWARD] = ROW_LOSS,
+			[DSTAGE_BACKWARD] = ROW_BWD_OUT, [DSTAGE_OPTIMIZER] = "optimizer",
+			[DSTAGE_COMM] = ROW_COMM, [DSTAGE_OTHER] = ROW_NONE,
+		};
+		const char *row = row_of[dstage[i]];
+		rc = oprec_add(&l, (struct oprec){ row, row, NULL, 0, 0, ms, 0, 1 });
+	}
+	/* host time of the forward annotation outside layers is the loss's; of the data
+	 * annotation, the batch's upload (only for a trace that has layers); rounding
+	 * must not make it negative */
+	for (int st = 0; st < STAGE_COUNT; st++) {
+		if (stage_ops[st] > stage_host[st])
+			stage_ops[st] = stage_host[st];
+		if (stage_rt[st] > stage_host[st] - stage_ops[st])
+			stage_rt[st] = stage_host[st] - stage_ops[st];
+	}
+	if (rc == 0 && t->n_layers && stage_calls[STAGE_FORWARD])
+		rc = oprec_add(&l, (struct oprec){
+					   ROW_LOSS, ROW_LOSS, NULL,
+					   stage_host[STAGE_FORWARD] - stage_ops[STAGE_FORWARD] -
+						   stage_rt[STAGE_FORWARD],
+					   stage_host[STAGE_FORWARD] - stage_ops[STAGE_FORWARD],
+					   0, stage_calls[STAGE_FORWARD], 0 });
+	if (rc == 0 && t->n_layers && stage_calls[STAGE_DATA])
+		rc = oprec_add(&l, (struct oprec){
+					   ROW_COPY, ROW_COPY, NULL,
+					   stage_host[STAGE_DATA] - stage_ops[STAGE_DATA] -
+						   stage_rt[STAGE_DATA],
+					   stage_host[STAGE_DATA] - stage_ops[STAGE_DATA], 0,
+					   stage_calls[STAGE_DATA], 0 });
+	if (rc == 0)
+		rc = oprows_merge(&l, 0, &a->op_types, &a->n_op_types);
+	if (rc == 0)
+		rc = oprows_merge(&l, 1, &a->op_layers, &a->n_op_layers);
+out:
+	free(l.v);
+	free(rt_in);
+	free(names);
+	return rc;
+}
+
+static int oprow_cmp(const struct analysis_oprow *x, const struct analysis_oprow *y, int gpu)
+{
+	double p = gpu ? x->gpu_ms : x->cpu_total_ms, q = gpu ? y->gpu_ms : y->cpu_total_ms;
+	if (p != q)
+		return p > q ? -1 : 1;
+	p = gpu ? x->cpu_total_ms : x->gpu_ms;
+	q = gpu ? y->cpu_total_ms : y->gpu_ms;
+	if (p != q)
+		return p > q ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+static int oprow_by_gpu(const void *a, const void *b) { return oprow_cmp(a, b, 1); }
+static int oprow_by_cpu(const void *a, const void *b) { return oprow_cmp(a, b, 0); }
+
+const char *analysis_sort_name_at(int i)
+{
+	static const char *const names[] = { "gpu", "cpu" };
+	return i >= 0 && i < 2 ? names[i] : NULL;
+}
+
+int analysis_sort_check(const char *s)
+{
+	if (!s || !strcmp(s, "gpu") || !strcmp(s, "cpu"))
+		return 0;
+	return gp_error(GP_EINVAL, "--sort must be gpu or cpu (got '%s')", s);
+}
+
+void analysis_sort_ops(struct analysis *a, int by_gpu)
+{
+	a->sort_by_gpu = by_gpu;
+	if (a->op_types)
+		qsort(a->op_types, (size_t)a->n_op_types, sizeof(*a->op_types),
+		      by_gpu ? oprow_by_gpu : oprow_by_cpu);
+	if (a->op_layers)
+		qsort(a->op_layers, (size_t)a->n_op_layers, sizeof(*a->op_layers),
+		      by_gpu ? oprow_by_gpu : oprow_by_cpu);
+}
+
+/* --- launch configurations and occupancy ------------------------------------------------ */
+
+/* Per-SM limits by compute capability (CUDA's occupancy tables): resident warps and
+ * blocks, 32-bit registers, shared memory in KiB. */
+static const struct sm_limit {
+	int cc, warps, blocks, regs, smem_kib;
+} sm_limits[] = {
+	{ 70, 64, 32, 65536, 96 }, { 72, 64, 32, 65536, 96 }, { 75, 32, 16, 65536, 64 },
+	{ 80, 64, 32, 65536, 164 }, { 86, 48, 16, 65536, 100 }, { 87, 48, 16, 65536, 164 },
+	{ 89, 48, 24, 65536, 100 }, { 90, 64, 32, 65536, 228 }, { 100, 64, 32, 65536, 228 },
+	{ 103, 64, 32, 65536, 228 }, { 120, 48, 32, 65536, 100 },
+};
+
+void analysis_occupancy(int cc_major, int cc_minor, int sm_count, const int grid[3],
+			const int block[3], int registers, int shared_bytes,
+			double *theoretical, double *achieved)
+{
+	*theoretical = *achieved = -1;
+	const struct sm_limit *lim = NULL;
+	int cc = 10 * cc_major + cc_minor;
+	for (size_t i = 0; i < sizeof(sm_limits) / sizeof(sm_limits[0]); i++)
+		if (sm_limits[i].cc == cc)
+			lim = &sm_limits[i];
+	long long threads = (long long)block[0] * block[1] * block[2];
+	if (!lim || registers <= 0 || threads <= 0 || threads > 1024 || shared_bytes < 0)
+		return;
+	int warps = (int)((threads + 31) / 32);
+	/* registers are allocated per warp in units of 256 */
+	int regs_per_warp = (registers * 32 + 255) / 256 * 256;
+	int by_warps = lim->warps / warps;
+	int by_regs = lim->regs / regs_per_warp / warps;
+	int by_smem = lim->blocks;
+	if (shared_bytes > 0) /* each block also reserves 1 KiB for the system */
+		by_smem = (int)((long long)lim->smem_kib * 1024 / (shared_bytes + 1024));
+	int blocks = lim->blocks;
+	if (by_warps < blocks)
+		blocks = by_warps;
+	if (by_regs < blocks)
+		blocks = by_regs;
+	if (by_smem < blocks)
+		blocks = by_smem;
+	*theoretical = (double)blocks * warps / lim->warps;
+	if (sm_count <= 0)
+		return;
+	/* as Kineto estimates it: no more blocks per SM than the grid gives each */
+	double grid_per_sm = (double)grid[0] * grid[1] * grid[2] / sm_count;
+	double resident = grid_per_sm < blocks ? grid_per_sm : blocks;
+	*achieved = resident * warps / lim->warps;
+}
+
+static int kconf_same(const struct trace_gpu *x, const struct trace_gpu *y)
+{
+	return !memcmp(x->grid, y->grid, sizeof(x->grid)) &&
+	       !memcmp(x->block, y->block, sizeof(x->block)) && x->registers == y->registers &&
+	       x->shared_bytes == y->shared_bytes;
+}
+
+struct kidx {
+	const char *label;
+	const struct trace_gpu *g;
+};
+
+static int kidx_cmp(const void *a, const void *b)
+{
+	const struct kidx *x = a, *y = b;
+	int c = strcmp(x->label, y->label);
+	if (c)
+		return c;
+	c = memcmp(x->g->grid, y->g->grid, sizeof(x->g->grid));
+	if (c)
+		return c;
+	c = memcmp(x->g->block, y->g->block, sizeof(x->g->block));
+	if (c)
+		return c;
+	if (x->g->registers != y->g->registers)
+		return x->g->registers < y->g->registers ? -1 : 1;
+	return (x->g->shared_bytes > y->g->shared_bytes) - (x->g->shared_bytes < y->g->shared_bytes);
+}
+
+static int kconf_by_total(const void *a, const void *b)
+{
+	const struct analysis_kconf *x = a, *y = b;
+	if (x->total_ms != y->total_ms)
+		return x->total_ms > y->total_ms ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* The kernels by name and launch configuration, the ANALYSIS_TOP longest in total. */
+static int kernel_configs(const struct trace *t, struct analysis *a)
+{
+	size_t n = 0;
+	struct kidx *k = malloc((t->n_gpu ? t->n_gpu : 1) * sizeof(*k));
+	char (*labels)[96] = malloc((t->n_gpu ? t->n_gpu : 1) * sizeof(*labels));
+	struct analysis_kconf *all = malloc((t->n_gpu ? t->n_gpu : 1) * sizeof(*all));
+	if (!k || !labels || !all) {
+		free(k);
+		free(labels);
+		free(all);
+		return gp_error(GP_ENOMEM, "analysis: out of memory");
+	}
+	for (size_t i = 0; i < t->n_gpu; i++) {
+		const struct trace_gpu *g = &t->gpu[i];
+		if (g->cat != TRACE_KERNEL)
+			continue;
+		const char *lb = kernel_label(g->name ? g->name : "?", labels[n], sizeof(labels[n]));
+		if (lb != labels[n])
+			snprintf(labels[n], sizeof(labels[n]), "%s", lb);
+		k[n] = (struct kidx){ labels[n], g };
+		n++;
+	}
+	qsort(k, n, sizeof(*k), kidx_cmp);
+	size_t m = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct trace_gpu *g = k[i].g;
+		if (!m || strcmp(all[m - 1].name, k[i].label) || !kconf_same(k[i - 1].g, g)) {
+			struct analysis_kconf *c = &all[m++];
+			memset(c, 0, sizeof(*c));
+			snprintf(c->name, sizeof(c->name), "%s", k[i].label);
+			memcpy(c->grid, g->grid, sizeof(c->grid));
+			memcpy(c->block, g->block, sizeof(c->block));
+			c->registers = g->registers;
+			c->shared_bytes = g->shared_bytes;
+			analysis_occupancy(a->meta.cc_major, a->meta.cc_minor, a->meta.sm_count,
+					   g->grid, g->block, g->registers, g->shared_bytes,
+					   &c->theoretical_occupancy, &c->achieved_occupancy);
+		}
+		all[m - 1].calls++;
+		all[m - 1].total_ms += (g->end_ns - g->start_ns) / 1e6;
+	}
+	qsort(all, m, sizeof(*all), kconf_by_total);
+	a->n_kconf = m < ANALYSIS_TOP ? (int)m : ANALYSIS_TOP;
+	for (int i = 0; i < a->n_kconf; i++) {
+		a->kconf[i] = all[i];
+		a->kconf[i].mean_us = all[i].total_ms * 1e3 / all[i].calls;
+	}
+	free(k);
+	free(labels);
+	free(all);
+	return 0;
+}
+
 static int dbl_cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -731,6 +1175,15 @@ int analysis_run(const struct trace *t, struct analysis *a)
 	rc = kernel_stats(t, a);
 	if (rc < 0)
 		goto fail;
+	rc = op_tables(t, &at, dstage, a);
+	if (rc < 0)
+		goto fail;
+	rc = kernel_configs(t, a);
+	if (rc < 0)
+		goto fail;
+	for (int i = 0; i < a->n_steps; i++)
+		a->steps_total_ms += a->steps[i].dur_ms;
+	analysis_sort_ops(a, a->n_kernels > 0);
 	advice_rules(a);
 	free(k);
 	free(dstage);
@@ -759,6 +1212,10 @@ void analysis_free(struct analysis *a)
 	if (a->have_mem_tl)
 		mem_timeline_free(&a->mem_tl);
 	a->have_mem_tl = 0;
+	free(a->op_types);
+	free(a->op_layers);
+	a->op_types = a->op_layers = NULL;
+	a->n_op_types = a->n_op_layers = 0;
 	free(a->steps);
 	free(a->mem_t_ms);
 	free(a->mem_total_bytes);
@@ -779,6 +1236,142 @@ static void print_ops(FILE *f, const char *title, const struct analysis_op *ops,
 		fprintf(f, "  %-40.40s %7ld %12.3f %12.4f\n", ops[i].name, ops[i].count,
 			ops[i].total * s, ops[i].mean * s);
 	}
+}
+
+static double pct(double part, double whole)
+{
+	return whole > 0 ? 100 * part / whole : 0;
+}
+
+/* An op table as torch.profiler prints one; rows past max are left out. */
+static void print_oprows(FILE *f, const struct analysis *a, const char *title,
+			 const struct analysis_oprow *r, int n, int max, int shapes)
+{
+	fprintf(f, "\n%s (sorted by %s time; %% of the step time)\n  %-34s %6s %10s %10s %6s %10s %6s %9s %9s%s\n",
+		title, a->sort_by_gpu ? "GPU" : "CPU total", "name", "calls", "self CPU", "CPU total",
+		"CPU%", "GPU ms", "GPU%", "CPU mean", "GPU mean", shapes ? "  input shapes" : "");
+	for (int i = 0; i < n && i < max; i++) {
+		long c = r[i].calls ? r[i].calls : r[i].gpu_calls;
+		if (r[i].calls)
+			fprintf(f, "  %-34.34s %6ld %10.3f %10.3f %5.1f%%", r[i].name, r[i].calls,
+				r[i].cpu_self_ms, r[i].cpu_total_ms,
+				pct(r[i].cpu_total_ms, a->steps_total_ms));
+		else
+			fprintf(f, "  %-34.34s %6s %10s %10s %6s", r[i].name, "-", "-", "-", "-");
+		fprintf(f, " %10.3f %5.1f%% %9.4f %9.4f", r[i].gpu_ms, pct(r[i].gpu_ms, a->steps_total_ms),
+			r[i].calls ? r[i].cpu_total_ms / r[i].calls : 0, c ? r[i].gpu_ms / c : 0);
+		if (shapes)
+			fprintf(f, "  %s", r[i].shapes);
+		fputc('\n', f);
+	}
+	if (n > max)
+		fprintf(f, "  ... %d more in analysis.json\n", n - max);
+}
+
+static void occ_text(double v, char *buf, size_t cap)
+{
+	if (v < 0)
+		snprintf(buf, cap, "n/a");
+	else
+		snprintf(buf, cap, "%.0f%%", 100 * v);
+}
+
+static void print_kconf(FILE *f, const struct analysis *a, int md)
+{
+	if (md)
+		fprintf(f, "\n## Top kernels by launch configuration\n\nOccupancy is estimated from "
+			   "the registers and shared memory CUPTI records and the compute "
+			   "capability's limits (est.: no more blocks per SM than the grid gives "
+			   "each); n/a where either is unknown.\n\n| kernel | calls | total ms | mean us "
+			   "| grid | block | regs/thread | shared B | theoretical occ. | est. achieved occ. |\n"
+			   "|---|---:|---:|---:|---|---|---:|---:|---:|---:|\n");
+	else
+		fprintf(f, "\ntop kernels by launch configuration (occupancy estimated)\n  %-36s %6s %10s %9s %15s %13s %5s %8s %6s %6s\n",
+			"kernel", "calls", "total ms", "mean us", "grid", "block", "regs", "shared",
+			"theor", "est.");
+	for (int i = 0; i < a->n_kconf; i++) {
+		const struct analysis_kconf *k = &a->kconf[i];
+		char grid[48], block[48], th[16], ach[16];
+		snprintf(grid, sizeof(grid), "%dx%dx%d", k->grid[0], k->grid[1], k->grid[2]);
+		snprintf(block, sizeof(block), "%dx%dx%d", k->block[0], k->block[1], k->block[2]);
+		occ_text(k->theoretical_occupancy, th, sizeof(th));
+		occ_text(k->achieved_occupancy, ach, sizeof(ach));
+		if (md)
+			fprintf(f, "| `%s` | %ld | %.3f | %.1f | %s | %s | %d | %d | %s | %s |\n", k->name,
+				k->calls, k->total_ms, k->mean_us, grid, block, k->registers,
+				k->shared_bytes, th, ach);
+		else
+			fprintf(f, "  %-36.36s %6ld %10.3f %9.1f %15s %13s %5d %8d %6s %6s\n", k->name,
+				k->calls, k->total_ms, k->mean_us, grid, block, k->registers,
+				k->shared_bytes, th, ach);
+	}
+}
+
+static void md_oprows(FILE *f, const struct analysis *a, const char *title,
+		      const struct analysis_oprow *r, int n, int max, int shapes)
+{
+	fprintf(f, "\n## %s\n\nSorted by %s time; %% of the step time summed over the steps. Self "
+		   "CPU leaves out the CUDA runtime calls inside (their own row).\n\n| name | calls "
+		   "| self CPU ms | CPU total ms | CPU %% | GPU ms | GPU %% | CPU mean ms | GPU mean "
+		   "ms |%s\n|---|---:|---:|---:|---:|---:|---:|---:|---:|%s\n",
+		title, a->sort_by_gpu ? "GPU" : "CPU total", shapes ? " input shapes |" : "",
+		shapes ? "---|" : "");
+	for (int i = 0; i < n && i < max; i++) {
+		long c = r[i].calls ? r[i].calls : r[i].gpu_calls;
+		if (r[i].calls)
+			fprintf(f, "| `%s` | %ld | %.3f | %.3f | %.1f | ", r[i].name, r[i].calls,
+				r[i].cpu_self_ms, r[i].cpu_total_ms,
+				pct(r[i].cpu_total_ms, a->steps_total_ms));
+		else
+			fprintf(f, "| `%s` | - | - | - | - | ", r[i].name);
+		fprintf(f, "%.3f | %.1f | %.4f | %.4f |", r[i].gpu_ms,
+			pct(r[i].gpu_ms, a->steps_total_ms),
+			r[i].calls ? r[i].cpu_total_ms / r[i].calls : 0, c ? r[i].gpu_ms / c : 0);
+		if (shapes)
+			fprintf(f, " %s |", r[i].shapes[0] ? r[i].shapes : "");
+		fputc('\n', f);
+	}
+	if (n > max)
+		fprintf(f, "\n%d more rows in analysis.json.\n", n - max);
+}
+
+static json_t *oprows_json(const struct analysis *a, const struct analysis_oprow *r, int n)
+{
+	json_t *arr = json_array();
+	for (int i = 0; arr && i < n; i++) {
+		json_t *o = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o}", "name", r[i].name,
+				      "calls", (json_int_t)r[i].calls, "gpu_calls",
+				      (json_int_t)r[i].gpu_calls, "self_cpu_ms",
+				      result_real(r[i].cpu_self_ms), "cpu_total_ms",
+				      result_real(r[i].cpu_total_ms), "gpu_ms", result_real(r[i].gpu_ms),
+				      "cpu_pct_of_step", result_real(pct(r[i].cpu_total_ms, a->steps_total_ms)),
+				      "gpu_pct_of_step", result_real(pct(r[i].gpu_ms, a->steps_total_ms)));
+		if (o && r[i].shapes[0])
+			json_object_set_new(o, "input_shapes", json_string(r[i].shapes));
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+static json_t *kconf_json(const struct analysis *a)
+{
+	json_t *arr = json_array();
+	for (int i = 0; arr && i < a->n_kconf; i++) {
+		const struct analysis_kconf *k = &a->kconf[i];
+		json_array_append_new(
+			arr, json_pack("{s:s, s:I, s:o, s:o, s:[i,i,i], s:[i,i,i], s:i, s:i, s:o, s:o}",
+				       "name", k->name, "calls", (json_int_t)k->calls, "total_ms",
+				       result_real(k->total_ms), "mean_us", result_real(k->mean_us),
+				       "grid", k->grid[0], k->grid[1], k->grid[2], "block", k->block[0],
+				       k->block[1], k->block[2], "registers_per_thread", k->registers,
+				       "shared_memory_bytes", k->shared_bytes, "theoretical_occupancy",
+				       k->theoretical_occupancy < 0 ? json_null()
+								    : result_real(k->theoretical_occupancy),
+				       "est_achieved_occupancy",
+				       k->achieved_occupancy < 0 ? json_null()
+								 : result_real(k->achieved_occupancy)));
+	}
+	return arr;
 }
 
 void analysis_print(const struct analysis *a, FILE *f)
@@ -824,6 +1417,11 @@ void analysis_print(const struct analysis *a, FILE *f)
 	print_ops(f, "top ops by CPU time", a->top_cpu, a->n_top_cpu, 0);
 	print_ops(f, "top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
 	print_ops(f, "top kernels by GPU time", a->top_kernels, a->n_top_kernels, 0);
+	print_oprows(f, a, "ops by type", a->op_types, a->n_op_types, 40, 0);
+	print_oprows(f, a, "ops by layer", a->op_layers, a->n_op_layers, ANALYSIS_TOP,
+		     a->have_shapes);
+	if (a->n_kconf)
+		print_kconf(f, a, 0);
 	print_ops(f, "top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
 	if (a->have_mem_tl)
 		mem_timeline_print(&a->mem_tl, f);
@@ -898,6 +1496,12 @@ json_t *analysis_to_json(const struct analysis *a)
 	if (j)
 		json_object_set_new(j, "device_time_source",
 				    json_string(a->device_from_host ? "cpu_compute_thread" : "gpu"));
+	if (j) {
+		json_object_set_new(j, "op_sort", json_string(a->sort_by_gpu ? "gpu" : "cpu"));
+		json_object_set_new(j, "op_types", oprows_json(a, a->op_types, a->n_op_types));
+		json_object_set_new(j, "op_layers", oprows_json(a, a->op_layers, a->n_op_layers));
+		json_object_set_new(j, "kernel_configs", kconf_json(a));
+	}
 	if (j && a->have_mem_tl)
 		json_object_set_new(j, "memory_timeline", mem_timeline_to_json(&a->mem_tl));
 	return j;
@@ -975,6 +1579,10 @@ void analysis_markdown_print(const struct analysis *a, FILE *f)
 	md_ops(f, "Top ops by CPU time", a->top_cpu, a->n_top_cpu, 0);
 	md_ops(f, "Top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
 	md_ops(f, "Top kernels by GPU time", a->top_kernels, a->n_top_kernels, 0);
+	md_oprows(f, a, "Ops by type", a->op_types, a->n_op_types, 40, 0);
+	md_oprows(f, a, "Ops by layer", a->op_layers, a->n_op_layers, 30, a->have_shapes);
+	if (a->n_kconf)
+		print_kconf(f, a, 1);
 	md_ops(f, "Top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
 	if (a->have_mem_tl)
 		mem_timeline_markdown(&a->mem_tl, f);

@@ -75,6 +75,33 @@ struct analysis_advice {
 #define ANALYSIS_TOP 10
 #define ANALYSIS_MAX_ADVICE 4
 
+/* A row of an op table, as torch.profiler's key_averages().table(): by op type
+ * ("conv forward", "conv backward", "batch norm forward", ..., "loss", "copy",
+ * "optimizer", "CUDA runtime") or by layer ("layer1.0.conv1.backward"). Host time is
+ * the layer's range (total) and the range less the CUDA runtime calls inside it
+ * (self; the runtime calls are a row of their own); GPU time is the kernels, copies
+ * and memsets it launched (layers do not nest, so self and total are the same). */
+struct analysis_oprow {
+	char name[96];
+	char shapes[128];    /* input shapes (layer rows, --record-shapes); "" when none */
+	long calls;          /* host calls; 0 for a GPU-only row */
+	long gpu_calls;      /* GPU activities */
+	double cpu_self_ms, cpu_total_ms, gpu_ms;
+};
+
+/* Kernels grouped by name and launch configuration, with the occupancy CUPTI's
+ * record lets us estimate (docs/profile.md: an estimate from the compute
+ * capability's limits, -1 where the registers or the GPU are unknown). */
+struct analysis_kconf {
+	char name[96];
+	int grid[3], block[3];
+	int registers, shared_bytes;
+	long calls;
+	double total_ms, mean_us;
+	double theoretical_occupancy; /* resident warps / the SM's maximum, 0..1 */
+	double achieved_occupancy;    /* est.: limited also by the grid's blocks per SM */
+};
+
 struct analysis {
 	struct trace_meta meta;
 	struct analysis_step *steps;
@@ -95,6 +122,15 @@ struct analysis {
 	struct analysis_op top_kernels[ANALYSIS_TOP]; /* kernels by (demangled) name, ms */
 	int n_top_cpu, n_top_gpu, n_top_mem, n_top_kernels;
 
+	/* Op tables, sorted by GPU time (sort_by_gpu) or host total time. */
+	struct analysis_oprow *op_types, *op_layers;
+	int n_op_types, n_op_layers;
+	int sort_by_gpu;
+	int have_shapes;            /* some layer row has input shapes */
+	double steps_total_ms;      /* sum of step times: what "% of step" divides by */
+	struct analysis_kconf kconf[ANALYSIS_TOP];
+	int n_kconf;
+
 	/* Memory trend for the memory chart: ms since the first step, bytes allocated. */
 	double *mem_t_ms, *mem_total_bytes;
 	int n_mem;
@@ -113,6 +149,18 @@ struct analysis {
  * with analysis_free. */
 int analysis_run(const struct trace *t, struct analysis *a);
 void analysis_free(struct analysis *a);
+/* The --sort choices: "gpu", "cpu", then NULL. */
+const char *analysis_sort_name_at(int i);
+/* 0 when s (NULL: not given) is one of them, else GP_EINVAL naming them. */
+int analysis_sort_check(const char *s);
+/* Sort the op tables by GPU time (by_gpu) or by host total time. */
+void analysis_sort_ops(struct analysis *a, int by_gpu);
+/* Theoretical and estimated achieved occupancy of a kernel launch on a GPU of
+ * compute capability cc_major.cc_minor with sm_count SMs (0: unknown; achieved is
+ * then -1); both -1 when the registers or the compute capability are unknown. */
+void analysis_occupancy(int cc_major, int cc_minor, int sm_count, const int grid[3],
+			const int block[3], int registers, int shared_bytes,
+			double *theoretical, double *achieved);
 /* Attach a copy of the plan's memory timeline: the report, JSON and charts show it. */
 int analysis_set_mem_timeline(struct analysis *a, const struct mem_timeline *tl);
 
