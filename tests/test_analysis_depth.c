@@ -335,3 +335,52 @@ TEST(analysis_kernel_configs_round_trip)
 	trace_free(&back);
 	trace_free(&t);
 }
+
+/* HTA's figures on the trace above, in us. HTA keeps work with a launch (not the
+ * memset or the mystery kernel) launched before the last step's start.
+ *   span       memcpy's 20 to sgd's 860                                  = 840
+ *   busy       [20,370) + [420,720) + [810,860)                          = 700
+ *   idle       840 - 700                                                 = 140
+ *   compute    [110,370) + [420,660) + [810,860)                         = 550
+ *   non-compute 700 - 550 = 150; memory 100, communication 170; compute overlaps
+ *   the memcpy [110,120) = 10 and the nccl kernel [550,660) = 110
+ * Stream 7: conv_fwd, the loss, wgrad, dgrad, the filter gradient, sgd; its gaps
+ * 300-350, 370-420, 660-810 each follow a launch after the previous end: host
+ * wait 250. Launch delays (start less the call's end, at least 0): 0, 35, 5, 85,
+ * 115, 0: mean 40, median 20, max 115. */
+TEST(analysis_hta_known)
+{
+	struct trace t;
+	struct analysis a;
+	build_stage_trace(&t);
+	CHECK_EQ_INT(analysis_run(&t, &a), 0);
+	const struct analysis_hta *h = &a.hta;
+	CHECK(h->valid);
+	CHECK_NEAR(h->span_us, 840, 1e-9);
+	CHECK_NEAR(h->idle_us, 140, 1e-9);
+	CHECK_NEAR(h->compute_us, 550, 1e-9);
+	CHECK_NEAR(h->non_compute_us, 150, 1e-9);
+	CHECK_NEAR(h->memory_us, 100, 1e-9);
+	CHECK_NEAR(h->communication_us, 170, 1e-9);
+	CHECK_NEAR(h->other_us, 0, 1e-9);
+	CHECK_NEAR(h->compute_memory_overlap_us, 10, 1e-9);
+	CHECK_NEAR(h->compute_comm_overlap_us, 110, 1e-9);
+	CHECK_EQ_INT(h->n_streams, 4);
+	const struct analysis_stream *s = &h->streams[0];
+	CHECK_EQ_INT(s->stream, 7);
+	CHECK_EQ_INT(s->kernels, 6);
+	CHECK_NEAR(s->busy_us, 500, 1e-9);
+	CHECK_NEAR(s->idle_host_wait_us, 250, 1e-9);
+	CHECK_NEAR(s->idle_kernel_wait_us + s->idle_other_us, 0, 1e-9);
+	CHECK_EQ_INT(s->launches, 6);
+	CHECK_NEAR(s->launch_delay_mean_us, 40, 1e-9);
+	CHECK_NEAR(s->launch_delay_median_us, 20, 1e-9);
+	CHECK_NEAR(s->launch_delay_max_us, 115, 1e-9);
+	CHECK_EQ_INT(h->streams[1].stream, 10);
+	json_t *j = analysis_to_json(&a);
+	json_t *tb = json_object_get(json_object_get(j, "hta"), "temporal_breakdown");
+	CHECK_NEAR(json_real_value(json_object_get(tb, "idle_us")), 140, 1e-9);
+	json_decref(j);
+	analysis_free(&a);
+	trace_free(&t);
+}

@@ -1181,6 +1181,9 @@ int analysis_run(const struct trace *t, struct analysis *a)
 	rc = kernel_configs(t, a);
 	if (rc < 0)
 		goto fail;
+	rc = analysis_hta_run(t, a);
+	if (rc < 0)
+		goto fail;
 	for (int i = 0; i < a->n_steps; i++)
 		a->steps_total_ms += a->steps[i].dur_ms;
 	analysis_sort_ops(a, a->n_kernels > 0);
@@ -1422,6 +1425,7 @@ void analysis_print(const struct analysis *a, FILE *f)
 		     a->have_shapes);
 	if (a->n_kconf)
 		print_kconf(f, a, 0);
+	analysis_hta_print(&a->hta, f, 0);
 	print_ops(f, "top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
 	if (a->have_mem_tl)
 		mem_timeline_print(&a->mem_tl, f);
@@ -1501,6 +1505,7 @@ json_t *analysis_to_json(const struct analysis *a)
 		json_object_set_new(j, "op_types", oprows_json(a, a->op_types, a->n_op_types));
 		json_object_set_new(j, "op_layers", oprows_json(a, a->op_layers, a->n_op_layers));
 		json_object_set_new(j, "kernel_configs", kconf_json(a));
+		json_object_set_new(j, "hta", analysis_hta_json(&a->hta));
 	}
 	if (j && a->have_mem_tl)
 		json_object_set_new(j, "memory_timeline", mem_timeline_to_json(&a->mem_tl));
@@ -1583,6 +1588,7 @@ void analysis_markdown_print(const struct analysis *a, FILE *f)
 	md_oprows(f, a, "Ops by layer", a->op_layers, a->n_op_layers, 30, a->have_shapes);
 	if (a->n_kconf)
 		print_kconf(f, a, 1);
+	analysis_hta_print(&a->hta, f, 1);
 	md_ops(f, "Top layers by memory allocated", a->top_mem, a->n_top_mem, 1);
 	if (a->have_mem_tl)
 		mem_timeline_markdown(&a->mem_tl, f);

@@ -89,6 +89,32 @@ struct analysis_oprow {
 	double cpu_self_ms, cpu_total_ms, gpu_ms;
 };
 
+/* Holistic Trace Analysis' figures, computed natively over the GPU work HTA keeps
+ * (work whose launch started before the last step, when there are two or more):
+ * temporal breakdown, kernel types and their overlap, idle time by cause and launch
+ * delays per stream. docs/profile.md gives each definition. */
+#define ANALYSIS_MAX_STREAMS 16
+
+struct analysis_stream {
+	int device, stream;
+	long kernels;          /* GPU activities on the stream */
+	double busy_us;
+	double idle_host_wait_us, idle_kernel_wait_us, idle_other_us;
+	long launches;         /* those with a launching runtime call */
+	double launch_delay_mean_us, launch_delay_median_us, launch_delay_max_us;
+	double launch_cpu_mean_us; /* the runtime call's own duration */
+};
+
+struct analysis_hta {
+	int valid;             /* 0: no GPU work with a launch */
+	double span_us;        /* first start to last end: HTA's kernel_time */
+	double idle_us, compute_us, non_compute_us;
+	double communication_us, memory_us, other_us; /* unions by kernel type */
+	double compute_comm_overlap_us, compute_memory_overlap_us;
+	struct analysis_stream streams[ANALYSIS_MAX_STREAMS];
+	int n_streams;         /* the busiest ANALYSIS_MAX_STREAMS */
+};
+
 /* Kernels grouped by name and launch configuration, with the occupancy CUPTI's
  * record lets us estimate (docs/profile.md: an estimate from the compute
  * capability's limits, -1 where the registers or the GPU are unknown). */
@@ -131,6 +157,8 @@ struct analysis {
 	struct analysis_kconf kconf[ANALYSIS_TOP];
 	int n_kconf;
 
+	struct analysis_hta hta;
+
 	/* Memory trend for the memory chart: ms since the first step, bytes allocated. */
 	double *mem_t_ms, *mem_total_bytes;
 	int n_mem;
@@ -161,6 +189,11 @@ void analysis_sort_ops(struct analysis *a, int by_gpu);
 void analysis_occupancy(int cc_major, int cc_minor, int sm_count, const int grid[3],
 			const int block[3], int registers, int shared_bytes,
 			double *theoretical, double *achieved);
+/* Fill a->hta from t (analysis_run calls it). */
+int analysis_hta_run(const struct trace *t, struct analysis *a);
+/* The same figures as JSON ("hta" in analysis.json) and as report text. */
+json_t *analysis_hta_json(const struct analysis_hta *h);
+void analysis_hta_print(const struct analysis_hta *h, FILE *f, int markdown);
 /* Attach a copy of the plan's memory timeline: the report, JSON and charts show it. */
 int analysis_set_mem_timeline(struct analysis *a, const struct mem_timeline *tl);
 
