@@ -266,14 +266,3 @@ int trace_add_layer(struct trace *t, const char *name, const char *op, const cha
 	t->n_layers++;
 	return 0;
 }
-
-const struct trace_layer *trace_layer_find(const struct trace *t, const char *op_name)
-{
-	size_t n = strlen(op_name);
-	if (n > 9 && !strcmp(op_name + n - 9, ".backward"))
-		n -= 9;
-	for (size_t i = 0; i < t->n_layers; i++)
-		if (!strncmp(t->layers[i].name, op_name, n) && t->layers[i].name[n] == 0)
-			return &t->layers[i];
-	return NULL;
-}

@@ -141,7 +141,5 @@ int trace_step_end(struct trace *t, int64_t data_wait_ns);
 int trace_add_step(struct trace *t, const struct trace_step *s);
 /* Describe a layer (shapes may be NULL); the strings are interned. */
 int trace_add_layer(struct trace *t, const char *name, const char *op, const char *shapes);
-/* The layer a cpu_op name belongs to ("conv1" for "conv1.backward"), or NULL. */
-const struct trace_layer *trace_layer_find(const struct trace *t, const char *op_name);
 
 #endif

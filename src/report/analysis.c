@@ -620,6 +620,36 @@ static const struct trace_layer *name_layer_get(const struct name_layer *m, size
 	return e ? e->layer : NULL;
 }
 
+static int layer_ptr_cmp(const void *a, const void *b)
+{
+	const struct trace_layer *const *x = a, *const *y = b;
+	return strcmp((*x)->name, (*y)->name);
+}
+
+/* The layer a cpu_op name belongs to ("conv1" for "conv1.backward") among the layers
+ * sorted by name, or NULL. */
+static const struct trace_layer *layer_of(const struct trace_layer *const *sorted, size_t n,
+					  const char *op_name)
+{
+	size_t len = strlen(op_name), lo = 0, hi = n;
+	if (ends_with(op_name, ".backward"))
+		len -= 9;
+	while (lo < hi) {
+		size_t m = lo + (hi - lo) / 2;
+		const char *name = sorted[m]->name;
+		int c = strncmp(name, op_name, len);
+		if (c == 0)
+			c = name[len] != 0; /* longer than the prefix: after it */
+		if (c == 0)
+			return sorted[m];
+		if (c < 0)
+			lo = m + 1;
+		else
+			hi = m;
+	}
+	return NULL;
+}
+
 static const char *op_type_label(const struct trace_layer *l, const char *range_name)
 {
 	if (!l)
@@ -723,8 +753,17 @@ static int op_tables(const struct trace *t, const struct attrib *at, const signe
 		if (!u || names[u - 1].name != names[i].name)
 			names[u++] = names[i];
 	n_names = u;
+	const struct trace_layer **sorted = malloc((t->n_layers ? t->n_layers : 1) * sizeof(*sorted));
+	if (!sorted) {
+		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < t->n_layers; i++)
+		sorted[i] = &t->layers[i];
+	qsort(sorted, t->n_layers, sizeof(*sorted), layer_ptr_cmp);
 	for (size_t i = 0; i < n_names; i++)
-		names[i].layer = trace_layer_find(t, names[i].name);
+		names[i].layer = layer_of(sorted, t->n_layers, names[i].name);
+	free(sorted);
 	for (size_t i = 0; i < t->n_ranges && rc == 0; i++) {
 		const struct trace_range *r = &t->ranges[i];
 		if (r->cat != TRACE_CPU_OP)
