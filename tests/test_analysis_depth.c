@@ -384,3 +384,30 @@ TEST(analysis_hta_known)
 	analysis_free(&a);
 	trace_free(&t);
 }
+
+/* A torch.profiler trace: no stage annotations and no layer table; its backward ops
+ * are named as autograd names them, and their kernels are backward's. */
+TEST(analysis_device_stages_torch_names)
+{
+	struct trace t;
+	struct analysis a;
+	trace_init(&t);
+	t.base_ns = BASE;
+	range_us(&t, "ProfilerStep#4", "user_annotation", 0, 100, 0, 1);
+	range_us(&t, "aten::conv2d", "cpu_op", 0, 10, 0, 2);
+	range_us(&t, "cudaLaunchKernel", "cuda_runtime", 2, 4, 1, 2);
+	gpu_us(&t, "implicit_gemm", TRACE_KERNEL, 7, 10, 40, 1);
+	range_us(&t, "aten::convolution_backward", "cpu_op", 20, 30, 0, 3);
+	range_us(&t, "cudaLaunchKernel", "cuda_runtime", 22, 24, 2, 3);
+	gpu_us(&t, "dgrad_kernel", TRACE_KERNEL, 7, 40, 70, 2);
+	struct trace_step s = { 4, BASE, BASE + 100 * US, 0 };
+	CHECK_EQ_INT(trace_add_step(&t, &s), 0);
+	CHECK_EQ_INT(analysis_run(&t, &a), 0);
+	CHECK_NEAR(a.steps[0].device_ms[DSTAGE_FORWARD], 0.030, 1e-9);
+	CHECK_NEAR(a.steps[0].device_ms[DSTAGE_BACKWARD], 0.030, 1e-9);
+	CHECK_NEAR(a.steps[0].device_ms[DSTAGE_IDLE], 0.040, 1e-9);
+	/* without a layer table the op table groups by the range's own name */
+	check_row(a.op_types, a.n_op_types, "aten::convolution_backward", 1, 8, 10, 30);
+	analysis_free(&a);
+	trace_free(&t);
+}

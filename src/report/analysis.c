@@ -152,11 +152,12 @@ static int ends_with(const char *s, const char *suffix)
 	return n >= m && !memcmp(s + n - m, suffix, m);
 }
 
-/* The phase of a layer range by its name: "<layer>.backward", the optimizer's
+/* The phase of a layer range by its name: "<layer>.backward" (torch.profiler's
+ * "aten::convolution_backward", "...ConvolutionBackward0" too), the optimizer's
  * "Optimizer.step#...", else a forward layer. */
 static int op_dstage(const char *name)
 {
-	if (ends_with(name, ".backward"))
+	if (strstr(name, "ackward"))
 		return DSTAGE_BACKWARD;
 	if (!strncmp(name, "Optimizer.", 10) || !strncmp(name, "optimizer", 9))
 		return DSTAGE_OPTIMIZER;
