@@ -206,8 +206,6 @@ int analysis_hta_run(const struct trace *t, struct analysis *a)
 	h->non_compute_us = busy - h->compute_us;
 	h->memory_us = u[K_MEMORY];
 	h->communication_us = u[K_COMM];
-	h->other_us = busy - span_union(memcpy(cc, by[K_COMPUTE], nb[K_COMPUTE] * sizeof(*cc)),
-					 nb[K_COMPUTE]) / 1e3;
 	/* overlap of compute with another type: |A| + |B| - |A u B| */
 	for (int type = K_MEMORY; type < K_NTYPES; type++) {
 		memcpy(cc, by[K_COMPUTE], nb[K_COMPUTE] * sizeof(*cc));
