@@ -613,14 +613,6 @@ static int name_layer_cmp(const void *a, const void *b)
 	return (x->name > y->name) - (x->name < y->name);
 }
 
-static const struct trace_layer *name_layer_get(const struct name_layer *m, size_t n,
-						const char *name)
-{
-	struct name_layer key = { name, NULL };
-	const struct name_layer *e = bsearch(&key, m, n, sizeof(*m), name_layer_cmp);
-	return e ? e->layer : NULL;
-}
-
 static int layer_ptr_cmp(const void *a, const void *b)
 {
 	const struct trace_layer *const *x = a, *const *y = b;
@@ -704,10 +696,38 @@ static int oprows_merge(struct oprec_list *l, int layer, struct analysis_oprow *
 	return 0;
 }
 
-/* The records: every layer range (host time, less its runtime calls for self), every
+/* Sums of one row before the rows are merged by name. */
+struct opacc {
+	double cpu_self, cpu_total, gpu;
+	long calls, gpu_calls;
+};
+
+/* Rows no layer range stands for: in the type table, and (those with a layer name)
+ * in the layer table too. */
+enum { SP_LOSS, SP_COPY, SP_RUNTIME, SP_COMM, SP_BWD_OUT, SP_NONE, SP_DGRAD, SP_WGRAD,
+       SP_OPTIM, SP_COUNT };
+static const struct {
+	const char *type, *layer;
+} special_rows[SP_COUNT] = {
+	[SP_LOSS] = { ROW_LOSS, ROW_LOSS },       [SP_COPY] = { ROW_COPY, ROW_COPY },
+	[SP_RUNTIME] = { ROW_RUNTIME, NULL },     [SP_COMM] = { ROW_COMM, ROW_COMM },
+	[SP_BWD_OUT] = { ROW_BWD_OUT, ROW_BWD_OUT }, [SP_NONE] = { ROW_NONE, ROW_NONE },
+	[SP_DGRAD] = { ROW_DGRAD, NULL },         [SP_WGRAD] = { ROW_WGRAD, NULL },
+	[SP_OPTIM] = { "optimizer", "optimizer" },
+};
+
+/* Which special row GPU work that no layer launched joins, by its device stage. */
+static const int special_of_dstage[DSTAGE_IDLE] = {
+	[DSTAGE_DATA] = SP_COPY,   [DSTAGE_FORWARD] = SP_LOSS, [DSTAGE_BACKWARD] = SP_BWD_OUT,
+	[DSTAGE_OPTIMIZER] = SP_OPTIM, [DSTAGE_COMM] = SP_COMM, [DSTAGE_OTHER] = SP_NONE,
+};
+
+/* The rows: every layer range (host time, less its runtime calls for self), every
  * runtime call, every GPU activity (to the layer that launched it, else to the row
  * its stage stands for), and the host time of the forward and data annotations
- * outside layers (the loss; the batch's upload). */
+ * outside layers (the loss; the batch's upload). Sums go first to one accumulator
+ * per distinct range name (interned: found by pointer), so that only a few hundred
+ * rows are merged by name. */
 static int op_tables(const struct trace *t, const struct attrib *at, const signed char *dstage,
 		     struct analysis *a)
 {
@@ -715,11 +735,14 @@ static int op_tables(const struct trace *t, const struct attrib *at, const signe
 	size_t nr = t->n_ranges ? t->n_ranges : 1;
 	double *rt_in = calloc(nr, sizeof(*rt_in));
 	struct name_layer *names = malloc(nr * sizeof(*names));
+	struct opacc *acc = NULL, sp[SP_COUNT];
+	const struct trace_layer **sorted = NULL;
 	double stage_host[STAGE_COUNT] = { 0 }, stage_ops[STAGE_COUNT] = { 0 };
 	double stage_rt[STAGE_COUNT] = { 0 };
 	long stage_calls[STAGE_COUNT] = { 0 };
 	size_t n_names = 0;
 	int rc = 0;
+	memset(sp, 0, sizeof(sp));
 	if (!rt_in || !names) {
 		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
 		goto out;
@@ -744,18 +767,20 @@ static int op_tables(const struct trace *t, const struct attrib *at, const signe
 			if (s >= 0)
 				stage_rt[s] += ms;
 		}
-		rc = oprec_add(&l, (struct oprec){ ROW_RUNTIME, NULL, NULL, ms, ms, 0, 1, 0 });
-		if (rc < 0)
-			goto out;
+		sp[SP_RUNTIME].cpu_self += ms;
+		sp[SP_RUNTIME].cpu_total += ms;
+		sp[SP_RUNTIME].calls++;
 	}
+	/* the distinct names, each with its layer */
 	qsort(names, n_names, sizeof(*names), name_layer_cmp);
 	size_t u = 0;
 	for (size_t i = 0; i < n_names; i++)
 		if (!u || names[u - 1].name != names[i].name)
 			names[u++] = names[i];
 	n_names = u;
-	const struct trace_layer **sorted = malloc((t->n_layers ? t->n_layers : 1) * sizeof(*sorted));
-	if (!sorted) {
+	sorted = malloc((t->n_layers ? t->n_layers : 1) * sizeof(*sorted));
+	acc = calloc(n_names ? n_names : 1, sizeof(*acc));
+	if (!sorted || !acc) {
 		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
 		goto out;
 	}
@@ -764,45 +789,47 @@ static int op_tables(const struct trace *t, const struct attrib *at, const signe
 	qsort(sorted, t->n_layers, sizeof(*sorted), layer_ptr_cmp);
 	for (size_t i = 0; i < n_names; i++)
 		names[i].layer = layer_of(sorted, t->n_layers, names[i].name);
-	free(sorted);
-	for (size_t i = 0; i < t->n_ranges && rc == 0; i++) {
+
+	for (size_t i = 0; i < t->n_ranges; i++) {
 		const struct trace_range *r = &t->ranges[i];
 		if (r->cat != TRACE_CPU_OP)
 			continue;
-		const struct trace_layer *ly = name_layer_get(names, n_names, r->name);
+		struct name_layer key = { r->name, NULL };
+		const struct name_layer *e = bsearch(&key, names, n_names, sizeof(*names),
+						     name_layer_cmp);
 		double ms = (r->end_ns - r->start_ns) / 1e6;
 		int st = attrib_stage_at(at, r->start_ns);
 		if (st >= 0)
 			stage_ops[st] += ms;
-		if (ly)
-			a->have_shapes |= ly->shapes != NULL;
-		rc = oprec_add(&l, (struct oprec){ op_type_label(ly, r->name), r->name,
-						   ly ? ly->shapes : NULL, ms - rt_in[i], ms, 0, 1,
-						   0 });
+		struct opacc *o = &acc[e - names];
+		o->cpu_self += ms - rt_in[i];
+		o->cpu_total += ms;
+		o->calls++;
 	}
-	for (size_t i = 0; i < t->n_gpu && rc == 0; i++) {
+	for (size_t i = 0; i < t->n_gpu; i++) {
 		const struct trace_gpu *g = &t->gpu[i];
 		double ms = (g->end_ns - g->start_ns) / 1e6;
 		long op = dstage[i] == DSTAGE_COMM ? -1 : attrib_op(at, t, g);
+		struct opacc *o;
 		if (op >= 0) {
-			const char *name = t->ranges[op].name;
-			const struct trace_layer *ly = name_layer_get(names, n_names, name);
-			const char *type = op_type_label(ly, name);
-			rc = oprec_add(&l, (struct oprec){ type, name, NULL, 0, 0, ms, 0, 1 });
+			struct name_layer key = { t->ranges[op].name, NULL };
+			const struct name_layer *e = bsearch(&key, names, n_names, sizeof(*names),
+							     name_layer_cmp);
+			o = &acc[e - names];
+			const char *type = op_type_label(e->layer, e->name);
 			const char *part = type == op_kinds[0].bwd && g->cat == TRACE_KERNEL
 						   ? conv_bwd_part(g->name ? g->name : "")
 						   : NULL;
-			if (rc == 0 && part)
-				rc = oprec_add(&l, (struct oprec){ part, NULL, NULL, 0, 0, ms, 0, 1 });
-			continue;
+			if (part) {
+				struct opacc *p = &sp[part == ROW_DGRAD ? SP_DGRAD : SP_WGRAD];
+				p->gpu += ms;
+				p->gpu_calls++;
+			}
+		} else {
+			o = &sp[special_of_dstage[dstage[i]]];
 		}
-		static const char *const row_of[DSTAGE_IDLE] = {
-			[DSTAGE_DATA] = ROW_COPY, [DSTAGE_FORWARD] = ROW_LOSS,
-			[DSTAGE_BACKWARD] = ROW_BWD_OUT, [DSTAGE_OPTIMIZER] = "optimizer",
-			[DSTAGE_COMM] = ROW_COMM, [DSTAGE_OTHER] = ROW_NONE,
-		};
-		const char *row = row_of[dstage[i]];
-		rc = oprec_add(&l, (struct oprec){ row, row, NULL, 0, 0, ms, 0, 1 });
+		o->gpu += ms;
+		o->gpu_calls++;
 	}
 	/* host time of the forward annotation outside layers is the loss's; of the data
 	 * annotation, the batch's upload (only for a trace that has layers); rounding
@@ -813,20 +840,33 @@ static int op_tables(const struct trace *t, const struct attrib *at, const signe
 		if (stage_rt[st] > stage_host[st] - stage_ops[st])
 			stage_rt[st] = stage_host[st] - stage_ops[st];
 	}
-	if (rc == 0 && t->n_layers && stage_calls[STAGE_FORWARD])
-		rc = oprec_add(&l, (struct oprec){
-					   ROW_LOSS, ROW_LOSS, NULL,
-					   stage_host[STAGE_FORWARD] - stage_ops[STAGE_FORWARD] -
-						   stage_rt[STAGE_FORWARD],
-					   stage_host[STAGE_FORWARD] - stage_ops[STAGE_FORWARD],
-					   0, stage_calls[STAGE_FORWARD], 0 });
-	if (rc == 0 && t->n_layers && stage_calls[STAGE_DATA])
-		rc = oprec_add(&l, (struct oprec){
-					   ROW_COPY, ROW_COPY, NULL,
-					   stage_host[STAGE_DATA] - stage_ops[STAGE_DATA] -
-						   stage_rt[STAGE_DATA],
-					   stage_host[STAGE_DATA] - stage_ops[STAGE_DATA], 0,
-					   stage_calls[STAGE_DATA], 0 });
+	static const int host_rows[][2] = { { STAGE_FORWARD, SP_LOSS }, { STAGE_DATA, SP_COPY } };
+	for (int k = 0; k < 2 && t->n_layers; k++) {
+		int st = host_rows[k][0];
+		struct opacc *o = &sp[host_rows[k][1]];
+		if (!stage_calls[st])
+			continue;
+		o->cpu_total += stage_host[st] - stage_ops[st];
+		o->cpu_self += stage_host[st] - stage_ops[st] - stage_rt[st];
+		o->calls += stage_calls[st];
+	}
+
+	for (size_t i = 0; i < n_names && rc == 0; i++) {
+		const struct opacc *o = &acc[i];
+		const struct trace_layer *ly = names[i].layer;
+		if (ly)
+			a->have_shapes |= ly->shapes != NULL;
+		rc = oprec_add(&l, (struct oprec){ op_type_label(ly, names[i].name), names[i].name,
+						   ly ? ly->shapes : NULL, o->cpu_self,
+						   o->cpu_total, o->gpu, o->calls, o->gpu_calls });
+	}
+	for (int k = 0; k < SP_COUNT && rc == 0; k++)
+		if (sp[k].calls || sp[k].gpu_calls)
+			rc = oprec_add(&l, (struct oprec){ special_rows[k].type,
+							   special_rows[k].layer, NULL,
+							   sp[k].cpu_self, sp[k].cpu_total,
+							   sp[k].gpu, sp[k].calls,
+							   sp[k].gpu_calls });
 	if (rc == 0)
 		rc = oprows_merge(&l, 0, &a->op_types, &a->n_op_types);
 	if (rc == 0)
@@ -835,6 +875,8 @@ out:
 	free(l.v);
 	free(rt_in);
 	free(names);
+	free(acc);
+	free(sorted);
 	return rc;
 }
 
