@@ -56,6 +56,12 @@ struct hcase {
 #define WAIT_STEP(log) "i=0; while ! grep -q 'step ' " log " && kill -0 $p 2>/dev/null && " \
 		       "[ $i -lt 1500 ]; do sleep 0.01; i=$((i+1)); done; "
 
+/* A background job of a non-interactive shell starts with SIGINT ignored until
+ * gpuperf's main installs its handler, which comes after the dynamic loader has mapped
+ * cuDNN, cuBLAS and OpenBLAS: on a loaded machine that can take longer than the sleeps
+ * below. Wait until the process catches SIGINT (bit 2 of SigCgt; at most 20 s). */
+#define STARTED "for i in $(seq 400); do m=$(sed -n 's/^SigCgt:[[:space:]]*//p' /proc/$p/status " \
+		"2>/dev/null); [ -n \"$m\" ] && [ $((0x$m & 2)) -ne 0 ] && break; sleep 0.05; done; "
 static const struct hcase cases[] = {
 	/* --- the command line -------------------------------------------------------- */
 	{ "unknown command", "frobnicate", 2, "unknown command 'frobnicate'" },
@@ -366,7 +372,7 @@ static const struct hcase cases[] = {
 	/* five times: a signal taken by one thread while another creates its file */
 	{ "SIGINT during dataset make, 4 threads",
 	  "!for t in 0.1 0.2 0.3 0.15 0.25; do rm -rf ds; \"$G\" dataset make --out ds --classes 4 "
-	  "--images 4000 --size 64x64 --threads 4 > log 2>&1 & p=$!; sleep $t; kill -INT $p; wait $p; "
+	  "--images 4000 --size 64x64 --threads 4 > log 2>&1 & p=$!; " STARTED "sleep $t; kill -INT $p; wait $p; "
 	  "rc=$?; [ -z \"$(find ds -name '.*.tmp*')\" ] || exit 3; done; exit $rc", 130 },
 	{ "SIGTERM during profile",
 	  "!\"$G\" profile --model simple_cnn --device cpu --batch 2 --classes 10 --steps 100000 "
@@ -374,7 +380,7 @@ static const struct hcase cases[] = {
 	  NULL, "[ ! -e o/result.json ]" },
 	{ "SIGINT during a loader run",
 	  "!\"$G\" loader --data \"$F/ds\" --batch 2 --batches 10000000 --size 16 --workers 2 > log 2>&1 & "
-	  "p=$!; sleep 0.5; kill -INT $p; wait $p", 130 },
+	  "p=$!; " STARTED "sleep 0.5; kill -INT $p; wait $p", 130 },
 	{ "SIGTERM to monitor (no NVML here)", "!\"$G\" monitor --interval 0.05 --out o > log 2>&1 & p=$!; "
 	  "sleep 0.5; kill -TERM $p; wait $p; rc=$?; cat log; exit $rc", 1, "NVML" },
 
