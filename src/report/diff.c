@@ -2,7 +2,6 @@
  * judge each change against the runs' spread and the threshold. */
 #include "report/diff.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -224,54 +223,6 @@ static int is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* The one result in a run folder: <command>.json named by the folder's
- * <command>_<stamp> name, else the only *.json that reads as a result. */
-static int run_dir_result(const char *dir, char *path, size_t cap)
-{
-	char name[300], base[256];
-	const char *slash = strrchr(dir, '/');
-	snprintf(base, sizeof(base), "%s", slash && slash[1] ? slash + 1 : dir);
-	/* a trailing slash: the component before it */
-	if (slash && !slash[1]) {
-		size_t len = slash - dir;
-		const char *s = dir + len;
-		while (s > dir && s[-1] != '/')
-			s--;
-		snprintf(base, sizeof(base), "%.*s", (int)(dir + len - s), s);
-	}
-	char *us = strchr(base, '_');
-	if (us)
-		*us = 0;
-	snprintf(name, sizeof(name), "%s.json", base);
-	if (snprintf(path, cap, "%s/%s", dir, name) < (int)cap && access(path, R_OK) == 0)
-		return 0;
-	DIR *d = opendir(dir);
-	if (!d)
-		return gp_error(GP_EINVAL, "cannot open '%s': %s", dir, strerror(errno));
-	int found = 0;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		char p[4096];
-		json_t *res;
-		if (!ends_with(e->d_name, ".json") || e->d_name[0] == '.')
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		if (result_read(p, &res) < 0) {
-			gp_error_clear();
-			continue;
-		}
-		json_decref(res);
-		if (found++ == 0)
-			snprintf(path, cap, "%s", p);
-	}
-	closedir(d);
-	if (found == 1)
-		return 0;
-	if (found == 0)
-		return gp_error(GP_EINVAL, "'%s' holds no gpuperf result", dir);
-	return gp_error(GP_EINVAL, "'%s' holds %d results: name the JSON file", dir, found);
-}
-
 /* A bench: each stage's result, its metrics under "<stage>/". */
 static int bench_collect(struct diff_run *run, json_t *bench, const char *dir)
 {
@@ -308,7 +259,7 @@ int diff_run_load(struct diff_run *run, const char *path)
 		return gp_error(GP_EINVAL, "'%s': %s", path, strerror(errno));
 	if (is_dir(path)) {
 		snprintf(dir, sizeof(dir), "%s", path);
-		GP_TRY(run_dir_result(path, run->path, sizeof(run->path)));
+		GP_TRY(result_find_in_dir(path, run->path, sizeof(run->path)));
 	} else {
 		snprintf(run->path, sizeof(run->path), "%s", path);
 		const char *slash = strrchr(path, '/');
