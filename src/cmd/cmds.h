@@ -24,6 +24,7 @@ int cmd_workers(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 /* diff returns 1 (not an error) when a metric regressed: main exits with it. */
 int cmd_diff(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* advise's recommendation: of trials 1..n-1, the fastest whose kept[i] is set (a fix
  * that paid alone, or the kept fixes together); 0, the baseline, when none is. */

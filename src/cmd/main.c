@@ -31,6 +31,7 @@ static const struct command commands[] = {
 	{ "workers", cmd_workers, "train once per data-loader worker count: GPU utilization, data wait, img/s" },
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
 	{ "advise", cmd_advise, "find what holds training back and prove each fix by measuring it" },
+	{ "bench", cmd_bench, "benchmark this machine: the suite that fits it, one report (HTML and Markdown)" },
 	{ "diff", cmd_diff, "compare two runs metric by metric: change, noise, regressions (exit 1)" },
 	{ "menu", cmd_menu, "choose a question from a menu (what plain gpuperf does on a terminal)" },
 	{ "monitor", cmd_monitor, "live NVML view: utilization, memory, power, temperature, clocks" },
