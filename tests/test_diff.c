@@ -192,6 +192,16 @@ TEST(diff_cli_bad_input)
 	CHECK_MSG(strstr(out, "/nonexistent/run") && test_count_lines(out) == 1, "%s", out);
 	CHECK_EQ_INT(run_diff(a, "", "", out, sizeof(out)), 2);
 	CHECK_EQ_INT(run_diff(a, a, "--threshold -1", out, sizeof(out)), 2);
+	/* an unreadable result: the reader's own message, not a lost one */
+	char txt[600];
+	snprintf(txt, sizeof(txt), "%s/text.json", t);
+	f = fopen(txt, "w");
+	if (f) {
+		fputs("hello\n", f);
+		fclose(f);
+	}
+	CHECK_EQ_INT(run_diff(txt, a, "", out, sizeof(out)), 2);
+	CHECK_MSG(strstr(out, "text.json' line 1") && test_count_lines(out) == 1, "%s", out);
 	/* a run folder with no result in it */
 	CHECK_EQ_INT(run_diff(a, t, "", out, sizeof(out)), 2);
 	test_check_bad("diff onlyone", "which two runs");

@@ -265,9 +265,13 @@ int diff_run_load(struct diff_run *run, const char *path)
 		const char *slash = strrchr(path, '/');
 		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
 	}
+	char msg[1024];
 	int rc = result_read(run->path, &res);
-	if (rc < 0)
-		return gp_error(GP_EINVAL, "%s", gp_errmsg());
+	if (rc < 0) {
+		/* bad input for diff: exit 2, the message kept */
+		snprintf(msg, sizeof(msg), "%s", gp_errmsg());
+		return gp_error(GP_EINVAL, "%s", msg);
+	}
 	snprintf(run->command, sizeof(run->command), "%s",
 		 json_string_value(json_object_get(res, "command")));
 	if (!strcmp(run->command, "bench"))
@@ -276,8 +280,9 @@ int diff_run_load(struct diff_run *run, const char *path)
 		rc = diff_run_collect(run, json_object_get(res, "measurements"), "");
 	json_decref(res);
 	if (rc < 0) {
+		snprintf(msg, sizeof(msg), "%s", gp_errmsg());
 		diff_run_free(run);
-		return gp_error(GP_EINVAL, "%s", gp_errmsg());
+		return gp_error(GP_EINVAL, "%s", msg);
 	}
 	return 0;
 }
