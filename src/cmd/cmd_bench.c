@@ -54,7 +54,7 @@ struct bench_sizes {
 	int compare_batch, compare_steps;
 	const char *amp_batches, *amp_precisions;
 	int amp_steps;
-	int maxbatch_mem_limit_mib, maxbatch_confirm;
+	int maxbatch_mem_limit_mib, maxbatch_confirm, maxbatch_start;
 	const char *workers_list;
 	int workers_steps, workers_batch, train_steps, train_workers;
 	int profile_batch, profile_steps;
@@ -63,24 +63,40 @@ struct bench_sizes {
 };
 
 static const struct bench_sizes bench_gpu = {
-	"resnet50,resnet18,mobilenet_v2", 0, 64, 100, "64,128,256,512", "fp32,tf32,fp16,bf16", 30,
-	0, 5, "0,2,4,8", 100, 64, 200, 8, 64, 20, 30,
-	3, 90, 240, 180, 150, 60, 60, 240,
+	.models = "resnet50,resnet18,mobilenet_v2", .compare_batch = 64, .compare_steps = 100,
+	.amp_batches = "64,128,256,512", .amp_precisions = "fp32,tf32,fp16,bf16", .amp_steps = 30,
+	.maxbatch_confirm = 5, .maxbatch_start = 8,
+	.workers_list = "0,2,4,8", .workers_steps = 100, .workers_batch = 64, .train_steps = 200,
+	.train_workers = 8, .profile_batch = 64, .profile_steps = 20, .torch_iters = 30,
+	.b_info = 3, .b_compare = 90, .b_amp = 240, .b_maxbatch = 180, .b_workers = 150,
+	.b_train = 60, .b_profile = 60, .b_torch = 240,
 };
 static const struct bench_sizes bench_gpu_quick = {
-	"resnet50,resnet18", 0, 64, 30, "128,256", "fp32,bf16", 20,
-	0, 2, "0,8", 30, 64, 50, 8, 64, 10, 10,
-	3, 25, 50, 40, 20, 10, 20, 60,
+	.models = "resnet50,resnet18", .compare_batch = 64, .compare_steps = 30,
+	.amp_batches = "128,256", .amp_precisions = "fp32,bf16", .amp_steps = 20,
+	.maxbatch_confirm = 2, .maxbatch_start = 64,
+	.workers_list = "0,8", .workers_steps = 30, .workers_batch = 64, .train_steps = 50,
+	.train_workers = 8, .profile_batch = 64, .profile_steps = 10, .torch_iters = 10,
+	.b_info = 3, .b_compare = 25, .b_amp = 50, .b_maxbatch = 45, .b_workers = 20,
+	.b_train = 10, .b_profile = 20, .b_torch = 60,
 };
 static const struct bench_sizes bench_cpu = {
-	"simple_cnn,mobilenet_v2", 32, 16, 20, "8,16,32", "fp32", 10,
-	64, 2, "0,2", 10, 16, 20, 2, 8, 5, 0,
-	1, 10, 10, 10, 20, 10, 5, 0,
+	.models = "simple_cnn,mobilenet_v2", .size = 32, .compare_batch = 16, .compare_steps = 20,
+	.amp_batches = "8,16,32", .amp_precisions = "fp32", .amp_steps = 10,
+	.maxbatch_mem_limit_mib = 64, .maxbatch_confirm = 2, .maxbatch_start = 8,
+	.workers_list = "0,2", .workers_steps = 10, .workers_batch = 16, .train_steps = 20,
+	.train_workers = 2, .profile_batch = 8, .profile_steps = 5,
+	.b_info = 1, .b_compare = 10, .b_amp = 10, .b_maxbatch = 10, .b_workers = 20,
+	.b_train = 10, .b_profile = 5,
 };
 static const struct bench_sizes bench_cpu_quick = {
-	"simple_cnn", 32, 8, 5, "8,16", "fp32", 5,
-	32, 1, "0,2", 5, 8, 10, 2, 8, 3, 0,
-	1, 3, 3, 5, 10, 5, 3, 0,
+	.models = "simple_cnn", .size = 32, .compare_batch = 8, .compare_steps = 5,
+	.amp_batches = "8,16", .amp_precisions = "fp32", .amp_steps = 5,
+	.maxbatch_mem_limit_mib = 32, .maxbatch_confirm = 1, .maxbatch_start = 8,
+	.workers_list = "0,2", .workers_steps = 5, .workers_batch = 8, .train_steps = 10,
+	.train_workers = 2, .profile_batch = 8, .profile_steps = 3,
+	.b_info = 1, .b_compare = 3, .b_amp = 3, .b_maxbatch = 5, .b_workers = 10,
+	.b_train = 5, .b_profile = 3,
 };
 
 struct bench_stage {
@@ -248,6 +264,7 @@ static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *
 	ARG("maxbatch");
 	ARG("--model=%s", mb_model);
 	ARG("--confirm-steps=%d", z->maxbatch_confirm);
+	ARG("--start=%d", z->maxbatch_start);
 	if (z->maxbatch_mem_limit_mib)
 		ARG("--mem-limit-mib=%d", z->maxbatch_mem_limit_mib);
 	if (*size_arg)

@@ -38,18 +38,18 @@ static int plot_bench(const char *dir)
 		}
 		const char *chart = plots_chart_name(json_string_value(json_object_get(res, "command")));
 		snprintf(stage_dir, sizeof(stage_dir), "%s", path);
-		if (chart) {
-			rc = plots_draw(res, dirname(stage_dir));
-			if (rc == 0)
-				printf("wrote %s/%s\n", stage_dir, chart);
+		/* a stage whose result cannot be charted (workers on the CPU has no
+		 * utilization) keeps the others and the report from being redrawn */
+		if (chart && plots_draw(res, dirname(stage_dir)) == 0) {
+			printf("wrote %s/%s\n", stage_dir, chart);
+		} else if (chart) {
+			printf("%s: no chart: %s\n", stage_dir, gp_errmsg());
+			gp_error_clear();
 		}
 		json_decref(res);
-		if (rc < 0)
-			goto out;
 	}
 	if ((rc = bench_report_write(dir)) == 0)
 		printf("wrote %s/report.html\nwrote %s/report.md\n", dir, dir);
-out:
 	json_decref(bench);
 	return rc;
 }

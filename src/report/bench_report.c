@@ -413,8 +413,22 @@ static void section_workers(struct rep *r, struct summary *s, json_t *stage, jso
 		  str(stage, "result"), "workers/gpu_utilization_comparison.png");
 	if (isfinite(num(m, "recommended_workers"))) {
 		sum_head(s, "recommended data-loader workers: %.0f (workers)", num(m, "recommended_workers"));
-		sum_find(s, 4, "%.0f data-loader workers keep the training fed; %s",
-			 num(m, "recommended_workers"), str(m, "reading"));
+		/* the recommended run against the one without workers */
+		json_t *rec = NULL, *zero = NULL;
+		json_array_foreach(runs, i, w) {
+			if (num(w, "workers") == num(m, "recommended_workers"))
+				rec = w;
+			if (num(w, "workers") == 0)
+				zero = w;
+		}
+		if (rec && zero && rec != zero)
+			sum_find(s, 4, "%.0f data-loader workers train at %.1f img/s against %.1f with "
+				 "none (data wait %.2f ms per step against %.2f).",
+				 num(m, "recommended_workers"), num(rec, "img_s"), num(zero, "img_s"),
+				 num(rec, "data_wait_ms"), num(zero, "data_wait_ms"));
+		else
+			sum_find(s, 4, "%.0f data-loader workers keep the training fed.",
+				 num(m, "recommended_workers"));
 	}
 }
 
@@ -423,7 +437,7 @@ static void section_train(struct rep *r, struct summary *s, json_t *stage, json_
 	json_t *m = meas(res);
 	struct rep_table t;
 	char a[32], b[32], c[32];
-	rep_table_begin(r, &t, "model\tworkers\timg/s\tms/step\tdata wait (%% of the step)");
+	rep_table_begin(r, &t, "model\tworkers\timg/s\tms/step\tdata wait (% of the step)");
 	rep_row(r, &t, "%s\t%.0f\t%s\t%s\t%s", str(m, "model"), num(m, "workers"),
 		fmt_num(a, sizeof(a), "%.1f", num(m, "img_s")),
 		fmt_num(b, sizeof(b), "%.2f", num(m, "ms_per_step")),
