@@ -232,7 +232,7 @@ static void check_repeat(json_t *m, const char *key, int n)
 	CHECK(st.std >= 0 && st.std <= st.max - st.min);
 }
 
-TEST(diff_repeat_train_and_amp_record_spread)
+TEST(diff_repeat_train_amp_compare_record_spread)
 {
 	char cmd[2048], path[600], out[8192];
 	const char *t = test_tmpdir();
@@ -257,6 +257,16 @@ TEST(diff_repeat_train_and_amp_record_spread)
 	json_t *cell = json_array_get(json_object_get(json_object_get(res, "measurements"), "cells"), 0);
 	CHECK(cell);
 	check_repeat(cell, "img_s", 2);
+	json_decref(res);
+	snprintf(cmd, sizeof(cmd), "%s compare --device cpu --models simple_cnn --batch 4 --steps 4 "
+		 "--repeat 2 --out %s/c", test_bin(), t);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	snprintf(path, sizeof(path), "%s/c/compare.json", t);
+	res = json_load_file(path, 0, NULL);
+	json_t *row = json_array_get(json_object_get(json_object_get(res, "measurements"), "models"), 0);
+	CHECK(row);
+	check_repeat(row, "img_s", 2);
+	check_repeat(row, "ms_per_step", 2);
 	json_decref(res);
 	test_check_bad("train --repeat 0", "--repeat");
 	test_check_bad("train --repeat 2 --epochs 2 --profile-epochs 0", "--repeat");

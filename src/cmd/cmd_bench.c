@@ -40,7 +40,7 @@
 #endif
 
 #define BENCH_USAGE "gpuperf bench [--quick] [--models m1,m2] [--data DIR] [--precisions P,..] " \
-		    "[--torch] [--device D] [--out DIR]"
+		    "[--torch] [--repeat N] [--device D] [--out DIR]"
 #define BENCH_MAX_STAGES 24
 #define BENCH_MAX_ARGS 40
 
@@ -204,7 +204,8 @@ static const char *torch_mode(const char *precision)
 }
 
 static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *models_opt,
-		      const char *precisions, const char *data, int torch, const char *device)
+		      const char *precisions, const char *data, int torch, const char *device,
+		      int repeat)
 {
 	char models[8][32], list[512], size_arg[32] = "";
 	int n_models;
@@ -241,8 +242,10 @@ static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *
 		ARG("--json");
 		s->stdout_is_result = 1;
 	}
-	NEW("compare", z->b_compare * n_models / 2.0, "compare.json");
+	NEW("compare", z->b_compare * n_models / 2.0 * repeat, "compare.json");
 	ARG("compare");
+	if (repeat > 1)
+		ARG("--repeat=%d", repeat);
 	ARG("--models=%s", list);
 	ARG("--batch=%d", z->compare_batch);
 	ARG("--steps=%d", z->compare_steps);
@@ -250,8 +253,10 @@ static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *
 		ARG("%s", size_arg);
 	GP_TRY(stage_out(b, s, device));
 
-	NEW("amp", z->b_amp, "amp.json");
+	NEW("amp", z->b_amp * repeat, "amp.json");
 	ARG("amp");
+	if (repeat > 1)
+		ARG("--repeat=%d", repeat);
 	ARG("--model=%s", amp_model);
 	ARG("--batches=%s", z->amp_batches);
 	ARG("--precisions=%s", precisions ? precisions : z->amp_precisions);
@@ -683,7 +688,7 @@ static int torch_usable(char *why, size_t cap)
 int cmd_bench(int argc, char **argv)
 {
 	const char *models = NULL, *data = NULL, *precisions = NULL, *out = NULL, *device = "auto";
-	int quick = 0, torch = 0, help = 0, overwrite = 0, plan_only = 0;
+	int quick = 0, torch = 0, help = 0, overwrite = 0, plan_only = 0, repeat = 1;
 	struct opt opts[] = {
 		{ "quick", OPT_FLAG, &quick, "the short suite (under 3 minutes on an H100)" },
 		{ "models", OPT_STR, &models, "comma-separated models (GPU: resnet50,resnet18,mobilenet_v2; "
@@ -694,6 +699,8 @@ int cmd_bench(int argc, char **argv)
 		  "--quick fp32,bf16; CPU: fp32)" },
 		{ "torch", OPT_FLAG, &torch, "run the PyTorch yardstick (tools/torch_baseline.py) on the "
 		  "same settings and set the ratios beside (needs python3, torch and a GPU)" },
+		{ "repeat", OPT_INT, &repeat, "train compare's models and amp's cells this many times "
+		  "each, so that diff can tell changes from noise (1)", 1, 100 },
 		OPT_DEVICE(&device),
 		OPT_OUT(&out, "bench.json, the stages' folders and the reports", "bench"),
 		OPT_OVERWRITE(&overwrite, "bench.json"),
@@ -733,7 +740,7 @@ int cmd_bench(int argc, char **argv)
 		snprintf(b.dir, sizeof(b.dir), "%s", out ? out : "results/bench_<timestamp>");
 	else
 		GP_TRY(result_dir_prepare("bench", "bench", out, overwrite, b.dir, sizeof(b.dir)));
-	if ((rc = bench_plan(&b, z, models, precisions, data, torch_ok, child_device)) < 0)
+	if ((rc = bench_plan(&b, z, models, precisions, data, torch_ok, child_device, repeat)) < 0)
 		goto done;
 	if (torch && !torch_ok) {
 		struct bench_stage *s = stage_new(&b, "torch", 0, "torch.json");

@@ -317,7 +317,7 @@ static void section_amp(struct rep *r, struct summary *s, json_t *stage, json_t 
 			bars[n] = (struct html_bar){ labels[n], num(c, "img_s"), 0 };
 			if (isfinite(bars[n].value) && (best < 0 || bars[n].value > bars[best].value))
 				best = n;
-			if (isfinite(num(c, "speedup")) &&
+			if (isfinite(num(c, "speedup")) && strcmp(str(c, "precision"), "fp32") &&
 			    (best_sp < 0 || num(c, "speedup") > num(json_array_get(cells, best_sp), "speedup")))
 				best_sp = (int)i;
 			n++;
