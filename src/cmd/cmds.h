@@ -1,5 +1,6 @@
 /* One function per subcommand; argv[0] is the subcommand's name. Each returns 0 or a
- * negative error code with the message set; main prints it and exits non-zero. */
+ * negative error code with the message set; main prints it and exits non-zero. A
+ * positive return is an exit status that is not an error (diff's 1: a regression). */
 #ifndef GP_CMDS_H
 #define GP_CMDS_H
 
@@ -22,7 +23,6 @@ int cmd_amp(int argc, char **argv);
 int cmd_maxbatch(int argc, char **argv);
 int cmd_workers(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
-/* diff returns 1 (not an error) when a metric regressed: main exits with it. */
 int cmd_diff(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
