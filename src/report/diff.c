@@ -135,8 +135,9 @@ static void element_label(json_t *el, size_t i, char *buf, size_t cap)
 			snprintf(val, sizeof(val), "%lld", (long long)json_integer_value(v));
 		else
 			continue;
-		len += snprintf(buf + len, len < cap ? cap - len : 0, "%s%s=%s", len ? "," : "[",
-				identity_keys[k], val);
+		if (len >= cap)
+			break;
+		len += snprintf(buf + len, cap - len, "%s%s=%s", len ? "," : "[", identity_keys[k], val);
 	}
 	if (len == 0)
 		snprintf(buf, cap, "[%zu]", i);
