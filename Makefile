@@ -119,6 +119,15 @@ $(BUILD)/gpuperf_tests: $(TEST_OBJ) $(BUILD)/libgpuperf.a
 	@echo "  LD      $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The commit a bench report names: the object that records it is rebuilt when the
+# commit (or whether the tree is dirty) changes.
+GIT_COMMIT := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+COMMIT_STAMP := $(BUILD)/commit.txt
+$(shell mkdir -p $(BUILD); [ "`cat $(COMMIT_STAMP) 2>/dev/null`" = "$(GIT_COMMIT)" ] || \
+	echo "$(GIT_COMMIT)" > $(COMMIT_STAMP))
+$(BUILD)/src/cmd/cmd_bench.o: $(COMMIT_STAMP)
+$(BUILD)/src/cmd/cmd_bench.o: CFLAGS += -DGPUPERF_COMMIT='"$(GIT_COMMIT)"'
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	@echo "  CC      $<"

@@ -133,7 +133,7 @@ static const struct hcase cases[] = {
 	  "is not an integer" },
 	{ "help of every command",
 	  "!for c in info train plot analyze parity dataset loader compare amp maxbatch workers "
-	  "profile advise menu monitor; do \"$G\" $c --help > /dev/null || exit 1; done", 0 },
+	  "profile advise menu monitor bench diff; do \"$G\" $c --help > /dev/null || exit 1; done", 0 },
 	{ "help among other options", TR "--bogus --help", 2, "unknown option '--bogus'" },
 	{ "plain gpuperf without a terminal", "", 0, "usage: gpuperf COMMAND" },
 	{ "version", "--version", 0, "gpuperf " },
@@ -302,7 +302,38 @@ static const struct hcase cases[] = {
 
 	/* --- files for plot and analyze --------------------------------------------------- */
 	{ "plot a missing file", "plot nowhere.json", 1, "nowhere.json" },
-	{ "plot a folder", "plot .", 1, "(a directory)" },
+	{ "plot a folder without a result", "plot .", 2, "holds no gpuperf result" },
+	{ "plot a folder with two results", "plot .", 2, "holds 2 results",
+	  "cp \"$F/train.json\" a.json && cp \"$F/train.json\" b.json" },
+	{ "plot a bench folder --out elsewhere", "plot . --out p", 2, "in place",
+	  "cp \"$F/train.json\" bench.json" },
+	/* --- diff ---------------------------------------------------------------------- */
+	{ "diff a missing run", "diff nowhere.json nowhere.json", 2, "nowhere.json" },
+	{ "diff one run", "diff r.json", 2, "which two runs", "cp \"$F/train.json\" r.json" },
+	{ "diff three runs", "diff r.json r.json r.json", 2, "unexpected argument",
+	  "cp \"$F/train.json\" r.json" },
+	{ "diff a 0-byte file", "diff r.json r.json", 2, "r.json", "touch r.json" },
+	{ "diff text", "diff r.json r.json", 2, "r.json", "echo hello > r.json" },
+	{ "diff a result of another schema", "diff r.json r.json", 2, "not a gpuperf result",
+	  "echo '{\"schema\": \"something/else\", \"command\": \"amp\"}' > r.json" },
+	{ "diff results of two commands", "diff r.json a.json", 2, "one command",
+	  "cp \"$F/train.json\" r.json && cp \"$F/sample_amp.json\" a.json" },
+	{ "diff results without a shared metric", "diff r.json r.json", 2, "share no metric",
+	  "echo '{\"schema\": \"gpuperf.result/1\", \"command\": \"train\", "
+	  "\"measurements\": {\"model\": \"x\"}}' > r.json" },
+	{ "diff with a bad spread", "diff r.json r.json", 2, "spread",
+	  "echo '{\"schema\": \"gpuperf.result/1\", \"command\": \"train\", "
+	  "\"measurements\": {\"img_s\": 1, \"repeat\": {\"img_s\": {\"mean\": 1, \"std\": -1, "
+	  "\"min\": 1, \"max\": 1, \"n\": 2}}}}' > r.json" },
+	{ "diff a negative threshold", "diff r.json r.json --threshold -1", 2, "--threshold",
+	  "cp \"$F/train.json\" r.json" },
+	{ "diff --html into a folder", "diff r.json r.json --html .", 2, "is a folder",
+	  "cp \"$F/train.json\" r.json" },
+	/* --- bench --------------------------------------------------------------------- */
+	{ "bench an unknown model", "bench --device cpu --models vgg16", 2, "unknown model 'vgg16'" },
+	{ "bench a missing dataset", "bench --device cpu --data nowhere", 2, "nowhere" },
+	{ "bench an earlier bench's folder", "bench --device cpu --out o", 2, "--overwrite",
+	  "mkdir o && cp \"$F/train.json\" o/bench.json" },
 	{ "plot a 0-byte file", "plot r.json", 1, "r.json", "touch r.json" },
 	{ "plot text", "plot r.json", 1, "r.json", "echo hello > r.json" },
 	{ "plot a JSON array", "plot r.json", 1, "", "echo '[1,2,3]' > r.json" },

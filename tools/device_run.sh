@@ -13,6 +13,8 @@
 # dp (data parallel with one GPU through NCCL: tests, train --nproc 1, scale, dist-check),
 # dist (the process group's tests and NCCL over a group of one: dist-check --device
 # cuda; two CPU ranks; two ranks asking for a GPU each on a one-GPU host: one line).
+# bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
+# $OUT/<stage>.tgz, its report and bench.json beside).
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
 # (docs/cuda.md, tuning switches). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
@@ -54,6 +56,14 @@ for s in "$@"; do
 			stage "speed32_${m}_eager" 120 $BIN train --model $m --device cuda --batch 32 --steps 200 --no-graphs
 		done
 		stage torch_speed32 300 python3 $TB train --models resnet18,mobilenet_v2 --modes fp32 --batch 32 --iters 50 ;;
+	bench|benchquick)
+		# the one-command benchmark; the run folder comes back as a tarball without
+		# the profile's trace, its report and bench.json also as files
+		q=""; [ "$s" = benchquick ] && q=--quick
+		stage "$s" $([ -n "$q" ] && echo 400 || echo 1800) $BIN bench $q --torch ${BENCH_ARGS:-} --out "$OUT/$s"
+		tar czf "$OUT/$s.tgz" --exclude=profiler_trace.json --exclude=profiler_logs -C "$OUT" "$s"
+		cp "$OUT/$s/report.html" "$OUT/$s.html"; cp "$OUT/$s/report.md" "$OUT/$s.md"
+		cp "$OUT/$s/bench.json" "$OUT/$s.json" ;;
 	compare) stage compare 300 $BIN compare --device cuda --overwrite --out "$OUT/results" ;;
 	maxbatch) stage maxbatch 400 $BIN maxbatch --model mobilenet_v2 --device cuda --overwrite --out "$OUT/results" ;;
 	maxbatchre) stage maxbatchre 400 $BIN maxbatch --model mobilenet_v2 --device cuda --recompute --overwrite --out "$OUT/results_re" ;;

@@ -13,6 +13,9 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # libFuzzer's runtime for `make fuzz`: a package of its own in newer LLVM packaging
 # (Debian 12, Ubuntu 24.04); older releases ship it in libclang-common, which clang
 # already pulls in.
+# Headless Chromium renders bench's report.html in a test (which skips without it).
+$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null || \
+	echo "note: could not install chromium; the report's browser test will skip"
 if apt-cache show libclang-rt-dev >/dev/null 2>&1; then
 	$SUDO apt-get install -y -qq --no-install-recommends libclang-rt-dev >/dev/null
 fi

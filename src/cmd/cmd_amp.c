@@ -18,6 +18,7 @@
 #include "train/trainer.h"
 #include "report/plots.h"
 #include "report/result.h"
+#include "report/stats.h"
 #include "report/table.h"
 
 #define AMP_MAX_PRECISIONS 4
@@ -31,6 +32,9 @@ struct amp_cell {
 	struct train_result res;
 	double speedup;     /* img/s over fp32's at the same batch; < 0: no fp32 to compare */
 	char error[256];    /* the out-of-memory message */
+	/* --repeat N > 1: the spread of img/s and ms/step over the runs (res holds
+	 * their means) */
+	struct stat_summary img_s_spread, ms_spread;
 };
 
 /* What the observer needs while one cell trains. */
@@ -151,6 +155,26 @@ static int table_fill(struct table *t, const struct amp_cell *cells, int n)
 	return 0;
 }
 
+/* One cell, trained repeat times from a fresh net each: res keeps the last run with
+ * img/s and ms/step the means, the spreads beside them. */
+static int cell_run(const struct train_opts *o, const struct train_observer *obs,
+		    struct amp_cell *c, int repeat)
+{
+	double img_s[100], ms[100];
+	for (int i = 0; i < repeat && i < 100; i++) {
+		GP_TRY(train_run_observed(o, obs, &c->res, NULL));
+		img_s[i] = c->res.img_s;
+		ms[i] = c->res.ms_per_step;
+	}
+	if (repeat > 1) {
+		stats_summarize(img_s, repeat, &c->img_s_spread);
+		stats_summarize(ms, repeat, &c->ms_spread);
+		c->res.img_s = c->img_s_spread.mean;
+		c->res.ms_per_step = c->ms_spread.mean;
+	}
+	return 0;
+}
+
 static json_t *real_or_null(int ok, double v)
 {
 	return ok ? result_real(v) : json_null();
@@ -172,6 +196,13 @@ static json_t *cell_json(const struct amp_cell *c)
 								    : json_null(),
 		"timed_steps", ok ? c->res.timed_steps : 0);
 	if (j && c->oom && json_object_set_new(j, "error", json_string(c->error)) < 0) {
+		json_decref(j);
+		j = NULL;
+	}
+	if (j && ok && c->img_s_spread.n > 1 &&
+	    json_object_set_new(j, "repeat", json_pack("{s:i, s:o, s:o}", "n", c->img_s_spread.n,
+			"img_s", stats_json(&c->img_s_spread, NULL, 0),
+			"ms_per_step", stats_json(&c->ms_spread, NULL, 0))) < 0) {
 		json_decref(j);
 		j = NULL;
 	}
@@ -240,13 +271,15 @@ int cmd_amp(int argc, char **argv)
 	const char *model = "resnet50", *device = "auto", *precisions = NULL;
 	const char *layout = NULL, *out_dir = NULL;
 	struct int_list batches = { 4, { 64, 128, 256, 512 } };
-	int steps = 30, size = 0, csv = 0, help = 0, overwrite = 0;
+	int steps = 30, size = 0, csv = 0, help = 0, overwrite = 0, repeat = 1;
 	struct opt opts[] = {
 		OPT_MODEL(&model, "(resnet50)"),
 		{ "batches", OPT_INT_LIST, &batches, "batch sizes (64,128,256,512)", 1, ARGS_MAX_BATCH },
 		{ "precisions", OPT_STR, &precisions, "(comma-separated; all of them by default)",
 		  .choices = train_precision_name_at },
 		OPT_STEPS(&steps, "training steps per cell, the first 10% (at most 10) untimed (30)"),
+		{ "repeat", OPT_INT, &repeat, "train each cell this many times: img/s and ms/step are "
+		  "their means, with the spread in the result (1)", 1, 100 },
 		OPT_SIZE(&size),
 		OPT_LAYOUT(&layout, "for fp16/bf16 (default nhwc; fp32/tf32 run nchw)"),
 		OPT_DEVICE(&device),
@@ -320,7 +353,7 @@ int cmd_amp(int argc, char **argv)
 			o.data = "synthetic";
 			struct amp_watch w = { .cell = c, .tty = isatty(STDOUT_FILENO) };
 			struct train_observer obs = { .after_step = watch_after_step, .user = &w };
-			rc = train_run_observed(&o, &obs, &c->res, NULL);
+			rc = cell_run(&o, &obs, c, repeat);
 			if (rc < 0 && is_oom(backend, rc)) {
 				c->oom = 1;
 				n_oom++;

@@ -17,6 +17,7 @@
 #include "nn/models.h"
 #include "train/trainer.h"
 #include "report/result.h"
+#include "report/stats.h"
 #include "report/table.h"
 
 #define COMPARE_MAX_MODELS 8
@@ -27,6 +28,8 @@ struct compare_row {
 	struct train_result res;
 	int process_setup_ok, process_peak_ok;
 	size_t process_setup_bytes, process_peak_bytes;
+	/* --repeat N > 1: the spread of img/s and ms/step (res holds their means) */
+	struct stat_summary img_s_spread, ms_spread;
 };
 
 /* What the observer needs while one model trains. */
@@ -109,7 +112,7 @@ static json_t *mib_or_null(int ok, size_t bytes)
 	return ok ? result_real(bytes / GP_MIB) : json_null();
 }
 
-static json_t *row_json(const struct compare_row *r)
+static json_t *row_json_plain(const struct compare_row *r)
 {
 	const struct train_result *t = &r->res;
 	json_t *cat = json_object();
@@ -134,6 +137,39 @@ static json_t *row_json(const struct compare_row *r)
 		"first_loss", result_real(t->first_loss), "last_loss", result_real(t->last_loss),
 		"nonfinite_loss_step", t->nonfinite_step ? json_integer(t->nonfinite_step) : json_null(),
 		"category_bytes", cat);
+}
+
+static json_t *row_json(const struct compare_row *r)
+{
+	json_t *j = row_json_plain(r);
+	if (j && r->img_s_spread.n > 1 &&
+	    json_object_set_new(j, "repeat", json_pack("{s:i, s:o, s:o}", "n", r->img_s_spread.n,
+			"img_s", stats_json(&r->img_s_spread, NULL, 0),
+			"ms_per_step", stats_json(&r->ms_spread, NULL, 0))) < 0) {
+		json_decref(j);
+		j = NULL;
+	}
+	return j;
+}
+
+/* One model, trained repeat times from a fresh net each: res keeps the last run
+ * with img/s and ms/step the means, the spreads beside them. */
+static int row_run(const struct train_opts *o, const struct train_observer *obs,
+		   struct compare_row *r, int repeat)
+{
+	double img_s[100], ms[100];
+	for (int i = 0; i < repeat && i < 100; i++) {
+		GP_TRY(train_run_observed(o, obs, &r->res, NULL));
+		img_s[i] = r->res.img_s;
+		ms[i] = r->res.ms_per_step;
+	}
+	if (repeat > 1) {
+		stats_summarize(img_s, repeat, &r->img_s_spread);
+		stats_summarize(ms, repeat, &r->ms_spread);
+		r->res.img_s = r->img_s_spread.mean;
+		r->res.ms_per_step = r->ms_spread.mean;
+	}
+	return 0;
 }
 
 static void mib_cell(char *buf, size_t cap, int ok, size_t bytes)
@@ -223,10 +259,13 @@ int cmd_compare(int argc, char **argv)
 	const char *models = COMPARE_DEFAULT_MODELS, *device = "auto";
 	const char *precision = "fp32", *out_dir = NULL;
 	int batch = 32, steps = 100, size = 0, classes = 1000, csv = 0, help = 0, overwrite = 0;
+	int repeat = 1;
 	struct opt opts[] = {
 		{ "models", OPT_STR, &models, "comma-separated models (" COMPARE_DEFAULT_MODELS ")", 0 },
 		OPT_BATCH(&batch, "batch size (32)"),
 		OPT_STEPS(&steps, "training steps per model (100)"),
+		{ "repeat", OPT_INT, &repeat, "train each model this many times: img/s and ms/step are "
+		  "their means, with the spread in the result (1)", 1, 100 },
 		OPT_SIZE(&size),
 		OPT_CLASSES(&classes, "output classes (1000)"),
 		OPT_DEVICE(&device),
@@ -285,7 +324,7 @@ int cmd_compare(int argc, char **argv)
 		struct compare_watch w = { .row = r, .batch = batch, .sample_gpu = nvml_ok,
 					   .tty = isatty(STDOUT_FILENO) };
 		struct train_observer obs = { .after_setup = watch_after_setup, .after_step = watch_after_step, .user = &w };
-		if ((rc = train_run_observed(&o, &obs, &r->res, NULL)) < 0) {
+		if ((rc = row_run(&o, &obs, r, repeat)) < 0) {
 			gp_error_wrap(rc, "%s", r->model);
 			goto cleanup;
 		}

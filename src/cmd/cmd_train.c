@@ -18,6 +18,7 @@
 #include "train/trainer.h"
 #include "report/result.h"
 #include "report/profiler.h"
+#include "report/stats.h"
 
 /* Train with a profile window at the start of each listed epoch; every other step
  * is timed (with the device idle at its end, as the profiled ones) for the overhead
@@ -64,12 +65,59 @@ static int train_run_profiled(struct train_opts *o, const struct int_list *epoch
 	return rc;
 }
 
+/* --repeat N: N whole runs, each from a fresh net; res is the last, with img/s,
+ * ms/step and the total time the means over all, and *repeat_out their spread
+ * ({"n", "img_s", "ms_per_step", "total_s"}), what diff weighs a change against. */
+static int train_run_repeated(struct train_opts *o, int repeat, struct train_result *res,
+			      json_t **repeat_out, FILE *log)
+{
+	double *img_s = calloc(repeat, sizeof(double)), *ms = calloc(repeat, sizeof(double));
+	double *total = calloc(repeat, sizeof(double));
+	int rc = 0;
+	if (!img_s || !ms || !total) {
+		rc = gp_error(GP_ENOMEM, "no memory for %d repeats", repeat);
+		goto out;
+	}
+	for (int i = 0; i < repeat; i++) {
+		if (log)
+			fprintf(log, "repeat %d/%d\n", i + 1, repeat);
+		memset(res, 0, sizeof(*res));
+		if ((rc = train_run(o, res, log)) < 0)
+			goto out;
+		img_s[i] = res->img_s;
+		ms[i] = res->ms_per_step;
+		total[i] = res->total_s;
+	}
+	struct stat_summary si, sm, st;
+	stats_summarize(img_s, repeat, &si);
+	stats_summarize(ms, repeat, &sm);
+	stats_summarize(total, repeat, &st);
+	res->img_s = si.mean;
+	res->ms_per_step = sm.mean;
+	res->total_s = st.mean;
+	if (log)
+		fprintf(log, "over %d repeats: %.1f img/s (std %.2f, %.1f to %.1f), %.3f ms/step (std %.3f)\n",
+			repeat, si.mean, si.std, si.min, si.max, sm.mean, sm.std);
+	*repeat_out = json_pack("{s:i, s:o, s:o, s:o}", "n", repeat, "img_s",
+				stats_json(&si, img_s, repeat), "ms_per_step", stats_json(&sm, ms, repeat),
+				"total_s", stats_json(&st, total, repeat));
+	if (!*repeat_out)
+		rc = gp_error(GP_ENOMEM, "no memory for the spread");
+out:
+	free(img_s);
+	free(ms);
+	free(total);
+	return rc;
+}
+
 /* Every measuring command leaves a result: <out>/train.json (atomically), and with
  * --json the measurements on stdout too. */
 static int train_write_result(const struct train_opts *o, const struct train_result *r, const char *out,
-			      int print, int argc, char **argv)
+			      int print, json_t *repeat, int argc, char **argv)
 {
 	json_t *m = train_result_json(o, r), *res = result_new("train", argc, argv);
+	if (m && repeat)
+		json_object_set(m, "repeat", repeat);
 	char path[4096];
 	int rc = 0;
 	if (!m || !res) {
@@ -106,7 +154,7 @@ int cmd_train(int argc, char **argv)
 	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic";
 	const char *layout = NULL;
 	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0, recompute_blocks = 0;
-	int overwrite = 0, nproc = 0, bucket_mb = 0;
+	int overwrite = 0, nproc = 0, bucket_mb = 0, repeat = 1;
 	struct cmd_dist_opts dopt = { 0 };
 	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
 	o.classes = 0;
@@ -152,11 +200,15 @@ int cmd_train(int argc, char **argv)
 		{ "bucket-mb", OPT_INT, &bucket_mb, "data parallel: gradient all-reduce bucket size in MiB (25, as DDP)", 1, 1024 },
 		{ "rendezvous", OPT_STR, &dopt.transport, "data parallel: how ranks meet and talk on the host (auto: MPI under mpirun, else TCP)", .choices = cmd_dist_transport_at },
 		{ "dist-timeout", OPT_DOUBLE, &dopt.timeout_s, "data parallel: seconds a rank waits for the others (300)", 0, 0, .min_d = 1, .max_d = 86400, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "repeat", OPT_INT, &repeat, "train this many times; img/s and ms/step become the mean, "
+		  "with their spread in the result (1)", 1, 1000 },
 		OPT_JSON(&json, "print a JSON summary at the end"),
 		OPT_HELP(&help),
 		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (repeat > 1 && profile_epochs.n)
+		return gp_error(GP_EINVAL, "--repeat and --profile-epochs cannot go together");
 	if (recompute_blocks)
 		o.recompute = 2;
 	if (help) {
@@ -230,7 +282,10 @@ int cmd_train(int argc, char **argv)
 		return rc;
 	}
 	struct train_result res = { 0 };
-	if (!profile_epochs.n)
+	json_t *repeat_json = NULL;
+	if (repeat > 1)
+		rc = train_run_repeated(&o, repeat, &res, &repeat_json, rank0 ? stdout : NULL);
+	else if (!profile_epochs.n)
 		rc = train_run(&o, &res, rank0 ? stdout : NULL);
 	else
 		rc = train_run_profiled(&o, &profile_epochs, profile_steps, dir, precision, argc,
@@ -247,7 +302,8 @@ int cmd_train(int argc, char **argv)
 	char late_error[1024] = "";
 	if (rc < 0)
 		snprintf(late_error, sizeof(late_error), "%s", gp_errmsg());
-	int rc_result = train_write_result(&o, &res, dir, json, argc, argv);
+	int rc_result = train_write_result(&o, &res, dir, json, repeat_json, argc, argv);
+	json_decref(repeat_json);
 	if (rc_result < 0)
 		return rc_result;
 	return rc < 0 ? gp_error(rc, "%s", late_error) : 0;

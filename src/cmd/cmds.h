@@ -1,5 +1,6 @@
 /* One function per subcommand; argv[0] is the subcommand's name. Each returns 0 or a
- * negative error code with the message set; main prints it and exits non-zero. */
+ * negative error code with the message set; main prints it and exits non-zero. A
+ * positive return is an exit status that is not an error (diff's 1: a regression). */
 #ifndef GP_CMDS_H
 #define GP_CMDS_H
 
@@ -24,6 +25,8 @@ int cmd_workers(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_scale(int argc, char **argv);
 int cmd_dist_check(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* advise's recommendation: of trials 1..n-1, the fastest whose kept[i] is set (a fix
  * that paid alone, or the kept fixes together); 0, the baseline, when none is. */

@@ -32,6 +32,8 @@ static const struct command commands[] = {
 	{ "workers", cmd_workers, "train once per data-loader worker count: GPU utilization, data wait, img/s" },
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
 	{ "advise", cmd_advise, "find what holds training back and prove each fix by measuring it" },
+	{ "bench", cmd_bench, "benchmark this machine: the suite that fits it, one report (HTML and Markdown)" },
+	{ "diff", cmd_diff, "compare two runs metric by metric: change, noise, regressions (exit 1)" },
 	{ "menu", cmd_menu, "choose a question from a menu (what plain gpuperf does on a terminal)" },
 	{ "dist-check", cmd_dist_check, "check the process group of several ranks: collectives, bandwidth" },
 	{ "monitor", cmd_monitor, "live NVML view: utilization, memory, power, temperature, clocks" },
@@ -110,7 +112,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "gpuperf %s: error: %s\n", c->name, gp_errmsg());
 			return rc == GP_EINVAL ? 2 : 1;
 		}
-		return stdout_check(c->name);
+		/* a positive return is an exit status that is not an error (diff's 1) */
+		int out_rc = stdout_check(c->name);
+		return out_rc ? out_rc : rc;
 	}
 	fprintf(stderr, "gpuperf: error: unknown command '%s' (see gpuperf --help)\n", argv[1]);
 	return 2;

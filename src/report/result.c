@@ -1,6 +1,7 @@
 /* JSON results: written atomically (core/file.h), read back with their schema checked. */
 #include "report/result.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -381,4 +382,53 @@ int result_read(const char *path, json_t **out)
 	}
 	*out = res;
 	return 0;
+}
+
+/* The one result in a run folder: <command>.json named by the folder's
+ * <command>_<stamp> name, else the only *.json that reads as a result. */
+int result_find_in_dir(const char *dir, char *path, size_t cap)
+{
+	char name[300], base[256];
+	const char *slash = strrchr(dir, '/');
+	snprintf(base, sizeof(base), "%s", slash && slash[1] ? slash + 1 : dir);
+	/* a trailing slash: the component before it */
+	if (slash && !slash[1]) {
+		size_t len = slash - dir;
+		const char *s = dir + len;
+		while (s > dir && s[-1] != '/')
+			s--;
+		snprintf(base, sizeof(base), "%.*s", (int)(dir + len - s), s);
+	}
+	char *us = strchr(base, '_');
+	if (us)
+		*us = 0;
+	snprintf(name, sizeof(name), "%s.json", base);
+	if (snprintf(path, cap, "%s/%s", dir, name) < (int)cap && access(path, R_OK) == 0)
+		return 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return gp_error(GP_EINVAL, "cannot open '%s': %s", dir, strerror(errno));
+	int found = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char p[4096];
+		json_t *res;
+		size_t nl = strlen(e->d_name);
+		if (nl < 6 || strcmp(e->d_name + nl - 5, ".json") || e->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (result_read(p, &res) < 0) {
+			gp_error_clear();
+			continue;
+		}
+		json_decref(res);
+		if (found++ == 0)
+			snprintf(path, cap, "%s", p);
+	}
+	closedir(d);
+	if (found == 1)
+		return 0;
+	if (found == 0)
+		return gp_error(GP_EINVAL, "'%s' holds no gpuperf result", dir);
+	return gp_error(GP_EINVAL, "'%s' holds %d results: name the JSON file", dir, found);
 }

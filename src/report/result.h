@@ -61,6 +61,11 @@ int json_write_atomic(const json_t *j, const char *path, size_t flags);
 /* Read a result and check its schema; *out is a new reference. */
 int result_read(const char *path, json_t **out);
 
+/* The result in run folder dir (path gets it): <command>.json named by the folder's
+ * <command>_<stamp> name, else the only *.json in it that reads as a result;
+ * GP_EINVAL when it holds none or several. */
+int result_find_in_dir(const char *dir, char *path, size_t cap);
+
 /* "2025-03-01T14:05:09Z" for t (UTC). */
 void result_utc_str(time_t t, char *buf, size_t cap);
 
