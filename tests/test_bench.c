@@ -123,7 +123,9 @@ TEST(bench_cpu_quick_run_folder_and_report)
 TEST(bench_plot_redraws_and_diff_reads_it)
 {
 	const char *dir = bench_dir();
-	char path[800], cmd[2048], out[65536];
+	/* diff lists every metric: the profile's analysis alone has hundreds */
+	static char out[1 << 20];
+	char path[800], cmd[2048];
 	if (!dir)
 		return;
 	snprintf(path, sizeof(path), "%s/amp/amp_speedup.png", dir);

@@ -271,3 +271,28 @@ TEST(diff_repeat_train_amp_compare_record_spread)
 	test_check_bad("train --repeat 0", "--repeat");
 	test_check_bad("train --repeat 2 --epochs 2 --profile-epochs 0", "--repeat");
 }
+
+/* Elements of one array whose identity fields agree (the largest tensors alive at the
+ * memory peak, several of one category) are metrics of their own, told apart by their
+ * order: a run compared with itself then changes nothing. */
+TEST(diff_elements_with_the_same_identity_stay_apart)
+{
+	json_t *m = json_pack("{s:[{s:s, s:i}, {s:s, s:i}, {s:s, s:i}]}", "largest",
+			      "category", "activations", "bytes", 100,
+			      "category", "activations", "bytes", 400,
+			      "category", "weights", "bytes", 50);
+	struct diff_run run;
+	memset(&run, 0, sizeof(run));
+	CHECK_EQ_INT(diff_run_collect(&run, m, ""), 0);
+	CHECK_EQ_INT(run.n, 3);
+	int found = 0;
+	for (int i = 0; i < run.n; i++) {
+		if (!strcmp(run.m[i].name, "largest[category=activations].bytes"))
+			found += run.m[i].value == 100;
+		if (!strcmp(run.m[i].name, "largest[category=activations#1].bytes"))
+			found += run.m[i].value == 400;
+	}
+	CHECK_EQ_INT(found, 2);
+	diff_run_free(&run);
+	json_decref(m);
+}

@@ -197,6 +197,20 @@ static int collect(struct diff_run *run, json_t *j, const char *path, int depth)
 			if (!json_is_object(el))
 				continue;
 			element_label(el, i, label, sizeof(label));
+			/* elements whose identity fields agree (the largest tensors of one
+			 * category) are told apart by their order among themselves */
+			size_t same = 0;
+			for (size_t k = 0; k < i; k++) {
+				char other[160];
+				json_t *ok = json_array_get(j, k);
+				if (!json_is_object(ok))
+					continue;
+				element_label(ok, k, other, sizeof(other));
+				same += !strcmp(other, label);
+			}
+			size_t ll = strlen(label);
+			if (same && ll && label[ll - 1] == ']')
+				snprintf(label + ll - 1, sizeof(label) - (ll - 1), "#%zu]", same);
 			snprintf(sub, sizeof(sub), "%s%s", path, label);
 			GP_TRY(collect(run, el, sub, depth + 1));
 		}
