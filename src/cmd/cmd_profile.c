@@ -16,7 +16,7 @@
 int cmd_profile(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
-	const char *device = "auto", *precision = "fp32", *out = NULL, *data = "synthetic";
+	const char *device = "auto", *precision = "fp32", *out = NULL, *data = "synthetic", *decode = "cpu";
 	int help = 0, size = 0, wait = 1, warmup = 1, baseline = -1, workers = 4, classes = 0;
 	int overwrite = 0;
 	long long seed = 0;
@@ -36,6 +36,7 @@ int cmd_profile(int argc, char **argv)
 		OPT_SEED(&seed, "seed for initialization and data (0)"),
 		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&workers, "data-loader threads with --data (4)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
 		OPT_OUT(&out, "the trace, logs, charts, report and result.json", "profile"),
 		OPT_OVERWRITE(&overwrite, "result.json"),
 		OPT_HELP(&help),
@@ -55,6 +56,8 @@ int cmd_profile(int argc, char **argv)
 	if (baseline < 0)
 		baseline = o.steps;
 	GP_TRY(model_name_check(o.model)); /* before the plan is printed */
+	int decode_gpu;
+	GP_TRY(args_decode_pick(decode, 0, "profile", &decode_gpu));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	o.seed = (uint64_t)seed;
