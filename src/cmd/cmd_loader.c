@@ -120,8 +120,11 @@ int cmd_loader(int argc, char **argv)
 		return gp_error(GP_EINVAL, "--workers: give at least one worker count (e.g. 0,2,4,8)");
 	enum precision prec;
 	GP_TRY(train_parse_precision(precision, &prec));
+	/* the GPU path decodes files: synthetic and CIFAR-10 data stay on the CPU */
+	int files = strcmp(data, "synthetic") && strncmp(data, "synthetic:", 10) &&
+		    strncmp(data, "cifar10:", 8);
 	int use_gpu;
-	GP_TRY(args_decode_pick(decode, 1, "loader", &use_gpu));
+	GP_TRY(args_decode_pick(decode, files, "loader", &use_gpu));
 	struct dataset *ds;
 	GP_TRY(dataset_open(data, !eval, size, &ds));
 	printf("loader: %s, %d images, %d classes, batch %d, size %d, %s, %d batches per run\n",

@@ -63,8 +63,9 @@ int decode_resolve(enum decode_mode mode, int can_take_gpu, const char *cmd, int
 		return gp_error(GP_EINVAL, "--decode gpu needs a CUDA GPU and nvJPEG: %s", why);
 	if (!can_take_gpu)
 		return gp_error(GP_EINVAL, "--decode gpu: %s does not take GPU-decoded batches "
-				"yet (issue 21); `gpuperf loader --decode gpu` measures that path",
-				cmd);
+				"%s", cmd, strcmp(cmd, "loader") ? "yet (issue 21); `gpuperf loader "
+				"--decode gpu` measures that path" : "of synthetic or CIFAR-10 data "
+				"(give a folder of JPEG files)");
 	*use_gpu = 1;
 	return 0;
 }

@@ -17,7 +17,8 @@ int decode_mode_parse(const char *s, enum decode_mode *out);
  * (then unloaded); else 0 with the reason in why. */
 int decode_gpu_probe(char *why, size_t cap);
 /* The choice for a command: *use_gpu 0 or 1. gpu where decode_gpu_probe says no, or
- * where the command cannot take GPU-made batches (can_take_gpu 0), is GP_EINVAL
+ * where the command cannot take GPU-made batches (can_take_gpu 0: a training
+ * command for now, or data that is not files), is GP_EINVAL
  * with one line naming why, so the command stops before any work (exit 2). auto
  * never fails: it takes gpu only where both hold. */
 int decode_resolve(enum decode_mode mode, int can_take_gpu, const char *cmd, int *use_gpu);
