@@ -7,7 +7,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tuning.h"
+#include "data/dataset.h"
 #include "data/decode.h"
+#include "data/gpu_loader.h"
 #include "data/image.h"
 #include "data/loader.h"
 #include "data/nvjpeg.h"
@@ -167,4 +169,35 @@ TEST(decode_sample_geometry_matches_cpu_draws)
 	loader_epoch_order(7, 0, 50, 3, p1);
 	for (int i = 0; i < 50; i++)
 		CHECK_EQ_INT(p1[i], i);
+}
+
+/* The GPU loader takes files only, and says so; without a GPU or nvJPEG it is
+ * GP_ENODEV with the reason (the batches themselves are tested in tests/gpu/). */
+TEST(gpu_loader_refuses_what_it_cannot_decode)
+{
+	struct dataset *ds;
+	struct gpu_loader *l = NULL;
+	struct gpu_loader_config cfg = { .batch = 4, .size = 16, .train = 1, .seed = 1 };
+	CHECK_EQ_INT(dataset_open("synthetic:32", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	CHECK_EQ_INT(gpu_loader_create(ds, &cfg, &l), GP_EINVAL);
+	CHECK_MSG(strstr(gp_errmsg(), "needs a folder of JPEG files"), "%s", gp_errmsg());
+	dataset_close(ds);
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	cfg.size = 24;
+	CHECK_EQ_INT(gpu_loader_create(ds, &cfg, &l), GP_EINVAL);
+	cfg.size = 16;
+	char why[300];
+	int rc = gpu_loader_create(ds, &cfg, &l);
+	if (decode_gpu_probe(why, sizeof(why))) {
+		CHECK_MSG(rc == 0, "%s", gp_errmsg());
+		gpu_loader_destroy(l);
+	} else {
+		CHECK_EQ_INT(rc, GP_ENODEV);
+		CHECK(l == NULL);
+	}
+	dataset_close(ds);
 }
