@@ -10,7 +10,8 @@
 
 #include <stddef.h>
 
-/* nvjpegStatus_t (docs 2.2.x "nvJPEG API Return Codes"): 0 is success. */
+/* nvjpegStatus_t ("nvJPEG API Return Codes"; the values as nvjpeg.h numbers them,
+ * unchanged from CUDA 10.1 to 13): 0 is success. */
 enum {
 	NVJPEG_STATUS_SUCCESS = 0,
 	NVJPEG_STATUS_NOT_INITIALIZED = 1,
@@ -34,8 +35,9 @@ enum {
 	NVJPEG_BACKEND_HARDWARE = 3,
 };
 
-/* nvjpegOutputFormat_t (docs 2.2.x "nvJPEG Output Formats"): RGBI writes interleaved
- * RGB into channel[0] with pitch[0] bytes per row. */
+/* nvjpegOutputFormat_t (values as nvjpeg.h numbers them; newer formats are appended
+ * after BGRI = 6): RGBI writes interleaved RGB into channel[0] only, pitch[0] at
+ * least 3 x width, and a grayscale JPEG comes out as grey RGB (docs 2.1.1). */
 enum {
 	NVJPEG_OUTPUT_UNCHANGED = 0,
 	NVJPEG_OUTPUT_YUV = 1,
