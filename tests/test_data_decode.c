@@ -201,3 +201,98 @@ TEST(gpu_loader_refuses_what_it_cannot_decode)
 	}
 	dataset_close(ds);
 }
+
+/* A CPU stand-in for nvJPEG: TurboJPEG at full size and image.c's resampler, into a
+ * host batch, failing where libjpeg fails. */
+struct cpu_decoder {
+	struct image_ctx ctx;
+	float *out;
+	int size;
+	char why[16][160];
+};
+
+static int cpu_decoder_run(void *self, const struct gpu_decode_item *items, int n,
+			   unsigned char *failed)
+{
+	struct cpu_decoder *c = self;
+	size_t sample = (size_t)3 * c->size * c->size;
+	for (int i = 0; i < n; i++) {
+		struct image img;
+		const struct gpu_decode_item *it = &items[i];
+		int rc = image_decode(&c->ctx, it->data, it->len_bytes, it->kind, it->w, it->h, &img);
+		failed[i] = rc == GP_EFORMAT;
+		snprintf(c->why[i], sizeof(c->why[i]), "%s", failed[i] ? gp_errmsg() : "");
+		if (failed[i])
+			continue;
+		GP_TRY(rc);
+		GP_TRY(image_resample_chw(&c->ctx, &img, &it->geo.box, c->size, c->size,
+					  it->geo.flip, imagenet_mean, imagenet_std,
+					  c->out + sample * it->dst));
+	}
+	return 0;
+}
+
+static const char *cpu_decoder_error(void *self, int i)
+{
+	return ((struct cpu_decoder *)self)->why[i];
+}
+
+static void *cpu_decoder_output(void *self)
+{
+	return ((struct cpu_decoder *)self)->out;
+}
+
+/* With the CPU stand-in, the GPU loader's batches are the CPU loader's, bit for bit
+ * (both decode at full size here): the same order, geometry, replacements of the
+ * truncated JPEG and the text file in tests/data/bad, labels and counts. */
+TEST(gpu_loader_order_and_replacements_match_cpu_loader)
+{
+	for (int train = 1; train >= 0; train--) {
+		struct dataset *ds;
+		CHECK_EQ_INT(dataset_open("tests/data/bad", train, 16, &ds), 0);
+		if (test_failed())
+			return;
+		dataset_set_scaled_decode(ds, 0);
+		struct cpu_decoder cd = { .size = 16 };
+		CHECK_EQ_INT(image_ctx_init(&cd.ctx), 0);
+		cd.out = calloc(4 * 3 * 16 * 16, sizeof(float));
+		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+						  cpu_decoder_output };
+		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
+					    .train = train, .seed = 42 };
+		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = train, .seed = 42 };
+		struct loader *cl = NULL;
+		struct gpu_loader *gl = NULL;
+		CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		for (int b = 0; !test_failed() && b < 6; b++) {
+			struct batch *cb;
+			struct gpu_batch gb;
+			CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+			if (test_failed())
+				break;
+			CHECK_EQ_INT(gb.n, cb->n);
+			CHECK_EQ_INT(gb.epoch, cb->epoch);
+			CHECK_EQ_INT(gb.index, cb->index);
+			CHECK_MSG(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n),
+				  "train %d batch %d: labels differ", train, b);
+			CHECK_MSG(!memcmp(gb.x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
+				  "train %d batch %d: pixels differ", train, b);
+			loader_release(cl, cb);
+		}
+		struct loader_stats cs, gs;
+		struct gpu_decode_stats ds_st;
+		loader_get_stats(cl, &cs);
+		gpu_loader_get_stats(gl, &gs, &ds_st);
+		CHECK_EQ_INT(gs.images, cs.images);
+		CHECK_EQ_INT(gs.skipped_corrupt, cs.skipped_corrupt);
+		CHECK(cs.skipped_corrupt >= 2);
+		CHECK(!strcmp(gpu_loader_backend(gl), "caller's"));
+		gpu_loader_destroy(gl);
+		loader_destroy(cl);
+		free(cd.out);
+		image_ctx_free(&cd.ctx);
+		dataset_close(ds);
+	}
+}

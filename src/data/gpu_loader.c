@@ -26,7 +26,8 @@ struct gpu_loader {
 	int perm_epoch;
 	unsigned char *bad; /* per dataset sample: found corrupt (warned once) */
 	struct image_ctx ctx;
-	struct gpu_decoder *dec;
+	struct gpu_decoder *dec; /* owned; NULL with a caller's decoder */
+	struct gpu_loader_decoder ops;
 	struct gpu_sample *samples;
 	struct gpu_decode_item *items;
 	unsigned char *failed;
@@ -34,8 +35,24 @@ struct gpu_loader {
 	struct loader_stats st;
 };
 
-int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
-		      struct gpu_loader **out)
+static int nvjpeg_run(void *self, const struct gpu_decode_item *items, int n,
+		      unsigned char *failed)
+{
+	return gpu_decoder_run(self, items, n, failed);
+}
+
+static const char *nvjpeg_error(void *self, int i)
+{
+	return gpu_decoder_error(self, i);
+}
+
+static void *nvjpeg_output(void *self)
+{
+	return gpu_decoder_output(self);
+}
+
+static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
+		       const struct gpu_loader_decoder *dec, struct gpu_loader **out)
 {
 	int count = dataset_count(ds);
 	if (!dataset_path(ds, 0))
@@ -67,13 +84,32 @@ int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
 	}
 	if ((rc = image_ctx_init(&l->ctx)) < 0)
 		goto fail;
-	if ((rc = gpu_decoder_create(cfg->device, cfg->batch, cfg->size, cfg->layout, &l->dec)) < 0)
-		goto fail;
+	if (dec) {
+		l->ops = *dec;
+	} else {
+		rc = gpu_decoder_create(cfg->device, cfg->batch, cfg->size, cfg->layout, &l->dec);
+		if (rc < 0)
+			goto fail;
+		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
+						      nvjpeg_output };
+	}
 	*out = l;
 	return 0;
 fail:
 	gpu_loader_destroy(l);
 	return rc;
+}
+
+int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
+		      struct gpu_loader **out)
+{
+	return loader_make(ds, cfg, NULL, out);
+}
+
+int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
+			   const struct gpu_loader_decoder *dec, struct gpu_loader **out)
+{
+	return loader_make(ds, cfg, dec, out);
 }
 
 static void warn_bad(struct gpu_loader *l, int idx, const char *why)
@@ -160,14 +196,14 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 	int pending = n;
 	struct gpu_decode_item *items = l->items;
 	while (pending > 0) {
-		GP_TRY(gpu_decoder_run(l->dec, items, pending, l->failed));
+		GP_TRY(l->ops.run(l->ops.self, items, pending, l->failed));
 		int next = 0;
 		for (int k = 0; k < pending; k++) {
 			if (!l->failed[k])
 				continue;
 			int dst = items[k].dst;
 			struct gpu_sample *s = &l->samples[dst];
-			warn_bad(l, s->idx, gpu_decoder_error(l->dec, k));
+			warn_bad(l, s->idx, l->ops.error(l->ops.self, k));
 			GP_TRY(sample_replace(l, s, epoch));
 			struct gpu_decode_item it = { .dst = dst };
 			GP_TRY(sample_prepare(l, s, epoch, &it));
@@ -179,7 +215,7 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 		l->labels[i] = dataset_label(l->ds, l->samples[i].idx);
 	l->st.images += n;
 	l->seq++;
-	out->x = gpu_decoder_output(l->dec);
+	out->x = l->ops.output(l->ops.self);
 	out->labels = l->labels;
 	out->n = n;
 	out->epoch = epoch;
@@ -196,12 +232,15 @@ void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,
 			  struct gpu_decode_stats *gs)
 {
 	*st = l->st;
-	gpu_decoder_get_stats(l->dec, gs);
+	if (l->dec)
+		gpu_decoder_get_stats(l->dec, gs);
+	else
+		*gs = (struct gpu_decode_stats){ 0 };
 }
 
 const char *gpu_loader_backend(const struct gpu_loader *l)
 {
-	return gpu_decoder_backend(l->dec);
+	return l->dec ? gpu_decoder_backend(l->dec) : "caller's";
 }
 
 void gpu_loader_destroy(struct gpu_loader *l)

@@ -36,6 +36,20 @@ struct gpu_loader;
  * a GPU or nvJPEG. */
 int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
 		      struct gpu_loader **out);
+/* What turns read files into the batch buffer: the nvJPEG decoder (gpu_decode.h) for
+ * gpu_loader_create; a test puts a CPU decoder in its place to check the order,
+ * replacements and counts on a machine without a GPU. */
+struct gpu_loader_decoder {
+	void *self;
+	/* as gpu_decoder_run */
+	int (*run)(void *self, const struct gpu_decode_item *items, int n, unsigned char *failed);
+	const char *(*error)(void *self, int i);
+	void *(*output)(void *self);
+};
+
+/* gpu_loader_create with another decoder, which the caller keeps and frees. */
+int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
+			   const struct gpu_loader_decoder *dec, struct gpu_loader **out);
 /* The next batch, in order, endless; its x stays valid until the next call. */
 int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out);
 int gpu_loader_batches_per_epoch(const struct gpu_loader *l);
