@@ -2,8 +2,9 @@
  * draws the sample's geometry from the same seed as the CPU loader (so the crops and
  * flips are the same), nvJPEG decodes and one kernel augments into a device batch
  * (data/gpu_decode.h). Sample order, replacement of corrupt files and the counts
- * follow loader.h. Files are read in the calling thread for now: the step the
- * threaded loader's ring will take over once the trainer stages device batches. */
+ * follow loader.h. One thread reads the next batch's files while the current one
+ * decodes; decoding itself is synchronous (gpu_loader_next returns with the batch
+ * written). */
 #ifndef GP_DATA_GPU_LOADER_H
 #define GP_DATA_GPU_LOADER_H
 
