@@ -9,11 +9,15 @@
 #   make fuzz-ci    the same for 10 seconds each: the short pass CI runs
 #   make bundle     build/bundle/: the binary and its non-CUDA shared libraries, for a
 #                   GPU machine without a package registry
+# The MPI transport is a plugin, build/libgpuperf_mpi.so, built with mpicc when it is
+# found (MPI=0 leaves it out, MPI=1 insists); gpuperf loads it only under mpirun.
 
 BUILD ?= build
 SAN ?= 0
 FUZZ ?= 0
 CUDA ?= auto
+MPI ?= auto
+MPICC ?= mpicc
 CC ?= cc
 ARCH ?= sm_90
 
@@ -32,6 +36,14 @@ else
 endif
 ifneq ($(SAN)$(FUZZ),00)
   WITH_CUDA := 0
+endif
+ifeq ($(MPI),auto)
+  WITH_MPI := $(if $(shell command -v $(MPICC) 2>/dev/null),1,0)
+else
+  WITH_MPI := $(MPI)
+endif
+ifneq ($(FUZZ),0)
+  WITH_MPI := 0
 endif
 
 PKGS := jansson cairo libturbojpeg openblas
@@ -57,7 +69,8 @@ ifeq ($(FUZZ),1)
   LDFLAGS += -fsanitize=fuzzer,address,undefined
 endif
 
-SRC_C := $(shell find src -name '*.c' -not -path '*/cuda/*' | sort)
+MPI_PLUGIN_SRC := src/dist/mpi_plugin.c
+SRC_C := $(filter-out $(MPI_PLUGIN_SRC),$(shell find src -name '*.c' -not -path '*/cuda/*' | sort))
 CUDA_C := $(shell find src -path '*/cuda/*' -name '*.c' | sort)
 CUDA_CU := $(shell find src -name '*.cu' | sort)
 TEST_C := $(shell find tests -maxdepth 1 -name '*.c' | sort)
@@ -81,7 +94,17 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(MAIN_SRC),$(LIB_SRC))) $(L
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build
-all: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
+ifeq ($(WITH_MPI),1)
+  MPI_PLUGIN := $(BUILD)/libgpuperf_mpi.so
+endif
+all: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests $(MPI_PLUGIN)
+
+# Only the plugin sees mpi.h and links libmpi; its sanitizer flags follow the build's.
+$(BUILD)/libgpuperf_mpi.so: $(MPI_PLUGIN_SRC) src/dist/mpi_plugin.h
+	@mkdir -p $(@D)
+	@echo "  MPICC   $@"
+	@$(MPICC) -shared -fPIC -O2 -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Isrc \
+		$(filter -fsanitize=%,$(CFLAGS)) -o $@ $(MPI_PLUGIN_SRC)
 
 $(BUILD)/libgpuperf.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -106,7 +129,7 @@ $(BUILD)/%.o: %.cu
 	@echo "  NVCC    $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
-test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
+test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests $(MPI_PLUGIN)
 	GPUPERF_BIN=$(BUILD)/gpuperf ./$(BUILD)/gpuperf_tests
 
 test-san:
@@ -138,7 +161,7 @@ run: $(BUILD)/gpuperf
 	./$(BUILD)/gpuperf info --model resnet50
 	./$(BUILD)/gpuperf train --model simple_cnn --device cpu --batch 32 --size 32 --steps 30
 
-bundle: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests
+bundle: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests $(MPI_PLUGIN)
 	sh tools/bundle.sh $(BUILD)
 
 clean:

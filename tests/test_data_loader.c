@@ -125,6 +125,59 @@ out_free:
 		free(runs[k].x);
 }
 
+/* Data parallelism: shard r of 2 at batch 2 holds, batch by batch, the samples of the
+ * unsharded loader's batch of 4 at positions r, r + 2 (DistributedSampler's stride),
+ * with the same crops; an epoch of a shard is half an epoch. */
+TEST(data_loader_shards_split_each_global_batch)
+{
+	const char *root = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(root, 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	struct loader *all, *sh[2];
+	struct loader_config c4 = { .batch = 4, .prefetch = 2, .size = 16, .train = 1,
+				    .drop_last = 1, .seed = 5 };
+	CHECK_EQ_INT(loader_create(ds, &c4, &all), 0);
+	for (int r = 0; r < 2; r++) {
+		struct loader_config c2 = c4;
+		c2.batch = 2;
+		c2.shard = r;
+		c2.shards = 2;
+		c2.workers = r; /* any worker count gives the same bytes */
+		CHECK_EQ_INT(loader_create(ds, &c2, &sh[r]), 0);
+		CHECK_EQ_INT(loader_batches_per_epoch(sh[r]), 5);
+	}
+	size_t img = 3 * 16 * 16;
+	for (int k = 0; k < 7 && !test_failed(); k++) { /* into the second epoch */
+		struct batch *a, *b[2];
+		CHECK_EQ_INT(loader_next(all, &a), 0);
+		for (int r = 0; r < 2; r++)
+			CHECK_EQ_INT(loader_next(sh[r], &b[r]), 0);
+		if (test_failed())
+			break;
+		for (int r = 0; r < 2; r++)
+			for (int i = 0; i < 2; i++) {
+				int j = 2 * i + r;
+				CHECK_EQ_INT(b[r]->labels[i], a->labels[j]);
+				CHECK(!memcmp(b[r]->x + img * i, a->x + img * j, img * sizeof(float)));
+			}
+		loader_release(all, a);
+		for (int r = 0; r < 2; r++)
+			loader_release(sh[r], b[r]);
+	}
+	/* a shard that does not exist */
+	struct loader *bad = NULL;
+	struct loader_config c3 = c4;
+	c3.shard = 2;
+	c3.shards = 2;
+	CHECK(loader_create(ds, &c3, &bad) == GP_EINVAL);
+	loader_destroy(all);
+	for (int r = 0; r < 2; r++)
+		loader_destroy(sh[r]);
+	dataset_close(ds);
+}
+
 TEST(data_loader_skips_bad_files)
 {
 	/* tests/data/bad: 6 good JPEGs, a truncated one and a text file, 2 classes. */

@@ -210,7 +210,7 @@ TEST(profile_writes_every_output)
 	if (rc)
 		return;
 	static const char *files[] = { "profiler_trace.json", "profile_report.md", "analysis.json",
-				       "result.json", "stage_breakdown.png", "memory_trend.png" };
+				       "result.json", "stage_breakdown.png", "memory_timeline.png" };
 	for (int i = 0; i < 6; i++)
 		CHECK_MSG(exists(dir, files[i]), "missing %s", files[i]);
 	snprintf(logs, sizeof(logs), "%s/profiler_logs", dir);
@@ -235,7 +235,7 @@ TEST(profile_writes_every_output)
 
 	snprintf(path, sizeof(path), "%s/stage_breakdown.png", dir);
 	check_png(path, PROFILE_CHART_W, PROFILE_CHART_H, 0.122, 0.467, 0.706);
-	snprintf(path, sizeof(path), "%s/memory_trend.png", dir);
+	snprintf(path, sizeof(path), "%s/memory_timeline.png", dir);
 	check_png(path, PROFILE_CHART_W, PROFILE_CHART_H, 0.122, 0.467, 0.706);
 
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
@@ -260,20 +260,40 @@ TEST(profile_writes_every_output)
 		CHECK(json_real_value(json_object_get(m, "baseline_ms_per_step")) > 0);
 		CHECK_EQ_INT(json_integer_value(json_object_get(m, "baseline_steps")), 3);
 		CHECK_EQ_INT(json_integer_value(json_object_get(m, "profiled_steps")), 3);
+		/* the compute thread's time by stage sums to each step within 1% */
+		json_t *steps = json_object_get(json_object_get(m, "analysis"), "steps");
+		CHECK_EQ_INT(json_array_size(steps), 3);
+		for (size_t i = 0; i < json_array_size(steps); i++) {
+			json_t *st = json_array_get(steps, i), *v;
+			const char *k;
+			double sum = 0, dur = json_real_value(json_object_get(st, "dur_ms"));
+			json_object_foreach(json_object_get(st, "device_stage_ms"), k, v)
+				sum += json_real_value(v);
+			CHECK(dur > 0 && fabs(sum - dur) <= 0.01 * dur);
+			CHECK(json_real_value(json_object_get(json_object_get(st, "device_stage_ms"),
+							       "forward")) > 0);
+		}
+		/* the plan's memory timeline: its peak is what the plan allocates */
+		json_t *tl = json_object_get(json_object_get(m, "analysis"), "memory_timeline");
+		json_t *peak = json_object_get(tl, "peak");
+		CHECK(json_integer_value(json_object_get(peak, "total_bytes")) > 0);
+		CHECK_EQ_INT(json_integer_value(json_object_get(peak, "total_bytes")),
+			     json_integer_value(json_object_get(tl, "plan_total_bytes")));
+		CHECK(json_array_size(json_object_get(tl, "largest_at_peak")) > 0);
 		json_decref(res);
 	}
 
 	/* analyze redraws both charts from the trace */
 	snprintf(path, sizeof(path), "%s/stage_breakdown.png", dir);
 	remove(path);
-	snprintf(path, sizeof(path), "%s/memory_trend.png", dir);
+	snprintf(path, sizeof(path), "%s/memory_timeline.png", dir);
 	remove(path);
 	snprintf(cmd, sizeof(cmd), "%s analyze '%s'", test_bin(), dir);
 	rc = test_run(cmd, out, sizeof(out));
 	CHECK_MSG(rc == 0, "analyze failed (%d): %s", rc, out);
 	snprintf(path, sizeof(path), "%s/stage_breakdown.png", dir);
 	check_png(path, PROFILE_CHART_W, PROFILE_CHART_H, 0.122, 0.467, 0.706);
-	snprintf(path, sizeof(path), "%s/memory_trend.png", dir);
+	snprintf(path, sizeof(path), "%s/memory_timeline.png", dir);
 	check_png(path, PROFILE_CHART_W, PROFILE_CHART_H, 0.122, 0.467, 0.706);
 }
 
@@ -295,7 +315,7 @@ TEST(profile_train_epochs)
 		CHECK(find_entry(dir, prefix, "", sub, sizeof(sub)));
 		snprintf(path, sizeof(path), "%s/profiler_trace.json", sub);
 		check_trace(path, 1, 2 * e);
-		CHECK(exists(sub, "stage_breakdown.png") && exists(sub, "memory_trend.png") &&
+		CHECK(exists(sub, "stage_breakdown.png") && exists(sub, "memory_timeline.png") &&
 		      exists(sub, "result.json") && exists(sub, "profile_report.md"));
 	}
 }
@@ -337,7 +357,7 @@ TEST(profiler_hooks_allocate_nothing)
 	int32_t *labels = NULL;
 	struct profiler p;
 	CHECK_EQ_INT(train_synthetic_batch(4, 3, 32, 32, net->classes, 1, &x, &labels), 0);
-	CHECK_EQ_INT(profiler_init(&p, net, 10, 2), 0);
+	CHECK_EQ_INT(profiler_init(&p, net, 10, 2, 1), 0);
 	if (test_failed())
 		goto free_net;
 	size_t cap_ranges = p.trace.cap_ranges, cap_mem = p.trace.cap_mem;

@@ -4,13 +4,17 @@
 # machine with only the CUDA stack and no package registry can run them:
 #   . BUILD/bundle/env.sh && BUILD/bundle/gpuperf info
 # CUDA, cuDNN, cuBLAS, NCCL, CUPTI and the C/C++ runtimes come from that machine.
+# The MPI transport plugin (libgpuperf_mpi.so, when built) goes beside gpuperf, but not
+# MPI itself: the plugin must use the target machine's own Open MPI, the one its
+# mpirun starts (libmpi, open-rte, open-pal, hwloc, pmix and their kin are skipped).
 set -eu
 BUILD=${1:-build}
 B="$BUILD/bundle"
 rm -rf "$B"
 mkdir -p "$B/lib" "$B/fonts"
 cp "$BUILD/gpuperf" "$BUILD/gpuperf_tests" "$B/"
-skip='lib(c|m|dl|rt|pthread|resolv|stdc\+\+|gcc_s|cuda|cudart|cudnn[a-z_]*|cublas|cublasLt|nccl|cupti|nvrtc[a-z-]*|nvJitLink)\.so|ld-linux'
+[ -f "$BUILD/libgpuperf_mpi.so" ] && cp "$BUILD/libgpuperf_mpi.so" "$B/"
+skip='lib(c|m|dl|rt|pthread|resolv|stdc\+\+|gcc_s|cuda|cudart|cudnn[a-z_]*|cublas|cublasLt|nccl|cupti|nvrtc[a-z-]*|nvJitLink|mpi[a-z_]*|open-rte|open-pal|hwloc|pmix|event[a-z_0-9.-]*|ucp|ucs|uct|ucm|fabric|psm2|ibverbs|rdmacm|mca_common[a-z_]*)\.so|ld-linux'
 ldd "$BUILD/gpuperf" "$BUILD/gpuperf_tests" | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" |
 	while read -r lib; do cp -L "$lib" "$B/lib/"; done
 font=$(fc-match -f '%{file}' sans-serif 2>/dev/null || true)

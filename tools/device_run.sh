@@ -10,7 +10,10 @@
 # (mobilenet_v2 bf16 kernel times beside PyTorch's), ampmem (resnet50 bf16 peak and speed
 # with --recompute and --recompute-blocks), fuse32 (FP32 batch norm),
 # kprof32 (resnet50 FP32 kernel trace), regress (this build against BASE_BIN, interleaved,
-# and PyTorch, at batch 256 in REGRESS_PRECISIONS; tools/regress_table.py sums it up).
+# and PyTorch, at batch 256 in REGRESS_PRECISIONS; tools/regress_table.py sums it up),
+# dp (data parallel with one GPU through NCCL: tests, train --nproc 1, scale, dist-check),
+# dist (the process group's tests and NCCL over a group of one: dist-check --device
+# cuda; two CPU ranks; two ranks asking for a GPU each on a one-GPU host: one line).
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
 # (docs/cuda.md, tuning switches). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
@@ -36,6 +39,7 @@ for s in "$@"; do
 	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
 	tests) TAIL=60 stage tests ${TESTS_TIMEOUT:-400} sh -c "build/bundle/gpuperf_tests | grep -v '^ok '" ;;
 	gputests) TAIL=80 stage gputests 300 build/bundle/gpuperf_tests ${GPUTESTS:-cuda} ;;
+	dist) stage dist 240 sh -c "build/bundle/gpuperf_tests nccl dist_; $BIN dist-check --device cuda --size 256 --out $OUT/dist --overwrite; $BIN dist-check --device cpu --nproc 2 --size 64; $BIN dist-check --device cuda --nproc 2 --size 8 --timeout 30; echo \"two ranks, one GPU: rc=\$? (2 expected)\"" ;;
 	parity) stage parity 300 python3 tests/torch/parity.py --bin $BIN --device cuda --ref64 --json "$OUT/parity_cuda.json" ;;
 	paritycpu) stage paritycpu 300 python3 tests/torch/parity.py --bin $BIN --device cpu --models simple_cnn,resnet18,mobilenet_v2 --json "$OUT/parity_cpu.json" ;;
 	speed)
@@ -143,6 +147,19 @@ for s in "$@"; do
 		# resnet50 FP32 kernel times (ours, eager), and the trace for tools/dwsum.py
 		TAIL=0 stage kprof32_resnet50 200 $BIN profile --model resnet50 --batch 256 --steps 3 --baseline-steps 3 --device cuda --overwrite --out /tmp/gp_kprof32
 		TAIL=40 stage kprof32_sum 60 python3 tools/dwsum.py /tmp/gp_kprof32/profiler_trace.json 3 ;;
+	dp)
+		# data parallel on one GPU: a world of one through NCCL (tests, train, scale,
+		# dist-check), and the same with NCCL over sockets
+		TAIL=20 stage dp_tests 300 build/bundle/gpuperf_tests cuda_dp dp_ dist_
+		stage dp_train 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 40 --nproc 1 --json --out /tmp/gp_dp_train
+		stage dp_train_plain 180 $BIN train --model resnet50 --device cuda --precision bf16 --batch 256 --steps 40 --json --out /tmp/gp_dp_plain
+		stage dp_syncbn 180 $BIN train --model resnet18 --device cuda --precision bf16 --batch 256 --steps 40 --nproc 1 --sync-bn --out /tmp/gp_dp_syncbn
+		stage dp_scale 300 $BIN scale --model resnet50 --precision bf16 --batch 256 --steps 40 --out /tmp/gp_dp_scale
+		cp /tmp/gp_dp_scale/scale.json /tmp/gp_dp_scale/scaling.png "$OUT/" 2>/dev/null
+		stage dp_check 120 $BIN dist-check --device cuda --nproc 1 --size 64
+		stage dp_toomany 30 $BIN train --model resnet50 --device cuda --nproc 9
+		n=$(nvidia-smi -L | wc -l)
+		[ "$n" -ge 2 ] && stage dp_torch 300 torchrun --nproc-per-node "$n" tools/torch_ddp.py --model resnet50 --precision bf16 --batch 256 ;;
 	regress)
 		# this build against an earlier one (BASE_BIN, e.g. .carry/gpuperf_base), interleaved,
 		# then PyTorch in the same modes: speed and peak memory at batch 256

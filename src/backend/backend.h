@@ -45,6 +45,10 @@ struct backend_ops {
 	int (*scale_output_grad)(struct net *net, int node, double factor);
 	/* Multiply every parameter gradient by factor; *nonfinite = 1 if any is inf/NaN. */
 	int (*unscale_grads)(struct net *net, double factor, int *nonfinite);
+	/* Data parallelism: all-reduce (mean) every gradient bucket now, in full, and
+	 * wait; for timing the communication apart from backward (the gradients are
+	 * overwritten with their mean). */
+	int (*grad_allreduce)(struct net *net);
 	/* Scratch bytes the backend needs beside the plan (conv workspace). */
 	size_t (*workspace_bytes)(struct net *net);
 };

@@ -24,6 +24,7 @@ enum opt_type {
 #define ARGS_MAX_SIZE 4096
 #define ARGS_MAX_CLASSES 100000
 #define ARGS_MAX_STEPS 10000000
+#define ARGS_MAX_RANKS 256 /* --nproc, scale's --gpus (the launcher's LAUNCH_MAX_RANKS) */
 #define ARGS_MAX_WORKERS 256
 #define ARGS_MAX_PREFETCH 64
 

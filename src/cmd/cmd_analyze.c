@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
+#include "report/mem_report.h"
 #include "report/profile_charts.h"
 #include "report/profiler.h"
 #include "report/result.h"
@@ -56,7 +57,7 @@ static int trace_find(const char *dir, char *path, size_t cap)
  * `train` window) left beside it. *found is 0 for a folder without one (a
  * torch.profiler trace), which gets no such section. */
 static int report_read_overhead(const char *dir, struct profile_overhead *ov,
-				long long *trace_bytes, int *found)
+				long long *trace_bytes, int *found, struct analysis *a)
 {
 	char path[4096];
 	json_t *res = NULL;
@@ -78,29 +79,49 @@ static int report_read_overhead(const char *dir, struct profile_overhead *ov,
 		*trace_bytes = (long long)json_integer_value(json_object_get(m, "trace_bytes"));
 		*found = 1;
 	}
+	/* the memory timeline comes from the plan, which the trace does not hold */
+	json_t *tl_json = json_object_get(json_object_get(m, "analysis"), "memory_timeline");
+	int rc = 0;
+	if (tl_json) {
+		struct mem_timeline tl;
+		rc = mem_timeline_from_json(tl_json, &tl);
+		if (rc == 0) {
+			rc = analysis_set_mem_timeline(a, &tl);
+			mem_timeline_free(&tl);
+		}
+		if (rc < 0)
+			gp_error_wrap(rc, "'%s'", path);
+	}
 	json_decref(res);
-	return 0;
+	return rc;
 }
 
 int cmd_analyze(int argc, char **argv)
 {
 	int help = 0;
+	const char *sort = NULL;
 	const struct opt opts[] = {
+		{ "sort", OPT_STR, &sort, "op tables by gpu or cpu time (gpu when kernels ran)",
+		  .choices = analysis_sort_name_at },
 		OPT_HELP(&help),
 		OPT_END(),
 	};
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		args_print_help("gpuperf analyze DIR", opts);
+		args_print_help("gpuperf analyze DIR [--sort gpu|cpu]", opts);
 		printf("\nDIR: a folder that gpuperf profile (or train --profile-epochs) wrote, or one\n"
 		       "holding torch.profiler's profiler_logs/*.pt.trace.json.\n\n"
 		       "Reads DIR/profiler_trace.json (else the first profiler_logs/*.pt.trace.json),\n"
 		       "prints the step breakdown, top ops and advice, and writes DIR/profile_report.md\n"
 		       "(with the profiler overhead kept from DIR/result.json), DIR/analysis.json,\n"
-		       "DIR/stage_breakdown.png and DIR/memory_trend.png. Needs no GPU.\n");
+		       "DIR/stage_breakdown.png and DIR/memory_timeline.png (the plan's memory over\n"
+		       "the step, kept in DIR/result.json; memory_trend.png from the trace's memory\n"
+		       "events for a trace without one). Needs no GPU.\n");
 		return 0;
 	}
-	if (argc != 2 || argv[1][0] == '-')
-		return gp_error(GP_EINVAL, "usage: gpuperf analyze DIR");
+	if (argc < 2 || argv[1][0] == '-')
+		return gp_error(GP_EINVAL, "usage: gpuperf analyze DIR [--sort gpu|cpu]");
+	GP_TRY(args_parse(argc, argv, 2, opts));
+	GP_TRY(analysis_sort_check(sort));
 	const char *dir = argv[1];
 	if (!*dir) /* it would read the current folder's name as "" */
 		return gp_error(GP_EINVAL, "DIR: empty path");
@@ -120,14 +141,15 @@ int cmd_analyze(int argc, char **argv)
 		gp_error_wrap(rc, "'%s'", path);
 		goto free_trace;
 	}
-	analysis_print(&a, stdout);
-
 	struct profile_overhead ov;
 	long long trace_bytes = 0;
 	int have_ov;
-	rc = report_read_overhead(dir, &ov, &trace_bytes, &have_ov);
+	rc = report_read_overhead(dir, &ov, &trace_bytes, &have_ov, &a);
 	if (rc < 0)
 		goto free_analysis;
+	if (sort)
+		analysis_sort_ops(&a, !strcmp(sort, "gpu"));
+	analysis_print(&a, stdout);
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
 	rc = profile_report_write(&a, path, have_ov ? &ov : NULL, trace_bytes);
 	if (rc < 0)
@@ -145,7 +167,9 @@ int cmd_analyze(int argc, char **argv)
 	json_decref(j);
 	if (rc == 0)
 		printf("\nwrote %s/profile_report.md, %s/analysis.json, %s/stage_breakdown.png and "
-		       "%s/memory_trend.png (when the trace has memory events)\n", dir, dir, dir, dir);
+		       "%s/%s\n", dir, dir, dir, dir,
+		       a.have_mem_tl ? "memory_timeline.png"
+				     : "memory_trend.png (when the trace has memory events)");
 free_analysis:
 	analysis_free(&a);
 free_trace:

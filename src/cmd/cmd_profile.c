@@ -8,6 +8,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "report/analysis.h"
 #include "report/result.h"
 #include "nn/models.h"
 #include "train/trainer.h"
@@ -17,6 +18,8 @@ int cmd_profile(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
 	const char *device = "auto", *precision = "fp32", *out = NULL, *data = "synthetic", *decode = "cpu";
+	const char *sort = NULL;
+	int record_shapes = 0;
 	int help = 0, size = 0, wait = 1, warmup = 1, baseline = -1, workers = 4, classes = 0;
 	int overwrite = 0;
 	long long seed = 0;
@@ -37,6 +40,8 @@ int cmd_profile(int argc, char **argv)
 		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&workers, "data-loader threads with --data (4)"),
 		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
+		{ "record-shapes", OPT_FLAG, &record_shapes, "record each layer's input shapes (the op table by layer shows them)" },
+		{ "sort", OPT_STR, &sort, "op tables by gpu or cpu time (gpu when kernels ran)", .choices = analysis_sort_name_at },
 		OPT_OUT(&out, "the trace, logs, charts, report and result.json", "profile"),
 		OPT_OVERWRITE(&overwrite, "result.json"),
 		OPT_HELP(&help),
@@ -45,7 +50,8 @@ int cmd_profile(int argc, char **argv)
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf profile [--model NAME] [--batch B] [--workers N] [--steps N] [--wait W] "
-				"[--warmup W] [--data DIR] [--device D] [--out DIR]", opts);
+				"[--warmup W] [--data DIR] [--device D] [--record-shapes] [--sort gpu|cpu] "
+				"[--out DIR]", opts);
 		return 0;
 	}
 	if (strcmp(data, "synthetic")) {
@@ -58,6 +64,7 @@ int cmd_profile(int argc, char **argv)
 	GP_TRY(model_name_check(o.model)); /* before the plan is printed */
 	int decode_gpu;
 	GP_TRY(args_decode_pick(decode, 0, "profile", &decode_gpu));
+	GP_TRY(analysis_sort_check(sort));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	o.seed = (uint64_t)seed;
@@ -74,6 +81,8 @@ int cmd_profile(int argc, char **argv)
 	s.baseline_first = wait;
 	s.baseline_steps = baseline;
 	s.backend = o.backend;
+	s.record_shapes = record_shapes;
+	s.sort = sort;
 	s.command = "profile";
 	s.argc = argc;
 	s.argv = argv;
@@ -81,6 +90,10 @@ int cmd_profile(int argc, char **argv)
 			       "device", train_device_name(o.backend), "precision",
 			       precision, "batch", o.batch, "size", size, "wait", wait, "warmup_steps",
 			       warmup, "steps", o.steps, "baseline_steps", baseline, "data", result_string(data));
+	if (s.settings) {
+		json_object_set_new(s.settings, "record_shapes", json_boolean(record_shapes));
+		json_object_set_new(s.settings, "sort", sort ? json_string(sort) : json_null());
+	}
 	if (s.settings && o.data)
 		json_object_set_new(s.settings, "workers", json_integer(workers));
 	if (!s.settings)

@@ -9,6 +9,8 @@
 #include <time.h>
 
 #include "cmd/args.h"
+#include "cmd/dp.h"
+#include "cmd/launch.h"
 #include "cmd/cmds.h"
 #include "cmd/train_json.h"
 #include "core/error.h"
@@ -104,7 +106,8 @@ int cmd_train(int argc, char **argv)
 	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic", *decode = "cpu";
 	const char *layout = NULL;
 	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0, recompute_blocks = 0;
-	int overwrite = 0;
+	int overwrite = 0, nproc = 0, bucket_mb = 0;
+	struct cmd_dist_opts dopt = { 0 };
 	/* 0 until given: the dataset's class count, 1000 for the synthetic batch */
 	o.classes = 0;
 	long long seed = 0;
@@ -145,6 +148,11 @@ int cmd_train(int argc, char **argv)
 		{ "recompute", OPT_FLAG, &o.recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks,
 		  "--recompute, and residual blocks' outputs too (all but each stage's first)", 0 },
+		{ "nproc", OPT_INT, &nproc, "data parallel: start N ranks here, one GPU each (as torchrun)", 1, ARGS_MAX_RANKS },
+		{ "sync-bn", OPT_FLAG, &o.sync_bn, "data parallel: batch-norm statistics over every rank (SyncBatchNorm)", 0 },
+		{ "bucket-mb", OPT_INT, &bucket_mb, "data parallel: gradient all-reduce bucket size in MiB (25, as DDP)", 1, 1024 },
+		{ "rendezvous", OPT_STR, &dopt.transport, "data parallel: how ranks meet and talk on the host (auto: MPI under mpirun, else TCP)", .choices = cmd_dist_transport_at },
+		{ "dist-timeout", OPT_DOUBLE, &dopt.timeout_s, "data parallel: seconds a rank waits for the others (300)", 0, 0, .min_d = 1, .max_d = 86400, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		OPT_JSON(&json, "print a JSON summary at the end"),
 		OPT_HELP(&help),
 		OPT_END(),
@@ -189,18 +197,52 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));
-	/* every output is tried before the first step */
-	char dir[4096];
-	if (save)
-		GP_TRY(path_file_prepare(save));
-	GP_TRY(result_dir_prepare("train", "train", out, overwrite, dir, sizeof(dir)));
+	o.bucket_bytes = (size_t)bucket_mb << 20;
+	int launched = cmd_dist_launched();
+	if ((o.sync_bn || bucket_mb || dopt.transport || dopt.timeout_s > 0) && !nproc && !launched)
+		return gp_error(GP_EINVAL, "--sync-bn, --bucket-mb, --rendezvous and --dist-timeout are for "
+				"data-parallel runs (--nproc N, or under torchrun, mpirun or srun)");
+	if (nproc && profile_epochs.n)
+		return gp_error(GP_EINVAL, "--profile-epochs is not supported with several ranks yet");
+	/* every output is tried before the first step (rank 0 writes them); the folder's
+	 * path leaves room for the profile windows' names inside it */
+	char dir[3900];
+	if (nproc) {
+		GP_TRY(cmd_dist_check_nproc(nproc, o.backend));
+		if (save)
+			GP_TRY(path_file_prepare(save));
+		/* the ranks write into the folder this launch settles */
+		GP_TRY(result_dir_prepare("train", "train", out, overwrite, dir, sizeof(dir)));
+		int cargc;
+		char **cargv;
+		GP_TRY(cmd_dist_child_argv(argc, argv, dir, &cargc, &cargv));
+		int rc = launch_local(nproc, cargc, cargv, &(struct launch_opts){ 0 });
+		free(cargv);
+		return rc;
+	}
+	GP_TRY(cmd_dist_join(o.backend, &dopt, &o.dist, &o.device));
+	int rank0 = dist_rank(o.dist) == 0;
+	int rc = 0;
+	if (rank0 && save)
+		rc = path_file_prepare(save);
+	if (rc == 0 && rank0)
+		rc = result_dir_prepare("train", "train", out, overwrite, dir, sizeof(dir));
+	if (rc < 0) {
+		dist_abort(o.dist, gp_errmsg());
+		dist_close(o.dist);
+		return rc;
+	}
 	struct train_result res = { 0 };
-	int rc;
 	if (!profile_epochs.n)
-		rc = train_run(&o, &res, stdout);
+		rc = train_run(&o, &res, rank0 ? stdout : NULL);
 	else
 		rc = train_run_profiled(&o, &profile_epochs, profile_steps, dir, precision, argc,
 					argv, &res);
+	if (rc < 0)
+		dist_abort(o.dist, gp_errmsg());
+	dist_close(o.dist);
+	if (!rank0)
+		return rc;
 	/* res.steps is set once training ended: what failed after it (--save, a profile
 	 * window) still leaves the measurements */
 	if (rc < 0 && res.steps == 0)

@@ -22,6 +22,8 @@ int cmd_amp(int argc, char **argv);
 int cmd_maxbatch(int argc, char **argv);
 int cmd_workers(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_scale(int argc, char **argv);
+int cmd_dist_check(int argc, char **argv);
 
 /* advise's recommendation: of trials 1..n-1, the fastest whose kept[i] is set (a fix
  * that paid alone, or the kept fixes together); 0, the baseline, when none is. */

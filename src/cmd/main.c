@@ -20,6 +20,7 @@ struct command {
 static const struct command commands[] = {
 	{ "info", cmd_info, "model summary: layers, parameters, MACs, training memory" },
 	{ "train", cmd_train, "train a model (synthetic data, an ImageFolder or CIFAR-10) and report img/s" },
+	{ "scale", cmd_scale, "data-parallel training on 1, 2, 4, 8 GPUs: the scaling report" },
 	{ "plot", cmd_plot, "draw the charts of a result (JSON) file" },
 	{ "analyze", cmd_analyze, "read a profile trace directory: breakdown, top ops, advice" },
 	{ "parity", cmd_parity, "(for tests) train a few steps from given weights and batch, dump results" },
@@ -32,6 +33,7 @@ static const struct command commands[] = {
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
 	{ "advise", cmd_advise, "find what holds training back and prove each fix by measuring it" },
 	{ "menu", cmd_menu, "choose a question from a menu (what plain gpuperf does on a terminal)" },
+	{ "dist-check", cmd_dist_check, "check the process group of several ranks: collectives, bandwidth" },
 	{ "monitor", cmd_monitor, "live NVML view: utilization, memory, power, temperature, clocks" },
 	{ NULL, NULL, NULL },
 };

@@ -34,6 +34,30 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 		json_object_set_new(j, "layout", json_string(train_layout_name(
 			o->layout == LAYOUT_NHWC || (o->layout == LAYOUT_AUTO && precision_is_amp(o->precision))
 			? LAYOUT_NHWC : LAYOUT_NCHW)));
+	/* Data parallel: the ranks, each one's step time and data wait, the slowest. */
+	if (j && r->world > 1) {
+		json_t *ms = json_array(), *dw = json_array();
+		for (int k = 0; k < r->world; k++) {
+			json_array_append_new(ms, result_real(r->rank_ms_per_step[k]));
+			json_array_append_new(dw, result_real(r->rank_data_wait_ms[k]));
+		}
+		json_t *d = json_pack("{s:i, s:o, s:b, s:o, s:o, s:i, s:i}", "world", r->world,
+			"transport", result_string(r->transport), "sync_bn", o->sync_bn,
+			"rank_ms_per_step", ms, "rank_data_wait_ms", dw, "slowest_rank", r->slowest_rank,
+			"global_batch", o->batch * r->world);
+		json_t *per = result_real(r->img_s_per_rank);
+		if (d) {
+			json_object_set_new(d, "allreduce_ms", result_real(r->allreduce_ms));
+			json_object_set_new(d, "grad_buckets", json_integer(r->buckets));
+			json_object_set_new(d, "grad_bytes", json_integer((json_int_t)r->params * 4));
+		}
+		if (!d || !per || json_object_set_new(d, "img_s_per_rank", per) < 0 ||
+		    json_object_update(j, d) < 0) {
+			json_decref(j);
+			j = NULL;
+		}
+		json_decref(d);
+	}
 	/* A run on a dataset also says where its data came from and what it cost. */
 	if (j && train_uses_dataset(o)) {
 		json_t *d = json_pack("{s:o, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", result_string(o->data),

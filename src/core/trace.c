@@ -66,6 +66,7 @@ void trace_free(struct trace *t)
 	free(t->gpu);
 	free(t->mem);
 	free(t->steps);
+	free(t->layers);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -250,5 +251,18 @@ int trace_step_end(struct trace *t, int64_t data_wait_ns)
 	struct trace_step *s = &t->steps[t->n_steps - 1];
 	s->end_ns = t->ranges[t->stack[t->depth]].end_ns;
 	s->data_wait_ns = data_wait_ns;
+	return 0;
+}
+
+int trace_add_layer(struct trace *t, const char *name, const char *op, const char *shapes)
+{
+	GP_TRY(grow((void **)&t->layers, &t->cap_layers, t->n_layers + 1, sizeof(*t->layers)));
+	struct trace_layer *l = &t->layers[t->n_layers];
+	l->name = trace_intern(t, name ? name : "");
+	l->op = trace_intern(t, op ? op : "");
+	l->shapes = shapes && *shapes ? trace_intern(t, shapes) : NULL;
+	if (!l->name || !l->op || (shapes && *shapes && !l->shapes))
+		return GP_ENOMEM;
+	t->n_layers++;
 	return 0;
 }

@@ -41,7 +41,18 @@ struct trace_gpu {
 	uint64_t correlation;
 	uint64_t external_id;     /* filled when written, from the launching runtime call */
 	int grid[3], block[3];    /* kernels */
+	int registers;            /* kernels: registers per thread; 0 when unknown */
+	int shared_bytes;         /* kernels: static + dynamic shared memory per block */
 	uint64_t bytes;           /* memcpy, memset */
+};
+
+/* What a layer name (a cpu_op's name, without ".backward") is: its op type and,
+ * when shapes were recorded, its input shapes as JSON text ("[[64, 3, 32, 32]]").
+ * The op tables group layer calls by it. */
+struct trace_layer {
+	const char *name;
+	const char *op;           /* "conv2d", "batchnorm2d", ... (ops/ops.h's op_name) */
+	const char *shapes;       /* NULL when not recorded */
 };
 
 struct trace_mem {
@@ -85,6 +96,8 @@ struct trace {
 	size_t n_mem, cap_mem;
 	struct trace_step *steps;
 	size_t n_steps, cap_steps;
+	struct trace_layer *layers;
+	size_t n_layers, cap_layers;
 
 	size_t stack[TRACE_STACK_MAX]; /* open ranges (indices), innermost last */
 	int depth;
@@ -126,5 +139,7 @@ int trace_add_mem(struct trace *t, int64_t ts_ns, int64_t total_bytes, int64_t d
 int trace_step_begin(struct trace *t, int step);
 int trace_step_end(struct trace *t, int64_t data_wait_ns);
 int trace_add_step(struct trace *t, const struct trace_step *s);
+/* Describe a layer (shapes may be NULL); the strings are interned. */
+int trace_add_layer(struct trace *t, const char *name, const char *op, const char *shapes);
 
 #endif

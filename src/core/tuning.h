@@ -23,6 +23,9 @@ struct tuning {
 	/* GPUPERF_NVJPEG_LIB: the nvJPEG library to load ("": libnvjpeg.so.13, then .so.12,
 	 * then .so) */
 	char nvjpeg_lib[TUNING_PATH_MAX];
+	/* GPUPERF_MPI_LIB: the MPI transport plugin ("": libgpuperf_mpi.so beside the
+	 * executable, or in lib/ beside it) */
+	char mpi_lib[TUNING_PATH_MAX];
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

@@ -86,6 +86,14 @@ void loader_epoch_order(uint64_t seed, int train, int n, int epoch, int32_t *per
 	}
 }
 
+/* Samples this loader reads per epoch: all, or its shard's. */
+static int local_count(const struct loader *l)
+{
+	int n = dataset_count(l->ds);
+	return l->cfg.shards > 1 ? n / l->cfg.shards : n;
+}
+
+/* The sample order of an epoch: identity for eval, Fisher-Yates for train. */
 static void filler_order(struct filler *f, int epoch)
 {
 	struct loader *l = f->l;
@@ -133,7 +141,7 @@ static int load_or_replace(struct filler *f, int epoch, int idx, float *x,
 static int filler_fill(struct filler *f, struct slot *s, long seq)
 {
 	struct loader *l = f->l;
-	int count = dataset_count(l->ds);
+	int count = local_count(l), shards = l->cfg.shards > 1 ? l->cfg.shards : 1;
 	int epoch = (int)(seq / l->per_epoch), index = (int)(seq % l->per_epoch);
 	int start = index * l->cfg.batch;
 	int n = count - start < l->cfg.batch ? count - start : l->cfg.batch;
@@ -145,7 +153,7 @@ static int filler_fill(struct filler *f, struct slot *s, long seq)
 	for (int i = 0; i < n; i++) {
 		if (atomic_load(&l->stop))
 			return 0;
-		GP_TRY(load_or_replace(f, epoch, f->perm[start + i],
+		GP_TRY(load_or_replace(f, epoch, f->perm[(size_t)(start + i) * shards + l->cfg.shard],
 				       s->b.x + l->sample_floats * i, &s->b.labels[i], &s->st));
 	}
 	s->st.images = n;
@@ -195,6 +203,14 @@ int loader_batches_per_epoch(const struct loader *l)
 static int config_check(const struct dataset *ds, const struct loader_config *c)
 {
 	int count = dataset_count(ds);
+	if (c->shards > 1) {
+		if (c->shard < 0 || c->shard >= c->shards)
+			return gp_error(GP_EINVAL, "loader shard %d of %d", c->shard, c->shards);
+		if (count < c->shards)
+			return gp_error(GP_EINVAL, "%d images cannot be shared among %d ranks", count,
+					c->shards);
+		count /= c->shards;
+	}
 	if (c->batch < 1 || c->prefetch < 1)
 		return gp_error(GP_EINVAL, "loader needs batch >= 1 and prefetch >= 1 "
 				"(got %d, %d)", c->batch, c->prefetch);
@@ -208,8 +224,8 @@ static int config_check(const struct dataset *ds, const struct loader_config *c)
 		return gp_error(GP_EINVAL, "loader size %d differs from the dataset's %d",
 				c->size, dataset_size(ds));
 	if (c->drop_last && count < c->batch)
-		return gp_error(GP_EINVAL, "%d images make no full batch of %d", count,
-				c->batch);
+		return gp_error(GP_EINVAL, "%d images make no full batch of %d%s", count,
+				c->batch, c->shards > 1 ? " on each rank" : "");
 	return 0;
 }
 
@@ -222,7 +238,8 @@ int loader_create(struct dataset *ds, const struct loader_config *cfg, struct lo
 		return gp_error(GP_ENOMEM, "out of memory");
 	l->ds = ds;
 	l->cfg = *cfg;
-	l->per_epoch = cfg->drop_last ? count / cfg->batch : (count + cfg->batch - 1) / cfg->batch;
+	int local = local_count(l);
+	l->per_epoch = cfg->drop_last ? local / cfg->batch : (local + cfg->batch - 1) / cfg->batch;
 	l->sample_floats = (size_t)3 * cfg->size * cfg->size;
 	l->n_slots = (cfg->workers > 0 ? cfg->workers : 1) * cfg->prefetch;
 	l->host_free = host_free_fn;

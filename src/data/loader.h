@@ -18,6 +18,10 @@ struct loader_config {
 	int train;     /* shuffle each epoch */
 	int drop_last; /* drop an epoch's last, partial batch */
 	uint64_t seed;
+	/* Data parallelism: this loader reads shard `shard` of `shards` (0 or 1: all), as
+	 * torch's DistributedSampler with drop_last: every rank shuffles the same order,
+	 * cut to a multiple of shards, and takes every shards-th sample from its own. */
+	int shard, shards;
 };
 
 struct batch {

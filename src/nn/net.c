@@ -9,7 +9,9 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/timeutil.h"
 #include "backend/backend.h"
+#include "dist/dist.h"
 
 int net_init(struct net *net, const char *model, int classes, int in_c, int in_h, int in_w)
 {
@@ -405,6 +407,9 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 	if (net->device < 0 || (backend == BACKEND_CPU && net->device != 0))
 		return gp_error(GP_ENODEV, "%s device %d does not exist", backend == BACKEND_CPU ? "CPU" : "CUDA",
 				net->device);
+	if (net->sync_bn && net->recompute)
+		return gp_error(GP_EUNSUPPORTED, "synchronized batch norm (--sync-bn) with --recompute "
+				"is not supported yet");
 	net->backend = backend;
 	net->dtype = dtype;
 	net->precision = prec;
@@ -429,6 +434,12 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 		rc = mem_limit_error(net, net->plan.total_bytes);
 		goto teardown;
 	}
+	/* every rank starts from rank 0's parameters and statistics, as DDP does */
+	if (net->dist && ((rc = dist_bcast(net->dist, net->host_params,
+					   net->params_count * sizeof(float), 0)) < 0 ||
+			  (rc = dist_bcast(net->dist, net->host_running,
+					   net->running_count * sizeof(float), 0)) < 0))
+		goto teardown;
 	if ((rc = ops->setup(net)) < 0)
 		goto teardown;
 	if (net->mem_limit_bytes && net->mem.total_bytes > net->mem_limit_bytes) {
@@ -533,6 +544,18 @@ static int scaler_unscale(struct net *net)
 	return 0;
 }
 
+int net_set_dist(struct net *net, struct dist *d, int sync_bn, size_t bucket_bytes)
+{
+	if (net->bk)
+		return gp_error(GP_EINVAL, "net_set_dist: the net is already set up");
+	net->dist = d;
+	net->sync_bn = d && sync_bn;
+	if (!d)
+		return net_set_grad_buckets(net, 0, NULL, NULL);
+	return net_set_grad_buckets(net, bucket_bytes ? bucket_bytes : NET_DIST_BUCKET_BYTES,
+				    net->buckets.ready, net->buckets.user);
+}
+
 int net_set_grad_buckets(struct net *net, size_t bucket_bytes,
 			 void (*ready)(void *user, const struct net *net, int bucket, size_t first,
 				       size_t count),
@@ -540,7 +563,7 @@ int net_set_grad_buckets(struct net *net, size_t bucket_bytes,
 {
 	struct grad_buckets *b = &net->buckets;
 	memset(b, 0, sizeof(*b));
-	if (!ready)
+	if (!ready && !net->dist)
 		return 0;
 	size_t elems = bucket_bytes / sizeof(float) ? bucket_bytes / sizeof(float) : 1;
 	size_t end = net->params_count;
@@ -586,7 +609,9 @@ int net_backward(struct net *net)
 				h->node_end(h->user, net, i, PHASE_BACKWARD);
 		}
 		while (next_bucket < b->n && b->last_node[next_bucket] >= i) {
-			b->ready(b->user, net, next_bucket, b->first[next_bucket], b->count[next_bucket]);
+			if (b->ready)
+				b->ready(b->user, net, next_bucket, b->first[next_bucket],
+					 b->count[next_bucket]);
 			next_bucket++;
 		}
 	}
@@ -621,10 +646,11 @@ int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, in
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
 	GP_TRY(take_staged(net));
-	/* a graph replay has no host points between layers: hooks, buckets and loss
-	 * scaling (which decides on the host whether to step) run eagerly */
+	/* a graph replay has no host points between layers: hooks, bucket observers and
+	 * loss scaling (which decides on the host whether to step) run eagerly; the
+	 * backend's own all-reduce of buckets is part of the graph */
 	if (net->use_graphs && ops->train_step && !net->hooks.node_begin && !net->hooks.node_end &&
-	    !net->buckets.n && !net->scaler.enabled) {
+	    !net->buckets.ready && !net->scaler.enabled) {
 		struct sgd_args a = *sgd;
 		a.first_step = net->sgd_steps == 0;
 		int rc = ops->train_step(net, &a);
@@ -642,6 +668,24 @@ int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, in
 	GP_TRY(net_loss(net, loss, correct));
 	GP_TRY(net_backward(net));
 	return net_sgd_step(net, sgd);
+}
+
+int net_dist_time_allreduce(struct net *net, int iters, double *ms)
+{
+	*ms = 0;
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	const struct backend_ops *ops = net_backend(net);
+	if (!net->dist || !ops->grad_allreduce || iters < 1)
+		return 0;
+	GP_TRY(net_wait(net));
+	GP_TRY(ops->grad_allreduce(net)); /* the first may set up connections */
+	GP_TRY(dist_barrier(net->dist));
+	double t0 = gp_now_s();
+	for (int i = 0; i < iters; i++)
+		GP_TRY(ops->grad_allreduce(net));
+	*ms = 1e3 * (gp_now_s() - t0) / iters;
+	return 0;
 }
 
 int net_wait(struct net *net)

@@ -76,6 +76,18 @@ int net_set_grad_buckets(struct net *net, size_t bucket_bytes,
 			 void (*ready)(void *user, const struct net *net, int bucket, size_t first,
 				       size_t count),
 			 void *user);
+/* Make the net one rank of a data-parallel group (before net_setup; NULL: alone):
+ * net->dist in ops/graph.h says what that does. Gradients are all-reduced in buckets
+ * of about bucket_bytes (0: NET_DIST_BUCKET_BYTES, DDP's 25 MB), sync_bn computes
+ * batch-norm statistics over every rank. */
+#define NET_DIST_BUCKET_BYTES ((size_t)25 << 20)
+int net_set_dist(struct net *net, struct dist *d, int sync_bn, size_t bucket_bytes);
+
+/* Time the gradient all-reduce alone (every bucket, as backward starts them, with
+ * nothing to overlap): the mean of iters after one untimed, in ms. 0 without a group.
+ * Leaves the gradients averaged again: call between steps only. */
+int net_dist_time_allreduce(struct net *net, int iters, double *ms);
+
 /* Wait until the backend has finished everything enqueued (for timing). */
 int net_wait(struct net *net);
 /* Copy backend parameters and running statistics to (or from) the host master. */

@@ -180,6 +180,8 @@ struct grad_buckets {
 	void *user;
 };
 
+struct dist; /* dist/dist.h */
+
 struct net {
 	char model[32];
 	int classes, in_c, in_h, in_w;
@@ -223,6 +225,15 @@ struct net {
 	struct net_hooks hooks;
 	int use_graphs;         /* replay the training step as a CUDA graph when possible */
 	struct grad_buckets buckets; /* n == 0: none */
+	/* Data parallelism: the net is one rank of this group (NULL: alone). The backend
+	 * averages the gradients over the ranks bucket by bucket as backward makes them
+	 * (a bucket's all-reduce starts once it is complete) and finishes before the
+	 * optimizer reads them; parameters start as rank 0's; without sync_bn the running
+	 * statistics are rank 0's, sent before each training forward (as DDP's
+	 * broadcast_buffers), with it batch norm computes its statistics over every
+	 * rank's batch (torch.nn.SyncBatchNorm). */
+	struct dist *dist;
+	int sync_bn;
 	struct grad_scaler scaler;
 	int staged;             /* a batch was staged and is taken in by the next step */
 	int recompute;          /* 1: recompute BN+ReLU outputs in backward instead of keeping

@@ -82,7 +82,12 @@ double conv2d_macs(const struct conv2d_args *a);
 double linear_macs(const struct linear_args *a);
 
 /* CPU reference kernels. Argmax indices of max pooling are int32 offsets into the
- * input plane; dropout masks are uint8 (1 = kept). */
+ * input plane; dropout masks are uint8 (1 = kept).
+ * Batch norm over several ranks (SyncBatchNorm) splits the statistics into sums that
+ * the ranks add up: bn_chan_sums gives per channel the sum of x (center NULL) or of
+ * (x - center)^2; bn_bwd_sums the sums of dy and dy * xhat; bn_bwd_dx the input
+ * gradient from the summed values over count elements in all. With one rank they
+ * compute what bn_fwd_train and bn_bwd compute, in the same order. */
 #define GP_CPU_KERNELS(T, S)                                                            \
 	void conv2d_fwd_cpu_##S(const struct conv2d_args *a, const T *x, const T *w,      \
 				const T *b, T *y);                                        \
@@ -101,6 +106,15 @@ double linear_macs(const struct linear_args *a);
 	void bn_bwd_cpu_##S(const struct bn_args *a, const T *x, const T *dy,             \
 			    const T *gamma, const T *save_mean, const T *save_invstd,     \
 			    T *dx, int accumulate, T *dgamma, T *dbeta);                  \
+	void bn_chan_sums_cpu_##S(const struct bn_args *a, const T *x,                    \
+				  const double *center, double *out);                     \
+	void bn_bwd_sums_cpu_##S(const struct bn_args *a, const T *x, const T *dy,        \
+				 const T *save_mean, const T *save_invstd,                \
+				 double *sum_dy, double *sum_dy_xhat);                    \
+	void bn_bwd_dx_cpu_##S(const struct bn_args *a, const T *x, const T *dy,          \
+			       const T *gamma, const T *save_mean, const T *save_invstd,  \
+			       double count, const double *sum_dy,                        \
+			       const double *sum_dy_xhat, T *dx, int accumulate);         \
 	void relu_fwd_cpu_##S(size_t count, const T *x, T *y);                            \
 	void relu_bwd_cpu_##S(size_t count, const T *y, const T *dy, T *dx,               \
 			      int accumulate);                                            \

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "core/trace.h"
+#include "nn/mem_timeline.h"
 
 /* The parts of a step, in the priority that assigns each instant to one part. */
 enum analysis_part {
@@ -27,13 +28,33 @@ enum analysis_stage { STAGE_DATA = 0, STAGE_FORWARD, STAGE_BACKWARD, STAGE_OPTIM
 
 const char *analysis_stage_name(int stage);
 
+/* Where each instant of a step went on the device: the stage whose GPU work (kernel,
+ * copy or memset) ran then, by the layer and phase that launched it; nccl* kernels
+ * are communication; idle when nothing ran. On the CPU backend, the compute
+ * thread's stages. An instant two stages share goes to the first in the order
+ * forward, backward, optimizer, communication, data, other, so communication and
+ * copies count only where no compute hides them. The parts sum to the step. */
+enum analysis_dstage {
+	DSTAGE_DATA = 0, /* data/copy: the batch's upload, copies outside layers */
+	DSTAGE_FORWARD,  /* forward layers and the loss */
+	DSTAGE_BACKWARD,
+	DSTAGE_OPTIMIZER,
+	DSTAGE_COMM,     /* kernels named nccl* */
+	DSTAGE_OTHER,    /* GPU work no layer or stage claims */
+	DSTAGE_IDLE,
+	DSTAGE_COUNT
+};
+
+const char *analysis_dstage_name(int dstage);
+
 struct analysis_step {
 	int step;
 	double dur_ms;
 	double part_ms[PART_COUNT];   /* sums to dur_ms */
 	double gpu_busy_ms;           /* union of kernel, memcpy and memset intervals */
 	double data_wait_ms;
-	double stage_ms[STAGE_COUNT]; /* per-step stage arrays, for the stage chart */
+	double stage_ms[STAGE_COUNT]; /* host time in each stage's annotation */
+	double device_ms[DSTAGE_COUNT]; /* device time by stage; sums to dur_ms */
 };
 
 /* One row of a top-10 table: time rows in ms, memory rows in bytes. */
@@ -54,11 +75,66 @@ struct analysis_advice {
 #define ANALYSIS_TOP 10
 #define ANALYSIS_MAX_ADVICE 4
 
+/* A row of an op table, as torch.profiler's key_averages().table(): by op type
+ * ("conv forward", "conv backward", "batch norm forward", ..., "loss", "copy",
+ * "optimizer", "CUDA runtime") or by layer ("layer1.0.conv1.backward"). Host time is
+ * the layer's range (total) and the range less the CUDA runtime calls inside it
+ * (self; the runtime calls are a row of their own); GPU time is the kernels, copies
+ * and memsets it launched (layers do not nest, so self and total are the same). */
+struct analysis_oprow {
+	char name[96];
+	char shapes[128];    /* input shapes (layer rows, --record-shapes); "" when none */
+	long calls;          /* host calls; 0 for a GPU-only row */
+	long gpu_calls;      /* GPU activities */
+	double cpu_self_ms, cpu_total_ms, gpu_ms;
+};
+
+/* Holistic Trace Analysis' figures, computed natively over the GPU work HTA keeps
+ * (work whose launch started before the last step, when there are two or more):
+ * temporal breakdown, kernel types and their overlap, idle time by cause and launch
+ * delays per stream. docs/profile.md gives each definition. */
+#define ANALYSIS_MAX_STREAMS 16
+
+struct analysis_stream {
+	int device, stream;
+	long kernels;          /* GPU activities on the stream */
+	double busy_us;
+	double idle_host_wait_us, idle_kernel_wait_us, idle_other_us;
+	long launches;         /* those with a launching runtime call */
+	double launch_delay_mean_us, launch_delay_median_us, launch_delay_max_us;
+	double launch_cpu_mean_us; /* the runtime call's own duration */
+};
+
+struct analysis_hta {
+	int valid;             /* 0: no GPU work with a launch */
+	double span_us;        /* first start to last end: HTA's kernel_time */
+	double idle_us, compute_us, non_compute_us;
+	double communication_us, memory_us, other_us; /* unions by kernel type */
+	double compute_comm_overlap_us, compute_memory_overlap_us;
+	struct analysis_stream streams[ANALYSIS_MAX_STREAMS];
+	int n_streams;         /* the busiest ANALYSIS_MAX_STREAMS */
+};
+
+/* Kernels grouped by name and launch configuration, with the occupancy CUPTI's
+ * record lets us estimate (docs/profile.md: an estimate from the compute
+ * capability's limits, -1 where the registers or the GPU are unknown). */
+struct analysis_kconf {
+	char name[96];
+	int grid[3], block[3];
+	int registers, shared_bytes;
+	long calls;
+	double total_ms, mean_us;
+	double theoretical_occupancy; /* resident warps / the SM's maximum, 0..1 */
+	double achieved_occupancy;    /* est.: limited also by the grid's blocks per SM */
+};
+
 struct analysis {
 	struct trace_meta meta;
 	struct analysis_step *steps;
 	int n_steps;
 	struct analysis_step mean;  /* every field averaged over the steps */
+	int device_from_host;       /* 1: no GPU work in the trace, device_ms is the
+				       compute thread's stages (the CPU backend) */
 
 	double gpu_busy_share;      /* sum of gpu_busy_ms / sum of dur_ms */
 	double gpu_idle_share;      /* 1 - gpu_busy_share */
@@ -72,6 +148,17 @@ struct analysis {
 	struct analysis_op top_kernels[ANALYSIS_TOP]; /* kernels by (demangled) name, ms */
 	int n_top_cpu, n_top_gpu, n_top_mem, n_top_kernels;
 
+	/* Op tables, sorted by GPU time (sort_by_gpu) or host total time. */
+	struct analysis_oprow *op_types, *op_layers;
+	int n_op_types, n_op_layers;
+	int sort_by_gpu;
+	int have_shapes;            /* some layer row has input shapes */
+	double steps_total_ms;      /* sum of step times: what "% of step" divides by */
+	struct analysis_kconf kconf[ANALYSIS_TOP];
+	int n_kconf;
+
+	struct analysis_hta hta;
+
 	/* Memory trend for the memory chart: ms since the first step, bytes allocated. */
 	double *mem_t_ms, *mem_total_bytes;
 	int n_mem;
@@ -79,12 +166,36 @@ struct analysis {
 
 	struct analysis_advice advice[ANALYSIS_MAX_ADVICE];
 	int n_advice;
+
+	/* Live memory along the step from the plan (have_mem_tl 0: none, as for a
+	 * torch.profiler trace); set by analysis_set_mem_timeline. */
+	struct mem_timeline mem_tl;
+	int have_mem_tl;
 };
 
 /* Analyse t (which needs at least one step); a is owned by the caller and released
  * with analysis_free. */
 int analysis_run(const struct trace *t, struct analysis *a);
 void analysis_free(struct analysis *a);
+/* The --sort choices: "gpu", "cpu", then NULL. */
+const char *analysis_sort_name_at(int i);
+/* 0 when s (NULL: not given) is one of them, else GP_EINVAL naming them. */
+int analysis_sort_check(const char *s);
+/* Sort the op tables by GPU time (by_gpu) or by host total time. */
+void analysis_sort_ops(struct analysis *a, int by_gpu);
+/* Theoretical and estimated achieved occupancy of a kernel launch on a GPU of
+ * compute capability cc_major.cc_minor with sm_count SMs (0: unknown; achieved is
+ * then -1); both -1 when the registers or the compute capability are unknown. */
+void analysis_occupancy(int cc_major, int cc_minor, int sm_count, const int grid[3],
+			const int block[3], int registers, int shared_bytes,
+			double *theoretical, double *achieved);
+/* Fill a->hta from t (analysis_run calls it). */
+int analysis_hta_run(const struct trace *t, struct analysis *a);
+/* The same figures as JSON ("hta" in analysis.json) and as report text. */
+json_t *analysis_hta_json(const struct analysis_hta *h);
+void analysis_hta_print(const struct analysis_hta *h, FILE *f, int markdown);
+/* Attach a copy of the plan's memory timeline: the report, JSON and charts show it. */
+int analysis_set_mem_timeline(struct analysis *a, const struct mem_timeline *tl);
 
 void analysis_print(const struct analysis *a, FILE *f);
 /* A JSON summary (new reference), or NULL when out of memory. */

@@ -542,6 +542,30 @@ static void draw_bars(cairo_t *cr, const struct chart_bars *b, const struct plot
 	}
 }
 
+/* The area between a line and y = 0 (the frame's bottom when 0 is below it), run by
+ * run of drawable points. */
+static void fill_under(cairo_t *cr, const struct chart_line *l, const struct plot_frame *fr)
+{
+	double base = frame_px_y(fr, 0);
+	if (base > fr->top + fr->height)
+		base = fr->top + fr->height;
+	for (int k = 0; k < l->n;) {
+		while (k < l->n && (!frame_has_x(fr, l->x[k]) || !value_drawable(l->y[k])))
+			k++;
+		if (k >= l->n)
+			break;
+		double x0 = frame_px_x(fr, l->x[k]), x1 = x0;
+		cairo_move_to(cr, x0, base);
+		for (; k < l->n && frame_has_x(fr, l->x[k]) && value_drawable(l->y[k]); k++) {
+			x1 = frame_px_x(fr, l->x[k]);
+			cairo_line_to(cr, x1, frame_px_y(fr, l->y[k]));
+		}
+		cairo_line_to(cr, x1, base);
+		cairo_close_path(cr);
+		cairo_fill(cr);
+	}
+}
+
 static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct plot_frame *fr)
 {
 	cairo_save(cr);
@@ -566,6 +590,8 @@ static void draw_series(cairo_t *cr, const struct chart_panel *p, const struct p
 		const struct chart_line *l = &p->lines[i];
 		int pen_down = 0;
 		set_color(cr, l->style.color);
+		if (l->style.fill)
+			fill_under(cr, l, fr);
 		cairo_set_line_width(cr, l->style.width_px);
 		set_dash(cr, l->style.dashed);
 		/* A gap (NaN, a value past CHART_VALUE_MAX, or x <= 0 on a log axis)
@@ -665,10 +691,17 @@ static int legend_overlap(const struct chart_panel *p, const struct plot_frame *
 	int n = 0;
 #define COVERS(px, py) ((px) >= x && (px) <= x + w && (py) >= y && (py) <= y + h)
 	for (int i = 0; i < p->n_lines; i++)
-		for (int k = 0; k < p->lines[i].n; k++)
-			if (frame_has_x(fr, p->lines[i].x[k]) && value_drawable(p->lines[i].y[k]))
-				n += COVERS(frame_px_x(fr, p->lines[i].x[k]),
-					    frame_px_y(fr, p->lines[i].y[k]));
+		for (int k = 0; k < p->lines[i].n; k++) {
+			if (!frame_has_x(fr, p->lines[i].x[k]) || !value_drawable(p->lines[i].y[k]))
+				continue;
+			double px = frame_px_x(fr, p->lines[i].x[k]);
+			double py = frame_px_y(fr, p->lines[i].y[k]);
+			/* a filled area covers the box wherever it reaches up into it */
+			if (p->lines[i].style.fill)
+				n += px >= x && px <= x + w && py <= y + h;
+			else
+				n += COVERS(px, py);
+		}
 	for (int i = 0; i < p->n_points; i++)
 		if (frame_has_x(fr, p->points[i].x) && value_drawable(p->points[i].y))
 			n += 4 * COVERS(frame_px_x(fr, p->points[i].x),

@@ -32,6 +32,7 @@ struct chart_line_style {
 	double width_px; /* 0: 2 px */
 	int dashed;
 	int markers;     /* a dot at every point */
+	int fill;        /* fill down to y = 0 (a stacked area: the tallest first) */
 };
 
 #define CHART_MAX_PANELS 16

@@ -129,8 +129,9 @@ static void write_gpu(struct writer *w, const struct trace_gpu *g)
 	fprintf(f, ",\"args\":{\"External id\":%" PRIu64 ",\"device\":%d,\"stream\":%d,"
 		   "\"correlation\":%" PRIu64, ext, g->device, g->stream, g->correlation);
 	if (g->cat == TRACE_KERNEL)
-		fprintf(f, ",\"grid\":[%d,%d,%d],\"block\":[%d,%d,%d]", g->grid[0], g->grid[1],
-			g->grid[2], g->block[0], g->block[1], g->block[2]);
+		fprintf(f, ",\"grid\":[%d,%d,%d],\"block\":[%d,%d,%d],\"registers per thread\":%d,"
+			   "\"shared memory\":%d", g->grid[0], g->grid[1], g->grid[2], g->block[0],
+			g->block[1], g->block[2], g->registers, g->shared_bytes);
 	else
 		fprintf(f, ",\"bytes\":%" PRIu64, g->bytes);
 	fputs("}},\n", f);
@@ -251,7 +252,25 @@ static void write_header(struct writer *w, const char *path)
 	json_str(f, m->host);
 	/* The file's own name, not its directory, so the same trace writes the same bytes. */
 	const char *slash = strrchr(path, '/');
-	fprintf(f, ",\"pid\":%d},\n\"traceName\":", m->pid);
+	fprintf(f, ",\"pid\":%d", m->pid);
+	/* what each layer is, for the op tables (and its input shapes when recorded) */
+	if (w->t->n_layers) {
+		fputs(",\"layers\":[", f);
+		for (size_t i = 0; i < w->t->n_layers; i++) {
+			const struct trace_layer *l = &w->t->layers[i];
+			fputs(i ? ",\n{\"name\":" : "\n{\"name\":", f);
+			json_str(f, l->name);
+			fputs(",\"op\":", f);
+			json_str(f, l->op);
+			if (l->shapes) {
+				fputs(",\"input_shapes\":", f);
+				json_str(f, l->shapes);
+			}
+			fputc('}', f);
+		}
+		fputc(']', f);
+	}
+	fputs("},\n\"traceName\":", f);
 	json_str(f, slash ? slash + 1 : path);
 	fprintf(f, ",\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":%" PRId64 ",\n"
 		   "\"traceEvents\":[\n", w->base_ns);
@@ -470,7 +489,27 @@ static const char *event_intern(struct trace *t, const struct trace_value *v, co
 	return trace_intern_len(t, s, len);
 }
 
-static void read_meta(json_t *root, struct trace *t)
+/* gpuperf.layers: what each layer is; entries that are not objects with a string
+ * name and op are skipped, as an unknown layer groups by its name. */
+static int read_layers(json_t *layers, struct trace *t)
+{
+	for (size_t i = 0; json_is_array(layers) && i < json_array_size(layers); i++) {
+		json_t *l = json_array_get(layers, i);
+		const char *name = json_string_value(json_object_get(l, "name"));
+		const char *op = json_string_value(json_object_get(l, "op"));
+		if (!name || !op || strlen(name) != json_string_length(json_object_get(l, "name")) ||
+		    strlen(op) != json_string_length(json_object_get(l, "op")))
+			continue;
+		const char *shapes = json_string_value(json_object_get(l, "input_shapes"));
+		if (shapes && strlen(shapes) != json_string_length(json_object_get(l, "input_shapes")))
+			shapes = NULL;
+		if (trace_add_layer(t, name, op, shapes) < 0)
+			return gp_error(GP_ENOMEM, "out of memory reading the trace");
+	}
+	return 0;
+}
+
+static int read_meta(json_t *root, struct trace *t)
 {
 	json_t *dev = json_array_get(json_object_get(root, "deviceProperties"), 0);
 	if (json_is_object(dev)) {
@@ -489,7 +528,9 @@ static void read_meta(json_t *root, struct trace *t)
 		snprintf(t->meta.host, sizeof(t->meta.host), "%s", jstr(g, "host", t->meta.host));
 		t->meta.batch = jint32(g, "batch", 0);
 		t->meta.pid = jint32(g, "pid", t->meta.pid);
+		return read_layers(json_object_get(g, "layers"), t);
 	}
+	return 0;
 }
 
 static int read_x(struct trace *t, const struct trace_event *ev, size_t idx, int cat,
@@ -531,6 +572,8 @@ static int read_x(struct trace *t, const struct trace_event *ev, size_t idx, int
 		g.grid[k] = (int)ev->grid[k];
 		g.block[k] = (int)ev->block[k];
 	}
+	g.registers = value_int32(&f[TF_REGISTERS], 0);
+	g.shared_bytes = value_int32(&f[TF_SHARED_MEMORY], 0);
 	return trace_add_gpu(t, &g);
 }
 
@@ -801,8 +844,8 @@ int chrome_trace_read(const char *path, struct trace *t)
 	if (base)
 		base_ns = json_integer_value(base);
 	t->base_ns = base_ns;
-	read_meta(root, t);
-	if ((rc = doc_events(&d, ev_begin, ev_end, t, base_ns)) < 0 ||
+	if ((rc = read_meta(root, t)) < 0 ||
+	    (rc = doc_events(&d, ev_begin, ev_end, t, base_ns)) < 0 ||
 	    (rc = steps_fill_data_wait(t)) < 0)
 		trace_free(t);
 free_root:

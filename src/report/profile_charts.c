@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/memstat.h"
 #include "report/chart.h"
+#include "report/mem_report.h"
 
 int profile_chart_stages(const struct analysis *a, const char *path)
 {
@@ -14,14 +15,14 @@ int profile_chart_stages(const struct analysis *a, const char *path)
 	/* More steps than bars fit: each bar is the mean of a run of consecutive steps. */
 	int group = (a->n_steps + CHART_MAX_BARS - 1) / CHART_MAX_BARS;
 	int n_bars = (a->n_steps + group - 1) / group;
-	double values[CHART_MAX_BARS * STAGE_COUNT] = { 0 };
+	double values[CHART_MAX_BARS * DSTAGE_COUNT] = { 0 };
 	char labels[CHART_MAX_BARS][32];
-	const char *bar_labels[CHART_MAX_BARS], *stage_labels[STAGE_COUNT];
+	const char *bar_labels[CHART_MAX_BARS], *stage_labels[DSTAGE_COUNT];
 	for (int b = 0; b < n_bars; b++) {
 		int lo = b * group, hi = lo + group < a->n_steps ? lo + group : a->n_steps;
 		for (int i = lo; i < hi; i++)
-			for (int st = 0; st < STAGE_COUNT; st++)
-				values[b * STAGE_COUNT + st] += a->steps[i].stage_ms[st] / (hi - lo);
+			for (int d = 0; d < DSTAGE_COUNT; d++)
+				values[b * DSTAGE_COUNT + d] += a->steps[i].device_ms[d] / (hi - lo);
 		if (hi - lo == 1)
 			snprintf(labels[b], sizeof(labels[b]), "%d", a->steps[lo].step);
 		else
@@ -29,20 +30,23 @@ int profile_chart_stages(const struct analysis *a, const char *path)
 				 a->steps[hi - 1].step);
 		bar_labels[b] = labels[b];
 	}
-	for (int st = 0; st < STAGE_COUNT; st++)
-		stage_labels[st] = analysis_stage_name(st);
-	const struct chart_color colors[STAGE_COUNT] = { CHART_GREY, CHART_BLUE, CHART_ORANGE,
-							  CHART_GREEN };
-	char title[128];
-	snprintf(title, sizeof(title), "%s, batch %d: time per step by stage", a->meta.model,
-		 a->meta.batch);
+	for (int d = 0; d < DSTAGE_COUNT; d++)
+		stage_labels[d] = analysis_dstage_name(d);
+	/* idle last, on top, in a pale grey: the height of a bar is the step */
+	const struct chart_color colors[DSTAGE_COUNT] = {
+		CHART_BROWN, CHART_BLUE, CHART_ORANGE, CHART_GREEN, CHART_RED, CHART_PURPLE,
+		{ 0.82, 0.82, 0.82 },
+	};
+	char title[160];
+	snprintf(title, sizeof(title), "%s, batch %d: %s time per step by stage (idle on top)",
+		 a->meta.model, a->meta.batch, a->device_from_host ? "compute thread" : "GPU");
 	struct chart_figure *fig = chart_figure_new(1, 1, PROFILE_CHART_W, PROFILE_CHART_H, title);
 	if (!fig)
 		return gp_error(GP_ENOMEM, "cannot create the stage chart");
 	struct chart_panel *p = chart_figure_panel(fig, 0);
 	chart_panel_set_labels(p, group > 1 ? "step (mean of a run of steps)" : "step",
 			       "time (ms)");
-	int rc = chart_panel_set_bars(p, n_bars, bar_labels, STAGE_COUNT, stage_labels, colors,
+	int rc = chart_panel_set_bars(p, n_bars, bar_labels, DSTAGE_COUNT, stage_labels, colors,
 				      values);
 	if (rc == 0)
 		rc = chart_figure_save(fig, path);
@@ -91,6 +95,10 @@ int profile_charts_draw(const struct analysis *a, const char *dir, FILE *log)
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/stage_breakdown.png", dir);
 	GP_TRY(profile_chart_stages(a, path));
+	if (a->have_mem_tl) {
+		snprintf(path, sizeof(path), "%s/memory_timeline.png", dir);
+		return mem_timeline_chart(&a->mem_tl, a->meta.model, a->meta.batch, path);
+	}
 	snprintf(path, sizeof(path), "%s/memory_trend.png", dir);
 	if (a->n_mem < 1) {
 		if (log)

@@ -23,7 +23,34 @@
  * the optimizer; a memory event per layer call plus the optimizer. */
 static size_t ranges_per_step(const struct net *net) { return 6 + 2 * (size_t)net->n_nodes; }
 
-int profiler_init(struct profiler *p, struct net *net, int first_step, int max_steps)
+/* "[[64, 3, 32, 32]]": the shapes of a node's inputs, as Kineto's "Input Dims";
+ * 2-D after a flatten or a linear layer. */
+static void node_input_shapes(const struct net *net, int node, char *buf, size_t cap)
+{
+	const struct node *nd = &net->nodes[node];
+	size_t len = 0;
+	buf[len++] = '[';
+	for (int k = 0; k < nd->n_in && len < cap; k++) {
+		const struct node *src = &net->nodes[nd->in[k]];
+		struct shape s = src->out;
+		int flat = src->op == OP_FLATTEN || src->op == OP_LINEAR ||
+			   (src->op == OP_DROPOUT && s.h == 1 && s.w == 1 &&
+			    (nd->op == OP_LINEAR || nd->op == OP_DROPOUT));
+		int w = flat ? snprintf(buf + len, cap - len, "%s[%d, %d]", k ? ", " : "", s.n, s.c)
+			     : snprintf(buf + len, cap - len, "%s[%d, %d, %d, %d]", k ? ", " : "", s.n,
+					s.c, s.h, s.w);
+		len += w > 0 ? (size_t)w : 0;
+	}
+	if (len + 2 <= cap) {
+		buf[len++] = ']';
+		buf[len] = 0;
+	} else {
+		buf[cap - 1] = 0;
+	}
+}
+
+int profiler_init(struct profiler *p, struct net *net, int first_step, int max_steps,
+		  int record_shapes)
 {
 	memset(p, 0, sizeof(*p));
 	GP_TRY(trace_init(&p->trace));
@@ -42,8 +69,16 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 		p->bwd_name[i] = trace_intern(t, name);
 		if (!p->fwd_name[i] || !p->bwd_name[i])
 			rc = GP_ENOMEM;
+		char shapes[256];
+		if (record_shapes)
+			node_input_shapes(net, i, shapes, sizeof(shapes));
+		if (rc == 0)
+			rc = trace_add_layer(t, label, op_name(net->nodes[i].op),
+					     record_shapes ? shapes : NULL);
 	}
 	p->opt_name = trace_intern(t, "Optimizer.step#SGD.step");
+	if (rc == 0)
+		rc = trace_add_layer(t, "Optimizer.step#SGD.step", "optimizer", NULL);
 	for (int s = 0; s < 4; s++)
 		if (!(p->stage_name[s] = trace_intern(t, analysis_stage_name(s))))
 			rc = GP_ENOMEM;
@@ -74,6 +109,15 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 	if (rc < 0) {
 		trace_free(t);
 		return rc == GP_ENOMEM ? gp_error(GP_ENOMEM, "profiler: out of memory") : rc;
+	}
+	/* the plan is the net's for this batch: its timeline is the step's memory */
+	if (net->training && net->tensors) {
+		rc = net_mem_timeline(net, &p->mem_tl);
+		if (rc < 0) {
+			trace_free(t);
+			return rc;
+		}
+		p->have_mem_tl = 1;
 	}
 	return 0;
 }
@@ -255,6 +299,8 @@ void profiler_free(struct profiler *p)
 		tracer_stop();
 #endif
 	trace_free(&p->trace);
+	if (p->have_mem_tl)
+		mem_timeline_free(&p->mem_tl);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -333,7 +379,8 @@ int profile_report_write(const struct analysis *a, const char *path,
 }
 
 int profile_write_outputs(struct trace *t, const char *dir, const struct profile_overhead *ov,
-			  const char *command, int argc, char **argv, json_t *settings)
+			  const struct mem_timeline *tl, const char *sort, const char *command,
+			  int argc, char **argv, json_t *settings)
 {
 	char path[4096], log_path[4096], tb_path[4096], logdir[4096];
 	struct analysis a;
@@ -357,6 +404,10 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	FILES_TRY(tb_write_steps(t, logdir, tb_path, sizeof(tb_path)));
 
 	GP_TRY(analysis_run(t, &a));
+	if (tl && (rc = analysis_set_mem_timeline(&a, tl)) < 0)
+		goto free_analysis;
+	if (sort)
+		analysis_sort_ops(&a, !strcmp(sort, "gpu"));
 	analysis_print(&a, stdout);
 	snprintf(path, sizeof(path), "%s/profile_report.md", dir);
 	FILES_TRY(profile_report_write(&a, path, ov, trace_bytes));
@@ -402,9 +453,10 @@ int profile_write_outputs(struct trace *t, const char *dir, const struct profile
 	       "  trace (TB)   %s\n"
 	       "  scalars (TB) %s\n"
 	       "  report       %s/profile_report.md, %s/analysis.json\n"
-	       "  charts       %s/stage_breakdown.png, %s/memory_trend.png\n"
+	       "  charts       %s/stage_breakdown.png, %s/%s\n"
 	       "  result       %s\n",
-	       dir, dir, trace_bytes / 1e6, log_path, tb_path, dir, dir, dir, dir, path);
+	       dir, dir, trace_bytes / 1e6, log_path, tb_path, dir, dir, dir, dir,
+	       a.have_mem_tl ? "memory_timeline.png" : "memory_trend.png", path);
 	if (ov->baseline_steps > 0)
 		printf("overhead: profiled %.3f ms/step vs unprofiled %.3f ms/step: %.3fx\n",
 		       ov->profiled_ms, ov->baseline_ms, ov->ratio);
@@ -442,7 +494,8 @@ static int session_step_begin(void *user, struct net *net, int epoch, int step_i
 	int wi = window_at(s, step);
 	if (wi >= 0 && s->cur != wi) {
 		const struct profile_window *w = &s->w[wi];
-		GP_TRY(profiler_init(&s->prof, net, w->first, w->warmup + w->active));
+		GP_TRY(profiler_init(&s->prof, net, w->first, w->warmup + w->active,
+				     s->record_shapes));
 		s->cur = wi;
 		s->prof_sum_ms = 0;
 		s->prof_n = 0;
@@ -487,8 +540,9 @@ static int session_window_end(struct profile_session *s)
 	json_object_set_new(settings, "active_steps", json_integer(w->active));
 	if (w->epoch >= 0)
 		json_object_set_new(settings, "epoch", json_integer(w->epoch));
-	rc = profile_write_outputs(&s->prof.trace, w->dir, &ov, s->command, s->argc, s->argv,
-				   settings);
+	rc = profile_write_outputs(&s->prof.trace, w->dir, &ov,
+				   s->prof.have_mem_tl ? &s->prof.mem_tl : NULL, s->sort, s->command, s->argc,
+				   s->argv, settings);
 	json_decref(settings);
 	if (rc == 0)
 		s->windows_written++;

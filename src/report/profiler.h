@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/memstat.h"
+#include "nn/mem_timeline.h"
 #include "nn/net.h"
 #include "nn/observer.h"
 #include "core/trace.h"
@@ -32,11 +33,15 @@ struct profiler {
 	int attached, tracing;
 	int err;                     /* first error inside a hook (hooks return nothing) */
 	int64_t keep_from_ns;        /* GPU activity before this is warm-up and dropped */
+	struct mem_timeline mem_tl;  /* live memory along the step, from the net's plan */
+	int have_mem_tl;
 };
 
 /* Prepare to record max_steps steps of net numbered from first_step: intern every
- * name and reserve the arrays so the hooks allocate nothing. */
-int profiler_init(struct profiler *p, struct net *net, int first_step, int max_steps);
+ * name and reserve the arrays so the hooks allocate nothing. Each layer's op type
+ * goes into the trace, with its input shapes when record_shapes. */
+int profiler_init(struct profiler *p, struct net *net, int first_step, int max_steps,
+		  int record_shapes);
 /* Install the hooks and, on the CUDA backend, start CUPTI. */
 int profiler_start(struct profiler *p);
 int profiler_step_begin(struct profiler *p, int step);
@@ -67,10 +72,13 @@ int profile_report_write(const struct analysis *a, const char *path,
 			 const struct profile_overhead *ov, long long trace_bytes);
 
 /* Write every output of a recorded trace into dir (created): the Chrome trace and
- * its profiler_logs copy, TensorBoard scalars, analysis (printed, markdown, JSON),
- * the two charts and result.json (command, argv, settings merged in). */
+ * its profiler_logs copy, TensorBoard scalars, analysis (printed, markdown, JSON)
+ * with the plan's memory timeline tl (NULL: none) and op tables sorted by sort
+ * ("gpu", "cpu"; NULL: GPU time when kernels ran), the two charts and result.json
+ * (command, argv, settings merged in). */
 int profile_write_outputs(struct trace *t, const char *dir, const struct profile_overhead *ov,
-			  const char *command, int argc, char **argv, json_t *settings);
+			  const struct mem_timeline *tl, const char *sort, const char *command,
+			  int argc, char **argv, json_t *settings);
 
 /* One recorded window: from step first (global), warmup steps recorded and dropped,
  * then active steps kept; outputs go to dir (made when the window ends). */
@@ -94,6 +102,8 @@ struct profile_session {
 	char **argv;
 	json_t *settings;     /* borrowed; copied into each result */
 	int quiet;
+	int record_shapes;    /* layers' input shapes into the trace (--record-shapes) */
+	const char *sort;     /* op tables by "gpu" or "cpu" time; NULL: gpu when kernels ran */
 	/* state */
 	struct profiler prof;
 	int cur;              /* the window being recorded, or -1 */

@@ -18,6 +18,7 @@ static const struct {
 	[TF_STREAM] = KEY("stream"), [TF_BYTES] = KEY("bytes"),
 	[TF_TOTAL_ALLOCATED] = KEY("Total Allocated"), [TF_MEM_BYTES] = KEY("Bytes"),
 	[TF_CATEGORY] = KEY("Category"), [TF_LAYER] = KEY("Layer"),
+	[TF_REGISTERS] = KEY("registers per thread"), [TF_SHARED_MEMORY] = KEY("shared memory"),
 };
 #undef KEY
 

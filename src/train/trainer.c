@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
+#include "dist/dist.h"
 #include "data/loader.h"
 #include "gpu/devinfo.h"
 #include "backend/backend.h"
@@ -198,6 +199,7 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 		.batch = o->batch, .workers = o->workers,
 		.prefetch = o->prefetch > 1 || (o->prefetch == 1 && o->workers > 1) ? o->prefetch : 2,
 		.size = size, .train = 1, .drop_last = 1, .seed = o->seed,
+		.shard = dist_rank(o->dist), .shards = dist_world(o->dist),
 	};
 	GP_TRY(loader_create(d->ds, &lc, &d->ld));
 	res->batches_per_epoch = loader_batches_per_epoch(d->ld);
@@ -237,6 +239,30 @@ static int train_step_observed(struct net *net, const struct sgd_args *sgd,
 	return ob->step_end ? ob->step_end(ob->user, net, data_wait_ns) : 0;
 }
 
+/* Every rank's step time and data wait, in rank order, into res on every rank; the
+ * run's step time is the slowest rank's (they wait for each other at each all-reduce,
+ * so the figures differ little; the slowest names where to look). */
+static int gather_rank_times(struct dist *d, struct train_result *res)
+{
+	int world = dist_world(d), rank = dist_rank(d);
+	res->world = world;
+	snprintf(res->transport, sizeof(res->transport), "%s", dist_transport_name(d));
+	memset(res->rank_ms_per_step, 0, sizeof(double) * world);
+	memset(res->rank_data_wait_ms, 0, sizeof(double) * world);
+	res->rank_ms_per_step[rank] = res->ms_per_step;
+	res->rank_data_wait_ms[rank] = res->data_wait_ms;
+	if (world > 1) {
+		GP_TRY(dist_allreduce_sum(d, res->rank_ms_per_step, (size_t)world, GP_F64));
+		GP_TRY(dist_allreduce_sum(d, res->rank_data_wait_ms, (size_t)world, GP_F64));
+	}
+	res->slowest_rank = 0;
+	for (int r = 1; r < world; r++)
+		if (res->rank_ms_per_step[r] > res->rank_ms_per_step[res->slowest_rank])
+			res->slowest_rank = r;
+	res->ms_per_step = res->rank_ms_per_step[res->slowest_rank];
+	return 0;
+}
+
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log)
 {
@@ -262,10 +288,18 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	}
 	mo.classes = classes;
 	res->classes = classes;
+	int rank = dist_rank(o->dist), world = dist_world(o->dist);
+	if (world > TRAIN_MAX_RANKS) {
+		rc = gp_error(GP_EINVAL, "%d ranks: at most %d", world, TRAIN_MAX_RANKS);
+		goto out;
+	}
 	if ((rc = model_build(o->model, &mo, &net)) < 0)
+		goto out;
+	if (o->dist && (rc = net_set_dist(net, o->dist, o->sync_bn, o->bucket_bytes)) < 0)
 		goto out;
 	if (o->load && (rc = checkpoint_load(net, o->load)) < 0)
 		goto out;
+	net->device = o->backend == BACKEND_CUDA ? o->device : 0;
 	net->use_graphs = !o->no_graphs;
 	net->recompute = o->recompute;
 	net->layout = o->layout;
@@ -280,7 +314,13 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		if ((rc = train_data_start(o, mo.size, &data, &steps, res)) < 0)
 			goto out;
 	} else {
-		rc = train_synthetic_batch(o->batch, 3, mo.size, mo.size, classes, o->seed, &x, &labels);
+		rc = train_synthetic_batch(o->batch * world, 3, mo.size, mo.size, classes, o->seed, &x,
+					   &labels);
+		if (rc == 0 && rank > 0) { /* this rank's rows of the batch of all ranks */
+			size_t row = (size_t)3 * mo.size * mo.size;
+			memmove(x, x + row * o->batch * rank, row * o->batch * sizeof(float));
+			memmove(labels, labels + (size_t)o->batch * rank, o->batch * sizeof(int32_t));
+		}
 		if (rc < 0 || (rc = net_set_batch_data(net, x, labels)) < 0)
 			goto out;
 	}
@@ -304,6 +344,10 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, SGD lr %g momentum %g\n",
 			o->model, train_device_name(o->backend), train_precision_name(o->precision),
 			o->batch, mo.size, mo.size, steps, o->sgd.lr, o->sgd.momentum);
+		if (world > 1)
+			fprintf(log, "data parallel: %d ranks (%s), batch %d per rank, %d in all%s\n",
+				world, dist_transport_name(o->dist), o->batch, o->batch * world,
+				o->sync_bn ? ", synchronized batch norm" : "");
 		if (data.ds)
 			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, %d workers\n",
 				o->data, dataset_count(data.ds), dataset_classes(data.ds),
@@ -330,6 +374,13 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			rc = net_train_step(net, &o->sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL);
 		if (rc < 0)
 			goto out;
+		if (want_loss && world > 1) { /* the mean loss and the accuracy of all ranks */
+			double v[2] = { loss, correct };
+			if ((rc = dist_allreduce_sum(o->dist, v, 2, GP_F64)) < 0)
+				goto out;
+			loss = v[0] / world;
+			correct = (int)v[1];
+		}
 		if (step == 0)
 			res->first_loss = loss;
 		if (want_loss && !isfinite(loss) && !res->nonfinite_step) {
@@ -344,8 +395,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			double el = gp_now_s() - t0;
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
-					step + 1, steps, loss, 100.0 * correct / o->batch,
-					(step + 1) * (double)o->batch / el, 1e3 * el / (step + 1),
+					step + 1, steps, loss, 100.0 * correct / ((double)o->batch * world),
+					(step + 1) * (double)o->batch * world / el, 1e3 * el / (step + 1),
 					el / (step + 1) * (steps - step - 1));
 				fflush(log);
 			}
@@ -360,7 +411,15 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	res->timed_steps = timed;
 	res->total_s = t_end - t0;
 	res->ms_per_step = 1e3 * (t_end - t_timed) / timed;
-	res->img_s = o->batch * 1e3 / res->ms_per_step;
+	if (data.ld)
+		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / steps;
+	if ((rc = gather_rank_times(o->dist, res)) < 0)
+		goto out;
+	res->buckets = net->buckets.n;
+	if (world > 1 && (rc = net_dist_time_allreduce(net, 10, &res->allreduce_ms)) < 0)
+		goto out;
+	res->img_s = (double)o->batch * world * 1e3 / res->ms_per_step;
+	res->img_s_per_rank = res->img_s / world;
 	res->params = net->params_count;
 	res->plan = net->plan;
 	res->mem = net->mem;
@@ -372,7 +431,6 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		loader_get_stats(data.ld, &st);
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;
-		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / steps;
 		res->copy_ms = data.copy_ms_total / steps;
 		res->data_wait_pct = res->total_s > 0 ? 100 * res->data_wait_ms * steps /
 							(1e3 * res->total_s) : 0;
@@ -381,13 +439,21 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				"copy in %.2f ms), %ld corrupt images skipped\n", res->data_wait_ms,
 				res->data_wait_pct, res->copy_ms, res->skipped_corrupt);
 	}
-	if (o->save) {
+	if (o->save && rank == 0) {
 		if ((rc = net_sync_to_host(net)) < 0 || (rc = checkpoint_save(net, o->save)) < 0)
 			goto out;
 		if (log)
 			fprintf(log, "saved %s\n", o->save);
 	}
 out:
+	/* a rank that failed says so before its net (and its NCCL communicator) goes,
+	 * so that no rank waits for it in a collective */
+	if (rc < 0 && o->dist && !dist_failed(o->dist)) {
+		char why[1024];
+		snprintf(why, sizeof(why), "%s", gp_errmsg());
+		dist_abort(o->dist, why);
+		gp_error(rc, "%s", why);
+	}
 	if (data.held) {
 		/* the last staged copy may still read the batch: wait before handing it back */
 		if (net)

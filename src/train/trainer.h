@@ -34,7 +34,18 @@ struct train_opts {
 	 * synthetic data); epochs > 0 trains that many epochs instead of steps. */
 	int epochs, epoch_steps;
 	const struct train_observer *observer; /* NULL: the plain loop */
+	/* Data parallelism (dist/dist.h; NULL: alone): this process is one rank; batch is
+	 * per rank. Each reads its shard of the dataset, or rows [rank x batch, (rank + 1)
+	 * x batch) of the synthetic batch of all ranks, so that N ranks at batch B compute
+	 * what one computes at N x B. The log should be given on rank 0 only; the save
+	 * happens there only. */
+	struct dist *dist;
+	int device;           /* the GPU (CUDA; each rank its own) */
+	int sync_bn;          /* SyncBatchNorm over the ranks */
+	size_t bucket_bytes;  /* gradient buckets (0: net.h's default, DDP's 25 MB) */
 };
+
+#define TRAIN_MAX_RANKS 1024
 
 struct train_result {
 	int steps, timed_steps;
@@ -54,6 +65,18 @@ struct train_result {
 	int batches_per_epoch;
 	double data_wait_ms, copy_ms, data_wait_pct;
 	long images, skipped_corrupt;
+	/* Data parallelism: ranks, each rank's mean step time and data wait (ms) in rank
+	 * order, and the slowest rank. ms_per_step is the slowest rank's, img_s the total
+	 * of every rank (world x batch per step) and img_s_per_rank its share; with one
+	 * process world is 1 and the arrays hold its own values. */
+	int world, slowest_rank;
+	double img_s_per_rank;
+	/* The gradient all-reduce timed alone after training (ms per step's worth of
+	 * buckets; 0 with one rank), and how many buckets carry it. */
+	double allreduce_ms;
+	int buckets;
+	char transport[8];    /* the group's host transport (dist_transport_name) */
+	double rank_ms_per_step[TRAIN_MAX_RANKS], rank_data_wait_ms[TRAIN_MAX_RANKS];
 };
 
 /* Watchers of a training run, called on the host after set-up and after each step

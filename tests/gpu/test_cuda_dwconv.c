@@ -1,123 +1,246 @@
-/* The depthwise convolution kernels (dwconv.cu) against the CPU f32 reference on fresh
- * random inputs: MobileNetV2's 3x3 shapes at small sizes, plus 5x5, 7x7, 1x1, odd
- * sizes and no padding for the generic path. Outputs are poisoned with NaN before each
- * run so unwritten elements fail the comparison; tolerance is the strict FP32 one of
- * test_cuda_ops.c (relative error of the norm 1e-5). The weight gradient must also be
- * the same bits run to run. Without a device every GPU test skips with the reason. */
+/* The depthwise convolution kernels (dwconv.cu) against the CPU f32 reference, for every
+ * element type they take: float in NCHW, fp16 and bf16 in NHWC. MobileNetV2's 3x3 shapes
+ * at small sizes, 5x5, 7x7, 1x1, odd sizes, no padding, channel counts that take the
+ * 16-bit 2-channel and scalar paths, misaligned arrays, several batch slices in the
+ * weight gradient and slices long enough that its threads take several steps. Random
+ * inputs are rounded to the 16-bit type on the host first, so both sides see the same
+ * values, and the reference runs on those (transposed to NCHW). Outputs are poisoned with
+ * 0xff bytes (NaN in float and both 16-bit types) before each run so unwritten elements
+ * fail the comparison. Tolerances (relative error of the norm): float the strict one of
+ * test_cuda_ops.c (1e-5), 16 bits those of test_cuda_amp.c (bf16 1e-2, fp16 2e-3). The
+ * weight gradient must also be the same bits run to run. Without a device every GPU test
+ * skips with the reason. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
+#define GPU_RNG_STREAM 13
 #include "harness.h"
 #include "core/error.h"
 #include "core/memstat.h"
 #include "core/rng.h"
 #include "ops/cuda/cuda_common.h"
-#include "ops/cuda/cuda_dwconv.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/device.h"
 #include "ops/ops.h"
 
 #define GIB ((size_t)1 << 30)
 
+static const enum gp_dtype DTS[] = { GP_F32, GP_F16, GP_BF16 };
+#define N_DTS ((int)(sizeof(DTS) / sizeof(DTS[0])))
+static const enum gp_dtype HTS[] = { GP_F16, GP_BF16 };
+#define N_HTS ((int)(sizeof(HTS) / sizeof(HTS[0])))
+
+/* --- device arrays of either type, in the kernels' layout (the rest: harness.h) ------------ */
+
+static size_t esize(enum gp_dtype dt)
+{
+	return dt == GP_F32 ? sizeof(float) : 2;
+}
+
+static double tol_dt(enum gp_dtype dt)
+{
+	return dt == GP_F32 ? 1e-5 : tol_for(dt);
+}
+
+/* Random values as the type stores them. */
+static float *host_rand_dt(struct gpu *g, enum gp_dtype dt, size_t n, double scale, double shift)
+{
+	return dt == GP_F32 ? host_rand(g, n, scale, shift) : host_rand_h(g, dt, n, scale, shift);
+}
+
+/* A device array of n elements starting off elements into its allocation: in 16 bits
+ * off = 1 breaks every vector alignment, off = 2 leaves 4-byte alignment only. */
+static void *dev_at(struct gpu *g, enum gp_dtype dt, size_t n, int off)
+{
+	char *p = dev_bytes(g, (n + (size_t)off) * esize(dt));
+	return p ? p + (size_t)off * esize(dt) : NULL;
+}
+
+static void put_dt(struct gpu *g, enum gp_dtype dt, void *d, const float *h, size_t n)
+{
+	if (dt == GP_F32)
+		put(g, d, h, n * sizeof(float));
+	else
+		put_h(g, dt, d, h, n);
+}
+
+static float *down_dt(struct gpu *g, enum gp_dtype dt, const void *d, size_t n)
+{
+	return dt == GP_F32 ? down(g, d, n) : down_h(g, dt, d, n);
+}
+
+/* N,C,HW <-> N,HW,C floats on the host. */
+static float *to_nhwc(struct gpu *g, const float *src, int n, int c, int hw)
+{
+	float *dst = host_f(g, (size_t)n * c * hw);
+	for (int ni = 0; ni < n; ni++)
+		for (int ch = 0; ch < c; ch++)
+			for (int j = 0; j < hw; j++)
+				dst[((size_t)ni * hw + j) * c + ch] = src[((size_t)ni * c + ch) * hw + j];
+	return dst;
+}
+
+static float *to_nchw(struct gpu *g, const float *src, int n, int c, int hw)
+{
+	float *dst = host_f(g, (size_t)n * c * hw);
+	for (int ni = 0; ni < n; ni++)
+		for (int ch = 0; ch < c; ch++)
+			for (int j = 0; j < hw; j++)
+				dst[((size_t)ni * c + ch) * hw + j] = src[((size_t)ni * hw + j) * c + ch];
+	return dst;
+}
+
+/* An NCHW host activation onto the device in dt's layout (float NCHW, 16 bits NHWC),
+ * and back. */
+static void put_act(struct gpu *g, enum gp_dtype dt, void *d, const float *x, int n, int c, int hw)
+{
+	put_dt(g, dt, d, dt == GP_F32 ? x : to_nhwc(g, x, n, c, hw), (size_t)n * c * hw);
+}
+
+static float *down_act(struct gpu *g, enum gp_dtype dt, const void *d, int n, int c, int hw)
+{
+	float *h = down_dt(g, dt, d, (size_t)n * c * hw);
+	return dt == GP_F32 ? h : to_nchw(g, h, n, c, hw);
+}
+
+static void check_rel(enum gp_dtype dt, const char *what, const char *part, const float *got,
+		      const float *want, size_t n, const char *file, int line)
+{
+	double e = rel_err_norm_f32(got, want, n), tol = tol_dt(dt);
+	if (!(e <= tol))
+		test_fail(file, line, "%s %s: %s relative error %.3g > %.3g", dtype_name(dt), what, part,
+			  e, tol);
+}
+#define CHECK_REL(dt, what, part, got, want, n) \
+	check_rel(dt, what, part, got, want, n, __FILE__, __LINE__)
+
 /* --- shapes ------------------------------------------------------------------------------ */
 
 /* MobileNetV2's depthwise layers (3x3, pad 1; channel counts 32..960) at small sizes,
- * then the generic path and the edges of the tiling: planes narrower than a row
- * group, several batch slices in the weight gradient, a slice walk over planes
- * smaller than a block. */
+ * then the generic path (5x5, 7x7, 1x1), channel counts for the 16-bit 2-channel (36, 4)
+ * and scalar (21, 15, 1) paths, and the edges of the tiling: planes smaller than a row
+ * group, several batch slices in the weight gradient, a slice walk over planes smaller
+ * than a block. */
 static const struct conv2d_args *dw_cases(size_t *count)
 {
-	static struct conv2d_args cases[20];
+	static struct conv2d_args cases[40];
 	size_t i = 0;
 	cases[i++] = dw_args(2, 32, 16, 16, 3, 1, 1, 0);
+	cases[i++] = dw_args(2, 32, 14, 14, 3, 1, 1, 0);
 	cases[i++] = dw_args(2, 96, 16, 16, 3, 2, 1, 0);
+	cases[i++] = dw_args(2, 96, 15, 15, 3, 2, 1, 1);
 	cases[i++] = dw_args(3, 144, 15, 15, 3, 1, 1, 0);
+	cases[i++] = dw_args(3, 144, 14, 14, 3, 1, 1, 1);
 	cases[i++] = dw_args(3, 144, 15, 15, 3, 2, 1, 1);
+	cases[i++] = dw_args(3, 144, 15, 15, 3, 2, 1, 0);
 	cases[i++] = dw_args(2, 192, 16, 16, 3, 1, 1, 0);
+	cases[i++] = dw_args(2, 192, 14, 14, 3, 1, 1, 0);
 	cases[i++] = dw_args(2, 192, 15, 15, 3, 2, 1, 0);
+	cases[i++] = dw_args(2, 192, 15, 15, 3, 2, 1, 1);
 	cases[i++] = dw_args(4, 384, 8, 8, 3, 1, 1, 1);
+	cases[i++] = dw_args(2, 384, 7, 7, 3, 1, 1, 1);
 	cases[i++] = dw_args(2, 576, 15, 15, 3, 1, 1, 0);
+	cases[i++] = dw_args(2, 576, 14, 14, 3, 1, 1, 0);
 	cases[i++] = dw_args(2, 576, 7, 7, 3, 2, 1, 0);
+	cases[i++] = dw_args(2, 576, 14, 14, 3, 2, 1, 1);
 	cases[i++] = dw_args(4, 960, 4, 4, 3, 1, 1, 0);
+	cases[i++] = dw_args(3, 960, 7, 7, 3, 1, 1, 1);
 	cases[i++] = dw_args(3, 40, 17, 13, 3, 2, 1, 1);  /* odd sizes, stride 2 */
 	cases[i++] = dw_args(2, 24, 10, 9, 3, 1, 0, 0);   /* no padding */
 	cases[i++] = dw_args(2, 24, 13, 11, 5, 1, 2, 0);  /* 5x5 pad 2 (generic) */
 	cases[i++] = dw_args(3, 16, 15, 12, 5, 2, 2, 1);  /* 5x5 stride 2 */
 	cases[i++] = dw_args(2, 8, 11, 10, 7, 1, 3, 1);   /* 7x7 */
 	cases[i++] = dw_args(2, 8, 9, 7, 1, 2, 0, 1);     /* 1x1 stride 2 */
+	cases[i++] = dw_args(2, 36, 11, 13, 3, 1, 1, 1);  /* 16 bits: 2 channels per thread */
+	cases[i++] = dw_args(2, 36, 12, 12, 3, 2, 1, 0);
+	cases[i++] = dw_args(2, 21, 9, 10, 3, 1, 1, 1);   /* 16 bits: scalar */
+	cases[i++] = dw_args(2, 15, 9, 8, 5, 2, 2, 1);    /* scalar, generic */
 	cases[i++] = dw_args(2, 4, 2, 3, 3, 1, 1, 1);     /* plane smaller than a row group */
-	cases[i++] = dw_args(4, 32, 56, 56, 3, 1, 1, 1);  /* 3 batch slices */
-	cases[i++] = dw_args(200, 8, 7, 7, 3, 1, 1, 1);   /* 2 slices of 7x7 planes */
+	cases[i++] = dw_args(9, 20, 2, 2, 3, 2, 1, 1);    /* 1x1 output */
+	cases[i++] = dw_args(70, 960, 1, 1, 3, 1, 1, 1);  /* 1x1 planes, 4 channel groups */
+	cases[i++] = dw_args(4, 32, 56, 56, 3, 1, 1, 1);  /* float: 3 batch slices */
+	cases[i++] = dw_args(200, 8, 7, 7, 3, 1, 1, 1);   /* float: 2 slices of 7x7 planes */
 	cases[i++] = dw_args(400, 4, 9, 9, 5, 2, 2, 1);   /* generic, 2 slices */
 	*count = i;
 	return cases;
 }
 
-static void check_dwconv(struct gpu *g, const struct conv2d_args *a, double tol)
+/* Every direction (arrays start `off` elements into their allocations) against the
+ * reference, then the weight gradient again for the same bits. */
+static void check_dwconv(struct gpu *g, enum gp_dtype dt, const struct conv2d_args *a, int off)
 {
-	size_t c = (size_t)a->c_in, kk = (size_t)a->kh * a->kw;
-	size_t nx = (size_t)a->n * c * a->h_in * a->w_in;
-	size_t ny = (size_t)a->n * c * a->h_out * a->w_out;
-	size_t nw = c * kk, nb = a->has_bias ? c : 0;
-	size_t ns = dwconv_bwd_filter_scratch_floats(a);
-	float *x = host_rand(g, nx, 1, 0), *w = host_rand(g, nw, 0.3, 0), *y = host_f(g, ny);
-	float *b = host_rand(g, c, 1, 0), *db = nb ? host_f(g, nb) : NULL;
-	float *dy = host_rand(g, ny, 1, 0), *dx0 = host_rand(g, nx, 1, 0), *dw = host_f(g, nw);
-	float *d_x = dev_from(g, x, nx), *d_w = dev_from(g, w, nw), *d_y = dev_f(g, ny);
-	float *d_b = dev_from(g, b, c), *d_db = nb ? dev_f(g, nb) : NULL;
-	float *d_dy = dev_from(g, dy, ny), *d_dx = dev_f(g, nx), *d_dw = dev_f(g, nw);
-	float *d_scratch = dev_f(g, ns);
+	int dev_mark = g->n_dev, host_mark = g->n_host;
+	int n = a->n, c = a->c_in, hwi = a->h_in * a->w_in, hwo = a->h_out * a->w_out;
+	int nhwc = dt != GP_F32;
+	size_t es = esize(dt);
+	size_t nx = (size_t)n * c * hwi, ny = (size_t)n * c * hwo;
+	size_t nw = (size_t)c * a->kh * a->kw, nb = a->has_bias ? (size_t)c : 0;
+	size_t ns = dwconv_bwd_filter_scratch_floats(dt, a);
+	float *x = host_rand_dt(g, dt, nx, 1, 0), *w = host_rand_dt(g, dt, nw, 0.3, 0);
+	float *b = host_rand(g, c, 1, 0), *dy = host_rand_dt(g, dt, ny, 1, 0);
+	float *dx0 = host_rand_dt(g, dt, nx, 1, 0);
+	float *y = host_f(g, ny), *dw = host_f(g, nw), *db = nb ? host_f(g, nb) : NULL;
+	void *d_x = dev_at(g, dt, nx, off), *d_w = dev_at(g, dt, nw, off), *d_y = dev_at(g, dt, ny, off);
+	void *d_dy = dev_at(g, dt, ny, off), *d_dx = dev_at(g, dt, nx, off), *d_dw = dev_at(g, dt, nw, off);
+	float *d_b = dev_from(g, b, c), *d_db = nb ? dev_f(g, nb) : NULL, *d_scratch = dev_f(g, ns);
 	cudaStream_t s = g->ctx->stream;
 	char what[160];
 
-	snprintf(what, sizeof(what), "dwconv n%d c%d %dx%d k%d s%d p%d bias%d", a->n, a->c_in,
-		 a->h_in, a->w_in, a->kh, a->stride, a->pad, a->has_bias);
-	CHECK_MSG(dwconv_supported(a), "%s: not supported", what);
-	CHECK_MSG(ns > 0, "%s: no scratch", what);
+	snprintf(what, sizeof(what), "dwconv n%d c%d %dx%d k%d s%d p%d bias%d offset%d", n, c,
+		 a->h_in, a->w_in, a->kh, a->stride, a->pad, a->has_bias, off);
+	CHECK_MSG(dwconv_supported(dt, nhwc, a), "%s %s: not supported", dtype_name(dt), what);
+	CHECK_MSG(ns > 0, "%s %s: no scratch", dtype_name(dt), what);
+	if (!d_x || !d_w || !d_y || !d_dy || !d_dx || !d_dw || !d_b || !d_scratch) {
+		gpu_release(g, dev_mark, host_mark);
+		return;
+	}
+	put_act(g, dt, d_x, x, n, c, hwi);
+	put_dt(g, dt, d_w, w, nw); /* c x 1 x k x k is [c][k][k][1] */
+	put_act(g, dt, d_dy, dy, n, c, hwo);
 
 	/* b is passed even without has_bias: the kernel must ignore it then, as the
 	 * reference does. */
 	conv2d_fwd_cpu_f32(a, x, w, b, y);
-	CHECK_OK(dwconv_fwd_cuda(s, a, d_x, d_w, d_b, d_y));
-	double e = rel_err_norm_f32(down(g, d_y, ny), y, ny);
-	CHECK_MSG(e <= tol, "%s: forward error %.3g > %.3g", what, e, tol);
+	CHECK_OK(dwconv_fwd_cuda(s, dt, a, d_x, d_w, d_b, d_y, 0));
+	CHECK_REL(dt, what, "forward", down_act(g, dt, d_y, n, c, hwo), y, ny);
 
 	for (int acc = 0; acc <= 1; acc++) {
 		float *dx = copy_f(g, dx0, nx);
-		put(g, d_dx, dx0, nx * sizeof(float));
+		put_act(g, dt, d_dx, dx0, n, c, hwi);
 		if (!acc)
-			poison(g, d_dx, nx * sizeof(float));
+			poison(g, d_dx, nx * es);
 		conv2d_bwd_data_cpu_f32(a, dy, w, dx, acc);
-		CHECK_OK(dwconv_bwd_data_cuda(s, a, d_dy, d_w, d_dx, acc));
-		e = rel_err_norm_f32(down(g, d_dx, nx), dx, nx);
-		CHECK_MSG(e <= tol, "%s: backward data (accumulate %d) error %.3g > %.3g", what, acc,
-			  e, tol);
+		CHECK_OK(dwconv_bwd_data_cuda(s, dt, a, d_dy, d_w, d_dx, acc, 0, NULL));
+		CHECK_REL(dt, what, acc ? "backward data (accumulate)" : "backward data",
+			  down_act(g, dt, d_dx, n, c, hwi), dx, nx);
 	}
 
 	conv2d_bwd_filter_cpu_f32(a, x, dy, dw, db);
-	CHECK_OK(dwconv_bwd_filter_cuda(s, a, d_x, d_dy, d_dw, d_db, d_scratch));
-	float *dw1 = down(g, d_dw, nw), *db1 = nb ? down(g, d_db, nb) : NULL;
-	e = rel_err_norm_f32(dw1, dw, nw);
-	CHECK_MSG(e <= tol, "%s: backward filter error %.3g > %.3g", what, e, tol);
-	if (nb) {
-		e = rel_err_norm_f32(db1, db, nb);
-		CHECK_MSG(e <= tol, "%s: bias gradient error %.3g > %.3g", what, e, tol);
-	}
+	CHECK_OK(dwconv_bwd_filter_cuda(s, dt, a, d_x, d_dy, d_dw, d_db, d_scratch, 0));
+	CHECK_REL(dt, what, "weight gradient", down_dt(g, dt, d_dw, nw), dw, nw);
+	float *db1 = nb ? down(g, d_db, nb) : NULL;
+	if (nb)
+		CHECK_REL(dt, what, "bias gradient", db1, db, nb);
+	void *dw1 = host_bytes(g, nw * es);
+	get(g, dw1, d_dw, nw * es);
 
 	/* The same bits on a second run, from poisoned outputs and scratch. */
-	poison(g, d_dw, nw * sizeof(float));
+	poison(g, d_dw, nw * es);
 	poison(g, d_scratch, ns * sizeof(float));
+	poison(g, d_db, nb * sizeof(float));
+	CHECK_OK(dwconv_bwd_filter_cuda(s, dt, a, d_x, d_dy, d_dw, d_db, d_scratch, 0));
+	void *dw2 = host_bytes(g, nw * es);
+	get(g, dw2, d_dw, nw * es);
+	CHECK_MSG(!memcmp(dw1, dw2, nw * es), "%s %s: weight gradient differs run to run",
+		  dtype_name(dt), what);
 	if (nb)
-		poison(g, d_db, nb * sizeof(float));
-	CHECK_OK(dwconv_bwd_filter_cuda(s, a, d_x, d_dy, d_dw, d_db, d_scratch));
-	float *dw2 = down(g, d_dw, nw), *db2 = nb ? down(g, d_db, nb) : NULL;
-	CHECK_MSG(!memcmp(dw1, dw2, nw * sizeof(float)), "%s: weight gradient differs run to run",
-		  what);
-	if (nb)
-		CHECK_MSG(!memcmp(db1, db2, nb * sizeof(float)), "%s: bias gradient differs run to run",
-			  what);
+		CHECK_MSG(!memcmp(db1, down(g, d_db, nb), nb * sizeof(float)),
+			  "%s %s: bias gradient differs run to run", dtype_name(dt), what);
+	gpu_release(g, dev_mark, host_mark);
 }
 
 /* --- tests ------------------------------------------------------------------------------- */
@@ -126,51 +249,112 @@ static void check_dwconv(struct gpu *g, const struct conv2d_args *a, double tol)
 TEST(dwconv_supported_shapes)
 {
 	struct conv2d_args dw = dw_args(2, 32, 16, 16, 3, 1, 1, 0);
-	CHECK_EQ_INT(dwconv_supported(&dw), 1);
 	struct conv2d_args s2 = dw_args(2, 96, 15, 15, 3, 2, 1, 1);
-	CHECK_EQ_INT(dwconv_supported(&s2), 1);
+	struct conv2d_args k5 = dw_args(1, 36, 9, 9, 5, 2, 2, 0);
 	struct conv2d_args k7 = dw_args(1, 8, 9, 9, 7, 2, 3, 0);
-	CHECK_EQ_INT(dwconv_supported(&k7), 1);
-
 	struct conv2d_args normal = dw;
 	normal.groups = 1; /* an ordinary 32 -> 32 convolution */
-	CHECK_EQ_INT(dwconv_supported(&normal), 0);
 	struct conv2d_args grouped = dw;
 	grouped.groups = 2;
-	CHECK_EQ_INT(dwconv_supported(&grouped), 0);
 	struct conv2d_args mult = dw;
 	mult.c_out = 64; /* depth multiplier 2 */
-	CHECK_EQ_INT(dwconv_supported(&mult), 0);
 	struct conv2d_args even = dw_args(2, 32, 16, 16, 4, 1, 1, 0);
-	CHECK_EQ_INT(dwconv_supported(&even), 0);
 	struct conv2d_args k9 = dw_args(2, 32, 16, 16, 9, 1, 4, 0);
-	CHECK_EQ_INT(dwconv_supported(&k9), 0);
 	struct conv2d_args s3 = dw_args(2, 32, 16, 16, 3, 3, 1, 0);
-	CHECK_EQ_INT(dwconv_supported(&s3), 0);
 	struct conv2d_args rect = dw;
 	rect.kw = 5;
-	CHECK_EQ_INT(dwconv_supported(&rect), 0);
 	struct conv2d_args bad_out = dw;
 	bad_out.h_out = 15;
-	CHECK_EQ_INT(dwconv_supported(&bad_out), 0);
+	struct conv2d_args huge = dw_args(1, 4096, 1024, 1024, 3, 1, 1, 0); /* 2^32 per image */
+	const struct conv2d_args *no[] = { &normal, &grouped, &mult, &even, &k9, &s3, &rect, &bad_out };
 
-	CHECK(dwconv_bwd_filter_scratch_floats(&dw) > 0);
-	CHECK_EQ_INT(dwconv_bwd_filter_scratch_floats(&normal), 0);
-	/* Unsupported arguments are refused before anything is launched. */
-	CHECK_EQ_INT(dwconv_fwd_cuda(0, &normal, NULL, NULL, NULL, NULL), GP_EINVAL);
-	CHECK_EQ_INT(dwconv_bwd_data_cuda(0, &normal, NULL, NULL, NULL, 0), GP_EINVAL);
-	CHECK_EQ_INT(dwconv_bwd_filter_cuda(0, &normal, NULL, NULL, NULL, NULL, NULL), GP_EINVAL);
+	for (int t = 0; t < N_DTS; t++) {
+		enum gp_dtype dt = DTS[t];
+		int nhwc = dt != GP_F32;
+		CHECK_EQ_INT(dwconv_supported(dt, nhwc, &dw), 1);
+		CHECK_EQ_INT(dwconv_supported(dt, nhwc, &s2), 1);
+		CHECK_EQ_INT(dwconv_supported(dt, nhwc, &k5), 1);
+		CHECK_EQ_INT(dwconv_supported(dt, nhwc, &k7), 1);
+		CHECK_EQ_INT(dwconv_supported(dt, !nhwc, &dw), 0); /* float NCHW, 16 bits NHWC only */
+		for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+			CHECK_MSG(!dwconv_supported(dt, nhwc, no[i]), "%s: case %zu supported", dtype_name(dt), i);
+		/* one 16-bit image is at most 2^31 - 1 elements; a float plane 2^30 */
+		CHECK_EQ_INT(dwconv_supported(dt, nhwc, &huge), dt == GP_F32);
+		CHECK(dwconv_bwd_filter_scratch_floats(dt, &dw) > 0);
+		CHECK_EQ_INT(dwconv_bwd_filter_scratch_floats(dt, &normal), 0);
+		/* Unsupported arguments are refused before anything is launched. */
+		CHECK_EQ_INT(dwconv_fwd_cuda(0, dt, &normal, NULL, NULL, NULL, NULL, 0), GP_EINVAL);
+		CHECK_EQ_INT(dwconv_bwd_data_cuda(0, dt, &normal, NULL, NULL, NULL, 0, 0, NULL), GP_EINVAL);
+		CHECK_EQ_INT(dwconv_bwd_filter_cuda(0, dt, &normal, NULL, NULL, NULL, NULL, NULL, 0), GP_EINVAL);
+	}
+	CHECK_EQ_INT(dwconv_supported(GP_F64, 0, &dw), 0);
+	CHECK_EQ_INT(dwconv_supported(GP_F64, 1, &dw), 0);
+	/* Other types, and a folded ReLU6 in float, are refused before anything is launched. */
+	CHECK_EQ_INT(dwconv_fwd_cuda(0, GP_F64, &dw, NULL, NULL, NULL, NULL, 0), GP_EINVAL);
+	CHECK_EQ_INT(dwconv_bwd_data_cuda(0, GP_I32, &dw, NULL, NULL, NULL, 0, 0, NULL), GP_EINVAL);
+	CHECK_EQ_INT(dwconv_bwd_filter_cuda(0, GP_U8, &dw, NULL, NULL, NULL, NULL, NULL, 0), GP_EINVAL);
+	CHECK_EQ_INT(dwconv_fwd_cuda(0, GP_F32, &dw, NULL, NULL, NULL, NULL, 1), GP_EUNSUPPORTED);
+	CHECK_EQ_INT(dwconv_bwd_data_cuda(0, GP_F32, &dw, NULL, NULL, NULL, 0, 1, NULL), GP_EUNSUPPORTED);
+	CHECK_EQ_INT(dwconv_bwd_filter_cuda(0, GP_F32, &dw, NULL, NULL, NULL, NULL, NULL, 1), GP_EUNSUPPORTED);
+	CHECK_EQ_INT(dwconv_bwd_data_cuda(0, GP_BF16, &dw, NULL, NULL, NULL, 0, 1, NULL), GP_EINVAL);
 	gp_error_clear();
 }
+
+/* Every vector width the 16-bit kernels take (channels per thread, and rows per thread at
+ * 4 channels); { 0, 0 } is the default choice per direction, and float's only one. */
+static const int WIDTHS[][2] = { { 0, 0 }, { 8, 0 }, { 4, 4 }, { 4, 2 }, { 2, 0 } };
+#define N_WIDTHS ((int)(sizeof(WIDTHS) / sizeof(WIDTHS[0])))
 
 TEST(cuda_dwconv_matches_cpu)
 {
 	struct gpu g;
 	size_t n;
-	GPU_OPEN(&g, 41);
+	GPU_OPEN(&g, 51);
 	const struct conv2d_args *cases = dw_cases(&n);
-	for (size_t i = 0; i < n; i++)
-		check_dwconv(&g, &cases[i], 1e-5);
+	for (int t = 0; t < N_DTS; t++)
+		for (int wi = 0; wi < (DTS[t] == GP_F32 ? 1 : N_WIDTHS); wi++) {
+			dwconv_set_widths(WIDTHS[wi][0], WIDTHS[wi][1]);
+			for (size_t i = 0; i < n; i++)
+				check_dwconv(&g, DTS[t], &cases[i], 0);
+		}
+	dwconv_set_widths(0, 0);
+	gpu_close(&g);
+}
+
+/* Arrays off the 16-byte alignment take the 16-bit 2-channel (offset 2) or scalar
+ * (offset 1) path even where c is a multiple of 8; float takes any alignment. */
+TEST(cuda_dwconv_misaligned)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 52);
+	struct conv2d_args cases[] = {
+		dw_args(2, 32, 14, 14, 3, 1, 1, 1),
+		dw_args(2, 144, 15, 15, 3, 2, 1, 0),
+		dw_args(2, 24, 13, 11, 5, 1, 2, 1),
+	};
+	for (int t = 0; t < N_DTS; t++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			for (int off = 1; off <= 2; off++)
+				check_dwconv(&g, DTS[t], &cases[i], off);
+	gpu_close(&g);
+}
+
+/* Slices long enough that each thread of the weight gradient takes several steps through
+ * them: in 16 bits, 64 channels (32 pixel lanes) along 128-wide rows and across 28-wide
+ * rows and images; 8 channels (256 lanes) over enough 7x7 planes to fill 1024 slices,
+ * where a step spans 5 images, a row and 4 columns. */
+TEST(cuda_dwconv_long_slices)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 53);
+	struct conv2d_args cases[] = {
+		dw_args(3, 64, 128, 128, 3, 1, 1, 0),
+		dw_args(5400, 8, 7, 7, 3, 1, 1, 1),
+		dw_args(4, 64, 56, 56, 3, 2, 1, 1),
+	};
+	for (int t = 0; t < N_DTS; t++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+			check_dwconv(&g, DTS[t], &cases[i], 0);
 	gpu_close(&g);
 }
 
@@ -178,21 +362,97 @@ TEST(cuda_dwconv_matches_cpu)
 TEST(cuda_dwconv_empty_batch)
 {
 	struct gpu g;
-	GPU_OPEN(&g, 42);
+	GPU_OPEN(&g, 54);
 	struct conv2d_args a = dw_args(0, 16, 8, 8, 3, 1, 1, 1);
-	float *d_dw = dev_f(&g, 16 * 9), *d_db = dev_f(&g, 16);
-	CHECK_OK(dwconv_fwd_cuda(g.ctx->stream, &a, NULL, NULL, NULL, NULL));
-	CHECK_OK(dwconv_bwd_data_cuda(g.ctx->stream, &a, NULL, NULL, NULL, 1));
-	CHECK_OK(dwconv_bwd_filter_cuda(g.ctx->stream, &a, NULL, NULL, d_dw, d_db, NULL));
-	float *dw = down(&g, d_dw, 16 * 9), *db = down(&g, d_db, 16);
-	for (int i = 0; i < 16 * 9; i++)
-		CHECK_MSG(dw[i] == 0.0f, "dw[%d] = %g", i, dw[i]);
-	for (int i = 0; i < 16; i++)
-		CHECK_MSG(db[i] == 0.0f, "db[%d] = %g", i, db[i]);
+	for (int t = 0; t < N_DTS; t++) {
+		enum gp_dtype dt = DTS[t];
+		void *d_dw = dev_bytes(&g, 16 * 9 * esize(dt));
+		float *d_db = dev_f(&g, 16);
+		CHECK_OK(dwconv_fwd_cuda(g.ctx->stream, dt, &a, NULL, NULL, NULL, NULL, 0));
+		CHECK_OK(dwconv_bwd_data_cuda(g.ctx->stream, dt, &a, NULL, NULL, NULL, 1, 0, NULL));
+		CHECK_OK(dwconv_bwd_filter_cuda(g.ctx->stream, dt, &a, NULL, NULL, d_dw, d_db, NULL, 0));
+		float *dw = down_dt(&g, dt, d_dw, 16 * 9), *db = down(&g, d_db, 16);
+		for (int i = 0; i < 16 * 9; i++)
+			CHECK_MSG(dw[i] == 0.0f, "%s dw[%d] = %g", dtype_name(dt), i, dw[i]);
+		for (int i = 0; i < 16; i++)
+			CHECK_MSG(db[i] == 0.0f, "%s db[%d] = %g", dtype_name(dt), i, db[i]);
+	}
 	gpu_close(&g);
 }
 
-/* Tensors past 2^32 elements (10,700 images of 32 x 112 x 112: 4.3e9 floats, 17 GB
+/* A ReLU6 folded into the convolution that reads it (relu6 = 1): on a stored
+ * input r >= 0 (the fused batch norm's max(z, 0)) with a good share above 6, forward and
+ * weight gradient equal the plain kernels on min(r, 6), bit for bit (the clip happens on
+ * load); backward data equals the plain one with the gradient zeroed where r >= 6, bit
+ * for bit without accumulate (masking before the one rounding), and accumulated it adds
+ * that masked gradient to dx. In NHWC on the device throughout. */
+TEST(cuda_dwconv_relu6_folded)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 55);
+	struct conv2d_args cases[] = {
+		dw_args(2, 32, 14, 14, 3, 1, 1, 0),  /* 8 or 4 channels per thread */
+		dw_args(2, 144, 15, 15, 3, 2, 1, 0), /* stride 2 */
+		dw_args(2, 24, 13, 11, 5, 1, 2, 0),  /* the generic kernels */
+		dw_args(2, 6, 9, 9, 3, 1, 1, 0),     /* 2 channels per thread */
+	};
+	cudaStream_t s = g.ctx->stream;
+	for (int wt = 0; wt < N_WIDTHS * N_HTS; wt++)
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			enum gp_dtype ht = HTS[wt % N_HTS];
+			dwconv_set_widths(WIDTHS[wt / N_HTS][0], WIDTHS[wt / N_HTS][1]);
+			const struct conv2d_args *a = &cases[i];
+			int dev_mark = g.n_dev, host_mark = g.n_host;
+			size_t nx = (size_t)a->n * a->c_in * a->h_in * a->w_in, ny = (size_t)a->n * a->c_in * a->h_out * a->w_out;
+			size_t nw = (size_t)a->c_in * a->kh * a->kw, ns = dwconv_bwd_filter_scratch_floats(ht, a);
+			float *r = host_rand_h(&g, ht, nx, 4, 4), *q = host_f(&g, nx);
+			size_t over = 0;
+			for (size_t k = 0; k < nx; k++) {
+				r[k] = r[k] < 0 ? -r[k] : r[k]; /* >= 0, as after the fused ReLU */
+				q[k] = r[k] < 6 ? r[k] : 6;
+				over += r[k] >= 6;
+			}
+			CHECK_MSG(over > nx / 10, "only %zu of %zu inputs at or above 6", over, nx);
+			float *w = host_rand_h(&g, ht, nw, 1, 0), *dy = host_rand_h(&g, ht, ny, 1, 0);
+			float *dx0 = host_rand_h(&g, ht, nx, 1, 0);
+			void *d_r = dev_at(&g, ht, nx, 0), *d_q = dev_at(&g, ht, nx, 0), *d_w = dev_at(&g, ht, nw, 0);
+			void *d_dy = dev_at(&g, ht, ny, 0), *d_y1 = dev_at(&g, ht, ny, 0), *d_y2 = dev_at(&g, ht, ny, 0);
+			void *d_dx1 = dev_at(&g, ht, nx, 0), *d_dx2 = dev_at(&g, ht, nx, 0);
+			void *d_dw1 = dev_at(&g, ht, nw, 0), *d_dw2 = dev_at(&g, ht, nw, 0);
+			float *d_scratch = dev_f(&g, ns);
+			put_h(&g, ht, d_r, r, nx); /* NHWC on both sides: a permutation does not matter */
+			put_h(&g, ht, d_q, q, nx);
+			put_h(&g, ht, d_w, w, nw);
+			put_h(&g, ht, d_dy, dy, ny);
+			CHECK_OK(dwconv_fwd_cuda(s, ht, a, d_r, d_w, NULL, d_y1, 1));
+			CHECK_OK(dwconv_fwd_cuda(s, ht, a, d_q, d_w, NULL, d_y2, 0));
+			CHECK_MSG(max_abs_diff(down_h(&g, ht, d_y1, ny), down_h(&g, ht, d_y2, ny), ny) == 0,
+				  "%s case %zu: folded forward differs", dtype_name(ht), i);
+			CHECK_OK(dwconv_bwd_filter_cuda(s, ht, a, d_r, d_dy, d_dw1, NULL, d_scratch, 1));
+			CHECK_OK(dwconv_bwd_filter_cuda(s, ht, a, d_q, d_dy, d_dw2, NULL, d_scratch, 0));
+			CHECK_MSG(max_abs_diff(down_h(&g, ht, d_dw1, nw), down_h(&g, ht, d_dw2, nw), nw) == 0,
+				  "%s case %zu: folded weight gradient differs", dtype_name(ht), i);
+			poison(&g, d_dx1, nx * 2);
+			CHECK_OK(dwconv_bwd_data_cuda(s, ht, a, d_dy, d_w, d_dx1, 0, 1, d_r));
+			CHECK_OK(dwconv_bwd_data_cuda(s, ht, a, d_dy, d_w, d_dx2, 0, 0, NULL));
+			float *g1 = down_h(&g, ht, d_dx1, nx), *g2 = down_h(&g, ht, d_dx2, nx);
+			for (size_t k = 0; k < nx; k++)
+				g2[k] = r[k] < 6 ? g2[k] : 0.0f;
+			CHECK_MSG(max_abs_diff(g1, g2, nx) == 0, "%s case %zu: folded backward data differs",
+				  dtype_name(ht), i);
+			put_h(&g, ht, d_dx1, dx0, nx);
+			CHECK_OK(dwconv_bwd_data_cuda(s, ht, a, d_dy, d_w, d_dx1, 1, 1, d_r));
+			float *want = host_f(&g, nx);
+			for (size_t k = 0; k < nx; k++)
+				want[k] = dx0[k] + g2[k];
+			CHECK_LE(rel_err_norm_f32(down_h(&g, ht, d_dx1, nx), want, nx), tol_for(ht));
+			gpu_release(&g, dev_mark, host_mark);
+		}
+	dwconv_set_widths(0, 0);
+	gpu_close(&g);
+}
+
+/* Float tensors past 2^32 elements (10,700 images of 32 x 112 x 112: 4.3e9 floats, 17 GB
  * each): x is 1 except the last image, which is 2, so a wrapped 32-bit index reads the
  * wrong value or leaves NaN poison unwritten. With w = 1 the expected outputs are
  * counts of the window cells inside the image. */
@@ -245,7 +505,7 @@ TEST(cuda_dwconv_huge_tensors)
 	float *d_x = dev_f(&g, count), *d_y = dev_f(&g, count);
 	float *d_w = dev_f(&g, (size_t)a.c_in * 9), *d_dw = dev_f(&g, (size_t)a.c_in * 9);
 	float *d_db = dev_f(&g, a.c_in);
-	float *d_scratch = dev_f(&g, dwconv_bwd_filter_scratch_floats(&a));
+	float *d_scratch = dev_f(&g, dwconv_bwd_filter_scratch_floats(GP_F32, &a));
 	if (!d_x || !d_y || !d_w || !d_dw || !d_db || !d_scratch) {
 		gpu_close(&g);
 		return;
@@ -255,18 +515,18 @@ TEST(cuda_dwconv_huge_tensors)
 	CHECK_OK(fill_cuda(s, d_x + count - img, img, 2.0f));
 	CHECK_OK(fill_cuda(s, d_w, (size_t)a.c_in * 9, 1.0f));
 
-	CHECK_OK(dwconv_fwd_cuda(s, &a, d_x, d_w, NULL, d_y));
+	CHECK_OK(dwconv_fwd_cuda(s, GP_F32, &a, d_x, d_w, NULL, d_y, 0));
 	for (int i = 0; i < 4; i++)
 		check_plane(&g, &a, d_y, planes[i], scale[i], "huge forward");
 	/* 3x3 pad 1 stride 1 with w = 1 is its own transpose: dx has y's pattern. */
 	poison(&g, d_y, count * sizeof(float));
-	CHECK_OK(dwconv_bwd_data_cuda(s, &a, d_x, d_w, d_y, 0));
+	CHECK_OK(dwconv_bwd_data_cuda(s, GP_F32, &a, d_x, d_w, d_y, 0, 0, NULL));
 	for (int i = 0; i < 4; i++)
 		check_plane(&g, &a, d_y, planes[i], scale[i], "huge backward data");
 
 	/* dy = x: tap (ky, kx) of every channel sums x * x over the cells it touched, 1 in
 	 * every image but the last (4). */
-	CHECK_OK(dwconv_bwd_filter_cuda(s, &a, d_x, d_x, d_dw, d_db, d_scratch));
+	CHECK_OK(dwconv_bwd_filter_cuda(s, GP_F32, &a, d_x, d_x, d_dw, d_db, d_scratch, 0));
 	float *dw = down(&g, d_dw, (size_t)a.c_in * 9), *db = down(&g, d_db, a.c_in);
 	for (int ky = 0; ky < 3; ky++)
 		for (int kx = 0; kx < 3; kx++) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "backend/backend.h"
+#include "dist/dist.h"
 
 struct backend_state {
 	char *arena;
@@ -14,6 +15,11 @@ struct backend_state {
 	int32_t *labels;
 	void *workspace;
 	size_t elem_bytes;
+	/* data parallelism (net->dist): the buckets' all-reduces in flight during a
+	 * backward, and per-channel sums of synchronized batch norm (2 x channels) */
+	int in_backward, next_bucket;
+	struct dist_req *req[GP_MAX_BUCKETS];
+	double *bn_sums;
 };
 
 static void *act_ptr(struct net *net, int node)
@@ -84,6 +90,50 @@ static int is_f64(const struct net *net)
 	return net->dtype == GP_F64;
 }
 
+/* Start the all-reduce of every bucket whose gradients are complete once node i's
+ * backward has run (i = 0: all that are left). */
+static int dp_start_buckets(struct net *net, int i)
+{
+	struct backend_state *b = net->bk;
+	const struct grad_buckets *gb = &net->buckets;
+	b->in_backward = 1;
+	while (b->next_bucket < gb->n && gb->last_node[b->next_bucket] >= i) {
+		int k = b->next_bucket++;
+		GP_TRY(dist_iallreduce_sum(net->dist, (char *)b->grads + gb->first[k] * b->elem_bytes,
+					   gb->count[k], net->dtype, &b->req[k]));
+	}
+	return 0;
+}
+
+/* Before anything reads the gradients: finish every all-reduce and divide the sums
+ * by the ranks, so each holds the mean (DDP's average). Once per backward. */
+static int dp_finish(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	const struct grad_buckets *gb = &net->buckets;
+	if (!net->dist || !b->in_backward)
+		return 0;
+	int rc = dp_start_buckets(net, 0);
+	double inv = 1.0 / dist_world(net->dist);
+	for (int k = 0; k < gb->n; k++) {
+		if (b->req[k]) {
+			int w = dist_wait(net->dist, b->req[k]);
+			b->req[k] = NULL;
+			if (rc == 0)
+				rc = w;
+		}
+		if (rc == 0 && inv != 1.0) {
+			if (is_f64(net))
+				cpu_scale_range_f64(b->grads, gb->first[k], gb->count[k], inv);
+			else
+				cpu_scale_range_f32(b->grads, gb->first[k], gb->count[k], inv);
+		}
+	}
+	b->in_backward = 0;
+	b->next_bucket = 0;
+	return rc;
+}
+
 static size_t cpu_workspace_bytes(struct net *net)
 {
 	size_t floats = 0;
@@ -120,6 +170,7 @@ static void cpu_teardown(struct net *net)
 	free(b->input);
 	free(b->labels);
 	free(b->workspace);
+	free(b->bn_sums);
 	free(b);
 	net->bk = NULL;
 	memset(&net->mem.cur_bytes, 0, sizeof(net->mem.cur_bytes));
@@ -169,8 +220,14 @@ static int cpu_setup(struct net *net)
 	b->input = cpu_alloc(net, in_count * e, MEM_OTHER);
 	b->labels = cpu_alloc(net, (size_t)net->batch * sizeof(int32_t), MEM_OTHER);
 	b->workspace = cpu_alloc(net, net->plan.workspace_bytes, MEM_WORKSPACE);
+	int max_c = 1;
+	for (int i = 0; i < net->n_nodes; i++)
+		if (net->nodes[i].op == OP_BATCHNORM2D && net->nodes[i].a.bn.c > max_c)
+			max_c = net->nodes[i].a.bn.c;
+	b->bn_sums = net->sync_bn ? cpu_alloc(net, 2 * (size_t)max_c * sizeof(double), MEM_OTHER)
+				  : NULL;
 	if (!b->arena || !b->params || !b->running || !b->grads || !b->momentum || !b->input ||
-	    !b->labels || !b->workspace) {
+	    !b->labels || !b->workspace || (net->sync_bn && !b->bn_sums)) {
 		size_t want = net->plan.total_bytes;
 		cpu_teardown(net);
 		return gp_error(GP_ENOMEM, "cannot allocate %.1f MiB of host memory for batch %d",
@@ -194,8 +251,18 @@ static int cpu_set_batch_data(struct net *net, const float *x, const int32_t *la
 	return 0;
 }
 
+static int cpu_grad_allreduce(struct net *net)
+{
+	if (!net->dist)
+		return 0;
+	net->bk->in_backward = 1;
+	net->bk->next_bucket = 0;
+	return dp_finish(net);
+}
+
 static int cpu_grads_to_host(struct net *net, float *dst)
 {
+	GP_TRY(dp_finish(net));
 	if (is_f64(net))
 		cpu_copy_out_f64(dst, net->bk->grads, net->params_count);
 	else
@@ -227,12 +294,16 @@ static int cpu_tensor_to_host(struct net *net, int node, int grad, float *dst)
 
 static int cpu_forward_node(struct net *net, int i, int training)
 {
+	/* DDP's broadcast_buffers: every rank normalizes with rank 0's running values */
+	if (i == 1 && training && net->dist && !net->sync_bn)
+		GP_TRY(dist_bcast(net->dist, net->bk->running, net->running_count * net->bk->elem_bytes, 0));
 	return is_f64(net) ? cpu_forward_f64(net, i, training) : cpu_forward_f32(net, i, training);
 }
 
 static int cpu_backward_node(struct net *net, int i)
 {
-	return is_f64(net) ? cpu_backward_f64(net, i) : cpu_backward_f32(net, i);
+	GP_TRY(is_f64(net) ? cpu_backward_f64(net, i) : cpu_backward_f32(net, i));
+	return net->dist ? dp_start_buckets(net, i) : 0;
 }
 
 static int cpu_loss(struct net *net, double *loss, int *correct)
@@ -248,12 +319,14 @@ static int cpu_scale_output_grad(struct net *net, int node, double factor)
 
 static int cpu_unscale_grads(struct net *net, double factor, int *nonfinite)
 {
+	GP_TRY(dp_finish(net));
 	return is_f64(net) ? cpu_unscale_grads_f64(net, factor, nonfinite)
 			   : cpu_unscale_grads_f32(net, factor, nonfinite);
 }
 
 static int cpu_sgd(struct net *net, const struct sgd_args *sgd)
 {
+	GP_TRY(dp_finish(net));
 	return is_f64(net) ? cpu_sgd_f64(net, sgd) : cpu_sgd_f32(net, sgd);
 }
 
@@ -274,6 +347,7 @@ const struct backend_ops backend_cpu_ops = {
 	.scale_output_grad = cpu_scale_output_grad,
 	.unscale_grads = cpu_unscale_grads,
 	.workspace_bytes = cpu_workspace_bytes,
+	.grad_allreduce = cpu_grad_allreduce,
 };
 
 void *net_cpu_params(struct net *net)

@@ -1,6 +1,9 @@
 /* The CUDA backend: device memory laid out by the net's memory plan, every op
  * through the CUDA op layer (cuDNN, cuBLAS, own kernels) on one stream. Nothing
- * synchronizes except reading the loss back and copying parameters to the host.
+ * synchronizes except reading the loss back and copying parameters to the host. This
+ * file holds the contexts, set-up, the batch's way in and the copies out; the op
+ * switch is in backend_cuda_ops.c, the loss, optimizer and graph step in
+ * backend_cuda_step.c.
  *
  * Each set-up net has a device context of its own (device, streams, library handles,
  * workspace), configured once at set-up for the net's device, precision, layout and
@@ -16,9 +19,8 @@
 
 #include "core/error.h"
 #include "backend/backend.h"
-#include "ops/cuda/cuda_amp.h"
-#include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cuda_common.h"
 #include "backend/cuda/backend_cuda_internal.h"
 
 #define CUBLAS_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -81,27 +83,9 @@ void backend_cuda_set_conv_heuristics(struct net *net, int on)
 	net->conv_policy.heuristic = on;
 }
 
-/* Make the net's device current on the calling thread: a net may be set up on one
- * thread and run on another, beside nets on other devices. */
-static int bind_device(struct net *net)
-{
-	return cuda_device_bind(net->bk->ctx->device);
-}
-
 static size_t cuda_workspace_bytes(struct net *net)
 {
 	return 0; /* measured per shape at setup; charged to the workspace category then */
-}
-
-/* The main stream waits for the weight gradients enqueued on the side stream. */
-static int side_join(struct net *net)
-{
-	struct backend_state *b = net->bk;
-	if (!b->side_pending)
-		return 0;
-	b->side_pending = 0;
-	CUDA_TRY(cudaStreamWaitEvent(b->ctx->stream, b->ctx->ev_join, 0));
-	return 0;
 }
 
 static void cuda_teardown(struct net *net)
@@ -111,6 +95,8 @@ static void cuda_teardown(struct net *net)
 		return;
 	struct cuda_ctx *ctx = b->ctx;
 	cuda_device_bind(ctx->device);
+	/* first: a kernel waiting for a rank that failed ends only when NCCL aborts */
+	cuda_dp_teardown(net);
 	cudaStreamSynchronize(ctx->stream);
 	cudaStreamSynchronize(ctx->side_stream); /* an error may have left side work unjoined */
 	if (b->step_exec)
@@ -197,6 +183,7 @@ static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + ctx->blas_ws_bytes);
 	b->amp = precision_is_amp(net->precision);
 	b->ht = net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
+	b->dt = b->amp ? b->ht : GP_F32;
 	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
 	ctx->bn_cudnn = !net->tuning.test.bn_own;
 	int nhwc_flatten = -1;
@@ -212,7 +199,7 @@ static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 	}
 	int rc = cuda_ctx_set_math(ctx, net->precision == PREC_TF32 ? CUDA_MATH_TF32 : CUDA_MATH_FP32);
 	if (rc == 0)
-		rc = cuda_ctx_set_act(ctx, b->amp ? b->ht : GP_F32, b->nhwc);
+		rc = cuda_ctx_set_act(ctx, b->dt, b->nhwc);
 	if (rc == 0 && nhwc_flatten >= 0) {
 		struct shape in = net->nodes[net->nodes[nhwc_flatten].in[0]].out;
 		rc = gp_error(GP_EUNSUPPORTED, "%s flattens %dx%d feature maps: NHWC is not supported, use --layout nchw",
@@ -315,6 +302,7 @@ static int cuda_setup(struct net *net)
 	}
 	GP_TRY(cuda_workspace_reserve(ctx, ws_need));
 	GP_TRY(cuda_sync_from_host(net));
+	GP_TRY(cuda_dp_setup(net));
 	net->plan.workspace_bytes = ctx->workspace_bytes;
 	b->set_up = 1;
 	return 0;
@@ -388,313 +376,18 @@ static int cuda_take_staged(struct net *net)
 	CUDA_TRY(cudaEventRecord(b->stage_free, s));
 	return convert_input(net);
 }
-
-static int fp32_forward_node(struct net *net, int i, int training)
-{
-	struct node *nd = &net->nodes[i];
-	struct cuda_ctx *ctx = net->bk->ctx;
-	cudaStream_t s = ctx->stream;
-	float *x = nd->n_in ? act_ptr(net, nd->in[0]) : NULL, *y = act_ptr(net, i);
-	void *saved = saved_ptr(net, i);
-	size_t count = shape_numel(nd->out);
-	switch (nd->op) {
-	case OP_INPUT:
-		return 0;
-	case OP_CONV2D: {
-		struct conv_call call = conv_call_of(net, nd, 0);
-		return conv2d_fwd_cuda(ctx, &nd->a.conv, &call, x, param_ptr(net, nd, 0),
-				       nd->a.conv.has_bias ? param_ptr(net, nd, 1) : NULL, y);
-	}
-	case OP_BATCHNORM2D: {
-		float *run = net->bk->running + nd->running_offset, *stats = saved;
-		int role = training ? fuse_role(net, i) : FUSE_NONE;
-		if (role == FUSE_BN_DEFERRED) /* the add after it runs it */
-			return 0;
-		if (role == FUSE_BN_RELU || role == FUSE_BN_RELU6) /* y: the ReLU's output, in place */
-			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
-						       x, NULL, param_ptr(net, nd, 0), param_ptr(net, nd, 1), y, stats,
-						       stats + nd->a.bn.c, run, run + nd->a.bn.c, NULL, 0);
-		if (training)
-			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
-						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
-		return bn_fwd_eval_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1), run,
-					run + nd->a.bn.c, y);
-	}
-	case OP_RELU:
-		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU_AFTER_ADD))
-			return 0; /* in place: the fused batch norm wrote it */
-		return relu_fwd_cuda(s, count, x, y);
-	case OP_RELU6:
-		if (training && fuse_role(net, i) == FUSE_RELU_DONE)
-			return 0;
-		return relu6_fwd_cuda(s, count, x, y);
-	case OP_MAXPOOL2D:
-		return maxpool_fwd_cuda(s, &nd->a.pool, x, y, saved);
-	case OP_AVGPOOL_GLOBAL: {
-		struct shape in = net->nodes[nd->in[0]].out;
-		return avgpool_global_fwd_cuda(s, in.n, in.c, in.h * in.w, x, y);
-	}
-	case OP_FLATTEN:
-		return x == y ? 0 : copy_cuda(s, y, x, count);
-	case OP_LINEAR:
-		return linear_fwd_cuda(ctx, &nd->a.lin, x, param_ptr(net, nd, 0),
-				       nd->a.lin.has_bias ? param_ptr(net, nd, 1) : NULL, y);
-	case OP_ADD:
-		if (training && fuse_role(net, i) == FUSE_ADD_BN_RELU) {
-			int k = fuse_role(net, nd->in[0]) == FUSE_BN_DEFERRED ? 0 : 1, bi = nd->in[k];
-			const struct node *bn = &net->nodes[bi];
-			float *run = net->bk->running + bn->running_offset, *stats = saved_ptr(net, bi);
-			return bn_fwd_train_fused_cuda(ctx, &bn->a.bn, BN_FUSE_ADD_RELU, act_ptr(net, bn->in[0]),
-						       act_ptr(net, nd->in[1 - k]), param_ptr(net, bn, 0),
-						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
-						       run + bn->a.bn.c, NULL, 0);
-		}
-		return add_fwd_cuda(s, count, x, act_ptr(net, nd->in[1]), y);
-	case OP_DROPOUT:
-		if (training && saved) {
-			GP_TRY(dropout_mask_step_cuda(s, count, nd->a.drop.p, dropout_seed(net, i),
-						      net->bk->d_step, saved));
-			return dropout_fwd_cuda(s, &nd->a.drop, saved, x, y);
-		}
-		return x == y ? 0 : copy_cuda(s, y, x, count);
-	case OP_COUNT:
-		break;
-	}
-	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no forward for op %s", op_name(nd->op));
-}
-
-
-static int cuda_forward_node(struct net *net, int i, int training)
-{
-	GP_TRY(bind_device(net));
-	GP_TRY(side_join(net)); /* a forward after a backward without an optimizer step */
-	if (net->bk->amp)
-		return amp_forward_node(net, i, training);
-	return fp32_forward_node(net, i, training);
-}
-
-/* Recompute a ReLU's output from its batch norm's input and saved statistics; for a
- * residual block's output, relu(bn(x) + identity). */
-static int cuda_recompute(struct net *net, int r)
-{
-	const struct node *rn = &net->nodes[r];
-	int id = node_recompute_identity(net, r), b = node_recompute_bn(net, r);
-	const struct node *bn = &net->nodes[b];
-	float *stats = saved_ptr(net, b);
-	const struct bn_args *a = &bn->a.bn;
-	return bn_apply_cuda(net->bk->ctx->stream, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
-			     id >= 0 ? act_ptr_bwd(net, id) : NULL, param_ptr(net, bn, 0),
-			     param_ptr(net, bn, 1), stats, stats + a->c,
-			     rn->op == OP_RELU6 ? BN_APPLY_RELU6 : BN_APPLY_RELU, act_ptr_bwd(net, r));
-}
-
-/* A convolution's weight gradient on the side stream, after everything enqueued on
- * the main stream so far (which made x and dy), in its own planned workspace; the
- * main stream goes on with backward data and the layers below meanwhile, and waits at
- * the next convolution's backward (the plan keeps x, dy and the workspace until then).
- * At small batches one convolution's kernels leave most SMs idle; two fill more. */
-static int wgrad_on_side(struct net *net, const struct node *nd, const float *x, const float *dy)
+/* A node's 16-bit output or gradient as float NCHW on the host. */
+static int act16_to_host(struct net *net, const void *src, struct shape sh, float *dst)
 {
 	struct backend_state *b = net->bk;
-	struct cuda_ctx *ctx = b->ctx;
-	struct cuda_ctx side = *ctx; /* the same configuration, another stream and handle */
-	side.stream = ctx->side_stream;
-	side.cudnn = ctx->side_cudnn;
-	struct conv_call call = { .ws_planned = 1, .ws = scratch_ptr(net, net->scratch[nd - net->nodes].t_side) };
-	CUDA_TRY(cudaEventRecord(ctx->ev_fork, ctx->stream));
-	CUDA_TRY(cudaStreamWaitEvent(side.stream, ctx->ev_fork, 0));
-	b->side_pending = 1;
-	GP_TRY(conv2d_bwd_filter_cuda(&side, &nd->a.conv, &call, x, dy, pgrad_ptr(net, nd, 0),
-				      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
-	CUDA_TRY(cudaEventRecord(ctx->ev_join, side.stream));
-	return 0;
-}
-
-static int cuda_backward_node(struct net *net, int i)
-{
-	GP_TRY(bind_device(net));
-	if (net->bk->amp)
-		return amp_backward_node(net, i);
-	struct node *nd = &net->nodes[i];
-	struct cuda_ctx *ctx = net->bk->ctx;
-	cudaStream_t s = ctx->stream;
-	if (nd->op == OP_CONV2D) /* where the plan ends the side work's tensors */
-		GP_TRY(side_join(net));
-	/* recomputed outputs are made at the first backward that reads them (planned) */
-	FOR_EACH_RECOMPUTE_AT(net, r, i)
-		GP_TRY(cuda_recompute(net, r));
-	float *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
-	float *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
-	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
-	void *saved = saved_ptr(net, i);
-	size_t count = shape_numel(nd->out);
-	switch (nd->op) {
-	case OP_INPUT:
-		return 0;
-	case OP_CONV2D: {
-		struct conv_call call = conv_call_of(net, nd, 1);
-		if (net->scratch[i].side && !net->buckets.n) /* buckets: gradients ready on the main stream */
-			GP_TRY(wgrad_on_side(net, nd, x, dy));
-		else
-			GP_TRY(conv2d_bwd_filter_cuda(ctx, &nd->a.conv, &call, x, dy, pgrad_ptr(net, nd, 0),
-						      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
-		return dx ? conv2d_bwd_data_cuda(ctx, &nd->a.conv, &call, dy, param_ptr(net, nd, 0), dx, acc) : 0;
-	}
-	case OP_BATCHNORM2D: {
-		float *stats = saved;
-		if (!dx)
-			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
-		if (fuse_role(net, i) == FUSE_BN_RELU || fuse_role(net, i) == FUSE_BN_RELU6) /* dy: unmasked */
-			return bn_bwd_relu_fused_cuda(ctx, &nd->a.bn,
-						      fuse_role(net, i) == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6, x,
-						      act_ptr_bwd(net, nd->last_consumer), dy, param_ptr(net, nd, 0),
-						      param_ptr(net, nd, 1), stats, stats + nd->a.bn.c, dx, acc,
-						      pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1), NULL, 0);
-		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
-				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
-	}
-	case OP_RELU:
-		if (fuse_role(net, i) == FUSE_RELU_DONE) /* the batch norm's backward masks */
-			return 0;
-		return dx ? relu_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
-	case OP_RELU6:
-		if (fuse_role(net, i) == FUSE_RELU_DONE)
-			return 0;
-		return dx ? relu6_bwd_cuda(s, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
-	case OP_MAXPOOL2D:
-		return dx ? maxpool_bwd_cuda(s, &nd->a.pool, dy, saved, dx, acc) : 0;
-	case OP_AVGPOOL_GLOBAL: {
-		struct shape in = net->nodes[nd->in[0]].out;
-		return dx ? avgpool_global_bwd_cuda(s, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
-	}
-	case OP_FLATTEN:
-		return dx && dx != dy ? grad_pass_cuda(s, count, dy, dx, acc) : 0;
-	case OP_LINEAR:
-		GP_TRY(linear_bwd_weight_cuda(ctx, &nd->a.lin, x, dy, pgrad_ptr(net, nd, 0),
-					      nd->a.lin.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
-		return dx ? linear_bwd_data_cuda(ctx, &nd->a.lin, dy, param_ptr(net, nd, 0), dx, acc) : 0;
-	case OP_ADD:
-		for (int k = 0; k < 2; k++) {
-			float *dxk = grad_ptr(net, nd->in[k]);
-			if (dxk && dxk != dy) /* the same buffer when the plan shares it */
-				GP_TRY(grad_pass_cuda(s, count, dy, dxk, net->nodes[nd->in[k]].last_consumer != i));
-		}
-		return 0;
-	case OP_DROPOUT:
-		return dx ? dropout_bwd_cuda(s, &nd->a.drop, saved, dy, dx, acc) : 0;
-	case OP_COUNT:
-		break;
-	}
-	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no backward for op %s", op_name(nd->op));
-}
-
-static int cuda_read_loss(struct net *net, double *loss, int *correct)
-{
-	GP_TRY(bind_device(net));
-	struct backend_state *b = net->bk;
-	if (loss)
-		GP_TRY(cuda_copy_d2h(b->ctx, loss, b->d_loss, sizeof(double)));
-	if (correct)
-		GP_TRY(cuda_copy_d2h(b->ctx, correct, b->d_correct, sizeof(int)));
-	return 0;
-}
-
-static int cuda_loss(struct net *net, double *loss, int *correct)
-{
-	GP_TRY(bind_device(net));
-	struct backend_state *b = net->bk;
-	int last = net->n_nodes - 1;
-	struct shape s = net->nodes[last].out;
-	if (b->amp)
-		GP_TRY(softmax_xent_h_cuda(b->ctx->stream, b->ht, s.n, s.c * s.h * s.w, act_ptr(net, last),
-					   b->labels, grad_ptr(net, last), b->row_scratch, b->d_loss,
-					   b->d_correct));
-	else
-		GP_TRY(softmax_xent_cuda(b->ctx->stream, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
-					 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
-	return cuda_read_loss(net, loss, correct);
-}
-
-static int cuda_sgd(struct net *net, const struct sgd_args *sgd)
-{
-	GP_TRY(bind_device(net));
-	struct backend_state *b = net->bk;
-	GP_TRY(side_join(net));
-	GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
-			     sgd->momentum != 0 ? b->momentum : NULL));
-	return counter_inc_cuda(b->ctx->stream, b->d_step);
-}
-
-/* Forward, loss, backward and the optimizer step, all enqueued, nothing read back. */
-static int enqueue_step(struct net *net, const struct sgd_args *sgd)
-{
-	for (int i = 1; i < net->n_nodes; i++)
-		GP_TRY(cuda_forward_node(net, i, 1));
-	GP_TRY(cuda_loss(net, NULL, NULL));
-	for (int i = net->n_nodes - 1; i >= 1; i--)
-		if (net->nodes[i].t_dy >= 0)
-			GP_TRY(cuda_backward_node(net, i));
-	return cuda_sgd(net, sgd);
-}
-
-/* Capture the whole step once and replay it: one launch instead of hundreds, so the
- * GPU no longer waits for the host at small batches. Returns 1 when the step must
- * run eagerly instead (first step, or capture not possible). */
-static int cuda_train_step(struct net *net, const struct sgd_args *sgd)
-{
-	GP_TRY(bind_device(net));
-	struct backend_state *b = net->bk;
-	cudaStream_t s = b->ctx->stream;
-	if (b->graph_failed || sgd->first_step)
-		return 1;
-	if (b->step_exec && memcmp(&b->step_sgd, sgd, sizeof(*sgd))) {
-		cudaGraphExecDestroy(b->step_exec);
-		b->step_exec = NULL;
-	}
-	if (!b->step_exec) {
-		cudaGraph_t graph = NULL;
-		int rc = CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-		if (rc == 0) {
-			int rc_step = enqueue_step(net, sgd);
-			rc = CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-			if (rc_step < 0)
-				rc = rc_step;
-		}
-		if (rc == 0)
-			rc = CUDA_CHECK(cudaGraphInstantiate(&b->step_exec, graph, 0));
-		if (graph)
-			cudaGraphDestroy(graph);
-		if (rc < 0) {
-			fprintf(stderr, "note: CUDA graph capture failed, running eagerly: %s\n", gp_errmsg());
-			cudaGetLastError();
-			b->step_exec = NULL;
-			b->graph_failed = 1;
-			return 1;
-		}
-		b->step_sgd = *sgd;
-	}
-	return CUDA_CHECK(cudaGraphLaunch(b->step_exec, s));
-}
-
-static int cuda_scale_output_grad(struct net *net, int node, double factor)
-{
-	GP_TRY(bind_device(net));
-	if (net->bk->amp)
-		return scale_h_cuda(net->bk->ctx->stream, net->bk->ht, grad_ptr(net, node),
-				    shape_numel(net->nodes[node].out), factor, NULL);
-	return scale_cuda(net->bk->ctx->stream, grad_ptr(net, node), shape_numel(net->nodes[node].out),
-			  factor, NULL);
-}
-
-/* The one host wait of loss scaling: whether to step depends on the check. */
-static int cuda_unscale_grads(struct net *net, double factor, int *nonfinite)
-{
-	GP_TRY(bind_device(net));
-	struct backend_state *b = net->bk;
-	GP_TRY(side_join(net)); /* the weight gradients must all be there */
-	CUDA_TRY(cudaMemsetAsync(b->d_nonfinite, 0, sizeof(int), b->ctx->stream));
-	GP_TRY(scale_cuda(b->ctx->stream, b->grads, net->params_count, factor, b->d_nonfinite));
-	return cuda_copy_d2h(b->ctx, nonfinite, b->d_nonfinite, sizeof(int));
+	size_t bytes = shape_numel(sh) * sizeof(float);
+	float *tmp;
+	GP_TRY(cuda_alloc(b->ctx, (void **)&tmp, bytes, MEM_OTHER));
+	int rc = from_h_layout_cuda(b->ctx->stream, b->ht, sh.n, sh.c, sh.h, sh.w, b->nhwc, src, tmp, 0);
+	if (rc == 0)
+		rc = cuda_copy_d2h(b->ctx, dst, tmp, bytes);
+	cuda_free(b->ctx, tmp, bytes, MEM_OTHER);
+	return rc;
 }
 
 static int cuda_wait(struct net *net)
@@ -710,6 +403,7 @@ static int cuda_grads_to_host(struct net *net, float *dst)
 {
 	GP_TRY(bind_device(net));
 	GP_TRY(side_join(net));
+	GP_TRY(cuda_dp_finish(net));
 	return cuda_copy_d2h(net->bk->ctx, dst, net->bk->grads, net->bk->params_bytes);
 }
 
@@ -721,7 +415,7 @@ static int cuda_tensor_to_host(struct net *net, int node, int grad, float *dst)
 	if (!src)
 		return gp_error(GP_ENOTFOUND, "node %d has no %s in memory", node, grad ? "gradient" : "output");
 	if (net->bk->amp)
-		return amp_tensor_to_host(net, src, net->nodes[node].out, dst);
+		return act16_to_host(net, src, net->nodes[node].out, dst);
 	return cuda_copy_d2h(net->bk->ctx, dst, src, shape_numel(net->nodes[node].out) * sizeof(float));
 }
 
@@ -730,7 +424,7 @@ static int cuda_logits_to_host(struct net *net, float *dst)
 	GP_TRY(bind_device(net));
 	int last = net->n_nodes - 1;
 	if (net->bk->amp)
-		return amp_tensor_to_host(net, act_ptr(net, last), net->nodes[last].out, dst);
+		return act16_to_host(net, act_ptr(net, last), net->nodes[last].out, dst);
 	return cuda_copy_d2h(net->bk->ctx, dst, act_ptr(net, last),
 			     shape_numel(net->nodes[last].out) * sizeof(float));
 }
@@ -757,5 +451,6 @@ const struct backend_ops backend_cuda_ops = {
 	.logits_to_host = cuda_logits_to_host,
 	.scale_output_grad = cuda_scale_output_grad,
 	.unscale_grads = cuda_unscale_grads,
+	.grad_allreduce = cuda_dp_grad_allreduce,
 	.workspace_bytes = cuda_workspace_bytes,
 };

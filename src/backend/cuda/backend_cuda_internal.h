@@ -1,12 +1,13 @@
-/* What the CUDA backend's files share (backend_cuda.c: set-up, FP32 ops, the step;
- * backend_cuda_amp.c: the mixed-precision ops): the backend's state and the pointers
- * into it that the memory plan defines. */
+/* What the CUDA backend's files share (backend_cuda.c: contexts, set-up, data in and
+ * out; backend_cuda_ops.c: the op switch; backend_cuda_step.c: loss, optimizer, the graph
+ * step): the backend's state and the pointers into it that the memory plan defines. */
 #ifndef GP_BACKEND_CUDA_INTERNAL_H
 #define GP_BACKEND_CUDA_INTERNAL_H
 
 #include <stdint.h>
 
 #include "ops/graph.h"
+#include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
 struct backend_state {
@@ -40,6 +41,7 @@ struct backend_state {
 	 * the float gradients), and the input batch converted once per batch. */
 	int amp, nhwc;
 	enum gp_dtype ht;
+	enum gp_dtype dt; /* the activations' type: ht under mixed precision, else GP_F32 */
 	/* The convolution algorithms were measured before the plan (plan_scratch); else
 	 * set-up measures them on the net's own memory. */
 	int measured;
@@ -53,8 +55,7 @@ struct backend_state {
 	size_t ws_before;
 	int set_up;
 	/* Weight gradients were enqueued on the context's side stream (struct
-	 * scratch_req's side) that the main stream has not yet waited for (backend_cuda.c:
-	 * side_join). */
+	 * scratch_req's side) that the main stream has not yet waited for (side_join). */
 	int side_pending;
 	void *params_h, *grads_h, *input_h;
 	size_t params_h_bytes, input_h_bytes;
@@ -62,7 +63,20 @@ struct backend_state {
 	 * through cuDNN, FP32 NCHW on the own kernels; cuda_plan_fusion): each node's part,
 	 * enum fuse_role; NULL when none is fused. */
 	unsigned char *fuse;
+	/* Data parallelism (net->dist): NCCL, the communication stream, bucket state
+	 * (dp_cuda.c); NULL for a net alone. */
+	struct cuda_dp *dp;
 };
+
+/* dp_cuda.c: data parallelism. Each does nothing for a net without net->dist. */
+int cuda_dp_setup(struct net *net);
+void cuda_dp_teardown(struct net *net);
+int cuda_dp_after_backward(struct net *net, int i);
+int cuda_dp_finish(struct net *net);
+int cuda_dp_bcast_running(struct net *net);
+int cuda_dp_grad_allreduce(struct net *net);
+int cuda_bn_sync_fwd(struct net *net, int i, const void *x, void *y);
+int cuda_bn_sync_bwd(struct net *net, int i, const void *x, const void *dy, void *dx, int acc);
 
 enum fuse_role {
 	FUSE_NONE = 0,
@@ -76,6 +90,24 @@ enum fuse_role {
 			    * whose one reader, a 16-bit depthwise convolution, takes min(., 6)
 			    * on load and masks its input gradient: nothing to do here */
 };
+
+/* Make the net's device current on the calling thread: a net may be set up on one
+ * thread and run on another, beside nets on other devices. */
+static inline int bind_device(struct net *net)
+{
+	return cuda_device_bind(net->bk->ctx->device);
+}
+
+/* The main stream waits for the weight gradients enqueued on the side stream. */
+static inline int side_join(struct net *net)
+{
+	struct backend_state *b = net->bk;
+	if (!b->side_pending)
+		return 0;
+	b->side_pending = 0;
+	CUDA_TRY(cudaStreamWaitEvent(b->ctx->stream, b->ctx->ev_join, 0));
+	return 0;
+}
 
 static inline int fuse_role(const struct net *net, int node)
 {
@@ -165,14 +197,21 @@ static inline struct conv_call conv_call_of(struct net *net, const struct node *
 	return c;
 }
 
-/* backend_cuda_amp.c: the mixed-precision (fp16/bf16) forward and backward of a node,
- * and a 16-bit tensor copied to the host as float NCHW. */
-int amp_forward_node(struct net *net, int i, int training);
-int amp_backward_node(struct net *net, int i);
-int amp_tensor_to_host(struct net *net, const void *src, struct shape sh, float *dst);
+/* backend_cuda_ops.c: a node's forward and backward in the net's activation type. */
+int cuda_forward_node(struct net *net, int i, int training);
+int cuda_backward_node(struct net *net, int i);
 /* Decide which batch norms run fused with the ReLU (and add) after them (b->fuse;
  * nothing in 16-bit NCHW, or where a test turned it off: tuning.test.bn_fuse) and
  * state their reserve space in reqs (keep_bytes until keep_last). Before the plan. */
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs);
+
+/* backend_cuda_step.c: the backend_ops entries of the loss, the optimizer step, the
+ * graph-captured training step and loss scaling. */
+int cuda_read_loss(struct net *net, double *loss, int *correct);
+int cuda_loss(struct net *net, double *loss, int *correct);
+int cuda_sgd(struct net *net, const struct sgd_args *sgd);
+int cuda_train_step(struct net *net, const struct sgd_args *sgd);
+int cuda_scale_output_grad(struct net *net, int node, double factor);
+int cuda_unscale_grads(struct net *net, double factor, int *nonfinite);
 
 #endif

@@ -24,4 +24,11 @@ int dist_nccl_bcast(struct dist_nccl *c, void *buf, size_t count, enum gp_dtype 
 /* Poll for an asynchronous NCCL error or a failure elsewhere in the group. */
 int dist_nccl_check(struct dist_nccl *c);
 
+/* dist-check's NCCL part: sum and mean all-reduces of known f32 and bf16 values
+ * checked exactly, then iters timed sum all-reduces of bytes of f32. */
+struct dist_nccl_bench {
+	double ms_mean, ms_min;
+};
+int dist_nccl_selftest(struct dist_nccl *c, size_t bytes, int iters, struct dist_nccl_bench *out);
+
 #endif

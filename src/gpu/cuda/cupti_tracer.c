@@ -78,6 +78,8 @@ static int record_convert(const CUpti_Activity *rec)
 			.correlation = k->correlationId,
 			.grid = { k->gridX, k->gridY, k->gridZ },
 			.block = { k->blockX, k->blockY, k->blockZ },
+			.registers = k->registersPerThread,
+			.shared_bytes = k->staticSharedMemory + k->dynamicSharedMemory,
 		};
 		return trace_add_gpu(s, &g);
 	}

@@ -4,7 +4,7 @@
  * 1 / sqrt(biased variance + eps), and exponentialAverageFactor is PyTorch's momentum.
  * (PyTorch's own cuDNN path makes the same call without any correction.)
  * Tensors of more than 2^31 - 1 elements, which cuDNN cannot describe, go to own
- * kernels (bn_f32.cu) with the same semantics; so does, in FP32 NCHW, a batch norm fused
+ * kernels (bn.cu) with the same semantics; so does, in FP32 NCHW, a batch norm fused
  * with the activation after it (cuDNN fuses only 16-bit NHWC). */
 #include <stdint.h>
 #include <stdlib.h>

@@ -2,7 +2,23 @@
  * negative GP_E* code and only enqueues work on a stream (nothing synchronizes unless
  * it says so). Argument meanings match the CPU reference kernels in ops/ops.h:
  * forward kernels overwrite, input gradients take `accumulate`, parameter gradients
- * are overwritten. All pointers are device pointers to float unless typed otherwise. */
+ * are overwritten.
+ *
+ * Each op has one launcher, and the launchers of the own kernels take the element type
+ * `dt` of their activations: GP_F32 (float), GP_F16 (__half) or GP_BF16
+ * (__nv_bfloat16); any other is GP_EINVAL. Pointers typed `void *` are device arrays of
+ * that type, `float *` are float32 whatever dt is. 16-bit values are widened to float,
+ * computed as the float kernels compute them, and each result is rounded to the 16-bit
+ * type once (round to nearest even), so an op gives what its float kernel gives on the
+ * same inputs, rounded; `accumulate` adds in float to the widened dx, then rounds.
+ * Where the layout matters the launcher takes `nhwc`: 1 means a 4-D activation is
+ * stored N,H,W,C (channels last) instead of N,C,H,W. Float activations are always NCHW
+ * (nhwc = 1 with GP_F32 is GP_EINVAL). Launchers launch nothing for empty inputs.
+ *
+ * The 16-bit elementwise kernels move 8 elements (16 bytes) per thread when every array
+ * involved is 16-byte aligned (a dropout mask 8-byte aligned), the float ones 4 (float4)
+ * when 16-byte aligned and the count divides; any other pointer still works, through a
+ * slower scalar path. */
 #ifndef GP_CUDA_OPS_H
 #define GP_CUDA_OPS_H
 
@@ -11,6 +27,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/tensor.h"
 #include "ops/cuda/device.h"
 #include "ops/ops.h"
 
@@ -18,66 +35,138 @@
 extern "C" {
 #endif
 
-/* --- own kernels (kernels.cu) --------------------------------------------------------- */
+/* --- elementwise (eltwise.cu) ---------------------------------------------------------- */
 int fill_cuda(cudaStream_t s, float *p, size_t count, float value);
 int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count);
-int relu_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y);
-int relu_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy, float *dx,
-		  int accumulate);
-int relu6_fwd_cuda(cudaStream_t s, size_t count, const float *x, float *y);
-int relu6_bwd_cuda(cudaStream_t s, size_t count, const float *y, const float *dy, float *dx,
+int relu_fwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *x, void *y);
+/* The gradient passes where 0 < y (and y < 6 for relu6). */
+int relu_bwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *y, const void *dy,
+		  void *dx, int accumulate);
+int relu6_fwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *x, void *y);
+int relu6_bwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *y, const void *dy,
+		   void *dx, int accumulate);
+int add_fwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *a, const void *b,
+		 void *y);
+int grad_pass_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *dy, void *dx,
 		   int accumulate);
-int add_fwd_cuda(cudaStream_t s, size_t count, const float *a, const float *b, float *y);
-int grad_pass_cuda(cudaStream_t s, size_t count, const float *dy, float *dx, int accumulate);
-int avgpool_global_fwd_cuda(cudaStream_t s, int n, int c, int hw, const float *x, float *y);
-int avgpool_global_bwd_cuda(cudaStream_t s, int n, int c, int hw, const float *dy, float *dx,
-			    int accumulate);
-int maxpool_fwd_cuda(cudaStream_t s, const struct pool_args *a, const float *x, float *y,
-		     int32_t *argmax);
-/* Deterministic: each input element gathers, in output order, the dy of the windows
- * whose argmax it is. */
-int maxpool_bwd_cuda(cudaStream_t s, const struct pool_args *a, const float *dy,
-		     const int32_t *argmax, float *dx, int accumulate);
-int dropout_fwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t *mask,
-		     const float *x, float *y);
-int dropout_bwd_cuda(cudaStream_t s, const struct dropout_args *a, const uint8_t *mask,
-		     const float *dy, float *dx, int accumulate);
+/* Inverted dropout as in PyTorch: kept elements (mask 1) are scaled by 1 / (1 - p). */
+int dropout_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct dropout_args *a,
+		     const uint8_t *mask, const void *x, void *y);
+int dropout_bwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct dropout_args *a,
+		     const uint8_t *mask, const void *dy, void *dx, int accumulate);
 /* Mask element i is kept (1) when a hash of (seed, offset + i) maps to u >= p, u
  * uniform on [0, 1) in steps of 2^-24; it does not reproduce dropout_mask_cpu. */
 int dropout_mask_cuda(cudaStream_t s, size_t count, double p, uint64_t seed, uint64_t offset,
 		      uint8_t *mask);
-/* p *= factor; if nonfinite_flag (device int) is given, it is set to 1 where a result
- * is inf or NaN (it is not cleared first). */
-int scale_cuda(cudaStream_t s, float *p, size_t count, double factor, int *nonfinite_flag);
-/* The activation after a recomputed batch norm (bn_apply_cuda, bn_apply_h_cuda). */
-enum bn_apply_act { BN_APPLY_LINEAR, BN_APPLY_RELU, BN_APPLY_RELU6 };
-/* y = act((x - mean) * invstd * gamma + beta (+ identity)) per channel, from saved
- * statistics (identity may be NULL): a batch norm's output, or a residual block's, in one
- * pass (bn_f32.cu); bit-identical to the linear form followed by the add and activation
- * kernels, and to the own training forward's output (bn_fwd_train_own_cuda). */
-int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
-		  const float *gamma, const float *beta, const float *mean, const float *invstd,
-		  enum bn_apply_act act, float *y);
 /* As dropout_mask_cuda, with the step counter read on the device (CUDA graphs). */
 int dropout_mask_step_cuda(cudaStream_t s, size_t count, double p, uint64_t seed,
 			   const unsigned long long *step, uint8_t *mask);
 /* *c += 1 on the device. */
 int counter_inc_cuda(cudaStream_t s, unsigned long long *c);
+/* p *= factor in place; if nonfinite_flag (device int, may be NULL) is given, it is set
+ * to 1 where a result is inf or NaN (it is not cleared first). In 16 bits the result
+ * checked is the rounded value, so an fp16 overflow counts. */
+int scale_cuda(cudaStream_t s, enum gp_dtype dt, void *p, size_t count, double factor,
+	       int *nonfinite_flag);
+
+/* --- conversions between float and 16 bits (convert.cu); ht: GP_F16 or GP_BF16 ---------- */
+int cast_f32_to_h_cuda(cudaStream_t s, enum gp_dtype ht, size_t count, const float *x, void *y);
+int cast_h_to_f32_cuda(cudaStream_t s, enum gp_dtype ht, size_t count, const void *x, float *y);
+/* 4-D float NCHW -> 16-bit NHWC (also used for conv weights KCRS -> KRSC) and back; with
+ * nhwc_in == 0 / nhwc_out == 0 it is a plain cast. accumulate: y += converted x (float math) */
+int to_h_layout_cuda(cudaStream_t s, enum gp_dtype ht, int n, int c, int h, int w, int nhwc_out,
+		     const float *x, void *y);
+int from_h_layout_cuda(cudaStream_t s, enum gp_dtype ht, int n, int c, int h, int w, int nhwc_in,
+		       const void *x, float *y, int accumulate);
+
+/* --- pooling (pool.cu) ------------------------------------------------------------------ */
+/* Global average pool to N x C (the output is N x C in both layouts) and its backward. */
+int avgpool_global_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw,
+			    const void *x, void *y);
+int avgpool_global_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw,
+			    const void *dy, void *dx, int accumulate);
+/* Max pooling (padding counts as -inf; ties go to the first position in window scan
+ * order; in 16 bits, as in PyTorch, a NaN in a window wins). argmax is int32, one per
+ * output element and stored in the output's layout; its value is the input element's
+ * offset h * w_in + w within its (n, c) plane whatever the layout. Backward is
+ * deterministic: each input element gathers, in output order, the dy of the windows
+ * whose argmax it is. */
+int maxpool_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
+		     const void *x, void *y, int32_t *argmax);
+int maxpool_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
+		     const void *dy, const int32_t *argmax, void *dx, int accumulate);
+
+/* --- batch norm apply (bn.cu) ------------------------------------------------------------ */
+/* The activation after a recomputed batch norm (bn_apply_cuda). */
+enum bn_apply_act { BN_APPLY_LINEAR, BN_APPLY_RELU, BN_APPLY_RELU6 };
+/* y = act((x - mean) * invstd * gamma + beta (+ identity)) per channel, from saved
+ * statistics (identity may be NULL; statistics and parameters float): a batch norm's
+ * output, or a residual block's, in one pass. In float bit-identical to the linear form
+ * followed by the add and activation kernels, and to the own training forward's output
+ * (bn_fwd_train_own_cuda); in 16 bits one pass in float, rounded once. */
+int bn_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw, const void *x,
+		  const void *identity, const float *gamma, const float *beta, const float *mean,
+		  const float *invstd, enum bn_apply_act act, void *y);
+
+/* --- loss (loss.cu) ----------------------------------------------------------------------- */
 /* Mean cross-entropy of softmax(logits) against labels into *loss (device double),
- * dlogits = (softmax - onehot) / n, *correct (device int) = right argmax predictions.
- * row_scratch is 2 * n floats of scratch. */
-int softmax_xent_cuda(cudaStream_t s, int n, int k, const float *logits, const int32_t *labels,
-		      float *dlogits, float *row_scratch, double *loss, int *correct);
-/* One launch over the flat arrays (torch.optim.SGD semantics); momentum_buf may be
- * NULL when a->momentum == 0. */
+ * computed in float from any logits' type (autocast semantics); dlogits (the logits'
+ * type) = (softmax - onehot) / n, *correct (device int) = right argmax predictions (ties
+ * to the lower index). row_scratch is 2 * n floats of scratch. n <= 0 or k <= 0 is
+ * GP_EINVAL. */
+int softmax_xent_cuda(cudaStream_t s, enum gp_dtype dt, int n, int k, const void *logits,
+		      const int32_t *labels, void *dlogits, float *row_scratch, double *loss,
+		      int *correct);
+
+/* --- optimizer (optim.cu) ------------------------------------------------------------------ */
+/* One launch over the flat float arrays (torch.optim.SGD semantics); momentum_buf may
+ * be NULL when a->momentum == 0. */
 int sgd_step_cuda(cudaStream_t s, const struct sgd_args *a, size_t count, float *param,
 		  const float *grad, float *momentum_buf);
-/* y[n][c][i] += b[c] over hw positions (linear layers: hw = 1). */
-int bias_add_cuda(cudaStream_t s, int n, int c, int hw, const float *b, float *y);
-/* db[c] = sum over n and hw of dy[n][c][i] (overwrites; deterministic). */
-int channel_sum_cuda(cudaStream_t s, int n, int c, int hw, const float *dy, float *db);
 
-/* --- convolution (conv_cudnn.c) ---------------------------------------------------------
+/* --- bias helpers (bias.cu); b and db float ------------------------------------------------ */
+/* y[n][c][i] += b[c] over hw positions (linear layers: hw = 1, where both layouts
+ * coincide). */
+int bias_add_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw, const float *b,
+		  void *y);
+/* db[c] = sum over n and hw of dy[n][c][i] (overwrites; deterministic, summed in double). */
+int channel_sum_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw,
+		     const void *dy, float *db);
+
+/* --- depthwise convolution on own kernels (dwconv.cu) ------------------------------------
+ * For the layers where cuDNN's depthwise paths are slow (MobileNetV2's 3x3 convolutions).
+ * GP_F32 runs NCHW float kernels, weights c x 1 x k x k (PyTorch layout); GP_F16 and
+ * GP_BF16 NHWC kernels, weights KRSC ([c][kh][kw][1], the same memory order), moving 8,
+ * 4 or 2 channels per thread when c is a multiple and the 16-bit arrays are aligned to
+ * that (else a scalar path). The bias and its gradient are float; weight gradients are
+ * in the activations' type. Results do not depend on the run: every reduction sums in a
+ * fixed order, without atomics. */
+/* 1 when a is a depthwise convolution these kernels handle in type dt and layout nhwc
+ * (float NCHW, 16-bit NHWC): groups == c_in == c_out, kh == kw (odd, <= 7), stride 1 or
+ * 2, any pad; in 16 bits one image of x or y holds at most 2^31 - 1 elements. */
+int dwconv_supported(enum gp_dtype dt, int nhwc, const struct conv2d_args *a);
+/* relu6 (16 bits only; float: GP_EUNSUPPORTED): a ReLU6 folded into the convolution that
+ * reads its output (the batch norm before it applies max(., 0) in cuDNN's fused ReLU and
+ * stores that; these apply min(., 6)): forward and weight gradient take min(x, 6) for x,
+ * and backward data keeps dx only where relu6_x < 6 (relu6_x: the stored input, laid out
+ * as dx; accumulate adds the masked gradient). */
+/* y = x (*) w, plus b[c] when b is given and a->has_bias. */
+int dwconv_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
+		    const void *w, const float *b, void *y, int relu6);
+int dwconv_bwd_data_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *dy,
+			 const void *w, void *dx, int accumulate, int relu6, const void *relu6_x);
+/* Scratch floats dwconv_bwd_filter_cuda needs (per-block partial sums, reduced in a
+ * second, fixed-order pass); 0 for an unsupported shape. */
+size_t dwconv_bwd_filter_scratch_floats(enum gp_dtype dt, const struct conv2d_args *a);
+/* dw overwritten ([c][kh][kw]); db (may be NULL, c floats) overwritten with the sum of dy. */
+int dwconv_bwd_filter_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
+			   const void *dy, void *dw, float *db, float *scratch, int relu6);
+/* 16 bits: channels per thread for every direction (8, 4, 2, 1; 0: the measured
+ * defaults) and rows per thread at 4 channels (2 or 4; 0: the defaults): for the tests,
+ * which check every width. Process-wide and not thread-safe; set before launching. */
+void dwconv_set_widths(int v, int vh);
+
+/* --- convolution (conv_plan.c: plans, algorithms; conv_cudnn.c: the calls) --------------
  * The first call for a shape (and math mode) builds its plan: descriptors and the
  * fastest algorithms measured by cuDNN within ctx->workspace_limit_bytes. Building a
  * plan allocates scratch; it synchronizes the device. Plans are cached per device for
@@ -93,7 +182,7 @@ int conv2d_plan_cuda_in(struct cuda_ctx *ctx, const struct conv2d_args *a, const
  * (memory the caller planned for this call, such as part of the activation arena;
  * NULL when it needs none) instead of the context's shared one, which a call without
  * it grows where it is too small (so never inside a CUDA graph capture). relu6: a
- * 16-bit depthwise convolution (conv2d_uses_dwconv_h) reads the output of a ReLU6
+ * 16-bit depthwise convolution (conv2d_can_fold_relu6) reads the output of a ReLU6
  * folded into it: min(x, 6) on load, and backward data masked where the stored input
  * relu6_x reaches 6. A NULL call: the shared workspace, nothing folded. */
 struct conv_call {
@@ -122,7 +211,7 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 			       float *dw, float *db);
 /* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's mode (a ReLU6
  * before it can then be folded in: struct conv_call's relu6). */
-int conv2d_uses_dwconv_h(const struct cuda_ctx *ctx, const struct conv2d_args *a);
+int conv2d_can_fold_relu6(const struct cuda_ctx *ctx, const struct conv2d_args *a);
 /* The workspace a planned convolution's forward and backward take; with wgrad, bwd is
  * backward data's alone and *wgrad the weight gradient's (they then run apart). */
 int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd,
@@ -135,7 +224,7 @@ void conv2d_plans_clear(const struct cuda_ctx *ctx);
 /* Plans in the cache for ctx's device. */
 int conv2d_plans_count(const struct cuda_ctx *ctx);
 
-/* --- batch norm with own kernels (bn_f32.cu), float NCHW ------------------------------
+/* --- batch norm with own kernels (bn.cu), float NCHW ------------------------------
  * For tensors cuDNN cannot describe (more than 2^31 - 1 elements), and fused with the
  * activation after it in FP32 (cuDNN fuses only 16-bit NHWC). Scratch: bn_own_scratch_bytes. */
 size_t bn_own_scratch_bytes(int c);
@@ -159,6 +248,30 @@ int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, enum bn_apply_act a
  * synchronizes the device when it grows. */
 int cuda_workspace_reserve(struct cuda_ctx *ctx, size_t bytes);
 
+/* --- synchronized batch norm (bn.cu), over several ranks (SyncBatchNorm) --------------
+ * In pieces between which the caller all-reduces per-channel sums (double): x, y, dy
+ * and dx in dt and NCHW or NHWC; statistics, running values and parameter gradients
+ * float; sums 2 x channels doubles. */
+/* sums[0..c) = sum of x, sums[c..2c) = sum of x^2, per channel (sums zeroed here). */
+int bn_sync_sums_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+		      const void *x, double *sums);
+/* From summed sums over count elements: save_mean, save_invstd, and the running
+ * values (momentum, unbiased variance). */
+int bn_sync_finalize_cuda(cudaStream_t s, const struct bn_args *a, const double *sums, double count,
+			  float *save_mean, float *save_invstd, float *run_mean, float *run_var);
+int bn_sync_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+		       const void *x, const float *gamma, const float *beta, const float *mean,
+		       const float *invstd, void *y);
+/* sums[0..c) = sum of dy, sums[c..2c) = sum of dy * xhat (zeroed here); dgamma and
+ * dbeta get this rank's values (float). */
+int bn_sync_bwd_sums_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+			  const void *x, const void *dy, const float *mean, const float *invstd,
+			  double *sums, float *dgamma, float *dbeta);
+int bn_sync_bwd_dx_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+			const void *x, const void *dy, const float *gamma, const float *mean,
+			const float *invstd, const double *sums, double count, void *dx,
+			int accumulate);
+
 /* --- batch norm (bn_cudnn.c), cuDNN spatial mode; more than 2^31 - 1 elements: own kernels */
 /* Reserve what a batch norm of these arguments needs (the own kernels' scratch). */
 int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a);
@@ -177,7 +290,7 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 
 /* Fused batch norm: y = relu(bn(x)), relu6(bn(x)) or relu(bn(x) + z), as the ReLU
  * (ReLU6) and add nodes that follow a batch norm would compute them, in one pass:
- * through cuDNN's Ex calls for 16-bit NHWC, on the own kernels (bn_f32.cu) for FP32 NCHW. */
+ * through cuDNN's Ex calls for 16-bit NHWC, on the own kernels (bn.cu) for FP32 NCHW. */
 enum bn_fuse { BN_FUSE_NONE = 0, BN_FUSE_RELU, BN_FUSE_ADD_RELU, BN_FUSE_RELU6 };
 /* 1 when cuDNN runs the fused op for a's shape in the context's type and layout (its
  * workspace reserved, *reserve_bytes what it keeps between forward and backward);

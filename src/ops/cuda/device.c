@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/tuning.h"
@@ -181,10 +182,31 @@ int cuda_ctx_set_act(struct cuda_ctx *ctx, int dtype, int nhwc)
 	return 0;
 }
 
+/* Wait for the context's stream: blocking, or polling it and the watcher. */
+static int stream_wait(struct cuda_ctx *ctx)
+{
+	if (!ctx->watch) {
+		CUDA_TRY(cudaStreamSynchronize(ctx->stream));
+		return 0;
+	}
+	struct timespec t0, now, nap = { 0, 100000 };
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		cudaError_t e = cudaStreamQuery(ctx->stream);
+		if (e == cudaSuccess)
+			return 0;
+		if (e != cudaErrorNotReady)
+			return CUDA_CHECK(e);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		GP_TRY(ctx->watch(ctx->watch_user,
+				  (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec)));
+		nanosleep(&nap, NULL);
+	}
+}
+
 int cuda_ctx_sync(struct cuda_ctx *ctx)
 {
-	CUDA_TRY(cudaStreamSynchronize(ctx->stream));
-	return 0;
+	return stream_wait(ctx);
 }
 
 int cuda_alloc(struct cuda_ctx *ctx, void **p, size_t bytes, enum mem_cat cat)
@@ -234,8 +256,7 @@ int cuda_copy_h2d(struct cuda_ctx *ctx, void *dst, const void *src, size_t bytes
 int cuda_copy_d2h(struct cuda_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
 	CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx->stream));
-	CUDA_TRY(cudaStreamSynchronize(ctx->stream));
-	return 0;
+	return stream_wait(ctx);
 }
 
 int cuda_mem_info(size_t *free_bytes, size_t *total_bytes)

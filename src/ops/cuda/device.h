@@ -4,7 +4,7 @@
  * what a call depends on beyond that travels in its arguments. Every device
  * allocation goes through cuda_alloc so bytes are counted by category. A context is
  * used by one thread at a time, which makes its device current first (cudaSetDevice
- * is per thread). Convolution plans live in a cache per device (conv_cudnn.c). */
+ * is per thread). Convolution plans live in a cache per device (conv_plan.c). */
 #ifndef GP_CUDA_DEVICE_H
 #define GP_CUDA_DEVICE_H
 
@@ -41,12 +41,12 @@ struct cuda_ctx {
 	 * 1 for NHWC (channels last; convolution weights KRSC then). */
 	int act_dtype;
 	int nhwc;
-	/* FP32 NCHW batch norms run on the own kernels (bn_f32.cu) unless this is set
+	/* FP32 NCHW batch norms run on the own kernels (bn.cu) unless this is set
 	 * (cuDNN's for those not fused with an activation: a test's yardstick) */
 	int bn_cudnn;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
 	/* A second stream, with its own cuDNN handle, for convolution weight gradients
-	 * that run beside the main stream's backward (backend_cuda.c: wgrad on the side);
+	 * that run beside the main stream's backward (backend_cuda_ops.c: wgrad on the side);
 	 * ev_fork orders it after the main stream, ev_join the main stream after it. */
 	cudaStream_t side_stream;
 	cudnnHandle_t side_cudnn;
@@ -61,6 +61,13 @@ struct cuda_ctx {
 	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
 	/* fused batch norm + ReLU / ReLU6 (Ex calls; ReLU6 as a ReLU clipped at 6) */
 	cudnnActivationDescriptor_t bn_relu_desc, bn_relu6_desc;
+
+	/* Optional: called about every 100 us while the host waits for the stream
+	 * (cuda_ctx_sync, cuda_copy_d2h) with the seconds waited so far; a negative return
+	 * ends the wait with that error. A net that all-reduces with other ranks sets it,
+	 * since a kernel waiting for a rank that died never ends by itself. */
+	int (*watch)(void *user, double waited_s);
+	void *watch_user;
 };
 
 /* The driver's allocation granule: cuda_alloc takes whole pages. */

@@ -7,7 +7,6 @@
  * Strict FP32 computes in CUBLAS_COMPUTE_32F with the handle in DEFAULT_MATH (no
  * TF32); TF32 asks for CUBLAS_COMPUTE_32F_FAST_TF32. */
 #include "core/error.h"
-#include "ops/cuda/cuda_amp.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -37,10 +36,8 @@ int linear_fwd_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const voi
 {
 	GP_TRY(gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, a->out, a->n, a->in, w, a->in, x, a->in, 0.0f, y,
 		    a->out, act_type(ctx)));
-	if (a->has_bias && b && ctx->act_dtype != GP_F32)
-		return bias_add_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, 0, a->n, a->out, 1, b, y);
 	if (a->has_bias && b)
-		GP_TRY(bias_add_cuda(ctx->stream, a->n, a->out, 1, b, y));
+		return bias_add_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, 0, a->n, a->out, 1, b, y);
 	return 0;
 }
 
@@ -62,9 +59,7 @@ int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, co
 			   const void *dy, float *dw, float *db)
 {
 	GP_TRY(linear_bwd_weight_acc_cuda(ctx, a, x, dy, dw, 0));
-	if (a->has_bias && db && ctx->act_dtype != GP_F32)
-		return channel_sum_h_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, 0, a->n, a->out, 1, dy, db);
 	if (a->has_bias && db)
-		GP_TRY(channel_sum_cuda(ctx->stream, a->n, a->out, 1, dy, db));
+		return channel_sum_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, 0, a->n, a->out, 1, dy, db);
 	return 0;
 }

@@ -11,17 +11,26 @@
  * slices combined in order by a per-channel kernel (reproducible, no atomics), then an
  * element-wise pass. Planes whose size is a multiple of 4 move as float4. Every value
  * of bn(x) is computed by bn_val, so the forward output, a recomputed output and the
- * mask in backward agree bit for bit. */
+ * mask in backward agree bit for bit.
+ *
+ * bn_apply_cuda (below) takes every element type: fp16 and bf16 in either layout run one
+ * templated pass on ew_kernel (eltwise.cuh), widened to float and rounded once. */
 #include <math.h>
+#include <type_traits>
 #include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 extern "C" {
 #include "core/error.h"
+#include "core/tensor.h"
 #include "ops/ops.h"
 }
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/eltwise.cuh"
 
 /* Slices of the batch per channel: enough blocks to fill the GPU (about 2,048), at most
  * BN_SLICES (the scratch is sized for that) and at most one per image. */
@@ -317,9 +326,9 @@ static int bn_apply_launch(cudaStream_t s, size_t count, int c, size_t hw, const
 	return 0;
 }
 
-extern "C" int bn_apply_cuda(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
-			     const float *gamma, const float *beta, const float *mean, const float *invstd,
-			     enum bn_apply_act act, float *y)
+static int bn_apply_f32(cudaStream_t s, int n, int c, int hw, const float *x, const float *identity,
+			const float *gamma, const float *beta, const float *mean, const float *invstd,
+			enum bn_apply_act act, float *y)
 {
 	size_t count = (size_t)n * c * hw;
 	if (!count)
@@ -364,7 +373,7 @@ extern "C" int bn_fwd_train_own_cuda(cudaStream_t s, const struct bn_args *a, co
 								 a->momentum, x, partial, save_mean, save_invstd,
 								 running_mean, running_var);
 	CUDA_CHECK_LAUNCH();
-	return bn_apply_cuda(s, a->n, a->c, (int)hw, x, z, gamma, beta, save_mean, save_invstd, act, y);
+	return bn_apply_f32(s, a->n, a->c, (int)hw, x, z, gamma, beta, save_mean, save_invstd, act, y);
 }
 
 template <int V, typename I>
@@ -442,3 +451,321 @@ extern "C" int bn_fwd_eval_own_cuda(cudaStream_t s, const struct bn_args *a, con
 	return 0;
 }
 
+
+/* --- batch norm apply in 16 bits ------------------------------------------------------------
+ * act(bn(x) + identity), identity b reading 0 when absent; all in float, rounded once. */
+struct bn_apply_op {
+	static constexpr bool indexed = true;
+	const float *gamma, *beta, *mean, *invstd;
+	int act;
+	float cap;
+	/* One element from its channel's statistics and parameters (both kernels' formula). */
+	__device__ float at(float x, float id, float m, float is, float g, float b) const
+	{
+		float v = (x - m) * is * g + b + id;
+		if (act) {
+			v = v > 0.0f ? v : 0.0f;
+			v = v > cap ? cap : v;
+		}
+		return v;
+	}
+	__device__ float operator()(const cursor &p, float x, float id, int) const
+	{
+		int c = p.ch;
+		return at(x, id, mean[c], invstd[c], gamma[c], beta[c]);
+	}
+};
+
+/* NHWC with c % 8 == 0: chunk k holds channels (8k mod c) .. + 7, so a thread whose chunks
+ * step by a multiple of c / 8 keeps one channel group: its 32 statistics and parameters
+ * load once into registers, and no element needs a division to find its channel.
+ * bn_apply_op::at computes each element, so both paths give the same bits. */
+template <typename T>
+__global__ static void bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, const T *x, const T *id,
+					     bn_apply_op f, T *y)
+{
+	unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
+	unsigned threads = gridDim.x * blockDim.x / groups * groups;
+	if (tid >= threads)
+		return;
+	unsigned c0 = tid % groups * VEC;
+	float mean[VEC], invstd[VEC], gamma[VEC], beta[VEC];
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		mean[e] = f.mean[c0 + e];
+		invstd[e] = f.invstd[c0 + e];
+		gamma[e] = f.gamma[c0 + e];
+		beta[e] = f.beta[c0 + e];
+	}
+	for (size_t k = tid; k < chunks; k += threads) {
+		float v[VEC], vi[VEC] = {};
+		load8<true>(x, k, v);
+		if (id)
+			load8<true>(id, k, vi);
+#pragma unroll
+		for (int e = 0; e < VEC; e++)
+			v[e] = f.at(v[e], vi[e], mean[e], invstd[e], gamma[e], beta[e]);
+		store8<true>(y, k, v);
+	}
+}
+
+template <typename T>
+static int bn_apply_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void *x, const void *id,
+		      bn_apply_op f, void *y)
+{
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return 0;
+	size_t count = (size_t)n * c * hw, chunks = count / VEC;
+	unsigned blocks = grid_for(chunks) < 4096 ? grid_for(chunks) : 4096;
+	if (nhwc && c % VEC == 0 && (unsigned)(c / VEC) <= blocks * BLOCK && aligned(x, 16) &&
+	    aligned(id, 16) && aligned(y, 16)) {
+		bn_apply_nhwc8_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)(c / VEC), (const T *)x,
+								 (const T *)id, f, (T *)y);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
+	return ew_launch<T>(s, count, x, id, NULL, y, 0, f, layout{ nhwc, c, hw });
+}
+
+extern "C" int bn_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw, const void *x,
+			     const void *identity, const float *gamma, const float *beta, const float *mean,
+			     const float *invstd, enum bn_apply_act act, void *y)
+{
+	if (dt == GP_F32) {
+		GP_TRY(f32_nchw_only(nhwc, "batch norm apply"));
+		return bn_apply_f32(s, n, c, hw, (const float *)x, (const float *)identity, gamma, beta, mean,
+				    invstd, act, (float *)y);
+	}
+	bn_apply_op f = { gamma, beta, mean, invstd, act != BN_APPLY_LINEAR,
+			  act == BN_APPLY_RELU6 ? 6.0f : INFINITY };
+	return DISPATCH_H(dt, bn_apply_t, s, nhwc, n, c, hw, x, identity, f, y);
+}
+
+/* --- synchronized batch norm (SyncBatchNorm over ranks): the statistics as sums that
+ * the caller all-reduces between the calls ----------------------------------------- */
+namespace sync_bn {
+
+__device__ __forceinline__ float ld(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(__half *p, size_t i, float v) { p[i] = __float2half(v); }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+
+/* Element j of channel c (j over n * hw). */
+__device__ __forceinline__ size_t at(size_t j, int c, int C, size_t hw, int nhwc)
+{
+	return nhwc ? j * C + c : ((j / hw) * C + c) * hw + j % hw;
+}
+
+__device__ __forceinline__ int chan_of(size_t idx, int C, size_t hw, int nhwc)
+{
+	return nhwc ? (int)(idx % C) : (int)((idx / hw) % C);
+}
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ double block_sum(double v, double *sh)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_down_sync(0xffffffffu, v, o);
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	if (lane == 0)
+		sh[warp] = v;
+	__syncthreads();
+	v = threadIdx.x < kThreads / 32 ? sh[threadIdx.x] : 0.0;
+	if (warp == 0)
+		for (int o = 16; o > 0; o >>= 1)
+			v += __shfl_down_sync(0xffffffffu, v, o);
+	__syncthreads();
+	return v;
+}
+
+template <typename T>
+__global__ void sums_k(const T *x, int C, size_t hw, size_t per_c, int nhwc, double *sums)
+{
+	__shared__ double sh[kThreads / 32];
+	int c = blockIdx.y;
+	double s = 0, q = 0;
+	for (size_t j = (size_t)blockIdx.x * kThreads + threadIdx.x; j < per_c; j += (size_t)gridDim.x * kThreads) {
+		double v = ld(x, at(j, c, C, hw, nhwc));
+		s += v;
+		q += v * v;
+	}
+	s = block_sum(s, sh);
+	q = block_sum(q, sh);
+	if (threadIdx.x == 0) {
+		atomicAdd(&sums[c], s);
+		atomicAdd(&sums[C + c], q);
+	}
+}
+
+__global__ void finalize_k(int C, const double *sums, double count, double eps, double momentum,
+			   float *mean_out, float *invstd_out, float *run_mean, float *run_var)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	double mean = sums[c] / count, var = sums[C + c] / count - mean * mean;
+	if (var < 0)
+		var = 0;
+	double unbiased = count > 1 ? var * count / (count - 1) : var;
+	mean_out[c] = (float)mean;
+	invstd_out[c] = (float)(1.0 / sqrt(var + eps));
+	run_mean[c] = (float)((1.0 - momentum) * run_mean[c] + momentum * mean);
+	run_var[c] = (float)((1.0 - momentum) * run_var[c] + momentum * unbiased);
+}
+
+template <typename T>
+__global__ void apply_k(const T *x, size_t total, int C, size_t hw, int nhwc, const float *gamma,
+			const float *beta, const float *mean, const float *invstd, T *y)
+{
+	for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < total; i += (size_t)gridDim.x * kThreads) {
+		int c = chan_of(i, C, hw, nhwc);
+		st(y, i, (ld(x, i) - mean[c]) * invstd[c] * gamma[c] + beta[c]);
+	}
+}
+
+template <typename T>
+__global__ void bwd_sums_k(const T *x, const T *dy, int C, size_t hw, size_t per_c, int nhwc,
+			   const float *mean, const float *invstd, double *sums)
+{
+	__shared__ double sh[kThreads / 32];
+	int c = blockIdx.y;
+	double m = mean[c], is = invstd[c], s = 0, q = 0;
+	for (size_t j = (size_t)blockIdx.x * kThreads + threadIdx.x; j < per_c; j += (size_t)gridDim.x * kThreads) {
+		size_t k = at(j, c, C, hw, nhwc);
+		double g = ld(dy, k);
+		s += g;
+		q += g * ((ld(x, k) - m) * is);
+	}
+	s = block_sum(s, sh);
+	q = block_sum(q, sh);
+	if (threadIdx.x == 0) {
+		atomicAdd(&sums[c], s);
+		atomicAdd(&sums[C + c], q);
+	}
+}
+
+__global__ void param_grads_k(int C, const double *sums, float *dgamma, float *dbeta)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c < C) {
+		dbeta[c] = (float)sums[c];
+		dgamma[c] = (float)sums[C + c];
+	}
+}
+
+template <typename T>
+__global__ void dx_k(const T *x, const T *dy, size_t total, int C, size_t hw, int nhwc,
+		     const float *gamma, const float *mean, const float *invstd, const double *sums,
+		     double count, T *dx, int acc)
+{
+	for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < total; i += (size_t)gridDim.x * kThreads) {
+		int c = chan_of(i, C, hw, nhwc);
+		float xhat = (ld(x, i) - mean[c]) * invstd[c];
+		float k = (float)(gamma[c] * invstd[c] / count);
+		float g = k * ((float)count * ld(dy, i) - (float)sums[c] - xhat * (float)sums[C + c]);
+		st(dx, i, acc ? ld(dx, i) + g : g);
+	}
+}
+
+unsigned grid_1d(size_t total)
+{
+	size_t b = (total + kThreads - 1) / kThreads;
+	return (unsigned)(b < 65535 * 8 ? (b ? b : 1) : 65535 * 8);
+}
+
+dim3 grid_chan(const struct bn_args *a)
+{
+	size_t per_c = (size_t)a->n * a->h * a->w;
+	size_t s = (per_c + kThreads * 8 - 1) / (kThreads * 8);
+	return dim3((unsigned)(s < 1 ? 1 : s > 64 ? 64 : s), (unsigned)a->c);
+}
+
+template <typename F>
+int by_dtype(enum gp_dtype dt, F f)
+{
+	switch (dt) {
+	case GP_F32: f((float *)0); return 0;
+	case GP_F16: f((__half *)0); return 0;
+	case GP_BF16: f((__nv_bfloat16 *)0); return 0;
+	default: return gp_error(GP_EUNSUPPORTED, "synchronized batch norm: no %s kernels", dtype_name(dt));
+	}
+}
+
+} // namespace sync_bn
+
+using namespace sync_bn;
+
+extern "C" int bn_sync_sums_cuda(cudaStream_t s0, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+				 const void *x, double *sums)
+{
+	cudaStream_t s = s0;
+	CUDA_TRY(cudaMemsetAsync(sums, 0, 2 * (size_t)a->c * sizeof(double), s));
+	size_t hw = (size_t)a->h * a->w;
+	GP_TRY(by_dtype(dt, [&](auto *t) {
+		using T = typename std::remove_pointer<decltype(t)>::type;
+		sums_k<T><<<grid_chan(a), kThreads, 0, s>>>((const T *)x, a->c, hw, a->n * hw, nhwc, sums);
+	}));
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn_sync_finalize_cuda(cudaStream_t s0, const struct bn_args *a, const double *sums,
+				     double count, float *save_mean, float *save_invstd, float *run_mean,
+				     float *run_var)
+{
+	finalize_k<<<(a->c + 127) / 128, 128, 0, s0>>>(
+		a->c, sums, count, a->eps, a->momentum, save_mean, save_invstd, run_mean, run_var);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn_sync_apply_cuda(cudaStream_t s0, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+				  const void *x, const float *gamma, const float *beta, const float *mean,
+				  const float *invstd, void *y)
+{
+	size_t hw = (size_t)a->h * a->w, total = (size_t)a->n * a->c * hw;
+	GP_TRY(by_dtype(dt, [&](auto *t) {
+		using T = typename std::remove_pointer<decltype(t)>::type;
+		apply_k<T><<<grid_1d(total), kThreads, 0, s0>>>(
+			(const T *)x, total, a->c, hw, nhwc, gamma, beta, mean, invstd, (T *)y);
+	}));
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn_sync_bwd_sums_cuda(cudaStream_t s0, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+				     const void *x, const void *dy, const float *mean, const float *invstd,
+				     double *sums, float *dgamma, float *dbeta)
+{
+	cudaStream_t s = s0;
+	CUDA_TRY(cudaMemsetAsync(sums, 0, 2 * (size_t)a->c * sizeof(double), s));
+	size_t hw = (size_t)a->h * a->w;
+	GP_TRY(by_dtype(dt, [&](auto *t) {
+		using T = typename std::remove_pointer<decltype(t)>::type;
+		bwd_sums_k<T><<<grid_chan(a), kThreads, 0, s>>>((const T *)x, (const T *)dy, a->c, hw,
+								a->n * hw, nhwc, mean, invstd, sums);
+	}));
+	CUDA_CHECK_LAUNCH();
+	param_grads_k<<<(a->c + 127) / 128, 128, 0, s>>>(a->c, sums, dgamma, dbeta);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn_sync_bwd_dx_cuda(cudaStream_t s0, enum gp_dtype dt, int nhwc, const struct bn_args *a,
+				   const void *x, const void *dy, const float *gamma, const float *mean,
+				   const float *invstd, const double *sums, double count, void *dx,
+				   int accumulate)
+{
+	size_t hw = (size_t)a->h * a->w, total = (size_t)a->n * a->c * hw;
+	GP_TRY(by_dtype(dt, [&](auto *t) {
+		using T = typename std::remove_pointer<decltype(t)>::type;
+		dx_k<T><<<grid_1d(total), kThreads, 0, s0>>>(
+			(const T *)x, (const T *)dy, total, a->c, hw, nhwc, gamma, mean, invstd, sums, count,
+			(T *)dx, accumulate);
+	}));
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}

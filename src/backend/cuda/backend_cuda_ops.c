@@ -1,0 +1,373 @@
+/* The CUDA backend's ops: one forward and one backward switch over a node's op, in the
+ * net's activation type (float NCHW, or fp16/bf16 in NCHW or NHWC under mixed
+ * precision) through the CUDA op layer, whose launchers take that type. Under mixed
+ * precision convolutions and linear layers take 16-bit copies of their float weights,
+ * cast (and for NHWC transposed to KRSC) right before use, as autocast does; batch norm
+ * keeps float statistics and parameters; weight gradients end in the float master
+ * gradients. Also here: which batch norms run fused with the ReLU (and add) after them. */
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda_internal.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+
+/* The weights a convolution or linear layer reads: the float master copy, or under mixed
+ * precision its 16-bit copy, made here from the master copy (forward, before each use). */
+static int weights_cast(struct net *net, const struct node *nd)
+{
+	struct backend_state *b = net->bk;
+	cudaStream_t s = b->ctx->stream;
+	if (!b->amp)
+		return 0;
+	if (nd->op == OP_CONV2D) {
+		const struct conv2d_args *a = &nd->a.conv;
+		return to_h_layout_cuda(s, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
+					param_ptr(net, nd, 0), hparam_ptr(net, nd, 0));
+	}
+	const struct linear_args *a = &nd->a.lin;
+	return cast_f32_to_h_cuda(s, b->ht, (size_t)a->out * a->in, param_ptr(net, nd, 0), hparam_ptr(net, nd, 0));
+}
+
+static const void *weights_of(struct net *net, const struct node *nd)
+{
+	return net->bk->amp ? hparam_ptr(net, nd, 0) : (const void *)param_ptr(net, nd, 0);
+}
+
+/* y = x, count activations (a flatten, dropout outside training). */
+static int act_copy(struct net *net, void *y, const void *x, size_t count)
+{
+	if (x == y || !count)
+		return 0;
+	CUDA_TRY(cudaMemcpyAsync(y, x, count * dtype_size(net->bk->dt), cudaMemcpyDeviceToDevice,
+				 net->bk->ctx->stream));
+	return 0;
+}
+
+static int forward_node(struct net *net, int i, int training);
+
+int cuda_forward_node(struct net *net, int i, int training)
+{
+	GP_TRY(bind_device(net));
+	GP_TRY(side_join(net)); /* a forward after a backward without an optimizer step */
+	if (i == 1 && training)
+		GP_TRY(cuda_dp_bcast_running(net));
+	if (training && net->sync_bn && net->nodes[i].op == OP_BATCHNORM2D)
+		return cuda_bn_sync_fwd(net, i, act_ptr(net, net->nodes[i].in[0]), act_ptr(net, i));
+	return forward_node(net, i, training);
+}
+
+static int forward_node(struct net *net, int i, int training)
+{
+	struct node *nd = &net->nodes[i];
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	cudaStream_t s = ctx->stream;
+	enum gp_dtype dt = b->dt;
+	void *x = nd->n_in ? act_ptr(net, nd->in[0]) : NULL, *y = act_ptr(net, i);
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D: {
+		const struct conv2d_args *a = &nd->a.conv;
+		struct conv_call call = conv_call_of(net, nd, 0);
+		call.relu6 = fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED;
+		GP_TRY(weights_cast(net, nd));
+		return conv2d_fwd_cuda(ctx, a, &call, x, weights_of(net, nd), a->has_bias ? param_ptr(net, nd, 1) : NULL,
+				       y);
+	}
+	case OP_BATCHNORM2D: {
+		float *run = b->running + nd->running_offset, *stats = saved;
+		int role = training ? fuse_role(net, i) : FUSE_NONE;
+		if (role == FUSE_BN_DEFERRED) /* the add after it runs it */
+			return 0;
+		if (role == FUSE_BN_RELU || role == FUSE_BN_RELU6) /* y: the ReLU's output, in place */
+			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
+						       x, NULL, param_ptr(net, nd, 0), param_ptr(net, nd, 1), y, stats,
+						       stats + nd->a.bn.c, run, run + nd->a.bn.c, rsv_ptr(net, i),
+						       rsv_bytes(net, i));
+		if (training)
+			return bn_fwd_train_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1),
+						 y, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
+		return bn_fwd_eval_cuda(ctx, &nd->a.bn, x, param_ptr(net, nd, 0), param_ptr(net, nd, 1), run,
+					run + nd->a.bn.c, y);
+	}
+	case OP_RELU:
+		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU_AFTER_ADD))
+			return 0; /* in place: the fused batch norm wrote it */
+		return relu_fwd_cuda(s, dt, count, x, y);
+	case OP_RELU6:
+		if (training && (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU6_FOLDED))
+			return 0;
+		return relu6_fwd_cuda(s, dt, count, x, y);
+	case OP_MAXPOOL2D:
+		return maxpool_fwd_cuda(s, dt, b->nhwc, &nd->a.pool, x, y, saved);
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return avgpool_global_fwd_cuda(s, dt, b->nhwc, in.n, in.c, in.h * in.w, x, y);
+	}
+	case OP_FLATTEN:
+		return act_copy(net, y, x, count);
+	case OP_LINEAR: {
+		const struct linear_args *a = &nd->a.lin;
+		GP_TRY(weights_cast(net, nd));
+		return linear_fwd_cuda(ctx, a, x, weights_of(net, nd), a->has_bias ? param_ptr(net, nd, 1) : NULL, y);
+	}
+	case OP_ADD:
+		if (training && fuse_role(net, i) == FUSE_ADD_BN_RELU) {
+			int k = fuse_role(net, nd->in[0]) == FUSE_BN_DEFERRED ? 0 : 1, bi = nd->in[k];
+			const struct node *bn = &net->nodes[bi];
+			float *run = b->running + bn->running_offset, *stats = saved_ptr(net, bi);
+			return bn_fwd_train_fused_cuda(ctx, &bn->a.bn, BN_FUSE_ADD_RELU, act_ptr(net, bn->in[0]),
+						       act_ptr(net, nd->in[1 - k]), param_ptr(net, bn, 0),
+						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
+						       run + bn->a.bn.c, rsv_ptr(net, bi), rsv_bytes(net, bi));
+		}
+		return add_fwd_cuda(s, dt, count, x, act_ptr(net, nd->in[1]), y);
+	case OP_DROPOUT:
+		if (training && saved) {
+			GP_TRY(dropout_mask_step_cuda(s, count, nd->a.drop.p, dropout_seed(net, i), b->d_step, saved));
+			return dropout_fwd_cuda(s, dt, &nd->a.drop, saved, x, y);
+		}
+		return act_copy(net, y, x, count);
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no forward for op %s", op_name(nd->op));
+}
+
+/* Recompute a ReLU's output from its batch norm's input and saved statistics; for a
+ * residual block's output, relu(bn(x) + identity): one pass (in 16 bits rounded once). */
+static int cuda_recompute(struct net *net, int r)
+{
+	struct backend_state *b = net->bk;
+	const struct node *rn = &net->nodes[r];
+	int id = node_recompute_identity(net, r), bi = node_recompute_bn(net, r);
+	const struct node *bn = &net->nodes[bi];
+	float *stats = saved_ptr(net, bi);
+	const struct bn_args *a = &bn->a.bn;
+	return bn_apply_cuda(b->ctx->stream, b->dt, b->nhwc, a->n, a->c, a->h * a->w, act_ptr(net, bn->in[0]),
+			     id >= 0 ? act_ptr_bwd(net, id) : NULL, param_ptr(net, bn, 0), param_ptr(net, bn, 1),
+			     stats, stats + a->c, rn->op == OP_RELU6 ? BN_APPLY_RELU6 : BN_APPLY_RELU,
+			     act_ptr_bwd(net, r));
+}
+
+/* A convolution's weight gradient on the side stream, after everything enqueued on
+ * the main stream so far (which made x and dy), in its own planned workspace; the
+ * main stream goes on with backward data and the layers below meanwhile, and waits at
+ * the next convolution's backward (the plan keeps x, dy and the workspace until then).
+ * At small batches one convolution's kernels leave most SMs idle; two fill more. */
+static int wgrad_on_side(struct net *net, const struct node *nd, const float *x, const float *dy)
+{
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	struct cuda_ctx side = *ctx; /* the same configuration, another stream and handle */
+	side.stream = ctx->side_stream;
+	side.cudnn = ctx->side_cudnn;
+	struct conv_call call = { .ws_planned = 1, .ws = scratch_ptr(net, net->scratch[nd - net->nodes].t_side) };
+	CUDA_TRY(cudaEventRecord(ctx->ev_fork, ctx->stream));
+	CUDA_TRY(cudaStreamWaitEvent(side.stream, ctx->ev_fork, 0));
+	b->side_pending = 1;
+	GP_TRY(conv2d_bwd_filter_cuda(&side, &nd->a.conv, &call, x, dy, pgrad_ptr(net, nd, 0),
+				      nd->a.conv.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+	CUDA_TRY(cudaEventRecord(ctx->ev_join, side.stream));
+	return 0;
+}
+
+/* A convolution's weight gradient into the float master gradient. FP32: straight, on
+ * the side stream where the plan put it there. Mixed precision: straight into float
+ * where the plan computes it that way (conv2d_bwd_filter_f32_cuda), else into the
+ * 16-bit copy and converted. */
+static int conv_wgrad(struct net *net, int i, const struct conv_call *call, const void *x, const void *dy)
+{
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	const struct node *nd = &net->nodes[i];
+	const struct conv2d_args *a = &nd->a.conv;
+	float *db = a->has_bias ? pgrad_ptr(net, nd, 1) : NULL;
+	if (!b->amp) {
+		if (net->scratch[i].side && !net->buckets.ready) /* an observer reads them on the main stream */
+			return wgrad_on_side(net, nd, x, dy);
+		return conv2d_bwd_filter_cuda(ctx, a, call, x, dy, pgrad_ptr(net, nd, 0), db);
+	}
+	int direct = conv2d_bwd_filter_f32_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0), db);
+	if (direct)
+		return direct < 0 ? direct : 0;
+	GP_TRY(conv2d_bwd_filter_cuda(ctx, a, call, x, dy, hgrad_ptr(net, nd, 0), db));
+	return from_h_layout_cuda(ctx->stream, b->ht, a->c_out, a->c_in / a->groups, a->kh, a->kw, b->nhwc,
+				  hgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 0), 0);
+}
+
+static int backward_node(struct net *net, int i);
+
+/* A node's backward, then the all-reduce of the gradient buckets it completes. */
+int cuda_backward_node(struct net *net, int i)
+{
+	GP_TRY(bind_device(net));
+	const struct node *nd = &net->nodes[i];
+	if (net->sync_bn && nd->op == OP_BATCHNORM2D) {
+		void *dx = grad_ptr(net, nd->in[0]);
+		if (!dx)
+			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		GP_TRY(cuda_bn_sync_bwd(net, i, act_ptr_bwd(net, nd->in[0]), grad_ptr(net, i), dx,
+					net->nodes[nd->in[0]].last_consumer != i));
+	} else {
+		GP_TRY(backward_node(net, i));
+	}
+	return cuda_dp_after_backward(net, i);
+}
+
+static int backward_node(struct net *net, int i)
+{
+	struct node *nd = &net->nodes[i];
+	struct backend_state *b = net->bk;
+	struct cuda_ctx *ctx = b->ctx;
+	cudaStream_t s = ctx->stream;
+	enum gp_dtype dt = b->dt;
+	if (nd->op == OP_CONV2D) /* where the plan ends the side work's tensors */
+		GP_TRY(side_join(net));
+	/* recomputed outputs are made at the first backward that reads them (planned) */
+	FOR_EACH_RECOMPUTE_AT(net, r, i)
+		GP_TRY(cuda_recompute(net, r));
+	void *dy = grad_ptr(net, i), *x = nd->n_in ? act_ptr_bwd(net, nd->in[0]) : NULL;
+	void *dx = nd->n_in ? grad_ptr(net, nd->in[0]) : NULL;
+	int acc = nd->n_in ? net->nodes[nd->in[0]].last_consumer != i : 0;
+	void *saved = saved_ptr(net, i);
+	size_t count = shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_INPUT:
+		return 0;
+	case OP_CONV2D: {
+		struct conv_call call = conv_call_of(net, nd, 1);
+		if (fuse_role(net, nd->in[0]) == FUSE_RELU6_FOLDED) { /* x is max(z, 0): clip, and mask dx */
+			call.relu6 = 1;
+			call.relu6_x = x;
+		}
+		GP_TRY(conv_wgrad(net, i, &call, x, dy));
+		return dx ? conv2d_bwd_data_cuda(ctx, &nd->a.conv, &call, dy, weights_of(net, nd), dx, acc) : 0;
+	}
+	case OP_BATCHNORM2D: {
+		float *stats = saved;
+		if (!dx)
+			return gp_error(GP_EUNSUPPORTED, "%s: batch norm on the network input", nd->name);
+		if (fuse_role(net, i) == FUSE_BN_RELU || fuse_role(net, i) == FUSE_BN_RELU6) /* dy: unmasked */
+			return bn_bwd_relu_fused_cuda(ctx, &nd->a.bn,
+						      fuse_role(net, i) == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6, x,
+						      act_ptr_bwd(net, nd->last_consumer), dy, param_ptr(net, nd, 0),
+						      param_ptr(net, nd, 1), stats, stats + nd->a.bn.c, dx, acc,
+						      pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1), rsv_ptr(net, i),
+						      rsv_bytes(net, i));
+		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
+				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
+	}
+	case OP_RELU:
+		if (fuse_role(net, i) == FUSE_RELU_DONE) /* the batch norm's backward masks */
+			return 0;
+		return dx ? relu_bwd_cuda(s, dt, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+	case OP_RELU6:
+		if (fuse_role(net, i) == FUSE_RELU_DONE || fuse_role(net, i) == FUSE_RELU6_FOLDED)
+			return 0;
+		return dx ? relu6_bwd_cuda(s, dt, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
+	case OP_MAXPOOL2D:
+		return dx ? maxpool_bwd_cuda(s, dt, b->nhwc, &nd->a.pool, dy, saved, dx, acc) : 0;
+	case OP_AVGPOOL_GLOBAL: {
+		struct shape in = net->nodes[nd->in[0]].out;
+		return dx ? avgpool_global_bwd_cuda(s, dt, b->nhwc, in.n, in.c, in.h * in.w, dy, dx, acc) : 0;
+	}
+	case OP_FLATTEN:
+		return dx && dx != dy ? grad_pass_cuda(s, dt, count, dy, dx, acc) : 0;
+	case OP_LINEAR:
+		GP_TRY(linear_bwd_weight_cuda(ctx, &nd->a.lin, x, dy, pgrad_ptr(net, nd, 0),
+					      nd->a.lin.has_bias ? pgrad_ptr(net, nd, 1) : NULL));
+		return dx ? linear_bwd_data_cuda(ctx, &nd->a.lin, dy, weights_of(net, nd), dx, acc) : 0;
+	case OP_ADD:
+		for (int k = 0; k < 2; k++) {
+			void *dxk = grad_ptr(net, nd->in[k]);
+			if (dxk && dxk != dy) /* the same buffer when the plan shares it */
+				GP_TRY(grad_pass_cuda(s, dt, count, dy, dxk, net->nodes[nd->in[k]].last_consumer != i));
+		}
+		return 0;
+	case OP_DROPOUT:
+		return dx ? dropout_bwd_cuda(s, dt, &nd->a.drop, saved, dy, dx, acc) : 0;
+	case OP_COUNT:
+		break;
+	}
+	return gp_error(GP_EUNSUPPORTED, "CUDA backend: no backward for op %s", op_name(nd->op));
+}
+
+/* A ReLU that overwrites its input, which nothing else reads (plan.c's relu_in_place),
+ * in training. */
+static int relu_over(const struct net *net, int r, int src)
+{
+	if (r < 0)
+		return 0;
+	const struct node *rn = &net->nodes[r];
+	return (rn->op == OP_RELU || rn->op == OP_RELU6) && rn->n_in == 1 && rn->in[0] == src &&
+	       net->nodes[src].consumers == 1 && net->nodes[src].op != OP_INPUT && node_has_grad(net, r);
+}
+
+/* A ReLU6 whose only reader is a depthwise convolution on the own 16-bit kernels, which
+ * can apply its clip at 6. */
+static int relu6_foldable(const struct net *net, int r)
+{
+	const struct node *rn = &net->nodes[r];
+	if (rn->consumers != 1 || rn->last_consumer < 0)
+		return 0;
+	const struct node *cn = &net->nodes[rn->last_consumer];
+	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_can_fold_relu6(net->bk->ctx, &cn->a.conv);
+}
+
+int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
+{
+	struct backend_state *b = net->bk;
+	/* bn_fuse_plan_cuda declines what has no fused form; synchronized batch norm has its
+	 * own kernels */
+	if (!net->tuning.test.bn_fuse || net->sync_bn)
+		return 0;
+	int n = net->n_nodes;
+	b->fuse = calloc((size_t)n, 1);
+	if (!b->fuse)
+		return gp_error(GP_ENOMEM, "cannot allocate the fusion roles");
+	int fused = 0;
+	for (int i = 0; i < n; i++) {
+		struct node *nd = &net->nodes[i];
+		if (nd->op != OP_BATCHNORM2D || nd->consumers != 1 || !node_has_grad(net, i) || b->fuse[i])
+			continue;
+		int c = nd->last_consumer, rc;
+		size_t reserve = 0;
+		if (relu_over(net, c, i)) {
+			int six = net->nodes[c].op == OP_RELU6, fold = six && relu6_foldable(net, c);
+			enum bn_fuse op = six && !fold ? BN_FUSE_RELU6 : BN_FUSE_RELU;
+			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, op, &reserve)) < 0)
+				return rc;
+			if (rc == 0)
+				continue;
+			b->fuse[i] = op == BN_FUSE_RELU6 ? FUSE_BN_RELU6 : FUSE_BN_RELU;
+			b->fuse[c] = fold ? FUSE_RELU6_FOLDED : FUSE_RELU_DONE;
+			reqs[i].keep_last = 2 * n - i; /* read again by its backward */
+		} else if (net->nodes[c].op == OP_ADD && !b->fuse[c] && net->nodes[c].in[0] != net->nodes[c].in[1] &&
+			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c) &&
+			   net->nodes[net->nodes[c].last_consumer].op == OP_RELU) {
+			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, BN_FUSE_ADD_RELU, &reserve)) < 0)
+				return rc;
+			if (rc == 0)
+				continue;
+			b->fuse[i] = FUSE_BN_DEFERRED;
+			b->fuse[c] = FUSE_ADD_BN_RELU;
+			b->fuse[net->nodes[c].last_consumer] = FUSE_RELU_AFTER_ADD;
+			reqs[i].keep_last = c; /* the add runs it; the backward is plain */
+		} else {
+			continue;
+		}
+		reqs[i].keep_bytes = reserve;
+		fused++;
+	}
+	if (!fused) {
+		free(b->fuse);
+		b->fuse = NULL;
+	}
+	return 0;
+}

@@ -1,0 +1,60 @@
+/* What conv_plan.c (the plan cache and the algorithm choice) gives conv_cudnn.c (running
+ * planned convolutions): the plan of a shape, and the few rules both sides apply. */
+#ifndef GP_OPS_CUDA_CONV_PLAN_H
+#define GP_OPS_CUDA_CONV_PLAN_H
+
+#include <stdint.h>
+
+#include <cudnn.h>
+
+#include "ops/cuda/cuda_ops.h"
+
+struct conv_plan {
+	struct conv2d_args a; /* has_bias cleared: the bias does not change the plan */
+	int device, math, dtype, nhwc, policy;
+	struct conv_plan *next;
+
+	cudnnTensorDescriptor_t x_desc, y_desc;
+	cudnnFilterDescriptor_t w_desc;
+	/* One descriptor per direction: each carries the math type of its algorithm. */
+	cudnnConvolutionDescriptor_t fwd_desc, bwd_data_desc, bwd_filter_desc;
+	cudnnConvolutionFwdAlgo_t fwd_algo;
+	cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+	cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+	size_t fwd_ws_bytes, bwd_data_ws_bytes, bwd_filter_ws_bytes;
+	/* 16-bit NHWC 1x1 convolutions: a direction as one cuBLAS product over N*H*W rows
+	 * (linear_*_cuda) where that measured faster than cuDNN's best; the weight
+	 * gradient then comes out in float, into the master gradient
+	 * (conv2d_bwd_filter_f32_cuda). */
+	int fwd_gemm, bwd_data_gemm, bwd_filter_gemm;
+};
+
+/* The plan of a's shape in ctx's mode, measured now (on bufs, or on scratch when bufs is
+ * NULL) if the cache has none. Measuring synchronizes the device. */
+int conv_plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_bufs *bufs,
+		  struct conv_plan **out);
+/* The cached plan of a's shape in ctx's mode, or NULL; never measures. */
+const struct conv_plan *conv_plan_find(const struct cuda_ctx *ctx, const struct conv2d_args *a);
+
+/* Element size of the context's activations. */
+static inline size_t act_size(const struct cuda_ctx *ctx)
+{
+	return ctx->act_dtype == GP_F32 ? sizeof(float) : 2;
+}
+
+/* A 1x1, stride-1, unpadded, ungrouped convolution on 16-bit NHWC activations is a
+ * product of an (N*H*W) x C matrix with the K x C weights: its weight gradient is
+ * linear_bwd_weight_cuda's. */
+static inline int wgrad_gemm_ok(const struct cuda_ctx *ctx, const struct conv2d_args *a)
+{
+	return ctx->act_dtype != GP_F32 && ctx->nhwc && a->kh == 1 && a->kw == 1 && a->stride == 1 &&
+	       a->pad == 0 && a->groups == 1 && (size_t)a->n * a->h_in * a->w_in <= (size_t)INT32_MAX;
+}
+
+static inline struct linear_args wgrad_gemm_args(const struct conv2d_args *a)
+{
+	struct linear_args l = { .n = a->n * a->h_in * a->w_in, .in = a->c_in, .out = a->c_out, .has_bias = 0 };
+	return l;
+}
+
+#endif

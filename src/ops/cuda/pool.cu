@@ -1,0 +1,463 @@
+/* Pooling: global average pooling and max pooling (forward with argmax, backward as a
+ * gather), each behind one launcher taking the element type and layout. Float runs the
+ * NCHW float kernels; fp16 and bf16 one templated source for either layout, widened to
+ * float and rounded once. Reductions run in a fixed order (no atomics). */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* The project headers are C without linkage guards. */
+extern "C" {
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+}
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/eltwise.cuh"
+
+/* === float, NCHW ========================================================================== */
+/* --- global average pooling: one warp per (n, c) plane ---------------------------------- */
+__global__ static void avgpool_global_fwd_kernel(size_t planes, int hw, const float *x, float *y)
+{
+	size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+	int lane = threadIdx.x & 31;
+	/* Every lane of a warp has the same plane, so whole warps run the shuffles. */
+	for (size_t plane = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; plane < planes;
+	     plane += warps) {
+		const float *p = x + plane * hw;
+		float sum = 0.0f;
+		for (int i = lane; i < hw; i += 32)
+			sum += p[i];
+		for (int off = 16; off > 0; off >>= 1)
+			sum += __shfl_xor_sync(FULL_MASK, sum, off);
+		if (lane == 0)
+			y[plane] = sum / (float)hw;
+	}
+}
+
+static int avgpool_global_fwd_f32(cudaStream_t s, int n, int c, int hw, const float *x, float *y)
+{
+	size_t planes = (size_t)n * c;
+	if (!planes || hw <= 0)
+		return 0;
+	avgpool_global_fwd_kernel<<<grid_for(planes * 32), BLOCK, 0, s>>>(planes, hw, x, y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+__global__ static void avgpool_global_bwd_kernel(size_t count, int hw, const float *dy, float *dx,
+						 int accumulate)
+{
+	FOR_EACH(i, count) {
+		float g = dy[i / hw] / (float)hw;
+		dx[i] = accumulate ? dx[i] + g : g;
+	}
+}
+
+static int avgpool_global_bwd_f32(cudaStream_t s, int n, int c, int hw, const float *dy, float *dx,
+				  int accumulate)
+{
+	size_t count = (size_t)n * c * hw;
+	if (!count)
+		return 0;
+	avgpool_global_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, hw, dy, dx, accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* --- max pooling ------------------------------------------------------------------------ */
+struct pool_k {
+	int h_in, w_in, h_out, w_out, k, stride, pad;
+};
+
+/* Padding never wins (PyTorch pads with -inf); ties keep the first position in
+ * row-major window order. I: the index type, 32 bits when the count allows (64-bit
+ * division costs more than the loads; ResNet's stem pooling was compute-bound on it). */
+template <typename I>
+__global__ static void maxpool_fwd_f32_kernel(I count, struct pool_k p, const float *x, float *y, int32_t *argmax)
+{
+	for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < count; o += (I)gridDim.x * blockDim.x) {
+		I row = o / (I)p.w_out, plane = row / (I)p.h_out;
+		int ow = (int)(o - row * (I)p.w_out), oh = (int)(row - plane * (I)p.h_out);
+		const float *xp = x + (size_t)plane * p.h_in * p.w_in;
+		float m = -INFINITY;
+		int idx = -1;
+		for (int i = 0; i < p.k; i++) {
+			int ih = oh * p.stride - p.pad + i;
+			if (ih < 0 || ih >= p.h_in)
+				continue;
+			for (int j = 0; j < p.k; j++) {
+				int iw = ow * p.stride - p.pad + j;
+				if (iw < 0 || iw >= p.w_in)
+					continue;
+				float v = xp[ih * p.w_in + iw];
+				if (idx < 0 || v > m) {
+					m = v;
+					idx = ih * p.w_in + iw;
+				}
+			}
+		}
+		y[o] = m;
+		argmax[o] = idx;
+	}
+}
+
+/* Gather instead of scatter: each input element sums, in ascending output order, the
+ * gradients of the windows that chose it, so no atomics and the CPU's order of sums. */
+template <typename I>
+__global__ static void maxpool_bwd_f32_kernel(I count, struct pool_k p, const float *dy, const int32_t *argmax,
+					  float *dx, int accumulate)
+{
+	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (I)gridDim.x * blockDim.x) {
+		I row = i / (I)p.w_in, plane = row / (I)p.h_in;
+		int iw = (int)(i - row * (I)p.w_in), ih = (int)(row - plane * (I)p.h_in);
+		int pos = ih * p.w_in + iw;
+		int oh0, oh1, ow0, ow1;
+		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
+		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
+		size_t base = (size_t)plane * p.h_out * p.w_out;
+		float acc = accumulate ? dx[i] : 0.0f;
+		for (int oh = oh0; oh <= oh1; oh++)
+			for (int ow = ow0; ow <= ow1; ow++) {
+				size_t o = base + (size_t)oh * p.w_out + ow;
+				if (argmax[o] == pos)
+					acc += dy[o];
+			}
+		dx[i] = acc;
+	}
+}
+
+static struct pool_k pool_k_from(const struct pool_args *a)
+{
+	struct pool_k p = { a->h_in, a->w_in, a->h_out, a->w_out, a->k, a->stride, a->pad };
+	return p;
+}
+
+static int maxpool_fwd_f32(cudaStream_t s, const struct pool_args *a, const float *x, float *y,
+			   int32_t *argmax)
+{
+	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
+	if (!count)
+		return 0;
+	if (count <= UINT32_MAX)
+		maxpool_fwd_f32_kernel<unsigned><<<grid_for(count), BLOCK, 0, s>>>((unsigned)count, pool_k_from(a), x, y,
+										argmax);
+	else
+		maxpool_fwd_f32_kernel<size_t><<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), x, y, argmax);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+static int maxpool_bwd_f32(cudaStream_t s, const struct pool_args *a, const float *dy,
+			   const int32_t *argmax, float *dx, int accumulate)
+{
+	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
+	if (!count)
+		return 0;
+	if (count <= UINT32_MAX)
+		maxpool_bwd_f32_kernel<unsigned><<<grid_for(count), BLOCK, 0, s>>>((unsigned)count, pool_k_from(a), dy,
+										argmax, dx, accumulate);
+	else
+		maxpool_bwd_f32_kernel<size_t><<<grid_for(count), BLOCK, 0, s>>>(count, pool_k_from(a), dy, argmax, dx,
+									      accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* === 16-bit, NCHW or NHWC ================================================================== */
+/* --- global average pooling ---------------------------------------------------------------
+ * NCHW: one warp per (n, c) plane, lanes strided over the plane, combined by butterfly
+ * shuffles (the same bits in every lane, every run). NHWC: one thread per (n, c), summing
+ * its column over hw in order; neighbouring threads read neighbouring channels, so each
+ * step is one coalesced row. The backward runs on ew_kernel. */
+/* dx = dy[n][c] / hw: dy is N x C in both layouts. */
+template <typename T> struct avgpool_bwd_op {
+	static constexpr bool indexed = true;
+	const T *dy;
+	int c, hw;
+	__device__ float operator()(const cursor &p, float, float, int) const
+	{
+		return to_f(dy[p.ni * c + p.ch]) / (float)hw;
+	}
+};
+
+template <typename T>
+__global__ static void avgpool_fwd_nchw_kernel(size_t planes, int hw, const T *x, T *y)
+{
+	size_t warps = ((size_t)gridDim.x * blockDim.x) >> 5;
+	int lane = threadIdx.x & 31;
+	/* Every lane of a warp has the same plane, so whole warps run the shuffles. */
+	for (size_t plane = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; plane < planes;
+	     plane += warps) {
+		const T *p = x + plane * hw;
+		float sum = 0.0f;
+		for (int i = lane; i < hw; i += 32)
+			sum += to_f(p[i]);
+		for (int off = 16; off > 0; off >>= 1)
+			sum += __shfl_xor_sync(FULL_MASK, sum, off);
+		if (lane == 0)
+			put_f(&y[plane], sum / (float)hw);
+	}
+}
+
+template <typename T>
+__global__ static void avgpool_fwd_nhwc_kernel(size_t planes, int c, int hw, const T *x, T *y)
+{
+	FOR_EACH(o, planes) {
+		size_t ni = o / c;
+		int ch = (int)(o - ni * c);
+		const T *p = x + ni * hw * c + ch;
+		float sum = 0.0f;
+		for (int i = 0; i < hw; i++)
+			sum += to_f(p[(size_t)i * c]);
+		put_f(&y[o], sum / (float)hw);
+	}
+}
+
+template <typename T>
+static int avgpool_fwd_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void *x, void *y)
+{
+	size_t planes = (size_t)n * c;
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return 0;
+	if (nhwc)
+		avgpool_fwd_nhwc_kernel<<<grid_for(planes), BLOCK, 0, s>>>(planes, c, hw, (const T *)x,
+									    (T *)y);
+	else
+		avgpool_fwd_nchw_kernel<<<grid_for(planes * 32), BLOCK, 0, s>>>(planes, hw, (const T *)x,
+										 (T *)y);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+template <typename T>
+static int avgpool_bwd_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void *dy, void *dx,
+			 int accumulate)
+{
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return 0;
+	avgpool_bwd_op<T> f = { (const T *)dy, c, hw };
+	return ew_launch<T>(s, (size_t)n * c * hw, NULL, NULL, NULL, dx, accumulate, f,
+			    layout{ nhwc, c, hw });
+}
+
+/* --- max pooling ------------------------------------------------------------------------------
+ * One thread per output (forward) or input (backward) element in storage order, so in
+ * NHWC consecutive threads take consecutive channels and every access is coalesced.
+ * An element of plane (n, c) at pixel q = h * w + w sits at base + q * ps: NCHW
+ * base = (n * C + c) * plane size, ps = 1; NHWC base = n * plane size * C + c, ps = C. */
+struct pool_hk {
+	int c, h_in, w_in, h_out, w_out, k, stride, pad, nhwc;
+};
+
+/* Image, channel, row and column of element e of an n x c x h x w tensor stored NHWC
+ * or NCHW. */
+__device__ static inline void pool_locate(size_t e, int nhwc, int c, int h, int w, size_t *ni, int *ch, int *y,
+					  int *x)
+{
+	if (nhwc) {
+		size_t t = e / c;
+		*ch = (int)(e - t * c);
+		*x = (int)(t % w);
+		t /= w;
+		*y = (int)(t % h);
+		*ni = t / h;
+	} else {
+		*x = (int)(e % w);
+		size_t t = e / w;
+		*y = (int)(t % h);
+		t /= h;
+		*ch = (int)(t % c);
+		*ni = t / c;
+	}
+}
+
+/* Padding never wins (PyTorch pads with -inf); a NaN wins, as in PyTorch and the CPU
+ * reference; otherwise ties keep the first position in row-major window order. */
+template <typename T>
+__global__ static void maxpool_fwd_kernel(size_t count, pool_hk p, const T *x, T *y, int32_t *argmax)
+{
+	FOR_EACH(o, count) {
+		int ow, oh, ch;
+		size_t ni;
+		pool_locate(o, p.nhwc, p.c, p.h_out, p.w_out, &ni, &ch, &oh, &ow);
+		size_t plane_size = (size_t)p.h_in * p.w_in;
+		size_t base = p.nhwc ? ni * plane_size * p.c + ch : (ni * p.c + ch) * plane_size;
+		size_t ps = p.nhwc ? (size_t)p.c : 1;
+		float m = -INFINITY;
+		int idx = -1;
+		for (int i = 0; i < p.k; i++) {
+			int ih = oh * p.stride - p.pad + i;
+			if (ih < 0 || ih >= p.h_in)
+				continue;
+			for (int j = 0; j < p.k; j++) {
+				int iw = ow * p.stride - p.pad + j;
+				if (iw < 0 || iw >= p.w_in)
+					continue;
+				int q = ih * p.w_in + iw;
+				float v = to_f(x[base + (size_t)q * ps]);
+				if (idx < 0 || v > m || isnan(v)) {
+					m = v;
+					idx = q;
+				}
+			}
+		}
+		put_f(&y[o], m);
+		argmax[o] = idx;
+	}
+}
+
+/* Gather instead of scatter: each input element sums, in ascending output order, the
+ * gradients of the windows that chose it, so no atomics and the CPU's order of sums. */
+template <typename T>
+__global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, const int32_t *argmax,
+					  T *dx, int accumulate)
+{
+	FOR_EACH(i, count) {
+		int iw, ih, ch;
+		size_t ni;
+		pool_locate(i, p.nhwc, p.c, p.h_in, p.w_in, &ni, &ch, &ih, &iw);
+		size_t plane_size = (size_t)p.h_out * p.w_out;
+		size_t base = p.nhwc ? ni * plane_size * p.c + ch : (ni * p.c + ch) * plane_size;
+		size_t ps = p.nhwc ? (size_t)p.c : 1;
+		int pos = ih * p.w_in + iw;
+		int oh0, oh1, ow0, ow1;
+		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
+		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
+		float acc = accumulate ? to_f(dx[i]) : 0.0f;
+		for (int oh = oh0; oh <= oh1; oh++)
+			for (int ow = ow0; ow <= ow1; ow++) {
+				size_t o = base + ((size_t)oh * p.w_out + ow) * ps;
+				if (argmax[o] == pos)
+					acc += to_f(dy[o]);
+			}
+		put_f(&dx[i], acc);
+	}
+}
+
+/* NHWC with channels in whole groups of 8 (16-byte aligned): one thread per 8 channels
+ * of an input pixel, so the window arithmetic is done once for 8 elements and the
+ * gradient, argmax and result move 16 and 32 bytes at a time; 32-bit index math. */
+template <typename T>
+__global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *dy, const int32_t *argmax,
+						T *dx, int accumulate)
+{
+	int cg = p.c / VEC;
+	for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
+		int t = g / cg, c8 = g - t * cg;
+		int iw = t % p.w_in;
+		t /= p.w_in;
+		int ih = t % p.h_in, ni = t / p.h_in;
+		int pos = ih * p.w_in + iw;
+		int oh0, oh1, ow0, ow1;
+		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
+		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
+		float acc[VEC];
+		if (accumulate)
+			load8<true>(dx, (size_t)g, acc);
+		else
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				acc[e] = 0.0f;
+		for (int oh = oh0; oh <= oh1; oh++)
+			for (int ow = ow0; ow <= ow1; ow++) {
+				size_t o8 = (((size_t)ni * p.h_out + oh) * p.w_out + ow) * cg + c8; /* in groups of 8 */
+				const int4 *am = reinterpret_cast<const int4 *>(argmax) + 2 * o8;
+				int4 a0 = am[0], a1 = am[1];
+				int idx[VEC] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
+				float d[VEC];
+				load8<true>(dy, o8, d);
+#pragma unroll
+				for (int e = 0; e < VEC; e++)
+					if (idx[e] == pos)
+						acc[e] += d[e];
+			}
+		store8<true>(dx, (size_t)g, acc);
+	}
+}
+
+static pool_hk pool_hk_from(const struct pool_args *a, int nhwc)
+{
+	pool_hk p = { a->c, a->h_in, a->w_in, a->h_out, a->w_out, a->k, a->stride, a->pad, nhwc ? 1 : 0 };
+	return p;
+}
+
+template <typename T>
+static int maxpool_fwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, const void *x, void *y,
+			 int32_t *argmax)
+{
+	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
+	if (!count)
+		return 0;
+	maxpool_fwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, pool_hk_from(a, nhwc), (const T *)x,
+							      (T *)y, argmax);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+template <typename T>
+static int maxpool_bwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, const void *dy,
+			 const int32_t *argmax, void *dx, int accumulate)
+{
+	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
+	if (!count)
+		return 0;
+	if (nhwc && a->c % VEC == 0 && count / VEC <= (size_t)INT32_MAX && aligned(dy, 16) && aligned(dx, 16) &&
+	    aligned(argmax, 16)) {
+		int groups = (int)(count / VEC);
+		maxpool_bwd_nhwc8_kernel<<<grid_for((size_t)groups), BLOCK, 0, s>>>(groups, pool_hk_from(a, nhwc),
+										    (const T *)dy, argmax, (T *)dx,
+										    accumulate);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
+	maxpool_bwd_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, pool_hk_from(a, nhwc), (const T *)dy,
+							      argmax, (T *)dx, accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* === launchers ============================================================================= */
+extern "C" int avgpool_global_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c,
+				       int hw, const void *x, void *y)
+{
+	if (dt == GP_F32) {
+		GP_TRY(f32_nchw_only(nhwc, "global average pooling"));
+		return avgpool_global_fwd_f32(s, n, c, hw, (const float *)x, (float *)y);
+	}
+	return DISPATCH_H(dt, avgpool_fwd_t, s, nhwc, n, c, hw, x, y);
+}
+
+extern "C" int avgpool_global_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c,
+				       int hw, const void *dy, void *dx, int accumulate)
+{
+	if (dt == GP_F32) {
+		GP_TRY(f32_nchw_only(nhwc, "global average pooling"));
+		return avgpool_global_bwd_f32(s, n, c, hw, (const float *)dy, (float *)dx, accumulate);
+	}
+	return DISPATCH_H(dt, avgpool_bwd_t, s, nhwc, n, c, hw, dy, dx, accumulate);
+}
+
+extern "C" int maxpool_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
+				const void *x, void *y, int32_t *argmax)
+{
+	if (dt == GP_F32) {
+		GP_TRY(f32_nchw_only(nhwc, "max pooling"));
+		return maxpool_fwd_f32(s, a, (const float *)x, (float *)y, argmax);
+	}
+	return DISPATCH_H(dt, maxpool_fwd_t, s, nhwc, a, x, y, argmax);
+}
+
+extern "C" int maxpool_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
+				const void *dy, const int32_t *argmax, void *dx, int accumulate)
+{
+	if (dt == GP_F32) {
+		GP_TRY(f32_nchw_only(nhwc, "max pooling"));
+		return maxpool_bwd_f32(s, a, (const float *)dy, argmax, (float *)dx, accumulate);
+	}
+	return DISPATCH_H(dt, maxpool_bwd_t, s, nhwc, a, dy, argmax, dx, accumulate);
+}

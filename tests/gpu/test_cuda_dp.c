@@ -1,0 +1,105 @@
+/* Data parallelism on the GPU with one rank (what a one-GPU machine can show): the
+ * gradient buckets through NCCL, rank 0's statistics sent before each forward, and
+ * the NCCL calls inside a captured training step change nothing; synchronized batch
+ * norm's own kernels train as batch norm does, in FP32 and bf16 (NHWC). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "net_util.h"
+
+static struct dist *group_of_one(void)
+{
+	struct dist_env env = { .launcher = DIST_LAUNCH_NONE, .world = 1 };
+	struct dist_opts o = dist_opts_default();
+	struct dist *d = NULL;
+	CHECK_MSG(dist_open(&env, &o, &d) == 0, "%s", gp_errmsg());
+	return d;
+}
+
+/* steps SGD steps of resnet18 (32 x 32, batch 8) on the GPU; parameters out. */
+static int train_gpu(struct dist *d, int sync_bn, enum precision prec, int graphs, int steps,
+		     float *params, double *first_loss)
+{
+	struct net *net = build("resnet18", 32, 8, 10), *cpu = build("resnet18", 32, 8, 10);
+	if (!net || !cpu)
+		return GP_EINVAL;
+	net->use_graphs = graphs;
+	int rc = net_set_dist(net, d, sync_bn, 1 << 20);
+	if (rc == 0)
+		rc = net_setup(net, BACKEND_CUDA, GP_F32, prec);
+	if (rc == 0)
+		rc = net_setup(cpu, BACKEND_CPU, GP_F32, PREC_FP32);
+	if (rc == 0)
+		same_batch(net, cpu, 8, 32, 10, 5);
+	struct sgd_args sgd = { .lr = 0.02, .momentum = 0.9 };
+	for (int s = 0; s < steps && rc == 0; s++)
+		rc = net_train_step(net, &sgd, s == 0 ? first_loss : NULL, NULL);
+	if (rc == 0)
+		rc = net_sync_to_host(net);
+	if (rc == 0)
+		memcpy(params, net->host_params, net->params_count * sizeof(float));
+	if (rc < 0)
+		CHECK_MSG(0, "train_gpu: %s", gp_errmsg());
+	net_free(net);
+	net_free(cpu);
+	return rc;
+}
+
+static size_t n_params(void)
+{
+	struct net *n = build("resnet18", 32, 8, 10);
+	size_t c = n ? n->params_count : 0;
+	net_free(n);
+	return c;
+}
+
+TEST(cuda_dp_group_of_one_through_nccl_changes_nothing)
+{
+	NEED_GPU();
+	struct dist *d = group_of_one();
+	size_t np = n_params();
+	float *a = malloc(np * 4), *b = malloc(np * 4), *c = malloc(np * 4);
+	double la = 0, lb = 0, lc = 0;
+	CHECK_EQ_INT(train_gpu(NULL, 0, PREC_FP32, 0, 4, a, &la), 0);
+	CHECK_EQ_INT(train_gpu(d, 0, PREC_FP32, 0, 4, b, &lb), 0);
+	CHECK_EQ_INT(train_gpu(d, 0, PREC_FP32, 1, 4, c, &lc), 0); /* steps 2-4 replayed */
+	if (!test_failed()) {
+		CHECK_NEAR(la, lb, 1e-6);
+		CHECK_LE(dist(b, a, np), 1e-5);
+		CHECK_LE(dist(c, b, np), 1e-5);
+	}
+	free(a);
+	free(b);
+	free(c);
+	dist_close(d);
+}
+
+static void sync_bn_case(enum precision prec, double tol)
+{
+	struct dist *d = group_of_one();
+	size_t np = n_params();
+	float *a = malloc(np * 4), *b = malloc(np * 4);
+	double la = 0, lb = 0;
+	CHECK_EQ_INT(train_gpu(NULL, 0, prec, 0, 3, a, &la), 0);
+	CHECK_EQ_INT(train_gpu(d, 1, prec, 1, 3, b, &lb), 0);
+	if (!test_failed()) {
+		CHECK_NEAR(la, lb, prec == PREC_FP32 ? 1e-5 : 1e-2);
+		CHECK_LE(dist(b, a, np), tol);
+	}
+	free(a);
+	free(b);
+	dist_close(d);
+}
+
+TEST(cuda_dp_sync_bn_of_one_rank_trains_as_batch_norm_fp32)
+{
+	NEED_GPU();
+	sync_bn_case(PREC_FP32, 1e-4);
+}
+
+TEST(cuda_dp_sync_bn_of_one_rank_trains_as_batch_norm_bf16)
+{
+	NEED_GPU();
+	sync_bn_case(PREC_BF16, 5e-3);
+}

@@ -1,0 +1,74 @@
+/* gpuperf profile on the GPU (issue 22): what only CUPTI gives. Each step's GPU time
+ * by stage sums to the step, the op tables hold the convolutions' GPU time, kernels
+ * carry their registers (and so an occupancy estimate), the memory timeline peaks at
+ * what the plan allocates, and HTA's figures are filled. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "net_util.h"
+
+static json_t *row_named(json_t *rows, const char *name)
+{
+	for (size_t i = 0; i < json_array_size(rows); i++)
+		if (!strcmp(json_string_value(json_object_get(json_array_get(rows, i), "name")), name))
+			return json_array_get(rows, i);
+	return NULL;
+}
+
+TEST(cuda_profile_gpu_stages_tables_and_memory)
+{
+	NEED_GPU();
+	static char out[65536];
+	char dir[512], cmd[1024], path[600];
+	snprintf(dir, sizeof(dir), "%s/cuda_prof", test_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s profile --model resnet18 --size 64 --batch 16 --classes 10 --steps 3 "
+		 "--baseline-steps 2 --device cuda --record-shapes --out '%s'", test_bin(), dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "profile failed (%d): %.3000s", rc, out);
+	if (rc)
+		return;
+	snprintf(path, sizeof(path), "%s/analysis.json", dir);
+	json_t *a = json_load_file(path, 0, NULL);
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	CHECK(!strcmp(json_string_value(json_object_get(a, "device_time_source")), "gpu"));
+	json_t *steps = json_object_get(a, "steps");
+	CHECK_EQ_INT(json_array_size(steps), 3);
+	for (size_t i = 0; i < json_array_size(steps); i++) {
+		json_t *st = json_array_get(steps, i), *v;
+		json_t *dev = json_object_get(st, "device_stage_ms");
+		const char *k;
+		double sum = 0, dur = json_real_value(json_object_get(st, "dur_ms"));
+		json_object_foreach(dev, k, v)
+			sum += json_real_value(v);
+		CHECK_MSG(dur > 0 && fabs(sum - dur) <= 0.01 * dur, "step %zu: %.4f of %.4f ms", i,
+			  sum, dur);
+		CHECK(json_real_value(json_object_get(dev, "forward")) > 0);
+		CHECK(json_real_value(json_object_get(dev, "backward")) > 0);
+		CHECK(json_real_value(json_object_get(dev, "optimizer")) > 0);
+	}
+	json_t *types = json_object_get(a, "op_types");
+	json_t *conv_f = row_named(types, "conv forward"), *conv_b = row_named(types, "conv backward");
+	CHECK(conv_f && json_real_value(json_object_get(conv_f, "gpu_ms")) > 0);
+	CHECK(conv_b && json_real_value(json_object_get(conv_b, "gpu_ms")) > 0);
+	CHECK(row_named(types, "CUDA runtime") != NULL);
+	json_t *layer = row_named(json_object_get(a, "op_layers"), "conv1");
+	CHECK(layer && !strcmp(json_string_value(json_object_get(layer, "input_shapes")),
+			       "[[16, 3, 64, 64]]"));
+	json_t *k0 = json_array_get(json_object_get(a, "kernel_configs"), 0);
+	CHECK(k0 && json_integer_value(json_object_get(k0, "registers_per_thread")) > 0);
+	/* the live peak is at most what the plan allocates (equal where the layout is
+	 * tight, as on the CPU; workspaces may leave the arena a little slack) */
+	json_t *tl = json_object_get(a, "memory_timeline");
+	long long peak = json_integer_value(json_object_get(json_object_get(tl, "peak"), "total_bytes"));
+	long long plan = json_integer_value(json_object_get(tl, "plan_total_bytes"));
+	long long arena = json_integer_value(json_object_get(tl, "arena_bytes"));
+	printf("    memory timeline: peak %lld, plan %lld, arena %lld bytes\n", peak, plan, arena);
+	CHECK(peak > plan - arena && peak <= plan);
+	json_t *tb = json_object_get(json_object_get(a, "hta"), "temporal_breakdown");
+	CHECK(json_real_value(json_object_get(tb, "compute_us")) > 0);
+	json_decref(a);
+}
