@@ -2,7 +2,8 @@
 # Run on the GPU machine from the repository root, with build/bundle carried:
 #   bash tools/device_run.sh STAGE...   (logs under $OUT, or /tmp/gpuperf_out)
 # Stages: info, tests, gputests, parity, paritycpu, speed, speed32, compare, maxbatch,
-# maxbatchre (with --recompute), torchmaxbatch, loader, profile, workers, kprof (kernel
+# maxbatchre (with --recompute), torchmaxbatch, loader, gpudecode (--decode gpu: the GPU
+# decode tests, then loader img/s against the CPU path at 16 workers), profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
@@ -72,6 +73,12 @@ for s in "$@"; do
 		stage dataset 120 $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1
 		stage loader 200 $BIN loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100
 		stage torch_loader 300 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100 ;;
+	gpudecode)
+		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
+		TAIL=40 stage gpudecode_tests 300 build/bundle/gpuperf_tests gpu_decode gpu_loader
+		stage loader_gpu 300 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100
+		stage loader_gpu_bf16 300 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100 --precision bf16
+		stage loader_cpu16 300 $BIN loader --data /tmp/gp_ds --decode cpu --batch 256 --batches 100 --workers 16 ;;
 	profile)
 		stage profile 300 $BIN profile --model mobilenet_v2 --batch 64 --steps 20 --device cuda --overwrite --out /tmp/gp_prof
 		cp /tmp/gp_prof/profile_report.md /tmp/gp_prof/stage_breakdown.png "$OUT/" 2>/dev/null

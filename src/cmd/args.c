@@ -187,3 +187,10 @@ void args_print_help(const char *usage, const struct opt *opts)
 		       o->help ? o->help : "", range);
 	}
 }
+
+int args_decode_pick(const char *value, int can_take_gpu, const char *cmd, int *use_gpu)
+{
+	enum decode_mode mode;
+	GP_TRY(decode_mode_parse(value, &mode));
+	return decode_resolve(mode, can_take_gpu, cmd, use_gpu);
+}

@@ -4,6 +4,7 @@
 #ifndef GP_ARGS_H
 #define GP_ARGS_H
 
+#include "data/decode.h"
 #include "nn/models.h"
 #include "train/trainer.h"
 
@@ -69,6 +70,9 @@ struct opt {
 	{ "precision", OPT_STR, (var), (help), .choices = train_precision_name_at }
 #define OPT_LAYOUT(var, help) \
 	{ "layout", OPT_STR, (var), (help), .choices = train_layout_choice_at }
+/* Where JPEGs are decoded (data/decode.h); args_decode_pick checks the value. */
+#define OPT_DECODE(var, help) \
+	{ "decode", OPT_STR, (var), (help), .choices = decode_mode_name_at }
 #define OPT_BATCH(var, help) { "batch", OPT_INT, (var), (help), 1, ARGS_MAX_BATCH }
 /* model_build takes sides from 8 (simple_cnn pools three times by 2); the default
  * is the model table's, which the help spells out as it cannot call it. */
@@ -110,5 +114,9 @@ void args_print_help(const char *usage, const struct opt *opts);
  * the option. */
 int args_parse_int_list(const char *opt_name, const char *s, struct int_list *out, int min,
 			int max);
+
+/* --decode's value for command cmd: parse it and resolve it (decode_resolve), so
+ * `--decode gpu` where it cannot run is one error line before any work. */
+int args_decode_pick(const char *value, int can_take_gpu, const char *cmd, int *use_gpu);
 
 #endif

@@ -62,7 +62,7 @@ int advise_pick(const double *img_s, const int *kept, int n)
 int cmd_advise(int argc, char **argv)
 {
 	struct train_opts base = train_opts_default();
-	const char *device = "auto", *precision = "fp32", *data = "synthetic", *out = NULL;
+	const char *device = "auto", *precision = "fp32", *data = "synthetic", *out = NULL, *decode = "cpu";
 	int help = 0, size = 0, overwrite = 0;
 	base.model = "mobilenet_v2";
 	base.batch = 64;
@@ -73,6 +73,7 @@ int cmd_advise(int argc, char **argv)
 		OPT_SIZE(&size),
 		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&base.workers, "data-loader threads (0)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
 		/* a measurement needs a step beyond its untimed warm-up */
 		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2, ARGS_MAX_STEPS },
 		OPT_DEVICE(&device),
@@ -97,6 +98,8 @@ int cmd_advise(int argc, char **argv)
 	else if (base.workers)
 		return gp_error(GP_EINVAL, "--workers needs --data DIR or cifar10:DIR");
 	GP_TRY(model_name_check(base.model));
+	int decode_gpu;
+	GP_TRY(args_decode_pick(decode, 0, "advise", &decode_gpu));
 	GP_TRY(train_pick_device(device, &base.backend, 0));
 	GP_TRY(train_parse_precision(precision, &base.precision));
 	char run_dir[4096];

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
+#include "data/gpu_loader.h"
 #include "data/loader.h"
 
 struct loader_run {
@@ -44,9 +45,47 @@ out_destroy:
 	return rc;
 }
 
+/* --decode gpu: the same clock, batches made by nvJPEG and the augmentation kernel
+ * (the files read in this thread; data/gpu_loader.h). */
+static int loader_measure_gpu(struct dataset *ds, const struct gpu_loader_config *cfg,
+			      int batches, struct loader_run *out, struct gpu_decode_stats *gs,
+			      char *backend, size_t cap)
+{
+	struct gpu_loader *l;
+	double t0 = gp_now_ms();
+	long images = 0;
+	GP_TRY(gpu_loader_create(ds, cfg, &l));
+	snprintf(backend, cap, "%s", gpu_loader_backend(l));
+	int rc = 0;
+	for (int i = 0; i < batches; i++) {
+		struct gpu_batch b;
+		rc = gpu_loader_next(l, &b);
+		if (rc < 0)
+			goto out_destroy;
+		images += b.n;
+	}
+	out->total_ms = gp_now_ms() - t0;
+	out->img_s = images / (out->total_ms / 1e3);
+	out->wait_ms_mean = out->total_ms / batches;
+	gpu_loader_get_stats(l, &out->st, gs);
+out_destroy:
+	gpu_loader_destroy(l);
+	return rc;
+}
+
+/* fp32/tf32 nets take NCHW floats; fp16/bf16 nets NHWC 16-bit (docs/amp.md). */
+static enum gpu_batch_layout layout_for_precision(const char *precision)
+{
+	if (!strcmp(precision, "bf16"))
+		return GPU_BATCH_NHWC_BF16;
+	if (!strcmp(precision, "fp16"))
+		return GPU_BATCH_NHWC_F16;
+	return GPU_BATCH_NCHW_F32;
+}
+
 int cmd_loader(int argc, char **argv)
 {
-	const char *data = NULL;
+	const char *data = NULL, *decode = "cpu", *precision = "fp32";
 	int batch = 64, batches = 100, size = 224, prefetch = 2, eval = 0, help = 0;
 	long long seed = 1;
 	struct int_list workers = { 4, { 0, 2, 4, 8 } };
@@ -60,11 +99,16 @@ int cmd_loader(int argc, char **argv)
 		OPT_PREFETCH(&prefetch, "batches in flight per worker (default 2)"),
 		OPT_SEED(&seed, "seed (default 1)"),
 		{ "eval", OPT_FLAG, &eval, "eval transforms (Resize + CenterCrop), no shuffle", 0 },
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (default; one row per worker count) | "
+			   "gpu (nvJPEG + GPU augmentation, one row; --workers ignored) | auto (gpu "
+			   "where a GPU and nvJPEG are present)"),
+		OPT_PRECISION(&precision, "with --decode gpu: the batch's layout (fp32, tf32: NCHW "
+			      "float; fp16, bf16: NHWC 16-bit)"),
 		OPT_HELP(&help),
 		OPT_END(),
 	};
 	const char *usage = "gpuperf loader --data SPEC [--batch 64] [--workers 0,2,4,8] "
-			    "[--batches 100] [--size 224] [--seed 1]";
+			    "[--batches 100] [--size 224] [--seed 1] [--decode cpu|gpu|auto]";
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help(usage, opts);
@@ -74,6 +118,13 @@ int cmd_loader(int argc, char **argv)
 		return gp_error(GP_EINVAL, "--data SPEC is required");
 	if (workers.n == 0)
 		return gp_error(GP_EINVAL, "--workers: give at least one worker count (e.g. 0,2,4,8)");
+	enum precision prec;
+	GP_TRY(train_parse_precision(precision, &prec));
+	/* the GPU path decodes files: synthetic and CIFAR-10 data stay on the CPU */
+	int files = strcmp(data, "synthetic") && strncmp(data, "synthetic:", 10) &&
+		    strncmp(data, "cifar10:", 8);
+	int use_gpu;
+	GP_TRY(args_decode_pick(decode, files, "loader", &use_gpu));
 	struct dataset *ds;
 	GP_TRY(dataset_open(data, !eval, size, &ds));
 	printf("loader: %s, %d images, %d classes, batch %d, size %d, %s, %d batches per run\n",
@@ -82,6 +133,30 @@ int cmd_loader(int argc, char **argv)
 	printf("%8s %10s %12s %14s %8s %12s\n", "workers", "img/s", "total ms",
 	       "wait ms/batch", "skipped", "decode gain");
 	int rc = 0;
+	if (use_gpu) {
+		struct gpu_loader_config gc = {
+			.batch = batch, .size = size, .train = !eval, .drop_last = 0,
+			.seed = (uint64_t)seed, .device = 0,
+			.layout = layout_for_precision(precision),
+		};
+		struct loader_run run;
+		struct gpu_decode_stats gs;
+		char backend[32];
+		rc = loader_measure_gpu(ds, &gc, batches, &run, &gs, backend, sizeof(backend));
+		if (rc == 0) {
+			printf("%8s %10.1f %12.1f %14.2f %8ld %11.2fx\n", "gpu", run.img_s,
+			       run.total_ms, run.wait_ms_mean, run.st.skipped_corrupt, 1.0);
+			long made = gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback;
+			printf("gpu decode (%s backend): %ld by the JPEG engines, %ld by CUDA, %ld on "
+			       "the CPU, %ld corrupt; decode %.1f ms, augment %.1f ms, reading %.1f ms "
+			       "(%.0f img/s decode + augment alone)\n",
+			       backend, gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback, gs.failed,
+			       gs.decode_ms, gs.augment_ms, run.st.decode_ms_total,
+			       made / ((gs.decode_ms + gs.augment_ms) / 1e3));
+		}
+		dataset_close(ds);
+		return rc;
+	}
 	for (int i = 0; i < workers.n; i++) {
 		struct loader_config cfg = {
 			.batch = batch, .workers = workers.v[i], .prefetch = prefetch,

@@ -151,7 +151,7 @@ out:
 int cmd_train(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
-	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic";
+	const char *device = "auto", *precision = "fp32", *load = NULL, *save = NULL, *data = "synthetic", *decode = "cpu";
 	const char *layout = NULL;
 	int help = 0, json = 0, size = 0, warmup = -1, log_every = 0, recompute_blocks = 0;
 	int overwrite = 0, nproc = 0, bucket_mb = 0, repeat = 1;
@@ -187,6 +187,7 @@ int cmd_train(int argc, char **argv)
 		OPT_SEED(&seed, "seed for initialization and data (0)"),
 		OPT_DATA(&data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&o.workers, "data-loader threads (0: decode in the training thread)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
 		OPT_PREFETCH(&o.prefetch, "batches in flight per loader worker (2)"),
 		{ "load", OPT_PATH, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_PATH, &save, "save weights after training", 0 },
@@ -243,6 +244,8 @@ int cmd_train(int argc, char **argv)
 						profile_epochs.v[i]);
 	}
 	GP_TRY(model_name_check(o.model));
+	int decode_gpu;
+	GP_TRY(args_decode_pick(decode, 0, "train", &decode_gpu));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));

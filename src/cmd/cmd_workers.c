@@ -334,7 +334,7 @@ static int csv_write(const struct table *t, const char *dir)
 int cmd_workers(int argc, char **argv)
 {
 	const char *model = "mobilenet_v2", *device = "auto", *precision = "fp32";
-	const char *data = NULL, *out_dir = NULL;
+	const char *data = NULL, *out_dir = NULL, *decode = "cpu";
 	int batch = 64, steps = 100, size = 0, classes = 0, prefetch = 2, csv = 0, help = 0;
 	int overwrite = 0;
 	double interval_s = 0.5;
@@ -345,6 +345,7 @@ int cmd_workers(int argc, char **argv)
 		OPT_DATA(&data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)"),
 		OPT_BATCH(&batch, "batch size (64)"),
 		OPT_WORKER_LIST(&workers, "worker counts to try (0,2,4,8)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
 		OPT_STEPS(&steps, "training steps per worker count (100)"),
 		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		OPT_PREFETCH(&prefetch, "batches in flight per worker (2)"),
@@ -372,6 +373,8 @@ int cmd_workers(int argc, char **argv)
 	enum backend_kind backend;
 	enum precision prec;
 	GP_TRY(model_name_check(model));
+	int decode_gpu;
+	GP_TRY(args_decode_pick(decode, 0, "workers", &decode_gpu));
 	GP_TRY(train_pick_device(device, &backend, 0));
 	GP_TRY(train_parse_precision(precision, &prec));
 	char run_dir[4096];

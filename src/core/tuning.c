@@ -14,6 +14,8 @@ const struct tuning_entry tuning_table[] = {
 	{ "GPUPERF_RESULTS", "results", "directory for results without --out" },
 	{ "GPUPERF_NVML_LIB", "libnvidia-ml.so.1", "the NVML library to load" },
 	{ "GPUPERF_MPI_LIB", "libgpuperf_mpi.so", "the MPI transport plugin (beside the executable)" },
+	{ "GPUPERF_NVJPEG_LIB", "libnvjpeg.so.13", "the nvJPEG library to load for --decode gpu "
+	  "(unset: libnvjpeg.so.13, then .so.12, then .so)" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -37,6 +39,7 @@ void tuning_reload(void)
 	path_from_env("GPUPERF_RESULTS", t.results_dir);
 	path_from_env("GPUPERF_NVML_LIB", t.nvml_lib);
 	path_from_env("GPUPERF_MPI_LIB", t.mpi_lib);
+	path_from_env("GPUPERF_NVJPEG_LIB", t.nvjpeg_lib);
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -64,6 +67,9 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 		return;
 	case 4:
 		snprintf(buf, cap, "%s", t->mpi_lib[0] ? t->mpi_lib : tuning_table[i].default_value);
+		return;
+	case 5:
+		snprintf(buf, cap, "%s", t->nvjpeg_lib[0] ? t->nvjpeg_lib : tuning_table[i].default_value);
 		return;
 	default:
 		snprintf(buf, cap, "?");

@@ -20,6 +20,9 @@ struct tuning {
 	char results_dir[TUNING_PATH_MAX];
 	/* GPUPERF_NVML_LIB: the NVML library to load ("": libnvidia-ml.so.1) */
 	char nvml_lib[TUNING_PATH_MAX];
+	/* GPUPERF_NVJPEG_LIB: the nvJPEG library to load ("": libnvjpeg.so.13, then .so.12,
+	 * then .so) */
+	char nvjpeg_lib[TUNING_PATH_MAX];
 	/* GPUPERF_MPI_LIB: the MPI transport plugin ("": libgpuperf_mpi.so beside the
 	 * executable, or in lib/ beside it) */
 	char mpi_lib[TUNING_PATH_MAX];

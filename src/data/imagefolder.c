@@ -269,27 +269,13 @@ int imagefolder_load(const struct dataset *ds, struct image_ctx *ctx, int index,
 	GP_TRY(image_read_file(ctx, ds->paths[index], &len));
 	GP_TRY(image_header(ctx, ctx->file, len, &kind, &w, &h));
 
-	struct resample_box box;
-	double need_w, need_h;
-	if (ds->train) {
-		struct rng r;
-		struct crop_box c;
-		rng_seed(&r, seed, 0);
-		rrc_get_params(&r, w, h, &c);
-		flip = rng_uniform(&r) < 0.5;
-		crop_resample_box(&c, &box);
-		need_w = (double)w * ds->size / c.w;
-		need_h = (double)h * ds->size / c.h;
-	} else {
-		int rw, rh, resize_to = eval_resize_size(ds->size);
-		resize_short_side(w, h, resize_to, &rw, &rh);
-		eval_resample_box(w, h, resize_to, ds->size, &box);
-		need_w = rw;
-		need_h = rh;
-	}
+	struct sample_geometry g;
+	sample_geometry_make(ds->train, ds->size, seed, w, h, &g);
+	struct resample_box box = g.box;
+	flip = g.flip;
 	int sw = w, sh = h;
 	if (kind == IMAGE_JPEG && ds->scaled_decode)
-		image_pick_scale(w, h, need_w, need_h, &sw, &sh);
+		image_pick_scale(w, h, g.need_w, g.need_h, &sw, &sh);
 	struct image img;
 	GP_TRY(image_decode(ctx, ctx->file, len, kind, sw, sh, &img));
 	cost->decode_ms = gp_now_ms() - t0;

@@ -19,9 +19,6 @@
 #define LOADER_WORKERS_MAX 256
 /* keeps the slot count (workers x prefetch) far from int overflow */
 #define LOADER_PREFETCH_MAX 64
-/* How many replacements a bad sample may go through before the loader gives up
- * (only a dataset made almost entirely of bad files gets there). */
-#define REPLACE_TRIES_MAX 64
 
 enum slot_state { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_OUT };
 
@@ -73,6 +70,22 @@ void loader_set_host_allocator(void *(*alloc)(size_t), void (*free_fn)(void *))
 	host_free_fn = free_fn;
 }
 
+void loader_epoch_order(uint64_t seed, int train, int n, int epoch, int32_t *perm)
+{
+	for (int i = 0; i < n; i++)
+		perm[i] = i;
+	if (train) {
+		struct rng r;
+		rng_seed(&r, mix64(seed), (uint64_t)epoch);
+		for (int i = n - 1; i > 0; i--) {
+			int j = (int)rng_below(&r, (uint32_t)i + 1);
+			int32_t t = perm[i];
+			perm[i] = perm[j];
+			perm[j] = t;
+		}
+	}
+}
+
 /* Samples this loader reads per epoch: all, or its shard's. */
 static int local_count(const struct loader *l)
 {
@@ -84,21 +97,9 @@ static int local_count(const struct loader *l)
 static void filler_order(struct filler *f, int epoch)
 {
 	struct loader *l = f->l;
-	int n = dataset_count(l->ds);
 	if (f->perm_epoch == epoch)
 		return;
-	for (int i = 0; i < n; i++)
-		f->perm[i] = i;
-	if (l->cfg.train) {
-		struct rng r;
-		rng_seed(&r, mix64(l->cfg.seed), (uint64_t)epoch);
-		for (int i = n - 1; i > 0; i--) {
-			int j = (int)rng_below(&r, (uint32_t)i + 1);
-			int32_t t = f->perm[i];
-			f->perm[i] = f->perm[j];
-			f->perm[j] = t;
-		}
-	}
+	loader_epoch_order(l->cfg.seed, l->cfg.train, dataset_count(l->ds), epoch, f->perm);
 	f->perm_epoch = epoch;
 }
 
@@ -110,7 +111,7 @@ static int load_or_replace(struct filler *f, int epoch, int idx, float *x,
 {
 	struct loader *l = f->l;
 	int count = dataset_count(l->ds);
-	for (int attempt = 0; attempt < REPLACE_TRIES_MAX; attempt++) {
+	for (int attempt = 0; attempt < LOADER_REPLACE_TRIES_MAX; attempt++) {
 		uint64_t seed = sample_seed(l->cfg.seed, epoch, idx);
 		if (!atomic_load(&l->bad[idx])) {
 			struct sample_cost cost;
@@ -130,10 +131,10 @@ static int load_or_replace(struct filler *f, int epoch, int idx, float *x,
 			}
 		}
 		st->skipped_corrupt++;
-		idx = (int)(mix64(seed + (uint64_t)attempt + 1) % (uint64_t)count);
+		idx = loader_replacement(seed, attempt, count);
 	}
 	return gp_error(GP_EFORMAT, "no valid image after %d replacements of a corrupt one",
-			REPLACE_TRIES_MAX);
+			LOADER_REPLACE_TRIES_MAX);
 }
 
 /* Fill slot s with batch number seq; stops early (and returns 0) on shutdown. */
@@ -187,6 +188,11 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&l->mu);
 	return NULL;
+}
+
+int loader_replacement(uint64_t sample_seed_, int attempt, int count)
+{
+	return (int)(mix64(sample_seed_ + (uint64_t)attempt + 1) % (uint64_t)count);
 }
 
 int loader_batches_per_epoch(const struct loader *l)

@@ -53,6 +53,16 @@ void loader_release(struct loader *l, struct batch *b);
 int loader_batches_per_epoch(const struct loader *l);
 /* Totals over the batches delivered so far (from loader_next's thread). */
 void loader_get_stats(const struct loader *l, struct loader_stats *out);
+/* The sample order of an epoch into perm (n entries): identity for eval, a
+ * Fisher-Yates shuffle drawn from (seed, epoch) for train. */
+void loader_epoch_order(uint64_t seed, int train, int n, int epoch, int32_t *perm);
+/* How many replacements a bad sample may go through before the loader gives up
+ * (only a dataset made almost entirely of bad files gets there). */
+#define LOADER_REPLACE_TRIES_MAX 64
+/* The sample that replaces a bad one at its attempt-th try (0 first), drawn from
+ * the bad sample's seed (sample_seed), so the replacement is the same in every run
+ * and on either decode path. */
+int loader_replacement(uint64_t sample_seed_, int attempt, int count);
 /* Stop and join the workers (outstanding batches become invalid) and free all. */
 void loader_destroy(struct loader *l);
 

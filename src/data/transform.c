@@ -126,3 +126,25 @@ void resample_box_scale(const struct resample_box *in, int width, int height,
 	out->wx1 = clamp_int((int)ceil(in->wx1 * sx), out->wx0 + 1, scaled_w);
 	out->wy1 = clamp_int((int)ceil(in->wy1 * sy), out->wy0 + 1, scaled_h);
 }
+
+void sample_geometry_make(int train, int size, uint64_t seed, int width, int height,
+			  struct sample_geometry *out)
+{
+	out->flip = 0;
+	if (train) {
+		struct rng r;
+		struct crop_box c;
+		rng_seed(&r, seed, 0);
+		rrc_get_params(&r, width, height, &c);
+		out->flip = rng_uniform(&r) < 0.5;
+		crop_resample_box(&c, &out->box);
+		out->need_w = (double)width * size / c.w;
+		out->need_h = (double)height * size / c.h;
+	} else {
+		int rw, rh, resize_to = eval_resize_size(size);
+		resize_short_side(width, height, resize_to, &rw, &rh);
+		eval_resample_box(width, height, resize_to, size, &out->box);
+		out->need_w = rw;
+		out->need_h = rh;
+	}
+}

@@ -52,6 +52,21 @@ void crop_resample_box(const struct crop_box *c, struct resample_box *out);
 void resample_box_scale(const struct resample_box *in, int width, int height,
 			int scaled_w, int scaled_h, struct resample_box *out);
 
+/* Where one sample's pixels come from, drawn from its seed: the resample box in the
+ * full-size image, the mirror flag, and the smallest decode size that keeps the box's
+ * detail (what a reduced-scale decode may go down to). Train: RandomResizedCrop then a
+ * flip with probability 1/2, both from rng_seed(seed, 0); eval: Resize of the shorter
+ * side to eval_resize_size(size), then CenterCrop(size). The CPU decoder
+ * (imagefolder.c) and the GPU decoder (data/gpu_loader.c) both take it from here, so
+ * the same seed gives the same crop on either path. */
+struct sample_geometry {
+	struct resample_box box;
+	int flip;
+	double need_w, need_h;
+};
+void sample_geometry_make(int train, int size, uint64_t seed, int width, int height,
+			  struct sample_geometry *out);
+
 /* The eval Resize target for an output of size (256 for 224, as ImageNet recipes). */
 static inline int eval_resize_size(int size)
 {

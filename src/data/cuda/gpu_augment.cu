@@ -1,0 +1,138 @@
+/* One thread per output pixel of one sample (blockIdx.y): the pixel's coefficient
+ * windows on both axes are worked out as axis_coeffs_make (image.c) does, in double,
+ * each weight rounded to float; the source rows are filtered horizontally, then
+ * combined vertically, in the CPU's order, so from the same decoded pixels the
+ * result differs from the CPU's only by float contraction (FMA). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "core/error.h"
+}
+#include "data/cuda/gpu_augment.h"
+#include "ops/cuda/cuda_common.h"
+
+/* One axis of one output coordinate: the source range [lo, lo + cnt) of the window
+ * and the normalizing sum of its triangle weights. */
+struct axis_window {
+	double center, filterscale, sum;
+	int lo, cnt;
+};
+
+__device__ static double tri(double x)
+{
+	x = fabs(x);
+	return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+__device__ static axis_window axis_window_make(double in0, double in1, int in_size,
+					       int out_size, int i)
+{
+	axis_window a;
+	double scale = (in1 - in0) / out_size;
+	a.filterscale = scale > 1.0 ? scale : 1.0;
+	double support = a.filterscale;
+	a.center = in0 + (i + 0.5) * scale;
+	int lo = (int)(a.center - support + 0.5), hi = (int)(a.center + support + 0.5);
+	if (lo < 0)
+		lo = 0;
+	if (hi > in_size)
+		hi = in_size;
+	if (hi <= lo) {
+		lo = lo < in_size ? lo : in_size - 1;
+		hi = lo + 1;
+	}
+	a.sum = 0;
+	for (int x = lo; x < hi; x++)
+		a.sum += tri((x - a.center + 0.5) / a.filterscale);
+	a.lo = lo;
+	a.cnt = hi - lo;
+	return a;
+}
+
+__device__ static float axis_weight(const axis_window &a, int k)
+{
+	if (a.sum > 0)
+		return (float)(tri((a.lo + k - a.center + 0.5) / a.filterscale) / a.sum);
+	return (float)(1.0 / a.cnt);
+}
+
+__device__ static void store(float *out, size_t i, float v) { out[i] = v; }
+__device__ static void store(__nv_bfloat16 *out, size_t i, float v) { out[i] = __float2bfloat16_rn(v); }
+__device__ static void store(__half *out, size_t i, float v) { out[i] = __float2half_rn(v); }
+
+template <typename T, bool NHWC>
+__global__ void augment_kernel(const gpu_augment_item *items, int size, float3 scale,
+			       float3 shift, T *out)
+{
+	const gpu_augment_item it = items[blockIdx.y];
+	int p = blockIdx.x * blockDim.x + threadIdx.x;
+	if (p >= size * size)
+		return;
+	int x = p % size, y = p / size;
+	const resample_box &b = it.box;
+	axis_window ax = axis_window_make(b.x0 - b.wx0, b.x1 - b.wx0, b.wx1 - b.wx0, size, x);
+	axis_window ay = axis_window_make(b.y0 - b.wy0, b.y1 - b.wy0, b.wy1 - b.wy0, size, y);
+	float acc0 = 0, acc1 = 0, acc2 = 0;
+	for (int ky = 0; ky < ay.cnt; ky++) {
+		const unsigned char *row = it.src + (size_t)(b.wy0 + ay.lo + ky) * it.pitch +
+					   (size_t)(b.wx0 + ax.lo) * 3;
+		float r0 = 0, r1 = 0, r2 = 0;
+		for (int kx = 0; kx < ax.cnt; kx++) {
+			float w = axis_weight(ax, kx);
+			r0 += w * row[3 * kx];
+			r1 += w * row[3 * kx + 1];
+			r2 += w * row[3 * kx + 2];
+		}
+		float w = axis_weight(ay, ky);
+		acc0 += w * r0;
+		acc1 += w * r1;
+		acc2 += w * r2;
+	}
+	int ox = it.flip ? size - 1 - x : x;
+	size_t plane = (size_t)size * size;
+	if (NHWC) {
+		size_t o = (((size_t)it.dst * size + y) * size + ox) * 3;
+		store(out, o, acc0 * scale.x + shift.x);
+		store(out, o + 1, acc1 * scale.y + shift.y);
+		store(out, o + 2, acc2 * scale.z + shift.z);
+	} else {
+		size_t o = (size_t)it.dst * 3 * plane + (size_t)y * size + ox;
+		store(out, o, acc0 * scale.x + shift.x);
+		store(out, o + plane, acc1 * scale.y + shift.y);
+		store(out, o + 2 * plane, acc2 * scale.z + shift.z);
+	}
+}
+
+extern "C" int gpu_augment_launch(const gpu_augment_item *items_dev, int n, int size,
+				  enum gpu_batch_layout layout, const float mean[3],
+				  const float std[3], void *out, void *stream)
+{
+	if (n <= 0)
+		return 0;
+	if (n > 65535)
+		return gp_error(GP_EINVAL, "gpu augment: %d samples in one launch (at most 65535)", n);
+	/* the CPU's constants, computed the CPU's way */
+	float3 scale = make_float3(1.0f / (255.0f * std[0]), 1.0f / (255.0f * std[1]),
+				   1.0f / (255.0f * std[2]));
+	float3 shift = make_float3(-mean[0] / std[0], -mean[1] / std[1], -mean[2] / std[2]);
+	dim3 block(256), grid((unsigned)((size * size + 255) / 256), (unsigned)n);
+	cudaStream_t s = (cudaStream_t)stream;
+	switch (layout) {
+	case GPU_BATCH_NCHW_F32:
+		augment_kernel<float, false><<<grid, block, 0, s>>>(items_dev, size, scale, shift,
+								    (float *)out);
+		break;
+	case GPU_BATCH_NHWC_BF16:
+		augment_kernel<__nv_bfloat16, true><<<grid, block, 0, s>>>(
+			items_dev, size, scale, shift, (__nv_bfloat16 *)out);
+		break;
+	case GPU_BATCH_NHWC_F16:
+		augment_kernel<__half, true><<<grid, block, 0, s>>>(items_dev, size, scale, shift,
+								    (__half *)out);
+		break;
+	}
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}

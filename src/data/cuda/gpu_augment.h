@@ -1,0 +1,37 @@
+/* The GPU augmentation kernel's launcher: crop, resize, flip and normalize of decoded
+ * interleaved-RGB images into a batch buffer, one pass, with the arithmetic of
+ * image_resample_chw (image.c): PIL's bilinear coefficients, antialiased when
+ * shrinking, horizontal pass then vertical, weights normalized in double and
+ * rounded to float, then (v / 255 - mean) / std. */
+#ifndef GP_DATA_CUDA_GPU_AUGMENT_H
+#define GP_DATA_CUDA_GPU_AUGMENT_H
+
+#include <stddef.h>
+
+#include "data/gpu_decode.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One sample: its decoded pixels on the device and where they go. */
+struct gpu_augment_item {
+	const unsigned char *src; /* interleaved RGB, w x h, pitch bytes per row */
+	size_t pitch;
+	int w, h;
+	struct resample_box box;  /* in src's pixels */
+	int flip;
+	int dst;
+};
+
+/* Launch on stream (a cudaStream_t) for n items already on the device; checks the
+ * launch. 0, or GP_EDEVICE with CUDA's message. */
+int gpu_augment_launch(const struct gpu_augment_item *items_dev, int n, int size,
+		       enum gpu_batch_layout layout, const float mean[3], const float std[3],
+		       void *out, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

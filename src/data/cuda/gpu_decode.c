@@ -1,0 +1,409 @@
+/* nvJPEG batched decoding into one device staging area, then one augmentation launch.
+ * The hardware backend is tried first (A100/H100 JPEG engines); where the handle
+ * cannot be made (no engines) the batched call runs on the CUDA backend. Files are
+ * decoded strictly (NVJPEG_FLAGS_BITSTREAM_STRICT), so that a truncated file fails
+ * here as libjpeg's warning fails it on the CPU, and goes to the CPU decoder, which
+ * decides whether it is corrupt. */
+#include "data/gpu_decode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "core/error.h"
+#include "core/timeutil.h"
+#include "data/cuda/gpu_augment.h"
+#include "data/nvjpeg.h"
+#include "ops/cuda/cuda_common.h"
+
+/* nvjpegCreateEx flags (docs 2.2.17 "nvJPEG Flags"). */
+#define NVJPEG_FLAGS_BITSTREAM_STRICT 4u
+#define GPU_DECODE_ERRMSG 160
+
+struct gpu_decoder {
+	const struct nvjpeg_api *nj;
+	nvjpeg_handle h;           /* the batched call's: hardware if it could be made */
+	nvjpeg_state st;
+	nvjpeg_handle h_single;    /* CUDA backend, one image at a time */
+	nvjpeg_state st_single;
+	nvjpeg_stream js;
+	int hw, batched_n;         /* batched_n: the size last initialized, -1 none */
+	cudaStream_t stream;
+	int device, max_batch, size;
+	enum gpu_batch_layout layout;
+
+	unsigned char *staging;    /* decoded RGB of the whole batch, device */
+	size_t staging_cap;
+	void *out;                 /* the batch buffer, device */
+	struct gpu_augment_item *items_host, *items_dev;
+
+	/* per item of the running batch */
+	size_t *offset;
+	int *route;                /* ROUTE_* */
+	const unsigned char **bat_data;
+	size_t *bat_len;
+	struct nvjpeg_image *bat_img;
+	int *bat_item;
+	char (*errmsg)[GPU_DECODE_ERRMSG];
+
+	struct image_ctx cpu;      /* TurboJPEG/cairo for what nvJPEG refuses */
+	struct gpu_decode_stats stats;
+};
+
+enum { ROUTE_BATCHED = 0, ROUTE_SINGLE, ROUTE_CPU, ROUTE_FAILED };
+
+/* 0, or GP_EDEVICE naming the nvJPEG call and its status. */
+static int nj_check(int status, const char *call)
+{
+	if (status == NVJPEG_STATUS_SUCCESS)
+		return 0;
+	return gp_error(status == NVJPEG_STATUS_ALLOCATOR_FAILURE ? GP_EDEVOOM : GP_EDEVICE,
+			"%s: %s", call, nvjpeg_status_name(status));
+}
+
+#define NJ_TRY(call) GP_TRY(nj_check((call), #call))
+
+/* Hardware with strict parsing, hardware, CUDA strict, CUDA: the first that nvJPEG
+ * agrees to make. */
+static int handles_create(struct gpu_decoder *d)
+{
+	static const struct {
+		int backend;
+		unsigned flags;
+	} tries[] = {
+		{ NVJPEG_BACKEND_HARDWARE, NVJPEG_FLAGS_BITSTREAM_STRICT },
+		{ NVJPEG_BACKEND_HARDWARE, 0 },
+		{ NVJPEG_BACKEND_DEFAULT, NVJPEG_FLAGS_BITSTREAM_STRICT },
+		{ NVJPEG_BACKEND_DEFAULT, 0 },
+	};
+	int status = NVJPEG_STATUS_NOT_INITIALIZED;
+	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+		status = d->nj->nvjpegCreateEx(tries[i].backend, NULL, NULL, tries[i].flags, &d->h);
+		if (status == NVJPEG_STATUS_SUCCESS) {
+			d->hw = tries[i].backend == NVJPEG_BACKEND_HARDWARE;
+			break;
+		}
+		d->h = NULL;
+	}
+	if (!d->h)
+		return gp_error(GP_ENODEV, "nvjpegCreateEx: %s", nvjpeg_status_name(status));
+	NJ_TRY(d->nj->nvjpegJpegStateCreate(d->h, &d->st));
+	NJ_TRY(d->nj->nvjpegJpegStreamCreate(d->h, &d->js));
+	status = d->nj->nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL,
+				       NVJPEG_FLAGS_BITSTREAM_STRICT, &d->h_single);
+	if (status != NVJPEG_STATUS_SUCCESS)
+		NJ_TRY(d->nj->nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &d->h_single));
+	NJ_TRY(d->nj->nvjpegJpegStateCreate(d->h_single, &d->st_single));
+	return 0;
+}
+
+int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
+		       struct gpu_decoder **out)
+{
+	if (max_batch < 1 || max_batch > 65535 || size < 1)
+		return gp_error(GP_EINVAL, "gpu decoder: batch 1..65535 and size >= 1 (got %d, %d)",
+				max_batch, size);
+	int n_dev = 0;
+	if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device < 0 || device >= n_dev) {
+		cudaGetLastError();
+		return gp_error(GP_ENODEV, "gpu decoder: no CUDA device %d", device);
+	}
+	struct gpu_decoder *d = calloc(1, sizeof(*d));
+	if (!d)
+		return gp_error(GP_ENOMEM, "out of memory");
+	d->device = device;
+	d->max_batch = max_batch;
+	d->size = size;
+	d->layout = layout;
+	d->batched_n = -1;
+	int rc = nvjpeg_open(&d->nj);
+	if (rc < 0) {
+		free(d);
+		return rc;
+	}
+	size_t n = (size_t)max_batch;
+	d->offset = calloc(n, sizeof(*d->offset));
+	d->route = calloc(n, sizeof(*d->route));
+	d->bat_data = calloc(n, sizeof(*d->bat_data));
+	d->bat_len = calloc(n, sizeof(*d->bat_len));
+	d->bat_img = calloc(n, sizeof(*d->bat_img));
+	d->bat_item = calloc(n, sizeof(*d->bat_item));
+	d->errmsg = calloc(n, sizeof(*d->errmsg));
+	if (!d->offset || !d->route || !d->bat_data || !d->bat_len || !d->bat_img ||
+	    !d->bat_item || !d->errmsg) {
+		rc = gp_error(GP_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((rc = image_ctx_init(&d->cpu)) < 0)
+		goto fail;
+	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
+	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMalloc(&d->out, n * 3 * size * size *
+					gpu_batch_elem_bytes(layout)))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->items_host,
+					    n * sizeof(*d->items_host)))) < 0)
+		goto fail;
+	if ((rc = handles_create(d)) < 0)
+		goto fail;
+	*out = d;
+	return 0;
+fail:
+	gpu_decoder_destroy(d);
+	return rc;
+}
+
+static size_t align_up(size_t v, size_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+/* Room for every item's decoded RGB, rows of 3w bytes, each image 256-byte aligned. */
+static int staging_reserve(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+{
+	size_t total = 0;
+	for (int i = 0; i < n; i++) {
+		d->offset[i] = total;
+		total += align_up((size_t)items[i].w * 3 * items[i].h, 256);
+	}
+	if (total <= d->staging_cap)
+		return 0;
+	CUDA_TRY(cudaStreamSynchronize(d->stream));
+	cudaFree(d->staging);
+	d->staging = NULL;
+	d->staging_cap = 0;
+	size_t cap = total + total / 4;
+	CUDA_TRY(cudaMalloc((void **)&d->staging, cap));
+	d->staging_cap = cap;
+	return 0;
+}
+
+static struct nvjpeg_image item_image(struct gpu_decoder *d, const struct gpu_decode_item *it,
+				      int i)
+{
+	struct nvjpeg_image img;
+	memset(&img, 0, sizeof(img));
+	img.channel[0] = d->staging + d->offset[i];
+	img.pitch[0] = (size_t)it->w * 3;
+	return img;
+}
+
+/* Which decoder takes each item: nvJPEG only for a JPEG whose header it reads with
+ * the size TurboJPEG read; the batched call only for what it supports. */
+static void route_items(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+{
+	for (int i = 0; i < n; i++) {
+		const struct gpu_decode_item *it = &items[i];
+		int nc = 0, css = 0, ws[NVJPEG_MAX_COMPONENT] = { 0 }, hs[NVJPEG_MAX_COMPONENT] = { 0 };
+		d->errmsg[i][0] = 0;
+		d->route[i] = ROUTE_CPU;
+		if (it->kind != IMAGE_JPEG ||
+		    d->nj->nvjpegGetImageInfo(d->h, it->data, it->len_bytes, &nc, &css, ws, hs) !=
+			    NVJPEG_STATUS_SUCCESS ||
+		    ws[0] != it->w || hs[0] != it->h || (nc != 1 && nc != 3))
+			continue;
+		d->route[i] = ROUTE_BATCHED;
+		if (d->hw) {
+			int unsupported = 1;
+			if (d->nj->nvjpegJpegStreamParseHeader(d->h, it->data, it->len_bytes, d->js) !=
+				    NVJPEG_STATUS_SUCCESS ||
+			    d->nj->nvjpegDecodeBatchedSupported(d->h, d->js, &unsupported) !=
+				    NVJPEG_STATUS_SUCCESS ||
+			    unsupported)
+				d->route[i] = ROUTE_SINGLE;
+		}
+	}
+}
+
+/* The batched call over the items routed to it; if it fails as a whole, they go one
+ * by one (a single bad file must not cost the others their GPU decode). */
+static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+{
+	int nb = 0;
+	for (int i = 0; i < n; i++) {
+		if (d->route[i] != ROUTE_BATCHED)
+			continue;
+		d->bat_data[nb] = items[i].data;
+		d->bat_len[nb] = items[i].len_bytes;
+		d->bat_img[nb] = item_image(d, &items[i], i);
+		d->bat_item[nb++] = i;
+	}
+	if (nb == 0)
+		return 0;
+	int status = NVJPEG_STATUS_SUCCESS;
+	if (d->batched_n != nb) {
+		status = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1, NVJPEG_OUTPUT_RGBI);
+		d->batched_n = status == NVJPEG_STATUS_SUCCESS ? nb : -1;
+	}
+	if (status == NVJPEG_STATUS_SUCCESS)
+		status = d->nj->nvjpegDecodeBatched(d->h, d->st, d->bat_data, d->bat_len, d->bat_img,
+						    d->stream);
+	if (status == NVJPEG_STATUS_SUCCESS)
+		status = cudaStreamSynchronize(d->stream) == cudaSuccess
+				 ? NVJPEG_STATUS_SUCCESS : NVJPEG_STATUS_EXECUTION_FAILED;
+	if (status == NVJPEG_STATUS_SUCCESS) {
+		if (d->hw)
+			d->stats.hw_decoded += nb;
+		else
+			d->stats.cuda_decoded += nb;
+		return 0;
+	}
+	if (status == NVJPEG_STATUS_ALLOCATOR_FAILURE)
+		return nj_check(status, "nvjpegDecodeBatched");
+	cudaGetLastError();
+	d->batched_n = -1; /* the docs ask for a new initialization after a failure */
+	for (int k = 0; k < nb; k++)
+		d->route[d->bat_item[k]] = ROUTE_SINGLE;
+	return 0;
+}
+
+static int decode_single(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (d->route[i] != ROUTE_SINGLE)
+			continue;
+		struct nvjpeg_image img = item_image(d, &items[i], i);
+		int status = d->nj->nvjpegDecode(d->h_single, d->st_single, items[i].data,
+						 items[i].len_bytes, NVJPEG_OUTPUT_RGBI, &img,
+						 d->stream);
+		if (status == NVJPEG_STATUS_SUCCESS &&
+		    cudaStreamSynchronize(d->stream) != cudaSuccess)
+			status = NVJPEG_STATUS_EXECUTION_FAILED;
+		if (status == NVJPEG_STATUS_ALLOCATOR_FAILURE)
+			return nj_check(status, "nvjpegDecode");
+		if (status == NVJPEG_STATUS_SUCCESS) {
+			d->stats.cuda_decoded++;
+		} else {
+			cudaGetLastError();
+			d->route[i] = ROUTE_CPU;
+		}
+	}
+	return 0;
+}
+
+/* TurboJPEG (or cairo) at full size, then up to the item's staging place. */
+static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (d->route[i] != ROUTE_CPU)
+			continue;
+		const struct gpu_decode_item *it = &items[i];
+		struct image img;
+		int rc = image_decode(&d->cpu, it->data, it->len_bytes, it->kind, it->w, it->h, &img);
+		if (rc == GP_EFORMAT || (rc == 0 && (img.w != it->w || img.h != it->h))) {
+			snprintf(d->errmsg[i], GPU_DECODE_ERRMSG, "%s",
+				 rc < 0 ? gp_errmsg() : "decoded size differs from the header's");
+			d->route[i] = ROUTE_FAILED;
+			d->stats.failed++;
+			continue;
+		}
+		GP_TRY(rc);
+		CUDA_TRY(cudaMemcpy(d->staging + d->offset[i], img.pix, (size_t)img.w * img.h * 3,
+				    cudaMemcpyHostToDevice));
+		d->stats.cpu_fallback++;
+	}
+	return 0;
+}
+
+int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, int n,
+		    unsigned char *failed)
+{
+	if (n < 0 || n > d->max_batch)
+		return gp_error(GP_EINVAL, "gpu decoder: %d items for a batch of %d", n,
+				d->max_batch);
+	for (int i = 0; i < n; i++)
+		if (items[i].dst < 0 || items[i].dst >= d->max_batch)
+			return gp_error(GP_EINVAL, "gpu decoder: item %d goes to sample %d of %d", i,
+					items[i].dst, d->max_batch);
+	CUDA_TRY(cudaSetDevice(d->device));
+	double t0 = gp_now_ms();
+	GP_TRY(staging_reserve(d, items, n));
+	route_items(d, items, n);
+	GP_TRY(decode_batched(d, items, n));
+	GP_TRY(decode_single(d, items, n));
+	GP_TRY(decode_cpu(d, items, n));
+	double t1 = gp_now_ms();
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		failed[i] = d->route[i] == ROUTE_FAILED;
+		if (failed[i])
+			continue;
+		struct gpu_augment_item *a = &d->items_host[m++];
+		const struct gpu_decode_item *it = &items[i];
+		a->src = d->staging + d->offset[i];
+		a->pitch = (size_t)it->w * 3;
+		a->w = it->w;
+		a->h = it->h;
+		a->box = it->geo.box;
+		a->flip = it->geo.flip;
+		a->dst = it->dst;
+	}
+	if (m > 0) {
+		CUDA_TRY(cudaMemcpyAsync(d->items_dev, d->items_host, (size_t)m * sizeof(*d->items_dev),
+					 cudaMemcpyHostToDevice, d->stream));
+		GP_TRY(gpu_augment_launch(d->items_dev, m, d->size, d->layout, imagenet_mean,
+					  imagenet_std, d->out, d->stream));
+		CUDA_TRY(cudaStreamSynchronize(d->stream));
+	}
+	d->stats.decode_ms += t1 - t0;
+	d->stats.augment_ms += gp_now_ms() - t1;
+	return 0;
+}
+
+const char *gpu_decoder_error(const struct gpu_decoder *d, int i)
+{
+	return i >= 0 && i < d->max_batch ? d->errmsg[i] : "";
+}
+
+void *gpu_decoder_output(const struct gpu_decoder *d)
+{
+	return d->out;
+}
+
+const char *gpu_decoder_backend(const struct gpu_decoder *d)
+{
+	return d->hw ? "hardware" : "cuda";
+}
+
+void gpu_decoder_get_stats(const struct gpu_decoder *d, struct gpu_decode_stats *out)
+{
+	*out = d->stats;
+}
+
+void gpu_decoder_destroy(struct gpu_decoder *d)
+{
+	if (!d)
+		return;
+	if (d->stream)
+		cudaStreamSynchronize(d->stream);
+	if (d->nj) {
+		if (d->js)
+			d->nj->nvjpegJpegStreamDestroy(d->js);
+		if (d->st)
+			d->nj->nvjpegJpegStateDestroy(d->st);
+		if (d->st_single)
+			d->nj->nvjpegJpegStateDestroy(d->st_single);
+		if (d->h)
+			d->nj->nvjpegDestroy(d->h);
+		if (d->h_single)
+			d->nj->nvjpegDestroy(d->h_single);
+		nvjpeg_close();
+	}
+	cudaFree(d->staging);
+	cudaFree(d->out);
+	cudaFree(d->items_dev);
+	cudaFreeHost(d->items_host);
+	if (d->stream)
+		cudaStreamDestroy(d->stream);
+	image_ctx_free(&d->cpu);
+	free(d->offset);
+	free(d->route);
+	free(d->bat_data);
+	free(d->bat_len);
+	free(d->bat_img);
+	free(d->bat_item);
+	free(d->errmsg);
+	free(d);
+}

@@ -1,0 +1,66 @@
+/* The GPU half of `--decode gpu`: a batch of JPEG files, already read into host
+ * memory with their sample geometry drawn on the CPU (transform.h), decoded by
+ * nvJPEG and augmented in one kernel straight into a device batch buffer. nvJPEG's
+ * hardware backend (the JPEG engines of A100/H100) decodes what it supports in one
+ * batched call; the CUDA backend decodes the rest one by one; what nvJPEG refuses
+ * (and PNGs) is decoded by TurboJPEG/cairo on the CPU and uploaded, so the same
+ * kernel augments every sample. Only built with CUDA (data/cuda/gpu_decode.c);
+ * elsewhere every call is GP_ENODEV. */
+#ifndef GP_DATA_GPU_DECODE_H
+#define GP_DATA_GPU_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/image.h"
+#include "data/transform.h"
+
+/* What the batch buffer holds: N x 3 x S x S floats (what net_stage_batch takes
+ * today), or N x S x S x 3 in a 16-bit type for NHWC bf16/fp16 nets. */
+enum gpu_batch_layout { GPU_BATCH_NCHW_F32 = 0, GPU_BATCH_NHWC_BF16, GPU_BATCH_NHWC_F16 };
+
+static inline size_t gpu_batch_elem_bytes(enum gpu_batch_layout l)
+{
+	return l == GPU_BATCH_NCHW_F32 ? 4 : 2;
+}
+
+struct gpu_decode_item {
+	const uint8_t *data; /* the whole file, host memory */
+	size_t len_bytes;
+	enum image_kind kind;
+	int w, h;            /* full size, from image_header */
+	struct sample_geometry geo;
+	int dst;             /* sample position in the batch buffer */
+};
+
+/* Counts over a decoder's life: which path made each sample. */
+struct gpu_decode_stats {
+	long hw_decoded;    /* nvJPEG's hardware backend, batched */
+	long cuda_decoded;  /* nvJPEG's CUDA backend */
+	long cpu_fallback;  /* nvJPEG refused it (or a PNG): decoded on the CPU */
+	long failed;        /* no decoder could: corrupt */
+	double decode_ms, augment_ms; /* wall time of the two stages, synchronized */
+};
+
+struct gpu_decoder;
+
+/* A decoder on CUDA device `device` for batches of up to max_batch samples of
+ * size x size; allocates its batch buffer (gpu_decoder_output). GP_ENODEV without
+ * a GPU or nvJPEG, with the reason. */
+int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
+		       struct gpu_decoder **out);
+/* Decode and augment n items into the batch buffer at their dst; returns when the
+ * buffer is written. failed[i] = 1 for an item no decoder could decode (its dst
+ * left unwritten; gpu_decoder_error(d, i) says why), else 0. Errors other than a
+ * bad file (CUDA, allocation) are returned. */
+int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, int n,
+		    unsigned char *failed);
+const char *gpu_decoder_error(const struct gpu_decoder *d, int i);
+/* The device batch buffer, max_batch samples in the decoder's layout. */
+void *gpu_decoder_output(const struct gpu_decoder *d);
+/* "hardware" or "cuda": the backend of the batched call. */
+const char *gpu_decoder_backend(const struct gpu_decoder *d);
+void gpu_decoder_get_stats(const struct gpu_decoder *d, struct gpu_decode_stats *out);
+void gpu_decoder_destroy(struct gpu_decoder *d);
+
+#endif

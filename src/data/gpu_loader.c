@@ -1,0 +1,343 @@
+#include "data/gpu_loader.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/timeutil.h"
+#include "data/image.h"
+#include "data/transform.h"
+
+/* One sample of a batch being made: which index it is now (after replacements),
+ * its try count, and its file's bytes. */
+struct gpu_sample {
+	int idx, attempt;
+	uint8_t *file;
+	size_t cap_bytes;
+};
+
+/* A batch's files, read and with their geometry drawn. Two of them: while the
+ * decoder works on batch seq, a thread reads batch seq + 1 into the other. */
+struct gpu_set {
+	struct gpu_loader *l;
+	long seq;  /* the batch it holds, -1 none */
+	long want; /* the batch the thread is reading */
+	int n, epoch, index;
+	struct gpu_sample *samples;
+	struct gpu_decode_item *items;
+	struct image_ctx ctx;
+	struct loader_stats st;
+	int rc;
+	char errmsg[512];
+};
+
+struct gpu_loader {
+	struct dataset *ds;
+	struct gpu_loader_config cfg;
+	int per_epoch, count;
+	long seq;
+	int32_t *perm;  /* used by one reader at a time */
+	int perm_epoch;
+	atomic_uchar *bad; /* per dataset sample: found corrupt (warned once) */
+	struct gpu_decoder *dec; /* owned; NULL with a caller's decoder */
+	struct gpu_loader_decoder ops;
+	struct gpu_set set[2];
+	pthread_t reader;
+	int reading;
+	unsigned char *failed;
+	int32_t *labels;
+	struct loader_stats st;
+};
+
+static int nvjpeg_run(void *self, const struct gpu_decode_item *items, int n,
+		      unsigned char *failed)
+{
+	return gpu_decoder_run(self, items, n, failed);
+}
+
+static const char *nvjpeg_error(void *self, int i)
+{
+	return gpu_decoder_error(self, i);
+}
+
+static void *nvjpeg_output(void *self)
+{
+	return gpu_decoder_output(self);
+}
+
+static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
+		       const struct gpu_loader_decoder *dec, struct gpu_loader **out)
+{
+	int count = dataset_count(ds);
+	if (!dataset_path(ds, 0))
+		return gp_error(GP_EINVAL, "--decode gpu needs a folder of JPEG files "
+				"(ImageFolder), not synthetic or CIFAR-10 data");
+	if (cfg->batch < 1 || cfg->size != dataset_size(ds))
+		return gp_error(GP_EINVAL, "gpu loader: batch %d, size %d (dataset's %d)",
+				cfg->batch, cfg->size, dataset_size(ds));
+	if (cfg->drop_last && count < cfg->batch)
+		return gp_error(GP_EINVAL, "%d images make no full batch of %d", count, cfg->batch);
+	struct gpu_loader *l = calloc(1, sizeof(*l));
+	if (!l)
+		return gp_error(GP_ENOMEM, "out of memory");
+	int rc = 0;
+	l->ds = ds;
+	l->cfg = *cfg;
+	l->count = count;
+	l->per_epoch = cfg->drop_last ? count / cfg->batch : (count + cfg->batch - 1) / cfg->batch;
+	l->perm_epoch = -1;
+	l->perm = malloc(sizeof(*l->perm) * count);
+	l->bad = calloc(count, sizeof(*l->bad));
+	l->failed = calloc(cfg->batch, 1);
+	l->labels = calloc(cfg->batch, sizeof(*l->labels));
+	if (!l->perm || !l->bad || !l->failed || !l->labels) {
+		rc = gp_error(GP_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int k = 0; k < 2; k++) {
+		struct gpu_set *set = &l->set[k];
+		set->l = l;
+		set->seq = -1;
+		set->samples = calloc(cfg->batch, sizeof(*set->samples));
+		set->items = calloc(cfg->batch, sizeof(*set->items));
+		if (!set->samples || !set->items) {
+			rc = gp_error(GP_ENOMEM, "out of memory");
+			goto fail;
+		}
+		if ((rc = image_ctx_init(&set->ctx)) < 0)
+			goto fail;
+	}
+	if (dec) {
+		l->ops = *dec;
+	} else {
+		rc = gpu_decoder_create(cfg->device, cfg->batch, cfg->size, cfg->layout, &l->dec);
+		if (rc < 0)
+			goto fail;
+		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
+						      nvjpeg_output };
+	}
+	*out = l;
+	return 0;
+fail:
+	gpu_loader_destroy(l);
+	return rc;
+}
+
+int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
+		      struct gpu_loader **out)
+{
+	return loader_make(ds, cfg, NULL, out);
+}
+
+int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
+			   const struct gpu_loader_decoder *dec, struct gpu_loader **out)
+{
+	return loader_make(ds, cfg, dec, out);
+}
+
+static void warn_bad(struct gpu_loader *l, int idx, const char *why)
+{
+	if (atomic_exchange(&l->bad[idx], 1))
+		return;
+	const char *path = dataset_path(l->ds, idx);
+	fprintf(stderr, "warning: skipping '%s': %s\n", path ? path : "?", why);
+}
+
+/* Move sample s on to its next replacement, as the CPU loader does; GP_EFORMAT when
+ * it has run out of tries. */
+static int sample_replace(struct gpu_loader *l, struct gpu_set *set, struct gpu_sample *s)
+{
+	set->st.skipped_corrupt++;
+	uint64_t seed = sample_seed(l->cfg.seed, set->epoch, s->idx);
+	s->idx = loader_replacement(seed, s->attempt, l->count);
+	if (++s->attempt >= LOADER_REPLACE_TRIES_MAX)
+		return gp_error(GP_EFORMAT, "no valid image after %d replacements of a corrupt one",
+				LOADER_REPLACE_TRIES_MAX);
+	return 0;
+}
+
+/* Read sample s's file and header and draw its geometry into item (its dst set by
+ * the caller); corrupt or unreadable files are replaced until one reads. The bytes
+ * move from the set's read buffer into the sample's own, to live until the decode. */
+static int sample_prepare(struct gpu_loader *l, struct gpu_set *set, struct gpu_sample *s,
+			  struct gpu_decode_item *item)
+{
+	size_t len = 0;
+	for (;;) {
+		int rc = 0;
+		if (!atomic_load(&l->bad[s->idx])) {
+			double t0 = gp_now_ms();
+			rc = image_read_file(&set->ctx, dataset_path(l->ds, s->idx), &len);
+			if (rc == 0)
+				rc = image_header(&set->ctx, set->ctx.file, len, &item->kind,
+						  &item->w, &item->h);
+			set->st.decode_ms_total += gp_now_ms() - t0;
+			if (rc == 0)
+				break;
+			if (rc != GP_EFORMAT && rc != GP_EIO)
+				return rc;
+			warn_bad(l, s->idx, gp_errmsg());
+		}
+		GP_TRY(sample_replace(l, set, s));
+	}
+	if (len > s->cap_bytes) {
+		uint8_t *p = realloc(s->file, len);
+		if (!p)
+			return gp_error(GP_ENOMEM, "out of memory (%zu bytes for a file)", len);
+		s->file = p;
+		s->cap_bytes = len;
+	}
+	memcpy(s->file, set->ctx.file, len);
+	item->data = s->file;
+	item->len_bytes = len;
+	sample_geometry_make(l->cfg.train, l->cfg.size,
+			     sample_seed(l->cfg.seed, set->epoch, s->idx), item->w, item->h,
+			     &item->geo);
+	set->st.full_pixels += (double)item->w * item->h;
+	set->st.decoded_pixels += (double)item->w * item->h;
+	return 0;
+}
+
+/* Read batch seq's files into set. */
+static int set_fill(struct gpu_loader *l, struct gpu_set *set, long seq)
+{
+	set->seq = -1;
+	set->epoch = (int)(seq / l->per_epoch);
+	set->index = (int)(seq % l->per_epoch);
+	int start = set->index * l->cfg.batch;
+	set->n = l->count - start < l->cfg.batch ? l->count - start : l->cfg.batch;
+	if (l->perm_epoch != set->epoch) {
+		loader_epoch_order(l->cfg.seed, l->cfg.train, l->count, set->epoch, l->perm);
+		l->perm_epoch = set->epoch;
+	}
+	for (int i = 0; i < set->n; i++) {
+		set->samples[i].idx = l->perm[start + i];
+		set->samples[i].attempt = 0;
+		set->items[i].dst = i;
+		GP_TRY(sample_prepare(l, set, &set->samples[i], &set->items[i]));
+	}
+	set->seq = seq;
+	return 0;
+}
+
+static void *reader_main(void *arg)
+{
+	struct gpu_set *set = arg;
+	set->rc = set_fill(set->l, set, set->want);
+	if (set->rc < 0)
+		snprintf(set->errmsg, sizeof(set->errmsg), "%s", gp_errmsg());
+	return NULL;
+}
+
+/* Wait for the reading thread, if one runs. */
+static void reader_join(struct gpu_loader *l)
+{
+	if (l->reading)
+		pthread_join(l->reader, NULL);
+	l->reading = 0;
+}
+
+static void stats_add(struct loader_stats *to, struct loader_stats *from)
+{
+	to->images += from->images;
+	to->skipped_corrupt += from->skipped_corrupt;
+	to->decode_ms_total += from->decode_ms_total;
+	to->decoded_pixels += from->decoded_pixels;
+	to->full_pixels += from->full_pixels;
+	memset(from, 0, sizeof(*from));
+}
+
+int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
+{
+	long seq = l->seq;
+	struct gpu_set *set = &l->set[seq % 2], *next = &l->set[(seq + 1) % 2];
+	reader_join(l);
+	if (set->seq != seq) {
+		if (set->want == seq && set->rc < 0)
+			return gp_error(set->rc, "%s", set->errmsg);
+		GP_TRY(set_fill(l, set, seq));
+	}
+	/* the next batch's files are read while this one decodes */
+	next->want = seq + 1;
+	next->rc = 0;
+	next->seq = -1;
+	if (pthread_create(&l->reader, NULL, reader_main, next) == 0)
+		l->reading = 1;
+	/* Decode; what no decoder could read is replaced and the replacements decoded,
+	 * until every position holds an image. */
+	int pending = set->n;
+	struct gpu_decode_item *items = set->items;
+	while (pending > 0) {
+		GP_TRY(l->ops.run(l->ops.self, items, pending, l->failed));
+		int k_next = 0;
+		for (int k = 0; k < pending; k++) {
+			if (!l->failed[k])
+				continue;
+			int dst = items[k].dst;
+			struct gpu_sample *s = &set->samples[dst];
+			warn_bad(l, s->idx, l->ops.error(l->ops.self, k));
+			GP_TRY(sample_replace(l, set, s));
+			struct gpu_decode_item it = { .dst = dst };
+			GP_TRY(sample_prepare(l, set, s, &it));
+			items[k_next++] = it;
+		}
+		pending = k_next;
+	}
+	for (int i = 0; i < set->n; i++)
+		l->labels[i] = dataset_label(l->ds, set->samples[i].idx);
+	set->st.images += set->n;
+	stats_add(&l->st, &set->st);
+	set->seq = -1;
+	l->seq++;
+	out->x = l->ops.output(l->ops.self);
+	out->labels = l->labels;
+	out->n = set->n;
+	out->epoch = set->epoch;
+	out->index = set->index;
+	return 0;
+}
+
+int gpu_loader_batches_per_epoch(const struct gpu_loader *l)
+{
+	return l->per_epoch;
+}
+
+void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,
+			  struct gpu_decode_stats *gs)
+{
+	*st = l->st;
+	if (l->dec)
+		gpu_decoder_get_stats(l->dec, gs);
+	else
+		*gs = (struct gpu_decode_stats){ 0 };
+}
+
+const char *gpu_loader_backend(const struct gpu_loader *l)
+{
+	return l->dec ? gpu_decoder_backend(l->dec) : "caller's";
+}
+
+void gpu_loader_destroy(struct gpu_loader *l)
+{
+	if (!l)
+		return;
+	reader_join(l);
+	gpu_decoder_destroy(l->dec);
+	for (int k = 0; k < 2; k++) {
+		struct gpu_set *set = &l->set[k];
+		image_ctx_free(&set->ctx);
+		if (set->samples)
+			for (int i = 0; i < l->cfg.batch; i++)
+				free(set->samples[i].file);
+		free(set->samples);
+		free(set->items);
+	}
+	free(l->failed);
+	free(l->labels);
+	free(l->perm);
+	free((void *)l->bad);
+	free(l);
+}

@@ -1,0 +1,62 @@
+/* Batches made on the GPU (`--decode gpu`): the CPU reads each file, its header and
+ * draws the sample's geometry from the same seed as the CPU loader (so the crops and
+ * flips are the same), nvJPEG decodes and one kernel augments into a device batch
+ * (data/gpu_decode.h). Sample order, replacement of corrupt files and the counts
+ * follow loader.h. One thread reads the next batch's files while the current one
+ * decodes; decoding itself is synchronous (gpu_loader_next returns with the batch
+ * written). */
+#ifndef GP_DATA_GPU_LOADER_H
+#define GP_DATA_GPU_LOADER_H
+
+#include <stdint.h>
+
+#include "data/dataset.h"
+#include "data/gpu_decode.h"
+#include "data/loader.h"
+
+struct gpu_loader_config {
+	int batch;
+	int size;      /* must equal the dataset's size */
+	int train;     /* shuffle each epoch; RandomResizedCrop + flip, else Resize + CenterCrop */
+	int drop_last;
+	uint64_t seed;
+	int device;    /* CUDA device */
+	enum gpu_batch_layout layout;
+};
+
+struct gpu_batch {
+	void *x;         /* device: n samples in the layout asked for */
+	int32_t *labels; /* host, n */
+	int n;
+	int epoch, index;
+};
+
+struct gpu_loader;
+
+/* GP_EINVAL for a dataset that is not files (synthetic, CIFAR-10); GP_ENODEV without
+ * a GPU or nvJPEG. */
+int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
+		      struct gpu_loader **out);
+/* What turns read files into the batch buffer: the nvJPEG decoder (gpu_decode.h) for
+ * gpu_loader_create; a test puts a CPU decoder in its place to check the order,
+ * replacements and counts on a machine without a GPU. */
+struct gpu_loader_decoder {
+	void *self;
+	/* as gpu_decoder_run */
+	int (*run)(void *self, const struct gpu_decode_item *items, int n, unsigned char *failed);
+	const char *(*error)(void *self, int i);
+	void *(*output)(void *self);
+};
+
+/* gpu_loader_create with another decoder, which the caller keeps and frees. */
+int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
+			   const struct gpu_loader_decoder *dec, struct gpu_loader **out);
+/* The next batch, in order, endless; its x stays valid until the next call. */
+int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out);
+int gpu_loader_batches_per_epoch(const struct gpu_loader *l);
+void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,
+			  struct gpu_decode_stats *gs);
+const char *gpu_loader_backend(const struct gpu_loader *l);
+void gpu_loader_destroy(struct gpu_loader *l);
+
+#endif

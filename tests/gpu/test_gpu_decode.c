@@ -1,0 +1,308 @@
+/* GPU decoding (nvJPEG) and augmentation against the CPU path on the same files and
+ * the same sample geometry: `dataset make`'s 500x375 JPEGs at 224, train (random crop
+ * and flip) and eval (resize + centre crop). Issue 21's bounds, in 0..255 units: mean
+ * absolute difference at most 1.5, no pixel off by more than 12 (IDCT and chroma
+ * upsampling round differently in the two decoders; the resampling is the same
+ * arithmetic). What was measured is printed. NHWC bf16 against the NCHW float batch;
+ * corrupt files skipped and counted as the CPU loader does (tests/data/bad); and the
+ * throughput of decode + augment alone. Skips without a GPU or nvJPEG. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "../test.h"
+#include "core/error.h"
+#include "core/timeutil.h"
+#include "data/dataset.h"
+#include "data/decode.h"
+#include "data/gpu_decode.h"
+#include "data/gpu_loader.h"
+#include "data/image.h"
+#include "data/loader.h"
+#include "data/transform.h"
+
+#define SIZE 224
+#define N_FILES 16
+
+static int gpu_decode_ready(void)
+{
+	static char why[300];
+	if (decode_gpu_probe(why, sizeof(why)))
+		return 1;
+	test_skip(why);
+	return 0;
+}
+
+/* `gpuperf dataset make` into a fresh folder: N_FILES JPEGs of 500x375 in 2 classes. */
+static const char *folder_make(void)
+{
+	static char dir[600];
+	char cmd[900], out[4096];
+	snprintf(dir, sizeof(dir), "%s/jpegs", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out %s --classes 2 --images %d "
+		 "--size 500x375", test_bin(), dir, N_FILES);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "dataset make: %s", out);
+	return dir;
+}
+
+struct files {
+	uint8_t *data[N_FILES];
+	size_t len[N_FILES];
+	enum image_kind kind[N_FILES];
+	int w[N_FILES], h[N_FILES];
+};
+
+static void files_read(const struct dataset *ds, struct image_ctx *ctx, struct files *f)
+{
+	for (int i = 0; i < N_FILES; i++) {
+		CHECK_EQ_INT(image_read_file(ctx, dataset_path(ds, i), &f->len[i]), 0);
+		f->data[i] = malloc(f->len[i]);
+		memcpy(f->data[i], ctx->file, f->len[i]);
+		CHECK_EQ_INT(image_header(ctx, f->data[i], f->len[i], &f->kind[i], &f->w[i],
+					  &f->h[i]), 0);
+	}
+}
+
+static void files_free(struct files *f)
+{
+	for (int i = 0; i < N_FILES; i++)
+		free(f->data[i]);
+}
+
+/* Items for the files with the geometry of (seed 1, epoch 0, index i). */
+static void items_make(const struct files *f, int train, struct gpu_decode_item *items)
+{
+	for (int i = 0; i < N_FILES; i++) {
+		items[i] = (struct gpu_decode_item){ .data = f->data[i], .len_bytes = f->len[i],
+						     .kind = f->kind[i], .w = f->w[i], .h = f->h[i],
+						     .dst = i };
+		sample_geometry_make(train, SIZE, sample_seed(1, 0, i), f->w[i], f->h[i],
+				     &items[i].geo);
+	}
+}
+
+/* Differences in 0..255 units between normalized CHW batches. */
+static void diff_255(const float *a, const float *b, int n, double *mean, double *max)
+{
+	size_t plane = (size_t)SIZE * SIZE;
+	double sum = 0;
+	*max = 0;
+	for (int s = 0; s < n; s++)
+		for (int c = 0; c < 3; c++)
+			for (size_t p = 0; p < plane; p++) {
+				size_t k = ((size_t)s * 3 + c) * plane + p;
+				double d = fabs((double)a[k] - b[k]) * imagenet_std[c] * 255.0;
+				sum += d;
+				*max = d > *max ? d : *max;
+			}
+	*mean = sum / ((double)n * 3 * plane);
+}
+
+static float bf16_f(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+TEST(gpu_decode_matches_cpu_path)
+{
+	if (!gpu_decode_ready())
+		return;
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	size_t floats = (size_t)N_FILES * 3 * SIZE * SIZE;
+	float *cpu = malloc(sizeof(float) * floats), *gpu = malloc(sizeof(float) * floats);
+	uint16_t *h16 = malloc(2 * floats);
+	struct gpu_decoder *d32 = NULL, *d16 = NULL;
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NCHW_F32, &d32) == 0, "%s",
+		  gp_errmsg());
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NHWC_BF16, &d16) == 0, "%s",
+		  gp_errmsg());
+	if (test_failed())
+		goto out;
+	for (int train = 1; train >= 0; train--) {
+		struct gpu_decode_item items[N_FILES];
+		unsigned char failed[N_FILES];
+		items_make(&f, train, items);
+		/* the CPU path: full-size TurboJPEG decode, then image.c's resampler */
+		for (int i = 0; i < N_FILES; i++) {
+			struct image img;
+			CHECK_EQ_INT(image_decode(&ctx, f.data[i], f.len[i], f.kind[i], f.w[i], f.h[i],
+						  &img), 0);
+			CHECK_EQ_INT(image_resample_chw(&ctx, &img, &items[i].geo.box, SIZE, SIZE,
+							items[i].geo.flip, imagenet_mean, imagenet_std,
+							cpu + (size_t)i * 3 * SIZE * SIZE), 0);
+		}
+		CHECK_MSG(gpu_decoder_run(d32, items, N_FILES, failed) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_decoder_run(d16, items, N_FILES, failed) == 0, "%s", gp_errmsg());
+		if (test_failed())
+			goto out;
+		for (int i = 0; i < N_FILES; i++)
+			CHECK_EQ_INT(failed[i], 0);
+		CHECK(cudaMemcpy(gpu, gpu_decoder_output(d32), sizeof(float) * floats,
+				 cudaMemcpyDeviceToHost) == cudaSuccess);
+		CHECK(cudaMemcpy(h16, gpu_decoder_output(d16), 2 * floats,
+				 cudaMemcpyDeviceToHost) == cudaSuccess);
+		double mean, max;
+		diff_255(gpu, cpu, N_FILES, &mean, &max);
+		printf("    %s: GPU against CPU, 0..255 units: mean |diff| %.3f, max %.1f "
+		       "(bounds 1.5, 12); backend %s\n", train ? "train" : "eval", mean, max,
+		       gpu_decoder_backend(d32));
+		CHECK_MSG(mean <= 1.5 && max <= 12.0, "%s: mean %.3f max %.1f",
+			  train ? "train" : "eval", mean, max);
+		/* NHWC bf16 against NCHW float: only bf16's rounding (8 bits of mantissa) */
+		double worst = 0;
+		for (int s = 0; s < N_FILES; s++)
+			for (int y = 0; y < SIZE; y++)
+				for (int x = 0; x < SIZE; x++)
+					for (int c = 0; c < 3; c++) {
+						float a = bf16_f(h16[(((size_t)s * SIZE + y) * SIZE + x) * 3 + c]);
+						float b = gpu[(((size_t)s * 3 + c) * SIZE + y) * SIZE + x];
+						double e = fabs((double)a - b) / (fabs(b) > 1 ? fabs(b) : 1);
+						worst = e > worst ? e : worst;
+					}
+		printf("    %s: NHWC bf16 against NCHW float: worst relative %.2e (bound 4e-3)\n",
+		       train ? "train" : "eval", worst);
+		CHECK_MSG(worst <= 4e-3, "bf16 off by %.2e", worst);
+	}
+	struct gpu_decode_stats st;
+	gpu_decoder_get_stats(d32, &st);
+	CHECK_EQ_INT(st.hw_decoded + st.cuda_decoded + st.cpu_fallback, 2 * N_FILES);
+	CHECK_EQ_INT(st.failed, 0);
+out:
+	gpu_decoder_destroy(d32);
+	gpu_decoder_destroy(d16);
+	free(cpu);
+	free(gpu);
+	free(h16);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}
+
+/* tests/data/bad holds a truncated JPEG and a text file named .jpg among six good
+ * ones: the GPU loader must skip and count them as the CPU loader does, so the
+ * batches hold the same samples (labels) in the same order, with the same pixels
+ * within the decoders' bounds. */
+TEST(gpu_loader_skips_corrupt_like_cpu)
+{
+	if (!gpu_decode_ready())
+		return;
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0); /* nvJPEG decodes at full size */
+	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
+				    .train = 1, .seed = 42 };
+	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42,
+					.layout = GPU_BATCH_NCHW_F32 };
+	struct loader *cl = NULL;
+	struct gpu_loader *gl = NULL;
+	CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
+	CHECK_MSG(gpu_loader_create(ds, &gc, &gl) == 0, "%s", gp_errmsg());
+	if (test_failed())
+		goto out;
+	float got[4 * 3 * 16 * 16];
+	for (int b = 0; b < 6; b++) {
+		struct batch *cb;
+		struct gpu_batch gb;
+		CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+		if (test_failed())
+			goto out;
+		CHECK_EQ_INT(gb.n, cb->n);
+		CHECK(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n));
+		CHECK(cudaMemcpy(got, gb.x, sizeof(float) * 3 * 16 * 16 * gb.n,
+				 cudaMemcpyDeviceToHost) == cudaSuccess);
+		double sum = 0, max = 0;
+		for (int k = 0; k < 3 * 16 * 16 * gb.n; k++) {
+			int c = k / (16 * 16) % 3;
+			double d = fabs((double)got[k] - cb->x[k]) * imagenet_std[c] * 255.0;
+			sum += d;
+			max = d > max ? d : max;
+		}
+		CHECK_MSG(sum / (3 * 16 * 16 * gb.n) <= 1.5 && max <= 12.0,
+			  "batch %d: mean %.3f max %.1f", b, sum / (3 * 16 * 16 * gb.n), max);
+		loader_release(cl, cb);
+	}
+	struct loader_stats cs, gs;
+	struct gpu_decode_stats ds_st;
+	loader_get_stats(cl, &cs);
+	gpu_loader_get_stats(gl, &gs, &ds_st);
+	printf("    skipped: CPU %ld, GPU %ld; GPU decoder: %ld hardware, %ld CUDA, %ld CPU, "
+	       "%ld corrupt\n", cs.skipped_corrupt, gs.skipped_corrupt, ds_st.hw_decoded,
+	       ds_st.cuda_decoded, ds_st.cpu_fallback, ds_st.failed);
+	CHECK(cs.skipped_corrupt >= 4);
+	CHECK_EQ_INT(gs.skipped_corrupt, cs.skipped_corrupt);
+	CHECK_EQ_INT(gs.images, cs.images);
+out:
+	gpu_loader_destroy(gl);
+	loader_destroy(cl);
+	dataset_close(ds);
+}
+
+/* Decode + augment alone, files in memory: 256 samples a batch (the 16 files over
+ * and over, each with its own geometry), NCHW float and NHWC bf16. The issue's goal
+ * is 10,000 img/s on one H100; printed for the lead, asserted only to be positive. */
+TEST(gpu_decode_throughput)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 256, REPS = 10 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[BATCH];
+	for (int i = 0; i < BATCH; i++) {
+		int k = i % N_FILES;
+		items[i] = (struct gpu_decode_item){ .data = f.data[k], .len_bytes = f.len[k],
+						     .kind = f.kind[k], .w = f.w[k], .h = f.h[k],
+						     .dst = i };
+		sample_geometry_make(1, SIZE, sample_seed(3, 0, i), f.w[k], f.h[k], &items[i].geo);
+	}
+	const enum gpu_batch_layout layouts[2] = { GPU_BATCH_NCHW_F32, GPU_BATCH_NHWC_BF16 };
+	for (int li = 0; li < 2; li++) {
+		struct gpu_decoder *d = NULL;
+		CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, layouts[li], &d) == 0, "%s", gp_errmsg());
+		if (test_failed())
+			break;
+		CHECK_EQ_INT(gpu_decoder_run(d, items, BATCH, failed), 0); /* warm-up */
+		double t0 = gp_now_ms();
+		for (int r = 0; r < REPS; r++)
+			CHECK_EQ_INT(gpu_decoder_run(d, items, BATCH, failed), 0);
+		double ms = gp_now_ms() - t0;
+		struct gpu_decode_stats st;
+		gpu_decoder_get_stats(d, &st);
+		double img_s = BATCH * REPS / (ms / 1e3);
+		printf("    decode + augment, %s, batch %d, 500x375 -> 224: %.0f img/s (%s "
+		       "backend; %ld hardware, %ld CUDA, %ld CPU; decode %.1f ms, augment %.1f "
+		       "ms in all)\n", li ? "NHWC bf16" : "NCHW f32", BATCH, img_s,
+		       gpu_decoder_backend(d), st.hw_decoded, st.cuda_decoded, st.cpu_fallback,
+		       st.decode_ms, st.augment_ms);
+		CHECK(img_s > 0);
+		gpu_decoder_destroy(d);
+	}
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}

@@ -1,0 +1,298 @@
+/* `--decode cpu|gpu|auto` on a machine where GPU decoding may be missing: the option,
+ * the nvJPEG loader's report of a missing library, the clear error line of
+ * `--decode gpu`, and the sample geometry that both decode paths share. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tuning.h"
+#include "data/dataset.h"
+#include "data/decode.h"
+#include "data/gpu_loader.h"
+#include "data/image.h"
+#include "data/loader.h"
+#include "data/nvjpeg.h"
+#include "data/transform.h"
+#include "test.h"
+
+#define MISSING_NVJPEG "/nonexistent/libnvjpeg.so.13"
+
+static void nvjpeg_point_at(const char *path)
+{
+	if (path)
+		setenv("GPUPERF_NVJPEG_LIB", path, 1);
+	else
+		unsetenv("GPUPERF_NVJPEG_LIB");
+	tuning_reload(); /* read once otherwise */
+}
+
+TEST(decode_mode_names_and_parse)
+{
+	enum decode_mode m = DECODE_GPU;
+	CHECK_EQ_INT(decode_mode_parse("cpu", &m), 0);
+	CHECK_EQ_INT(m, DECODE_CPU);
+	CHECK_EQ_INT(decode_mode_parse("gpu", &m), 0);
+	CHECK_EQ_INT(m, DECODE_GPU);
+	CHECK_EQ_INT(decode_mode_parse("auto", &m), 0);
+	CHECK_EQ_INT(m, DECODE_AUTO);
+	CHECK_EQ_INT(decode_mode_parse("GPU", &m), GP_EINVAL);
+	CHECK_MSG(!strcmp(gp_errmsg(), "--decode must be cpu, gpu or auto (got 'GPU')"), "%s",
+		  gp_errmsg());
+	CHECK(!strcmp(decode_mode_name_at(2), "auto") && !decode_mode_name_at(3));
+}
+
+TEST(nvjpeg_missing_library_is_enodev)
+{
+	nvjpeg_point_at(MISSING_NVJPEG);
+	const struct nvjpeg_api *api = NULL;
+	CHECK_EQ_INT(nvjpeg_open(&api), GP_ENODEV);
+	CHECK(api == NULL);
+	CHECK_MSG(strstr(gp_errmsg(), "nvJPEG not available: ") == gp_errmsg(), "%s", gp_errmsg());
+	CHECK_MSG(strstr(gp_errmsg(), MISSING_NVJPEG) != NULL, "%s", gp_errmsg());
+	CHECK_MSG(!strchr(gp_errmsg(), '\n'), "message has a newline: %s", gp_errmsg());
+	/* the tuning table shows the setting */
+	char buf[TUNING_PATH_MAX];
+	int found = 0;
+	for (int i = 0; i < tuning_table_len; i++)
+		if (!strcmp(tuning_table[i].name, "GPUPERF_NVJPEG_LIB")) {
+			tuning_value_str(tuning_get(), i, buf, sizeof(buf));
+			CHECK_MSG(!strcmp(buf, MISSING_NVJPEG), "shown as %s", buf);
+			found = 1;
+		}
+	CHECK(found);
+	nvjpeg_point_at(NULL);
+	/* a library without nvJPEG's symbols is named with the first one missing */
+	nvjpeg_point_at("libm.so.6");
+	CHECK_EQ_INT(nvjpeg_open(&api), GP_ENODEV);
+	CHECK_MSG(strstr(gp_errmsg(), "libm.so.6 lacks nvjpegCreateEx") != NULL, "%s", gp_errmsg());
+	nvjpeg_point_at(NULL);
+	CHECK(!strcmp(nvjpeg_status_name(3), "NVJPEG_STATUS_BAD_JPEG"));
+	CHECK(!strcmp(nvjpeg_status_name(99), "NVJPEG_STATUS_UNKNOWN"));
+}
+
+/* cpu never probes; gpu without nvJPEG is EINVAL (exit 2) naming why; auto falls back;
+ * gpu where the command cannot take GPU batches is EINVAL even with a GPU. */
+TEST(decode_resolve_without_nvjpeg)
+{
+	nvjpeg_point_at(MISSING_NVJPEG);
+	int use_gpu = 7;
+	CHECK_EQ_INT(decode_resolve(DECODE_CPU, 1, "loader", &use_gpu), 0);
+	CHECK_EQ_INT(use_gpu, 0);
+	use_gpu = 7;
+	CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 1, "loader", &use_gpu), 0);
+	CHECK_EQ_INT(use_gpu, 0);
+	CHECK_EQ_INT(decode_resolve(DECODE_GPU, 1, "loader", &use_gpu), GP_EINVAL);
+	CHECK_MSG(strstr(gp_errmsg(), "--decode gpu needs a CUDA GPU and nvJPEG: ") == gp_errmsg(),
+		  "%s", gp_errmsg());
+	CHECK_EQ_INT(use_gpu, 0);
+	nvjpeg_point_at(NULL);
+	char why[300];
+	if (decode_gpu_probe(why, sizeof(why))) {
+		CHECK_EQ_INT(decode_resolve(DECODE_GPU, 0, "train", &use_gpu), GP_EINVAL);
+		CHECK_MSG(strstr(gp_errmsg(), "train does not take GPU-decoded batches"), "%s",
+			  gp_errmsg());
+		CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 0, "train", &use_gpu), 0);
+		CHECK_EQ_INT(use_gpu, 0);
+	} else {
+		CHECK_MSG(why[0] != 0, "a probe that says no says why");
+	}
+}
+
+/* `--decode gpu` where it cannot run: one line, exit 2, before any work (train would
+ * otherwise print its device note first; loader would start reading). */
+TEST(decode_gpu_option_is_one_clear_line)
+{
+	nvjpeg_point_at(MISSING_NVJPEG);
+	test_check_bad("train --model simple_cnn --decode gpu --steps 1", "--decode gpu");
+	test_check_bad("workers --data tests/data/bad --decode gpu", "--decode gpu");
+	test_check_bad("profile --decode gpu", "--decode gpu");
+	test_check_bad("advise --decode gpu", "--decode gpu");
+	test_check_bad("loader --data tests/data/bad --decode gpu", "--decode gpu needs");
+	test_check_bad("loader --data tests/data/bad --decode fast", "--decode must be cpu, gpu or auto");
+	char cmd[512], out[8192];
+	snprintf(cmd, sizeof(cmd), "%s loader --data tests/data/bad --decode gpu --batches 1 "
+		 "--workers 0 2>/dev/null; echo rc=$?", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "rc=2"), "%s", out);
+	/* auto without nvJPEG is the CPU path, one row per worker count */
+	snprintf(cmd, sizeof(cmd), "%s loader --data tests/data/bad --decode auto --batches 2 "
+		 "--batch 4 --size 16 --workers 0,1", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "\n       0 ") && strstr(out, "\n       1 "), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s train --help", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "--decode") && strstr(out, "cpu | gpu | auto"), "%s", out);
+	nvjpeg_point_at(NULL);
+}
+
+/* The geometry both decoders take: train is RandomResizedCrop then the coin, drawn
+ * from rng_seed(seed, 0) as the CPU path always drew them; eval is Resize + CenterCrop. */
+TEST(decode_sample_geometry_matches_cpu_draws)
+{
+	int flips = 0, w = 500, h = 375, size = 224;
+	for (uint64_t i = 0; i < 64; i++) {
+		uint64_t seed = sample_seed(1, (int)(i % 3), (int)i);
+		struct sample_geometry g;
+		sample_geometry_make(1, size, seed, w, h, &g);
+		struct rng r;
+		struct crop_box c;
+		struct resample_box b;
+		rng_seed(&r, seed, 0);
+		rrc_get_params(&r, w, h, &c);
+		int flip = rng_uniform(&r) < 0.5;
+		crop_resample_box(&c, &b);
+		CHECK(!memcmp(&g.box, &b, sizeof(b)));
+		CHECK_EQ_INT(g.flip, flip);
+		CHECK(g.need_w == (double)w * size / c.w && g.need_h == (double)h * size / c.h);
+		CHECK(c.w >= 1 && c.x + c.w <= w && c.y + c.h <= h);
+		flips += g.flip;
+	}
+	CHECK(flips > 10 && flips < 54);
+	/* eval: 500x375 -> 298x256 (Resize 256 of the short side), centre 224 */
+	struct sample_geometry e;
+	sample_geometry_make(0, size, 12345, w, h, &e);
+	CHECK_EQ_INT(e.flip, 0);
+	CHECK(e.need_w == 341 && e.need_h == 256);
+	CHECK(e.box.wx0 == 0 && e.box.wx1 == w && e.box.wy0 == 0 && e.box.wy1 == h);
+	CHECK(fabs(e.box.x0 - 58 * 500.0 / 341) < 1e-12 && fabs(e.box.y0 - 16 * 375.0 / 256) < 1e-12);
+	/* and the loader's replacement rule is the one the GPU loader calls */
+	CHECK_EQ_INT(loader_replacement(99, 2, 1000), (int)(mix64(99 + 3) % 1000));
+	int32_t p1[50], p2[50];
+	loader_epoch_order(7, 1, 50, 3, p1);
+	loader_epoch_order(7, 1, 50, 3, p2);
+	CHECK(!memcmp(p1, p2, sizeof(p1)));
+	long sum = 0;
+	for (int i = 0; i < 50; i++)
+		sum += p1[i];
+	CHECK_EQ_INT(sum, 49 * 50 / 2);
+	loader_epoch_order(7, 0, 50, 3, p1);
+	for (int i = 0; i < 50; i++)
+		CHECK_EQ_INT(p1[i], i);
+}
+
+/* The GPU loader takes files only, and says so; without a GPU or nvJPEG it is
+ * GP_ENODEV with the reason (the batches themselves are tested in tests/gpu/). */
+TEST(gpu_loader_refuses_what_it_cannot_decode)
+{
+	struct dataset *ds;
+	struct gpu_loader *l = NULL;
+	struct gpu_loader_config cfg = { .batch = 4, .size = 16, .train = 1, .seed = 1 };
+	CHECK_EQ_INT(dataset_open("synthetic:32", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	CHECK_EQ_INT(gpu_loader_create(ds, &cfg, &l), GP_EINVAL);
+	CHECK_MSG(strstr(gp_errmsg(), "needs a folder of JPEG files"), "%s", gp_errmsg());
+	dataset_close(ds);
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	cfg.size = 24;
+	CHECK_EQ_INT(gpu_loader_create(ds, &cfg, &l), GP_EINVAL);
+	cfg.size = 16;
+	char why[300];
+	int rc = gpu_loader_create(ds, &cfg, &l);
+	if (decode_gpu_probe(why, sizeof(why))) {
+		CHECK_MSG(rc == 0, "%s", gp_errmsg());
+		gpu_loader_destroy(l);
+	} else {
+		CHECK_EQ_INT(rc, GP_ENODEV);
+		CHECK(l == NULL);
+	}
+	dataset_close(ds);
+}
+
+/* A CPU stand-in for nvJPEG: TurboJPEG at full size and image.c's resampler, into a
+ * host batch, failing where libjpeg fails. */
+struct cpu_decoder {
+	struct image_ctx ctx;
+	float *out;
+	int size;
+	char why[16][160];
+};
+
+static int cpu_decoder_run(void *self, const struct gpu_decode_item *items, int n,
+			   unsigned char *failed)
+{
+	struct cpu_decoder *c = self;
+	size_t sample = (size_t)3 * c->size * c->size;
+	for (int i = 0; i < n; i++) {
+		struct image img;
+		const struct gpu_decode_item *it = &items[i];
+		int rc = image_decode(&c->ctx, it->data, it->len_bytes, it->kind, it->w, it->h, &img);
+		failed[i] = rc == GP_EFORMAT;
+		snprintf(c->why[i], sizeof(c->why[i]), "%s", failed[i] ? gp_errmsg() : "");
+		if (failed[i])
+			continue;
+		GP_TRY(rc);
+		GP_TRY(image_resample_chw(&c->ctx, &img, &it->geo.box, c->size, c->size,
+					  it->geo.flip, imagenet_mean, imagenet_std,
+					  c->out + sample * it->dst));
+	}
+	return 0;
+}
+
+static const char *cpu_decoder_error(void *self, int i)
+{
+	return ((struct cpu_decoder *)self)->why[i];
+}
+
+static void *cpu_decoder_output(void *self)
+{
+	return ((struct cpu_decoder *)self)->out;
+}
+
+/* With the CPU stand-in, the GPU loader's batches are the CPU loader's, bit for bit
+ * (both decode at full size here): the same order, geometry, replacements of the
+ * truncated JPEG and the text file in tests/data/bad, labels and counts. */
+TEST(gpu_loader_order_and_replacements_match_cpu_loader)
+{
+	for (int train = 1; train >= 0; train--) {
+		struct dataset *ds;
+		CHECK_EQ_INT(dataset_open("tests/data/bad", train, 16, &ds), 0);
+		if (test_failed())
+			return;
+		dataset_set_scaled_decode(ds, 0);
+		struct cpu_decoder cd = { .size = 16 };
+		CHECK_EQ_INT(image_ctx_init(&cd.ctx), 0);
+		cd.out = calloc(4 * 3 * 16 * 16, sizeof(float));
+		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+						  cpu_decoder_output };
+		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
+					    .train = train, .seed = 42 };
+		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = train, .seed = 42 };
+		struct loader *cl = NULL;
+		struct gpu_loader *gl = NULL;
+		CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		for (int b = 0; !test_failed() && b < 6; b++) {
+			struct batch *cb;
+			struct gpu_batch gb;
+			CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+			if (test_failed())
+				break;
+			CHECK_EQ_INT(gb.n, cb->n);
+			CHECK_EQ_INT(gb.epoch, cb->epoch);
+			CHECK_EQ_INT(gb.index, cb->index);
+			CHECK_MSG(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n),
+				  "train %d batch %d: labels differ", train, b);
+			CHECK_MSG(!memcmp(gb.x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
+				  "train %d batch %d: pixels differ", train, b);
+			loader_release(cl, cb);
+		}
+		struct loader_stats cs, gs;
+		struct gpu_decode_stats ds_st;
+		loader_get_stats(cl, &cs);
+		gpu_loader_get_stats(gl, &gs, &ds_st);
+		CHECK_EQ_INT(gs.images, cs.images);
+		CHECK_EQ_INT(gs.skipped_corrupt, cs.skipped_corrupt);
+		CHECK(cs.skipped_corrupt >= 2);
+		CHECK(!strcmp(gpu_loader_backend(gl), "caller's"));
+		gpu_loader_destroy(gl);
+		loader_destroy(cl);
+		free(cd.out);
+		image_ctx_free(&cd.ctx);
+		dataset_close(ds);
+	}
+}
