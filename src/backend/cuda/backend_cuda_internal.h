@@ -14,6 +14,11 @@ struct backend_state {
 	struct cuda_ctx *ctx;
 	char *arena;
 	float *params, *grads, *momentum, *running, *input, *row_scratch;
+	/* backend_cuda_optim.c: AdamW's second moments (momentum holds the first), the
+	 * gradients summed over micro-batches, and the step's device hyperparameters with
+	 * clipping's sums (NULL where net->optim needs none) */
+	float *exp_avg_sq, *grad_acc;
+	double *optim_dev;
 	int32_t *labels;
 	double *d_loss;
 	int *d_correct;
@@ -213,5 +218,16 @@ int cuda_sgd(struct net *net, const struct sgd_args *sgd);
 int cuda_train_step(struct net *net, const struct sgd_args *sgd);
 int cuda_scale_output_grad(struct net *net, int node, double factor);
 int cuda_unscale_grads(struct net *net, double factor, int *nonfinite);
+
+/* backend_cuda_optim.c: what net->optim asks set-up to allocate, and its release; the
+ * step's device hyperparameters, written before a step is enqueued or replayed (never
+ * inside a capture); the step itself (1: plain SGD, for sgd_step_cuda); whether two
+ * steps' arguments make the same captured graph; gradient accumulation (backend_ops). */
+int cuda_optim_setup(struct net *net);
+void cuda_optim_teardown(struct net *net);
+int cuda_optim_upload(struct net *net, const struct sgd_args *a);
+int cuda_optim_enqueue(struct net *net, const struct sgd_args *a);
+int cuda_optim_same_graph(const struct net *net, const struct sgd_args *x, const struct sgd_args *y);
+int cuda_grad_accum(struct net *net, enum grad_accum_mode mode);
 
 #endif
