@@ -125,8 +125,15 @@ TEST(schedule_bad_configurations)
 	CHECK_EQ_INT(lr_schedule_check(&c), 0);
 	c = cfg(LR_STEP, 0, 10, 100);
 	c.step_epochs = 1;
-	c.gamma = 0;
+	c.gamma = 1.5;
 	CHECK(lr_schedule_check(&c) < 0);
+	/* zero stands for the defaults: gamma 0.1, start factor 0.01 */
+	c.gamma = 0;
+	c.warmup_factor = 0;
+	c.warmup_epochs = 2;
+	CHECK_EQ_INT(lr_schedule_check(&c), 0);
+	CHECK_NEAR(lr_schedule_lr(&c, 0), 0.001, 1e-15);
+	CHECK_NEAR(lr_schedule_lr(&c, 30), 0.01, 1e-15);
 	enum lr_schedule k;
 	CHECK(lr_schedule_parse("linear", &k) < 0);
 	CHECK(strstr(gp_errmsg(), "constant, step, cosine or onecycle") != NULL);

@@ -46,6 +46,17 @@ long lr_schedule_epochs(const struct lr_schedule_cfg *c)
 	return (c->total_steps + spe - 1) / spe;
 }
 
+/* The defaults that zero stands for. */
+static double warmup_factor(const struct lr_schedule_cfg *c)
+{
+	return c->warmup_factor > 0 ? c->warmup_factor : 0.01;
+}
+
+static double step_gamma(const struct lr_schedule_cfg *c)
+{
+	return c->gamma > 0 ? c->gamma : 0.1;
+}
+
 int lr_schedule_check(const struct lr_schedule_cfg *c)
 {
 	long epochs = lr_schedule_epochs(c);
@@ -54,7 +65,7 @@ int lr_schedule_check(const struct lr_schedule_cfg *c)
 	if (c->steps_per_epoch < 1 || c->total_steps < 1)
 		return gp_error(GP_EINVAL, "a schedule needs at least one step per epoch and one step");
 	if (c->warmup_epochs < 0 || !(c->warmup_factor >= 0 && c->warmup_factor <= 1))
-		return gp_error(GP_EINVAL, "--warmup-epochs %d with start factor %g: need >= 0 and a factor in [0, 1]",
+		return gp_error(GP_EINVAL, "--warmup-epochs %d with start factor %g: need >= 0 and a factor in (0, 1]",
 				c->warmup_epochs, c->warmup_factor);
 	if (c->kind == LR_ONECYCLE && c->warmup_epochs)
 		return gp_error(GP_EINVAL, "--warmup-epochs does not combine with --lr-schedule onecycle "
@@ -63,7 +74,7 @@ int lr_schedule_check(const struct lr_schedule_cfg *c)
 		return gp_error(GP_EINVAL, "--lr-step needs --lr-schedule step");
 	if (c->kind == LR_STEP && c->step_epochs < 1)
 		return gp_error(GP_EINVAL, "--lr-schedule step needs --lr-step N (epochs between decays)");
-	if (c->kind == LR_STEP && !(c->gamma > 0 && c->gamma <= 1))
+	if (c->kind == LR_STEP && !(c->gamma >= 0 && c->gamma <= 1))
 		return gp_error(GP_EINVAL, "--lr-gamma must be in (0, 1] (got %g)", c->gamma);
 	if (c->warmup_epochs && c->warmup_epochs >= epochs)
 		return gp_error(GP_EINVAL, "--warmup-epochs %d leaves nothing of a run of %ld epochs",
@@ -108,11 +119,11 @@ double lr_schedule_lr(const struct lr_schedule_cfg *c, long step)
 	}
 	long e = step / (c->steps_per_epoch > 0 ? c->steps_per_epoch : 1), w = c->warmup_epochs;
 	if (e < w)
-		return c->lr * (c->warmup_factor + (1.0 - c->warmup_factor) * (double)e / (double)w);
+		return c->lr * (warmup_factor(c) + (1.0 - warmup_factor(c)) * (double)e / (double)w);
 	e -= w; /* SequentialLR restarts the next schedule at the milestone */
 	switch (c->kind) {
 	case LR_STEP:
-		return c->lr * pow(c->gamma, (double)(e / c->step_epochs));
+		return c->lr * pow(step_gamma(c), (double)(e / c->step_epochs));
 	case LR_COSINE: {
 		long t_max = lr_schedule_epochs(c) - w;
 		return c->lr * (1 + cos(M_PI * (double)e / (double)t_max)) / 2;

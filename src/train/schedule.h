@@ -34,9 +34,9 @@ struct lr_schedule_cfg {
 	enum lr_schedule kind;
 	double lr;              /* the base rate (OneCycleLR's max_lr) */
 	int warmup_epochs;      /* linear warmup epochs before the schedule (0: none) */
-	double warmup_factor;   /* LinearLR's start_factor (0 means 0.01) */
+	double warmup_factor;   /* LinearLR's start_factor, in (0, 1] (0 means 0.01) */
 	int step_epochs;        /* StepLR's step_size */
-	double gamma;           /* StepLR's gamma (0 means 0.1) */
+	double gamma;           /* StepLR's gamma, in (0, 1] (0 means 0.1) */
 	int steps_per_epoch;    /* optimizer steps per epoch */
 	long total_steps;       /* optimizer steps of the whole run */
 };
