@@ -142,13 +142,13 @@ TEST(clip_grad_norm_factor)
 }
 
 /* A small simple_cnn without dropout on the CPU backend in double. */
-static struct net *small_net(int batch, struct optim_setup optim)
+static struct net *small_net_p(int batch, struct optim_setup optim, double dropout)
 {
 	struct model_opts mo = model_defaults("simple_cnn");
 	mo.batch = batch;
 	mo.size = 16;
 	mo.classes = 10;
-	mo.dropout = 0;
+	mo.dropout = dropout;
 	mo.seed = 5;
 	struct net *net = NULL;
 	if (model_build("simple_cnn", &mo, &net) < 0)
@@ -159,6 +159,11 @@ static struct net *small_net(int batch, struct optim_setup optim)
 		return NULL;
 	}
 	return net;
+}
+
+static struct net *small_net(int batch, struct optim_setup optim)
+{
+	return small_net_p(batch, optim, 0);
 }
 
 TEST(clip_grad_norm_in_the_cpu_step)
@@ -287,4 +292,30 @@ TEST(optimizer_state_only_for_adamw)
 	}
 	net_free(sgd);
 	net_free(adam);
+}
+
+/* Each micro-batch of a step draws its own dropout masks, as each forward does in
+ * torch; the next step's first micro-batch those of a fresh step. */
+TEST(grad_accum_micro_batches_draw_new_dropout_masks)
+{
+	struct net *net = small_net_p(2, (struct optim_setup){ .grad_accum = 2 }, 0.5);
+	CHECK_MSG(net != NULL, "%s", gp_errmsg());
+	if (!net)
+		return;
+	float *x = NULL, l0[20], l1[20], l2[20];
+	int32_t *y = NULL;
+	CHECK(train_synthetic_batch(2, 3, 16, 16, 10, 3, &x, &y) == 0);
+	CHECK(net_set_batch_data(net, x, y) == 0);
+	CHECK(net_forward(net, 1) == 0 && net_logits_to_host(net, l0) == 0);
+	CHECK(net_loss(net, NULL, NULL) == 0 && net_backward(net) == 0 && net_grad_accumulate(net, 0, 2) == 0);
+	CHECK(net_forward(net, 1) == 0 && net_logits_to_host(net, l1) == 0);
+	CHECK(memcmp(l0, l1, sizeof(l0)) != 0);
+	CHECK(net_loss(net, NULL, NULL) == 0 && net_backward(net) == 0 && net_grad_accumulate(net, 1, 2) == 0);
+	CHECK_EQ_INT(net->micro_batch, 0);
+	/* no step taken: micro-batch 0 of the same step again, the same masks */
+	CHECK(net_forward(net, 1) == 0 && net_logits_to_host(net, l2) == 0);
+	CHECK(memcmp(l0, l2, sizeof(l0)) == 0);
+	free(x);
+	free(y);
+	net_free(net);
 }

@@ -622,6 +622,9 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd)
 {
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
+	if (sgd->kind != net->optim.kind)
+		return gp_error(GP_EINVAL, "a %s step on a net set up for %s", sgd->kind == OPTIM_ADAMW ? "AdamW" : "SGD",
+				net->optim.kind == OPTIM_ADAMW ? "AdamW" : "SGD");
 	if (net->scaler.enabled) {
 		int skip = scaler_unscale(net);
 		if (skip < 0)
@@ -629,9 +632,6 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd)
 		if (skip)
 			return 0; /* inf or NaN in a gradient: no step, as GradScaler.step */
 	}
-	if (sgd->kind != net->optim.kind)
-		return gp_error(GP_EINVAL, "a %s step on a net set up for %s", sgd->kind == OPTIM_ADAMW ? "AdamW" : "SGD",
-				net->optim.kind == OPTIM_ADAMW ? "AdamW" : "SGD");
 	struct sgd_args a = *sgd;
 	a.first_step = net->sgd_steps == 0;
 	a.step = net->sgd_steps + 1;
@@ -704,8 +704,10 @@ int net_grad_accumulate(struct net *net, int micro, int k)
 	if (k != net->optim.grad_accum || micro < 0 || micro >= k)
 		return gp_error(GP_EINVAL, "micro-batch %d of %d on a net set up for %d", micro, k,
 				net->optim.grad_accum);
-	return net_backend(net)->grad_accum(net, micro == 0 ? GRAD_ACC_SAVE : micro < k - 1 ? GRAD_ACC_ADD
-										      : GRAD_ACC_RESTORE);
+	GP_TRY(net_backend(net)->grad_accum(net, micro == 0 ? GRAD_ACC_SAVE : micro < k - 1 ? GRAD_ACC_ADD
+										       : GRAD_ACC_RESTORE));
+	net->micro_batch = micro < k - 1 ? micro + 1 : 0;
+	return 0;
 }
 
 int net_wait(struct net *net)

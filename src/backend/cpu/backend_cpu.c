@@ -68,7 +68,7 @@ static void *pgrad_ptr(struct net *net, const struct node *nd, int k)
 static uint64_t dropout_seed(const struct net *net, int node)
 {
 	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL +
-	       (uint64_t)net->sgd_steps;
+	       (uint64_t)net->sgd_steps + (uint64_t)net->micro_batch * 0xD1B54A32D192ED03ULL;
 }
 
 #define REAL float

@@ -187,7 +187,8 @@ static inline size_t rsv_bytes(const struct net *net, int node)
 /* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
 static inline uint64_t dropout_seed(const struct net *net, int node)
 {
-	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL;
+	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL +
+	       (uint64_t)net->micro_batch * 0xD1B54A32D192ED03ULL; /* as the CPU's */
 }
 
 /* What a convolution node's call (forward or backward) uses beyond the context: its
