@@ -26,7 +26,11 @@ struct backend_ops {
 	int (*forward_node)(struct net *net, int i, int training);
 	int (*loss)(struct net *net, double *loss, int *correct);
 	int (*backward_node)(struct net *net, int i);
+	/* The optimizer step (SGD or AdamW, struct sgd_args) over the flat arrays. */
 	int (*sgd_step)(struct net *net, const struct sgd_args *sgd);
+	/* Gradient accumulation between micro-batches (enum grad_accum_mode) in the buffer
+	 * set-up allocated for net->optim.grad_accum > 1. */
+	int (*grad_accum)(struct net *net, enum grad_accum_mode mode);
 	int (*sync_to_host)(struct net *net);
 	int (*sync_from_host)(struct net *net);
 	/* Optional: the whole training step at once (a CUDA graph). Returns 1 when the

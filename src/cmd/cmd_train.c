@@ -81,6 +81,7 @@ static int train_run_repeated(struct train_opts *o, int repeat, struct train_res
 	for (int i = 0; i < repeat; i++) {
 		if (log)
 			fprintf(log, "repeat %d/%d\n", i + 1, repeat);
+		train_result_free(res); /* the log of the run before: the last one's is kept */
 		memset(res, 0, sizeof(*res));
 		if ((rc = train_run(o, res, log)) < 0)
 			goto out;
@@ -128,8 +129,17 @@ static int train_write_result(const struct train_opts *o, const struct train_res
 	if (gpu)
 		result_set_gpu(res, gpu);
 	json_object_set(res, "measurements", m);
-	json_object_set_new(res, "settings", json_pack("{s:s, s:i, s:i, s:s}", "model", o->model,
-			    "batch", o->batch, "steps", r->steps, "data", o->data ? o->data : "synthetic"));
+	json_t *settings = json_pack("{s:s, s:i, s:i, s:s}", "model", o->model, "batch", o->batch, "steps",
+				     r->steps, "data", o->data ? o->data : "synthetic");
+	json_t *recipe = train_recipe_json(o);
+	if (!settings || !recipe || json_object_update(settings, recipe) < 0) {
+		json_decref(settings);
+		json_decref(recipe);
+		rc = gp_error(GP_ENOMEM, "out of memory writing the result");
+		goto out;
+	}
+	json_decref(recipe);
+	json_object_set_new(res, "settings", settings);
 	if ((rc = result_write(res, out, "train", path, sizeof(path))) < 0)
 		goto out;
 	if (print) {
@@ -148,6 +158,55 @@ out:
 	return rc;
 }
 
+/* The optimizer and schedule options into o, checked together: each option belongs to
+ * one optimizer or schedule, and a wrong pairing is one error line. */
+static int train_parse_recipe(struct train_opts *o, const char *optimizer, const char *schedule,
+			      const char *betas, double eps, int warmup_epochs, double warmup_factor,
+			      int lr_step, double gamma)
+{
+	struct sgd_args *a = &o->sgd;
+	struct lr_schedule_cfg *c = &o->schedule;
+	GP_TRY(train_parse_optimizer(optimizer, &a->kind));
+	GP_TRY(lr_schedule_parse(schedule, &c->kind));
+	if (a->kind == OPTIM_ADAMW) {
+		if (a->momentum >= 0 || a->nesterov)
+			return gp_error(GP_EINVAL, "--momentum and --nesterov are SGD's: AdamW takes --betas");
+		a->momentum = 0;
+		a->beta1 = 0.9;
+		a->beta2 = 0.999;
+		a->eps = eps > 0 ? eps : 1e-8;
+		a->weight_decay = a->weight_decay >= 0 ? a->weight_decay : 0.01;
+		if (betas) {
+			char *end1 = NULL, *end2 = NULL;
+			a->beta1 = strtod(betas, &end1);
+			if (end1 == betas || *end1 != ',' || (a->beta2 = strtod(end1 + 1, &end2), end2 == end1 + 1) ||
+			    *end2 || !(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
+				return gp_error(GP_EINVAL, "--betas must be B1,B2 with each in [0, 1) (got '%s')", betas);
+		}
+	} else {
+		if (betas || eps > 0)
+			return gp_error(GP_EINVAL, "--betas and --eps are AdamW's: add --optimizer adamw");
+		a->momentum = a->momentum >= 0 ? a->momentum : 0.9;
+		a->weight_decay = a->weight_decay >= 0 ? a->weight_decay : 0;
+		if (a->nesterov && !(a->momentum > 0))
+			return gp_error(GP_EINVAL, "--nesterov needs a positive --momentum");
+	}
+	if (warmup_factor > 0 && !warmup_epochs)
+		return gp_error(GP_EINVAL, "--warmup-factor needs --warmup-epochs");
+	if (gamma > 0 && c->kind != LR_STEP)
+		return gp_error(GP_EINVAL, "--lr-gamma needs --lr-schedule step");
+	c->warmup_epochs = warmup_epochs;
+	c->warmup_factor = warmup_factor > 0 ? warmup_factor : 0.01;
+	c->step_epochs = lr_step;
+	c->gamma = gamma > 0 ? gamma : 0.1;
+	/* what does not depend on the run's length; the trainer checks the rest */
+	struct lr_schedule_cfg probe = *c;
+	probe.lr = a->lr;
+	probe.steps_per_epoch = 1;
+	probe.total_steps = 2000000000L;
+	return lr_schedule_check(&probe);
+}
+
 int cmd_train(int argc, char **argv)
 {
 	struct train_opts o = train_opts_default();
@@ -160,6 +219,12 @@ int cmd_train(int argc, char **argv)
 	o.classes = 0;
 	long long seed = 0;
 	int epochs = 0, epoch_steps = 0, profile_steps = 0;
+	/* the recipe's options; negative: not given (defaults depend on the optimizer) */
+	const char *optimizer = "sgd", *schedule = "constant", *betas = NULL;
+	double eps = -1, warmup_factor = -1, gamma = -1;
+	int warmup_epochs = 0, lr_step = 0;
+	o.sgd.momentum = -1;
+	o.sgd.weight_decay = -1;
 	struct int_list profile_epochs = { 0 };
 	const char *out = NULL;
 	o.dropout = -1; /* the model's own; the option's range refuses negative values */
@@ -179,10 +244,27 @@ int cmd_train(int argc, char **argv)
 		{ "profile-steps", OPT_INT, &profile_steps, "steps profiled per listed epoch (default: the whole epoch)", 1, ARGS_MAX_STEPS },
 		OPT_OUT(&out, "train.json and profile_epoch_<e>_<timestamp>/", "train"),
 		OPT_OVERWRITE(&overwrite, "train.json"),
+		{ "optimizer", OPT_STR, &optimizer, "(sgd; adamw as torch.optim.AdamW)", .choices = train_optimizer_name_at },
 		OPT_LR(&o.sgd.lr, "learning rate (0.01)"),
+		{ "lr-schedule", OPT_STR, &schedule, "(constant; per epoch: step, cosine; per step: onecycle, with --lr as max_lr)",
+		  .choices = lr_schedule_name_at },
+		{ "warmup-epochs", OPT_INT, &warmup_epochs, "linear warmup epochs before the schedule (0)", 0, 1000000 },
+		{ "warmup-factor", OPT_DOUBLE, &warmup_factor, "the warmup's first rate as a fraction of --lr (0.01)",
+		  .min_d = 0, .max_d = 1, .range = OPT_MIN_EXCL | OPT_MAX_INCL },
+		{ "lr-step", OPT_INT, &lr_step, "--lr-schedule step: epochs between decays", 1, 1000000 },
+		{ "lr-gamma", OPT_DOUBLE, &gamma, "--lr-schedule step: decay factor (0.1)", .min_d = 0, .max_d = 1,
+		  .range = OPT_MIN_EXCL | OPT_MAX_INCL },
 		OPT_MOMENTUM(&o.sgd.momentum, "SGD momentum (0.9)"),
-		OPT_WEIGHT_DECAY(&o.sgd.weight_decay, "SGD weight decay (0)"),
+		OPT_WEIGHT_DECAY(&o.sgd.weight_decay, "weight decay (SGD 0, L2 in the gradient; AdamW 0.01, decoupled)"),
 		{ "nesterov", OPT_FLAG, &o.sgd.nesterov, "Nesterov momentum", 0 },
+		{ "betas", OPT_STR, &betas, "AdamW's B1,B2 (0.9,0.999)" },
+		{ "eps", OPT_DOUBLE, &eps, "AdamW's epsilon (1e-8)", .min_d = 0, .max_d = 1,
+		  .range = OPT_MIN_EXCL | OPT_MAX_EXCL },
+		{ "label-smoothing", OPT_DOUBLE, &o.label_smoothing, "cross-entropy label smoothing (0)", .min_d = 0,
+		  .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_INCL },
+		{ "grad-accum", OPT_INT, &o.grad_accum, "micro-batches of --batch per optimizer step (1)", 1, 1024 },
+		{ "clip-grad-norm", OPT_DOUBLE, &o.sgd.clip_norm, "clip the gradients' total L2 norm to this",
+		  .min_d = 0, .range = OPT_MIN_EXCL },
 		{ "dropout", OPT_DOUBLE, &o.dropout, "override the model's dropout probability (0 disables)", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_EXCL },
 		OPT_SEED(&seed, "seed for initialization and data (0)"),
 		OPT_DATA(&data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR"),
@@ -222,8 +304,10 @@ int cmd_train(int argc, char **argv)
 	if (synthetic && (o.workers || o.prefetch))
 		return gp_error(GP_EINVAL, "--workers and --prefetch need --data DIR or cifar10:DIR");
 	o.data = data;
-	if (o.sgd.nesterov && !(o.sgd.momentum > 0))
-		return gp_error(GP_EINVAL, "--nesterov needs a positive --momentum");
+	GP_TRY(train_parse_recipe(&o, optimizer, schedule, betas, eps, warmup_epochs, warmup_factor,
+				  lr_step, gamma));
+	if (epochs > 0 && warmup_epochs >= epochs)
+		return gp_error(GP_EINVAL, "--warmup-epochs %d leaves nothing of --epochs %d", warmup_epochs, epochs);
 	o.seed = (uint64_t)seed;
 	o.size = size;
 	o.warmup = warmup;
@@ -286,6 +370,7 @@ int cmd_train(int argc, char **argv)
 	}
 	struct train_result res = { 0 };
 	json_t *repeat_json = NULL;
+	o.keep_log = 1;
 	if (repeat > 1)
 		rc = train_run_repeated(&o, repeat, &res, &repeat_json, rank0 ? stdout : NULL);
 	else if (!profile_epochs.n)
@@ -296,17 +381,19 @@ int cmd_train(int argc, char **argv)
 	if (rc < 0)
 		dist_abort(o.dist, gp_errmsg());
 	dist_close(o.dist);
-	if (!rank0)
-		return rc;
 	/* res.steps is set once training ended: what failed after it (--save, a profile
-	 * window) still leaves the measurements */
-	if (rc < 0 && res.steps == 0)
+	 * window) still leaves the measurements; rank 0 writes them */
+	if (!rank0 || (rc < 0 && res.steps == 0)) {
+		train_result_free(&res);
+		json_decref(repeat_json);
 		return rc;
+	}
 	char late_error[1024] = "";
 	if (rc < 0)
 		snprintf(late_error, sizeof(late_error), "%s", gp_errmsg());
 	int rc_result = train_write_result(&o, &res, dir, json, repeat_json, argc, argv);
 	json_decref(repeat_json);
+	train_result_free(&res);
 	if (rc_result < 0)
 		return rc_result;
 	return rc < 0 ? gp_error(rc, "%s", late_error) : 0;

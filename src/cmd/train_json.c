@@ -30,6 +30,17 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 		"params", (json_int_t)r->params,
 		"peak_bytes_by_category", mem, "peak_bytes", (json_int_t)r->mem.total_peak_bytes,
 		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
+	if (j && r->steps)
+		json_object_set_new(j, "last_lr", result_real(r->last_lr));
+	if (j && r->log) {
+		json_t *lg = json_array();
+		for (int i = 0; lg && i < r->n_log; i++)
+			json_array_append_new(lg, json_pack("{s:i, s:o, s:o, s:o}", "step", r->log[i].step,
+							    "loss", result_real(r->log[i].loss),
+							    "accuracy", result_real(r->log[i].accuracy),
+							    "lr", result_real(r->log[i].lr)));
+		json_object_set_new(j, "log", lg ? lg : json_null());
+	}
 	if (j && o->backend == BACKEND_CUDA)
 		json_object_set_new(j, "layout", json_string(train_layout_name(
 			o->layout == LAYOUT_NHWC || (o->layout == LAYOUT_AUTO && precision_is_amp(o->precision))
@@ -70,6 +81,33 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 			j = NULL;
 		}
 		json_decref(d);
+	}
+	return j;
+}
+
+json_t *train_recipe_json(const struct train_opts *o)
+{
+	const struct sgd_args *a = &o->sgd;
+	const struct lr_schedule_cfg *c = &o->schedule;
+	json_t *j = json_pack("{s:s, s:o, s:s, s:i, s:o, s:o, s:i, s:o, s:o}",
+		"optimizer", train_optimizer_name_at(a->kind), "lr", result_real(a->lr),
+		"lr_schedule", lr_schedule_name_at(c->kind), "warmup_epochs", c->warmup_epochs,
+		"warmup_factor", c->warmup_epochs ? result_real(c->warmup_factor > 0 ? c->warmup_factor : 0.01) : json_null(),
+		"weight_decay", result_real(a->weight_decay), "grad_accum", o->grad_accum > 1 ? o->grad_accum : 1,
+		"label_smoothing", result_real(o->label_smoothing),
+		"clip_grad_norm", a->clip_norm > 0 ? result_real(a->clip_norm) : json_null());
+	if (!j)
+		return NULL;
+	if (c->kind == LR_STEP) {
+		json_object_set_new(j, "lr_step", json_integer(c->step_epochs));
+		json_object_set_new(j, "lr_gamma", result_real(c->gamma > 0 ? c->gamma : 0.1));
+	}
+	if (a->kind == OPTIM_ADAMW) {
+		json_object_set_new(j, "betas", json_pack("[o, o]", result_real(a->beta1), result_real(a->beta2)));
+		json_object_set_new(j, "eps", result_real(a->eps));
+	} else {
+		json_object_set_new(j, "momentum", result_real(a->momentum));
+		json_object_set_new(j, "nesterov", json_boolean(a->nesterov));
 	}
 	return j;
 }

@@ -9,6 +9,9 @@
 #include "train/trainer.h"
 
 json_t *train_result_json(const struct train_opts *o, const struct train_result *r);
+/* The training recipe for a result's settings: optimizer and its settings, learning
+ * rate and schedule, label smoothing, micro-batches per step, gradient clipping. */
+json_t *train_recipe_json(const struct train_opts *o);
 /* Device memory of this process as nvidia-smi shows it, summed over every GPU that
  * NVML lists (NVML and CUDA may number devices differently). Needs nvml_open();
  * GP_ENOTFOUND when this process has no context on any GPU. *dev: the first NVML

@@ -622,6 +622,9 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd)
 {
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
+	if (sgd->kind != net->optim.kind)
+		return gp_error(GP_EINVAL, "a %s step on a net set up for %s", sgd->kind == OPTIM_ADAMW ? "AdamW" : "SGD",
+				net->optim.kind == OPTIM_ADAMW ? "AdamW" : "SGD");
 	if (net->scaler.enabled) {
 		int skip = scaler_unscale(net);
 		if (skip < 0)
@@ -631,6 +634,7 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd)
 	}
 	struct sgd_args a = *sgd;
 	a.first_step = net->sgd_steps == 0;
+	a.step = net->sgd_steps + 1;
 	if (net->hooks.node_begin)
 		net->hooks.node_begin(net->hooks.user, net, -1, PHASE_OPTIMIZER);
 	GP_TRY(net_backend(net)->sgd_step(net, &a));
@@ -653,6 +657,9 @@ int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, in
 	    !net->buckets.ready && !net->scaler.enabled) {
 		struct sgd_args a = *sgd;
 		a.first_step = net->sgd_steps == 0;
+		a.step = net->sgd_steps + 1;
+		if (sgd->kind != net->optim.kind)
+			return net_sgd_step(net, sgd); /* its error */
 		int rc = ops->train_step(net, &a);
 		if (rc < 0)
 			return rc;
@@ -685,6 +692,21 @@ int net_dist_time_allreduce(struct net *net, int iters, double *ms)
 	for (int i = 0; i < iters; i++)
 		GP_TRY(ops->grad_allreduce(net));
 	*ms = 1e3 * (gp_now_s() - t0) / iters;
+	return 0;
+}
+
+int net_grad_accumulate(struct net *net, int micro, int k)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	if (k <= 1)
+		return 0;
+	if (k != net->optim.grad_accum || micro < 0 || micro >= k)
+		return gp_error(GP_EINVAL, "micro-batch %d of %d on a net set up for %d", micro, k,
+				net->optim.grad_accum);
+	GP_TRY(net_backend(net)->grad_accum(net, micro == 0 ? GRAD_ACC_SAVE : micro < k - 1 ? GRAD_ACC_ADD
+										       : GRAD_ACC_RESTORE));
+	net->micro_batch = micro < k - 1 ? micro + 1 : 0;
 	return 0;
 }
 

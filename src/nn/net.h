@@ -66,6 +66,11 @@ int net_sgd_step(struct net *net, const struct sgd_args *sgd);
  * backend does not wait). With net->use_graphs and no hooks, a backend may replay the
  * step as a captured graph. */
 int net_train_step(struct net *net, const struct sgd_args *sgd, double *loss, int *correct);
+/* Gradient accumulation (net->optim.grad_accum == k micro-batches per optimizer step,
+ * set before net_setup): after the backward of micro-batch `micro` (from 0), keep its
+ * gradients; after the last one the gradients are the sum over all k, for a step with
+ * grad_scale 1/k. Nothing to do for k == 1. */
+int net_grad_accumulate(struct net *net, int micro, int k);
 /* Turn dynamic loss scaling on with torch's defaults (scale 2^16, growth 2 every
  * 2000 clean steps, back-off 0.5). */
 void net_enable_loss_scaling(struct net *net);

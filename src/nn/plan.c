@@ -384,8 +384,8 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 	if (__builtin_mul_overflow(image, master + half, &image_bytes))
 		return plan_overflow(net);
 	p->weights_bytes = (net->params_count + net->running_count) * master + net->params_count * half;
-	p->grads_bytes = training ? net->params_count * (master + half) : 0;
-	p->optim_bytes = training ? net->params_count * master : 0;
+	p->grads_bytes = training ? net->params_count * (master + half + (net->optim.grad_accum > 1 ? master : 0)) : 0;
+	p->optim_bytes = training ? net->params_count * master * (net->optim.kind == OPTIM_ADAMW ? 2 : 1) : 0;
 	p->workspace_bytes = workspace_bytes;
 	p->other_bytes = image_bytes + (size_t)net->batch * sizeof(int32_t) + 64;
 	if (__builtin_add_overflow(p->arena_bytes, p->weights_bytes, &total) ||

@@ -221,6 +221,10 @@ struct net {
 	 * smaller", and how tests make maxbatch run out on the CPU. */
 	size_t mem_limit_bytes;
 	int sgd_steps;             /* optimizer steps taken (momentum buffers start on the first) */
+	struct optim_setup optim;  /* what set-up allocates for the optimizer (zero: SGD) */
+	double label_smoothing;    /* the loss's, as CrossEntropyLoss(label_smoothing=) */
+	int micro_batch;           /* the micro-batch of this optimizer step (accumulation; 0
+				    * without): dropout draws new masks for each */
 	uint64_t seed;          /* initialization and dropout masks */
 	struct net_hooks hooks;
 	int use_graphs;         /* replay the training step as a CUDA graph when possible */

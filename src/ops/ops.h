@@ -14,6 +14,7 @@
 #ifndef GP_OPS_H
 #define GP_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,11 +65,54 @@ struct dropout_args {
 	double p; /* probability of zeroing */
 };
 
+/* The optimizers: torch.optim.SGD, and torch.optim.AdamW (amsgrad off). */
+enum optim_kind { OPTIM_SGD = 0, OPTIM_ADAMW };
+
+/* One optimizer step's arguments (the name is SGD's, which came first). */
 struct sgd_args {
 	double lr, momentum, dampening, weight_decay;
 	int nesterov;
-	int first_step; /* torch: the momentum buffer starts as a copy of the gradient */
+	int first_step; /* torch: the momentum buffer starts as a copy of the gradient (AdamW:
+			 * its moments start at zero) */
+	/* AdamW (kind OPTIM_ADAMW): beta1, beta2 and eps as torch.optim.AdamW, weight_decay
+	 * decoupled (param *= 1 - lr wd); step counts from 1 for the bias corrections. */
+	enum optim_kind kind;
+	double beta1, beta2, eps;
+	long long step;
+	/* Before the update each gradient is multiplied by grad_scale (0 means 1; 1/K for
+	 * K accumulated micro-batches, as dividing each loss by K), then, when clip_norm >
+	 * 0, by torch.nn.utils.clip_grad_norm_'s coefficient over all of them:
+	 * min(1, clip_norm / (total L2 norm + 1e-6)). */
+	double grad_scale, clip_norm;
 };
+
+/* What a net's set-up allocates for its optimizer: AdamW's second moments beside the
+ * momentum buffer (which holds AdamW's first moments), a gradient accumulation buffer
+ * for grad_accum > 1 micro-batches per step. dynamic: the step's rate or momentum
+ * changes from step to step (a schedule), which a GPU step then reads from device
+ * memory, so that a captured step stays valid. */
+struct optim_setup {
+	enum optim_kind kind;
+	int grad_accum;
+	int dynamic;
+};
+
+/* The factor every gradient is multiplied by before the update (struct sgd_args'
+ * grad_scale and clip_norm), given the sum of squares of the gradients as they are. */
+static inline double optim_grad_factor(const struct sgd_args *a, double sumsq)
+{
+	double s = a->grad_scale > 0 ? a->grad_scale : 1.0;
+	if (a->clip_norm > 0) {
+		double coef = a->clip_norm / (s * sqrt(sumsq) + 1e-6);
+		s *= coef < 1.0 ? coef : 1.0;
+	}
+	return s;
+}
+
+/* Gradient accumulation over micro-batches (backend.h's grad_accum): after the first
+ * micro-batch's backward the gradients are saved, after each further one but the last
+ * added, and after the last the saved sum is added back into the gradients. */
+enum grad_accum_mode { GRAD_ACC_SAVE = 0, GRAD_ACC_ADD, GRAD_ACC_RESTORE };
 
 /* Output size of a convolution or pooling window along one axis (PyTorch's formula,
  * floor mode, dilation 1). */
@@ -143,7 +187,15 @@ double linear_macs(const struct linear_args *a);
 	double softmax_xent_cpu_##S(int n, int k, const T *logits, const int32_t *labels, \
 				    T *dlogits, int *correct);                            \
 	void sgd_step_cpu_##S(const struct sgd_args *a, size_t count, T *param,           \
-			      const T *grad, T *momentum_buf);
+			      const T *grad, T *momentum_buf);                            \
+	void adamw_step_cpu_##S(const struct sgd_args *a, size_t count, T *param,         \
+				const T *grad, T *exp_avg, T *exp_avg_sq);                \
+	double softmax_xent_ls_cpu_##S(int n, int k, const T *logits,                     \
+				       const int32_t *labels, double smoothing,           \
+				       T *dlogits, int *correct);                         \
+	double sumsq_cpu_##S(size_t count, const T *x);                                   \
+	void scale_cpu_##S(size_t count, T *x, double factor);                            \
+	void grad_accum_cpu_##S(enum grad_accum_mode mode, size_t count, T *grad, T *acc);
 
 GP_CPU_KERNELS(float, f32)
 GP_CPU_KERNELS(double, f64)

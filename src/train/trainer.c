@@ -29,6 +29,7 @@
  * Devices are indexed by enum backend_kind, then "auto"; layouts by enum layout. */
 static const char *const device_names[] = { "cpu", "cuda", "auto" };
 static const char *const layout_names[] = { "auto", "nchw", "nhwc" };
+static const char *const optimizer_names[] = { "sgd", "adamw" };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof(a[0])))
 
@@ -73,6 +74,22 @@ int train_pick_device(const char *device, enum backend_kind *out, int quiet)
 	if (i == BACKEND_CUDA && !d.gpu_count)
 		return gp_error(GP_ENODEV, "--device cuda: %s", d.note);
 	*out = (enum backend_kind)i;
+	return 0;
+}
+
+const char *train_optimizer_name_at(int i)
+{
+	return i >= 0 && i < COUNT(optimizer_names) ? optimizer_names[i] : NULL;
+}
+
+int train_parse_optimizer(const char *s, enum optim_kind *out)
+{
+	char known[64];
+	int i = s ? names_find(train_optimizer_name_at, s) : OPTIM_SGD;
+	if (i < 0)
+		return gp_error(GP_EINVAL, "--optimizer must be %s (got '%s')",
+				names_join(known, sizeof(known), train_optimizer_name_at, ", ", " or "), s);
+	*out = (enum optim_kind)i;
 	return 0;
 }
 
@@ -215,24 +232,39 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 /* One training step with an observer: each stage is announced (op by op, no graph
  * replay) and the data stage takes the loader's next batch, or uploads the fixed
  * synthetic batch again, so that it has a cost to show. */
-static int train_step_observed(struct net *net, const struct sgd_args *sgd,
+static int train_step_observed(struct net *net, const struct sgd_args *sgd, int k,
 			       const struct train_observer *ob, struct train_data *data, const float *x,
 			       const int32_t *labels, double *loss, int *correct)
 {
 	int64_t data_wait_ns = 0;
-	GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 1));
-	if (data)
-		GP_TRY(train_data_next(data, net, &data_wait_ns));
-	else
-		GP_TRY(net_set_batch_data(net, x, labels));
-	GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 0));
-	GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 1));
-	GP_TRY(net_forward(net, 1));
-	GP_TRY(net_loss(net, loss, correct));
-	GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 0));
-	GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 1));
-	GP_TRY(net_backward(net));
-	GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 0));
+	double sum = 0;
+	int right = 0;
+	for (int m = 0; m < k; m++) {
+		double l = 0;
+		int c = 0;
+		int64_t wait_ns = 0;
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 1));
+		if (data)
+			GP_TRY(train_data_next(data, net, &wait_ns));
+		else
+			GP_TRY(net_set_batch_data(net, x, labels));
+		data_wait_ns += wait_ns;
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_DATA, 0));
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 1));
+		GP_TRY(net_forward(net, 1));
+		GP_TRY(net_loss(net, loss ? &l : NULL, correct ? &c : NULL));
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_FORWARD, 0));
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 1));
+		GP_TRY(net_backward(net));
+		GP_TRY(net_grad_accumulate(net, m, k));
+		GP_TRY(observe_stage(ob, TRAIN_STAGE_BACKWARD, 0));
+		sum += l;
+		right += c;
+	}
+	if (loss)
+		*loss = sum / k;
+	if (correct)
+		*correct = right;
 	GP_TRY(observe_stage(ob, TRAIN_STAGE_OPTIMIZER, 1));
 	GP_TRY(net_sgd_step(net, sgd));
 	GP_TRY(observe_stage(ob, TRAIN_STAGE_OPTIMIZER, 0));
@@ -263,6 +295,85 @@ static int gather_rank_times(struct dist *d, struct train_result *res)
 	return 0;
 }
 
+/* K micro-batches, each forward, loss and backward with its gradients kept, then one
+ * optimizer step (sgd's grad_scale 1/K): as dividing each micro-batch's loss by K.
+ * loss is their mean, correct their sum. */
+static int train_step_accum(struct net *net, const struct sgd_args *sgd, int k, struct train_data *data,
+			    double *loss, int *correct)
+{
+	double sum = 0;
+	int right = 0;
+	for (int m = 0; m < k; m++) {
+		double l = 0;
+		int c = 0;
+		if (data)
+			GP_TRY(train_data_next(data, net, NULL));
+		GP_TRY(net_forward(net, 1));
+		GP_TRY(net_loss(net, loss ? &l : NULL, correct ? &c : NULL));
+		GP_TRY(net_backward(net));
+		GP_TRY(net_grad_accumulate(net, m, k));
+		sum += l;
+		right += c;
+	}
+	if (loss)
+		*loss = sum / k;
+	if (correct)
+		*correct = right;
+	return net_sgd_step(net, sgd);
+}
+
+/* The optimizer's arguments for step `step` (from 0): the schedule's rate (and
+ * OneCycleLR's momentum, or AdamW's beta1), the accumulation's gradient scale. */
+static struct sgd_args train_step_args(const struct train_opts *o, const struct lr_schedule_cfg *sched,
+				       int k, long step)
+{
+	struct sgd_args a = o->sgd;
+	double m;
+	a.lr = lr_schedule_lr(sched, step);
+	if (lr_schedule_momentum(sched, step, &m)) {
+		if (a.kind == OPTIM_ADAMW)
+			a.beta1 = m;
+		else
+			a.momentum = m;
+	}
+	if (k > 1)
+		a.grad_scale = 1.0 / k;
+	return a;
+}
+
+/* The recipe's line in the log, where it is more than constant-rate SGD. */
+static void train_log_recipe(FILE *log, const struct train_opts *o, const struct lr_schedule_cfg *c, int k)
+{
+	const struct sgd_args *a = &o->sgd;
+	if (a->kind == OPTIM_ADAMW)
+		fprintf(log, "optimizer: AdamW lr %g betas (%g, %g) eps %g weight decay %g", a->lr, a->beta1, a->beta2,
+			a->eps, a->weight_decay);
+	else
+		fprintf(log, "optimizer: SGD lr %g momentum %g weight decay %g%s", a->lr, a->momentum,
+			a->weight_decay, a->nesterov ? " nesterov" : "");
+	fprintf(log, "; schedule %s", lr_schedule_name_at(c->kind));
+	if (c->kind == LR_STEP)
+		fprintf(log, " every %d epochs x %g", c->step_epochs, c->gamma > 0 ? c->gamma : 0.1);
+	if (c->warmup_epochs)
+		fprintf(log, " after %d warmup epochs from %g x lr", c->warmup_epochs,
+			c->warmup_factor > 0 ? c->warmup_factor : 0.01);
+	fprintf(log, " (%d steps per epoch)", c->steps_per_epoch);
+	if (o->label_smoothing > 0)
+		fprintf(log, "; label smoothing %g", o->label_smoothing);
+	if (k > 1)
+		fprintf(log, "; %d micro-batches of %d per step", k, o->batch);
+	if (a->clip_norm > 0)
+		fprintf(log, "; gradient norm clipped to %g", a->clip_norm);
+	fputc('\n', log);
+}
+
+void train_result_free(struct train_result *res)
+{
+	free(res->log);
+	res->log = NULL;
+	res->n_log = 0;
+}
+
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log)
 {
@@ -275,6 +386,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	float *x = NULL;
 	int32_t *labels = NULL;
 	int classes = o->classes, steps = o->steps, rc = 0;
+	int k = o->grad_accum > 1 ? o->grad_accum : 1;
+	struct lr_schedule_cfg sched = o->schedule;
 	mo.batch = o->batch;
 	mo.seed = o->seed;
 	mo.dropout = o->dropout;
@@ -303,6 +416,9 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	net->use_graphs = !o->no_graphs;
 	net->recompute = o->recompute;
 	net->layout = o->layout;
+	net->optim = (struct optim_setup){ .kind = o->sgd.kind, .grad_accum = k,
+					   .dynamic = lr_schedule_varies(&sched) };
+	net->label_smoothing = o->label_smoothing;
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)
 		goto out;
@@ -326,8 +442,16 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	}
 	if (obs && obs->after_setup && (rc = obs->after_setup(obs->user, net)) < 0)
 		goto out;
+	/* with K micro-batches an optimizer step reads K batches: an epoch has 1/K as many */
+	if (data.ds && k > 1 && res->batches_per_epoch < k) {
+		rc = gp_error(GP_EINVAL, "--grad-accum %d is more than the %d batches of an epoch", k,
+			      res->batches_per_epoch);
+		goto out;
+	}
+	if (data.ds && k > 1 && o->epochs > 0)
+		steps = o->epochs * (res->batches_per_epoch / k);
 	int epoch_steps = o->epoch_steps > 0 ? o->epoch_steps :
-			  data.ds ? res->batches_per_epoch : o->steps;
+			  data.ds ? res->batches_per_epoch / k : o->steps;
 	if (!data.ds && o->epochs > 0) {
 		long long n = (long long)o->epochs * epoch_steps;
 		if (n > 1000000000LL) {
@@ -336,14 +460,30 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		}
 		steps = (int)n;
 	}
+	sched.lr = o->sgd.lr;
+	sched.steps_per_epoch = epoch_steps;
+	sched.total_steps = steps;
+	if ((rc = lr_schedule_check(&sched)) < 0)
+		goto out;
 	int warmup = o->warmup >= 0 ? o->warmup : (steps / 10 < 10 ? steps / 10 : 10);
 	if (warmup >= steps)
 		warmup = steps - 1;
 	int every = o->log_every ? o->log_every : (steps + 19) / 20;
+	if (o->keep_log && !(res->log = calloc((size_t)(steps / every + 3), sizeof(*res->log)))) {
+		rc = gp_error(GP_ENOMEM, "cannot allocate the log of %d steps", steps);
+		goto out;
+	}
 	if (log) {
-		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, SGD lr %g momentum %g\n",
-			o->model, train_device_name(o->backend), train_precision_name(o->precision),
-			o->batch, mo.size, mo.size, steps, o->sgd.lr, o->sgd.momentum);
+		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, ", o->model,
+			train_device_name(o->backend), train_precision_name(o->precision), o->batch, mo.size,
+			mo.size, steps);
+		if (o->sgd.kind == OPTIM_ADAMW)
+			fprintf(log, "AdamW lr %g\n", o->sgd.lr);
+		else
+			fprintf(log, "SGD lr %g momentum %g\n", o->sgd.lr, o->sgd.momentum);
+		if (o->sgd.kind != OPTIM_SGD || lr_schedule_varies(&sched) || k > 1 || o->label_smoothing > 0 ||
+		    o->sgd.clip_norm > 0)
+			train_log_recipe(log, o, &sched, k);
 		if (world > 1)
 			fprintf(log, "data parallel: %d ranks (%s), batch %d per rank, %d in all%s\n",
 				world, dist_transport_name(o->dist), o->batch, o->batch * world,
@@ -367,11 +507,16 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		if (ob && ob->step_begin &&
 		    (rc = ob->step_begin(ob->user, net, step / epoch_steps, step % epoch_steps, step)) < 0)
 			goto out;
+		struct sgd_args sgd = train_step_args(o, &sched, k, step);
+		res->last_lr = sgd.lr;
 		if (ob)
-			rc = train_step_observed(net, &o->sgd, ob, data.ld ? &data : NULL, x, labels,
+			rc = train_step_observed(net, &sgd, k, ob, data.ld ? &data : NULL, x, labels,
 						 want_loss ? &loss : NULL, want_loss ? &correct : NULL);
+		else if (k > 1)
+			rc = train_step_accum(net, &sgd, k, data.ld ? &data : NULL, want_loss ? &loss : NULL,
+					      want_loss ? &correct : NULL);
 		else if (!data.ld || (rc = train_data_next(&data, net, NULL)) == 0)
-			rc = net_train_step(net, &o->sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL);
+			rc = net_train_step(net, &sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL);
 		if (rc < 0)
 			goto out;
 		if (want_loss && world > 1) { /* the mean loss and the accuracy of all ranks */
@@ -393,10 +538,14 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		if (want_loss) {
 			res->last_loss = loss;
 			double el = gp_now_s() - t0;
+			double images = (double)o->batch * k;
+			if (res->log)
+				res->log[res->n_log++] = (struct train_log_point){ step + 1, loss,
+										   correct / (images * world), sgd.lr };
 			if (log) {
-				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
-					step + 1, steps, loss, 100.0 * correct / ((double)o->batch * world),
-					(step + 1) * (double)o->batch * world / el, 1e3 * el / (step + 1),
+				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  lr %9.3e  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
+					step + 1, steps, loss, 100.0 * correct / (images * world), sgd.lr,
+					(step + 1) * images * world / el, 1e3 * el / (step + 1),
 					el / (step + 1) * (steps - step - 1));
 				fflush(log);
 			}
@@ -418,7 +567,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	res->buckets = net->buckets.n;
 	if (world > 1 && (rc = net_dist_time_allreduce(net, 10, &res->allreduce_ms)) < 0)
 		goto out;
-	res->img_s = (double)o->batch * world * 1e3 / res->ms_per_step;
+	res->img_s = (double)o->batch * k * world * 1e3 / res->ms_per_step;
 	res->img_s_per_rank = res->img_s / world;
 	res->params = net->params_count;
 	res->plan = net->plan;

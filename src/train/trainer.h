@@ -7,6 +7,7 @@
 
 #include "nn/net.h"
 #include "nn/observer.h"
+#include "train/schedule.h"
 
 struct train_opts {
 	const char *model;
@@ -17,7 +18,15 @@ struct train_opts {
 	uint64_t seed;
 	enum backend_kind backend;
 	enum precision precision;
+	/* The optimizer (sgd.kind: SGD or AdamW, with their settings and sgd.clip_norm);
+	 * sgd.lr is the schedule's base rate. */
 	struct sgd_args sgd;
+	/* The learning-rate schedule (schedule.h); its lr, steps_per_epoch and total_steps
+	 * are filled in by the run. Zero: constant. */
+	struct lr_schedule_cfg schedule;
+	double label_smoothing; /* CrossEntropyLoss(label_smoothing=) */
+	int grad_accum;         /* micro-batches of `batch` per optimizer step (0, 1: one) */
+	int keep_log;           /* record every logged step in res->log (train_result_free) */
 	const char *load, *save;
 	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
 	int recompute;   /* 1: recompute BN+ReLU outputs in backward (less memory); 2: and
@@ -46,6 +55,11 @@ struct train_opts {
 };
 
 #define TRAIN_MAX_RANKS 1024
+/* One logged step: its loss (mean over its micro-batches), accuracy and rate. */
+struct train_log_point {
+	int step; /* from 1 */
+	double loss, accuracy, lr;
+};
 
 struct train_result {
 	int steps, timed_steps;
@@ -77,7 +91,12 @@ struct train_result {
 	int buckets;
 	char transport[8];    /* the group's host transport (dist_transport_name) */
 	double rank_ms_per_step[TRAIN_MAX_RANKS], rank_data_wait_ms[TRAIN_MAX_RANKS];
+	double last_lr;              /* the rate of the last step */
+	struct train_log_point *log; /* with keep_log: n_log points; train_result_free */
+	int n_log;
 };
+
+void train_result_free(struct train_result *res);
 
 /* Watchers of a training run, called on the host after set-up and after each step
  * (step counts from 1; elapsed_s since the first step began; work may still be
@@ -106,6 +125,9 @@ int train_parse_layout(const char *s, enum layout *out);
  * with auto, the layouts without auto (precisions: ops/graph.h). */
 const char *train_device_choice_at(int i);
 const char *train_layout_choice_at(int i);
+/* The optimizers --optimizer takes, in enum optim_kind order, NULL past the last. */
+const char *train_optimizer_name_at(int i);
+int train_parse_optimizer(const char *s, enum optim_kind *out);
 /* The names that results record. */
 const char *train_device_name(enum backend_kind b);
 const char *train_layout_name(enum layout l);

@@ -11,6 +11,8 @@
 struct backend_state {
 	char *arena;
 	void *params, *grads, *momentum, *running;
+	void *exp_avg_sq; /* AdamW's second moments (momentum holds the first) */
+	void *grad_acc;   /* gradients summed over micro-batches */
 	void *input;
 	int32_t *labels;
 	void *workspace;
@@ -66,7 +68,7 @@ static void *pgrad_ptr(struct net *net, const struct node *nd, int k)
 static uint64_t dropout_seed(const struct net *net, int node)
 {
 	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL +
-	       (uint64_t)net->sgd_steps;
+	       (uint64_t)net->sgd_steps + (uint64_t)net->micro_batch * 0xD1B54A32D192ED03ULL;
 }
 
 #define REAL float
@@ -166,6 +168,8 @@ static void cpu_teardown(struct net *net)
 	free(b->params);
 	free(b->grads);
 	free(b->momentum);
+	free(b->exp_avg_sq);
+	free(b->grad_acc);
 	free(b->running);
 	free(b->input);
 	free(b->labels);
@@ -217,6 +221,10 @@ static int cpu_setup(struct net *net)
 	b->running = cpu_alloc(net, net->running_count * e, MEM_WEIGHTS);
 	b->grads = cpu_alloc(net, net->params_count * e, MEM_GRADS);
 	b->momentum = cpu_alloc(net, net->params_count * e, MEM_OPTIM);
+	if (net->optim.kind == OPTIM_ADAMW)
+		b->exp_avg_sq = cpu_alloc(net, net->params_count * e, MEM_OPTIM);
+	if (net->optim.grad_accum > 1)
+		b->grad_acc = cpu_alloc(net, net->params_count * e, MEM_GRADS);
 	b->input = cpu_alloc(net, in_count * e, MEM_OTHER);
 	b->labels = cpu_alloc(net, (size_t)net->batch * sizeof(int32_t), MEM_OTHER);
 	b->workspace = cpu_alloc(net, net->plan.workspace_bytes, MEM_WORKSPACE);
@@ -227,7 +235,8 @@ static int cpu_setup(struct net *net)
 	b->bn_sums = net->sync_bn ? cpu_alloc(net, 2 * (size_t)max_c * sizeof(double), MEM_OTHER)
 				  : NULL;
 	if (!b->arena || !b->params || !b->running || !b->grads || !b->momentum || !b->input ||
-	    !b->labels || !b->workspace || (net->sync_bn && !b->bn_sums)) {
+	    !b->labels || !b->workspace || (net->sync_bn && !b->bn_sums) ||
+	    (net->optim.kind == OPTIM_ADAMW && !b->exp_avg_sq) || (net->optim.grad_accum > 1 && !b->grad_acc)) {
 		size_t want = net->plan.total_bytes;
 		cpu_teardown(net);
 		return gp_error(GP_ENOMEM, "cannot allocate %.1f MiB of host memory for batch %d",
@@ -327,7 +336,21 @@ static int cpu_unscale_grads(struct net *net, double factor, int *nonfinite)
 static int cpu_sgd(struct net *net, const struct sgd_args *sgd)
 {
 	GP_TRY(dp_finish(net));
+	if (sgd->kind == OPTIM_ADAMW && !net->bk->exp_avg_sq)
+		return gp_error(GP_EINVAL, "an AdamW step on a net set up for SGD (net->optim)");
 	return is_f64(net) ? cpu_sgd_f64(net, sgd) : cpu_sgd_f32(net, sgd);
+}
+
+static int cpu_grad_accum(struct net *net, enum grad_accum_mode mode)
+{
+	if (!net->bk->grad_acc)
+		return gp_error(GP_EINVAL, "gradient accumulation on a net set up without it (net->optim)");
+	GP_TRY(dp_finish(net)); /* each micro-batch's gradients are the ranks' mean, as under DDP */
+	if (is_f64(net))
+		grad_accum_cpu_f64(mode, net->params_count, net->bk->grads, net->bk->grad_acc);
+	else
+		grad_accum_cpu_f32(mode, net->params_count, net->bk->grads, net->bk->grad_acc);
+	return 0;
 }
 
 const struct backend_ops backend_cpu_ops = {
@@ -339,6 +362,7 @@ const struct backend_ops backend_cpu_ops = {
 	.loss = cpu_loss,
 	.backward_node = cpu_backward_node,
 	.sgd_step = cpu_sgd,
+	.grad_accum = cpu_grad_accum,
 	.sync_to_host = cpu_sync_to_host,
 	.sync_from_host = cpu_sync_from_host,
 	.grads_to_host = cpu_grads_to_host,

@@ -116,6 +116,7 @@ static void cuda_teardown(struct net *net)
 	cuda_free(ctx, b->running, b->running_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->grads, b->params_bytes, MEM_GRADS);
 	cuda_free(ctx, b->momentum, b->params_bytes, MEM_OPTIM);
+	cuda_optim_teardown(net);
 	cuda_free(ctx, b->input, b->input_bytes, MEM_OTHER);
 	cuda_free(ctx, b->misc, b->misc_bytes, MEM_OTHER);
 	cuda_free(ctx, b->params_h, b->params_h_bytes, MEM_WEIGHTS);
@@ -268,6 +269,7 @@ static int cuda_setup(struct net *net)
 	GP_TRY(cuda_alloc(ctx, (void **)&b->running, b->running_bytes, MEM_WEIGHTS));
 	GP_TRY(cuda_alloc(ctx, (void **)&b->grads, b->params_bytes, MEM_GRADS));
 	GP_TRY(cuda_alloc(ctx, (void **)&b->momentum, b->params_bytes, MEM_OPTIM));
+	GP_TRY(cuda_optim_setup(net));
 	GP_TRY(cuda_alloc(ctx, (void **)&b->input, b->input_bytes, MEM_OTHER));
 	GP_TRY(cuda_alloc(ctx, (void **)&b->misc, b->misc_bytes, MEM_OTHER));
 	b->labels = (int32_t *)(b->misc + at_labels);
@@ -441,6 +443,7 @@ const struct backend_ops backend_cuda_ops = {
 	.loss = cuda_loss,
 	.backward_node = cuda_backward_node,
 	.sgd_step = cuda_sgd,
+	.grad_accum = cuda_grad_accum,
 	.sync_to_host = cuda_sync_to_host,
 	.sync_from_host = cuda_sync_from_host,
 	.grads_to_host = cuda_grads_to_host,

@@ -14,6 +14,11 @@ struct backend_state {
 	struct cuda_ctx *ctx;
 	char *arena;
 	float *params, *grads, *momentum, *running, *input, *row_scratch;
+	/* backend_cuda_optim.c: AdamW's second moments (momentum holds the first), the
+	 * gradients summed over micro-batches, and the step's device hyperparameters with
+	 * clipping's sums (NULL where net->optim needs none) */
+	float *exp_avg_sq, *grad_acc;
+	double *optim_dev;
 	int32_t *labels;
 	double *d_loss;
 	int *d_correct;
@@ -182,7 +187,8 @@ static inline size_t rsv_bytes(const struct net *net, int node)
 /* Per node; the step comes from the device counter (dropout_mask_step_cuda). */
 static inline uint64_t dropout_seed(const struct net *net, int node)
 {
-	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL;
+	return net->seed * 0x9E3779B97F4A7C15ULL + (uint64_t)node * 0x100000001B3ULL +
+	       (uint64_t)net->micro_batch * 0xD1B54A32D192ED03ULL; /* as the CPU's */
 }
 
 /* What a convolution node's call (forward or backward) uses beyond the context: its
@@ -213,5 +219,16 @@ int cuda_sgd(struct net *net, const struct sgd_args *sgd);
 int cuda_train_step(struct net *net, const struct sgd_args *sgd);
 int cuda_scale_output_grad(struct net *net, int node, double factor);
 int cuda_unscale_grads(struct net *net, double factor, int *nonfinite);
+
+/* backend_cuda_optim.c: what net->optim asks set-up to allocate, and its release; the
+ * step's device hyperparameters, written before a step is enqueued or replayed (never
+ * inside a capture); the step itself (1: plain SGD, for sgd_step_cuda); whether two
+ * steps' arguments make the same captured graph; gradient accumulation (backend_ops). */
+int cuda_optim_setup(struct net *net);
+void cuda_optim_teardown(struct net *net);
+int cuda_optim_upload(struct net *net, const struct sgd_args *a);
+int cuda_optim_enqueue(struct net *net, const struct sgd_args *a);
+int cuda_optim_same_graph(const struct net *net, const struct sgd_args *x, const struct sgd_args *y);
+int cuda_grad_accum(struct net *net, enum grad_accum_mode mode);
 
 #endif

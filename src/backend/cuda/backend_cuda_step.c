@@ -3,7 +3,6 @@
  * scaling. Nothing synchronizes except reading the loss back and the loss-scaling
  * check. */
 #include <stdio.h>
-#include <string.h>
 
 #include "core/error.h"
 #include "backend/backend.h"
@@ -29,20 +28,37 @@ int cuda_loss(struct net *net, double *loss, int *correct)
 	struct backend_state *b = net->bk;
 	int last = net->n_nodes - 1;
 	struct shape s = net->nodes[last].out;
-	GP_TRY(softmax_xent_cuda(b->ctx->stream, b->dt, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
-				 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
+	if (net->label_smoothing > 0)
+		GP_TRY(softmax_xent_ls_cuda(b->ctx->stream, b->dt, s.n, s.c * s.h * s.w, act_ptr(net, last),
+					    b->labels, net->label_smoothing, grad_ptr(net, last), b->row_scratch,
+					    b->d_loss, b->d_correct));
+	else
+		GP_TRY(softmax_xent_cuda(b->ctx->stream, b->dt, s.n, s.c * s.h * s.w, act_ptr(net, last), b->labels,
+					 grad_ptr(net, last), b->row_scratch, b->d_loss, b->d_correct));
 	return cuda_read_loss(net, loss, correct);
+}
+
+/* The optimizer step, enqueued (also into a capture): plain SGD with its values in the
+ * launch, else backend_cuda_optim.c's step reading the uploaded ones. */
+static int cuda_sgd_enqueue(struct net *net, const struct sgd_args *sgd)
+{
+	struct backend_state *b = net->bk;
+	GP_TRY(side_join(net));
+	GP_TRY(cuda_dp_finish(net));
+	int rc = cuda_optim_enqueue(net, sgd);
+	if (rc < 0)
+		return rc;
+	if (rc == 1)
+		GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
+				     sgd->momentum != 0 ? b->momentum : NULL));
+	return counter_inc_cuda(b->ctx->stream, b->d_step);
 }
 
 int cuda_sgd(struct net *net, const struct sgd_args *sgd)
 {
 	GP_TRY(bind_device(net));
-	struct backend_state *b = net->bk;
-	GP_TRY(side_join(net));
-	GP_TRY(cuda_dp_finish(net));
-	GP_TRY(sgd_step_cuda(b->ctx->stream, sgd, net->params_count, b->params, b->grads,
-			     sgd->momentum != 0 ? b->momentum : NULL));
-	return counter_inc_cuda(b->ctx->stream, b->d_step);
+	GP_TRY(cuda_optim_upload(net, sgd));
+	return cuda_sgd_enqueue(net, sgd);
 }
 
 /* Forward, loss, backward and the optimizer step, all enqueued, nothing read back. */
@@ -54,7 +70,7 @@ static int enqueue_step(struct net *net, const struct sgd_args *sgd)
 	for (int i = net->n_nodes - 1; i >= 1; i--)
 		if (net->nodes[i].t_dy >= 0)
 			GP_TRY(cuda_backward_node(net, i));
-	return cuda_sgd(net, sgd);
+	return cuda_sgd_enqueue(net, sgd);
 }
 
 /* Capture the whole step once and replay it: one launch instead of hundreds, so the
@@ -67,7 +83,8 @@ int cuda_train_step(struct net *net, const struct sgd_args *sgd)
 	cudaStream_t s = b->ctx->stream;
 	if (b->graph_failed || sgd->first_step)
 		return 1;
-	if (b->step_exec && memcmp(&b->step_sgd, sgd, sizeof(*sgd))) {
+	GP_TRY(cuda_optim_upload(net, sgd)); /* outside the capture: the graph reads them */
+	if (b->step_exec && !cuda_optim_same_graph(net, &b->step_sgd, sgd)) {
 		cudaGraphExecDestroy(b->step_exec);
 		b->step_exec = NULL;
 	}

@@ -117,12 +117,36 @@ int bn_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int 
 int softmax_xent_cuda(cudaStream_t s, enum gp_dtype dt, int n, int k, const void *logits,
 		      const int32_t *labels, void *dlogits, float *row_scratch, double *loss,
 		      int *correct);
+/* The same with label smoothing e (softmax_xent_ls_cpu): the target is 1 - e on the
+ * label plus e / k on every class. */
+int softmax_xent_ls_cuda(cudaStream_t s, enum gp_dtype dt, int n, int k, const void *logits,
+			 const int32_t *labels, double smoothing, void *dlogits, float *row_scratch,
+			 double *loss, int *correct);
 
 /* --- optimizer (optim.cu) ------------------------------------------------------------------ */
 /* One launch over the flat float arrays (torch.optim.SGD semantics); momentum_buf may
  * be NULL when a->momentum == 0. */
 int sgd_step_cuda(cudaStream_t s, const struct sgd_args *a, size_t count, float *param,
 		  const float *grad, float *momentum_buf);
+/* Beyond plain SGD: the step's hyperparameters that change from step to step live in
+ * device memory (so a captured step reads the current ones): lr, momentum (SGD), beta1
+ * and the step number (AdamW), OPTIM_HYPER_DOUBLES doubles, written by
+ * optim_hyper_set_cuda (one tiny launch, outside a captured graph, before the step). */
+#define OPTIM_HYPER_DOUBLES 4
+/* Blocks of the sum of squares, whose partial sums it keeps (as many doubles). */
+#define OPTIM_SUMSQ_BLOCKS 512
+int optim_hyper_set_cuda(cudaStream_t s, double *hyper, const struct sgd_args *a);
+/* *sumsq = sum of x^2 in double, in a fixed order (partials: OPTIM_SUMSQ_BLOCKS doubles). */
+int sumsq_cuda(cudaStream_t s, size_t count, const float *x, double *partials, double *sumsq);
+/* One launch over the flat arrays: every gradient times optim_grad_factor(a, *sumsq)
+ * (sumsq NULL: no clipping), then a->kind's update with the rate (and momentum or
+ * beta1, step) read from hyper; buf1 is SGD's momentum buffer or AdamW's exp_avg,
+ * buf2 AdamW's exp_avg_sq. As sgd_step_cpu and adamw_step_cpu in float. The gradients
+ * are left as they were. */
+int optim_step_cuda(cudaStream_t s, const struct sgd_args *a, const double *hyper, const double *sumsq,
+		    size_t count, float *param, const float *grad, float *buf1, float *buf2);
+/* enum grad_accum_mode: acc = grad, acc += grad, or grad += acc. */
+int grad_accum_cuda(cudaStream_t s, enum grad_accum_mode mode, size_t count, float *grad, float *acc);
 
 /* --- bias helpers (bias.cu); b and db float ------------------------------------------------ */
 /* y[n][c][i] += b[c] over hw positions (linear layers: hw = 1, where both layouts
