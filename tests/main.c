@@ -148,14 +148,22 @@ double rel_err_norm_f32(const float *a, const float *b, size_t n)
 	return sqrt(num / den);
 }
 
+/* Arguments select tests whose name contains one of them; an argument "-PART" leaves
+ * out those whose name contains PART (only exclusions: every other test), so that the
+ * suite can run in parallel parts. */
 static int selected(const char *name, int argc, char **argv)
 {
-	if (argc < 2)
-		return 1;
-	for (int i = 1; i < argc; i++)
-		if (strstr(name, argv[i]))
-			return 1;
-	return 0;
+	int includes = 0, hit = 0;
+	for (int i = 1; i < argc; i++) {
+		if (argv[i][0] == '-') {
+			if (strstr(name, argv[i] + 1))
+				return 0;
+			continue;
+		}
+		includes++;
+		hit |= strstr(name, argv[i]) != NULL;
+	}
+	return !includes || hit;
 }
 
 static int by_file_then_name(const void *a, const void *b)

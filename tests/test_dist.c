@@ -750,7 +750,8 @@ TEST(dist_check_bad_input)
 	test_check_bad("dist-check --nproc 0", "--nproc must be between 1 and 256");
 	test_check_bad("dist-check --fail-at never", "--fail-at must be");
 	char args[256];
-	snprintf(args, sizeof(args), "dist-check --nproc 2 --size 1");
+	/* on the CPU: on a one-GPU machine the GPU count would be the first complaint */
+	snprintf(args, sizeof(args), "dist-check --nproc 2 --size 1 --device cpu");
 	char cmd[1024], out[4096];
 	snprintf(cmd, sizeof(cmd), "RANK=0 WORLD_SIZE=2 timeout 20 %s %s", test_bin(), args);
 	int rc = test_run(cmd, out, sizeof(out));

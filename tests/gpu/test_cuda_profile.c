@@ -48,7 +48,8 @@ TEST(cuda_profile_gpu_stages_tables_and_memory)
 			  sum, dur);
 		CHECK(json_real_value(json_object_get(dev, "forward")) > 0);
 		CHECK(json_real_value(json_object_get(dev, "backward")) > 0);
-		CHECK(json_real_value(json_object_get(dev, "optimizer")) > 0);
+		CHECK_MSG(json_real_value(json_object_get(dev, "optimizer")) > 0, "step %zu: %s", i,
+			  json_dumps(dev, JSON_COMPACT)); /* (the message leaks: a failing test) */
 	}
 	json_t *types = json_object_get(a, "op_types");
 	json_t *conv_f = row_named(types, "conv forward"), *conv_b = row_named(types, "conv backward");
@@ -66,8 +67,18 @@ TEST(cuda_profile_gpu_stages_tables_and_memory)
 	long long peak = json_integer_value(json_object_get(json_object_get(tl, "peak"), "total_bytes"));
 	long long plan = json_integer_value(json_object_get(tl, "plan_total_bytes"));
 	long long arena = json_integer_value(json_object_get(tl, "arena_bytes"));
-	printf("    memory timeline: peak %lld, plan %lld, arena %lld bytes\n", peak, plan, arena);
-	CHECK(peak > plan - arena && peak <= plan);
+	/* set-up measures the convolution workspace and may take more than the plan
+	 * predicted: the timeline counts what it took */
+	long long ws = 0;
+	json_t *cats = json_object_get(tl, "categories");
+	json_t *pk = json_array_get(json_object_get(tl, "points"),
+				    json_integer_value(json_object_get(json_object_get(tl, "peak"), "index")));
+	for (size_t c = 0; c < json_array_size(cats); c++)
+		if (!strcmp(json_string_value(json_array_get(cats, c)), "workspace"))
+			ws = json_integer_value(json_array_get(json_object_get(pk, "bytes"), c));
+	printf("    memory timeline: peak %lld, plan %lld, arena %lld, workspace %lld bytes\n", peak,
+	       plan, arena, ws);
+	CHECK(peak > plan - arena && peak <= plan + ws);
 	json_t *tb = json_object_get(json_object_get(a, "hta"), "temporal_breakdown");
 	CHECK(json_real_value(json_object_get(tb, "compute_us")) > 0);
 	json_decref(a);

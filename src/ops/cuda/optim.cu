@@ -136,6 +136,8 @@ struct optim_k {
 	int adamw, nesterov, first_step, clip;
 	float dampening, weight_decay, beta2, eps;
 	double grad_scale, clip_norm;
+	double beta2_d; /* beta2 as given: 1 - beta2 and its powers in double, as torch's
+			 * scalars are (1 - 0.999f is 1.3e-5 off 0.001) */
 };
 
 __global__ static void optim_kernel(size_t count, float *param, const float *grad, float *buf1, float *buf2,
@@ -167,8 +169,9 @@ __global__ static void optim_kernel(size_t count, float *param, const float *gra
 	/* torch.optim.AdamW; the bias corrections in double, once per thread */
 	double t = hyper[3], beta1 = hyper[2];
 	float step_size = (float)(lr / (1.0 - pow(beta1, t)));
-	float bc2_sqrt = (float)sqrt(1.0 - pow((double)k.beta2, t));
-	float decay = (float)(1.0 - lr * k.weight_decay), w1 = (float)(1.0 - beta1), w2 = 1.0f - k.beta2;
+	float bc2_sqrt = (float)sqrt(1.0 - pow(k.beta2_d, t));
+	float decay = (float)(1.0 - lr * k.weight_decay), w1 = (float)(1.0 - beta1);
+	float w2 = (float)(1.0 - k.beta2_d);
 	FOR_EACH(i, count) {
 		float g = grad[i] * gf;
 		float m = k.first_step ? 0.0f : buf1[i], v = k.first_step ? 0.0f : buf2[i];
@@ -192,7 +195,7 @@ extern "C" int optim_step_cuda(cudaStream_t s, const struct sgd_args *a, const d
 		return 0;
 	struct optim_k k = { a->kind == OPTIM_ADAMW, a->nesterov, a->first_step, a->clip_norm > 0,
 			     (float)a->dampening, (float)a->weight_decay, (float)a->beta2, (float)a->eps,
-			     a->grad_scale > 0 ? a->grad_scale : 1.0, a->clip_norm };
+			     a->grad_scale > 0 ? a->grad_scale : 1.0, a->clip_norm, a->beta2 };
 	optim_kernel<<<grid_for(count), BLOCK, 0, s>>>(count, param, grad, buf1, buf2, hyper, sumsq, k);
 	CUDA_CHECK_LAUNCH();
 	return 0;
