@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "dist/dist.h"
+#include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "nn/net.h"
 #include "train/trainer.h"
@@ -369,4 +370,48 @@ TEST(dp_cli_rank_killed_mid_training_ends_all_with_one_line)
 	for (const char *p = out; (p = strstr(p, "error:")) != NULL; p++)
 		errors++;
 	CHECK_MSG(errors == 1, "%d error lines: %s", errors, out);
+}
+
+/* The same equivalence through the command line under mpirun (the MPI transport):
+ * `train` on 2 ranks at batch B and on one at 2B, both saved, load within 1e-5. */
+static void mpirun_equivalence(const char *model, const char *extra)
+{
+	char tmp[400], cmd[3072], out[16384], a[600], b[600];
+	if (test_run("command -v mpirun >/dev/null", NULL, 0) != 0)
+		SKIP("no mpirun (Open MPI: apt-get install openmpi-bin libopenmpi-dev)");
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	snprintf(a, sizeof(a), "%s/two.safetensors", tmp);
+	snprintf(b, sizeof(b), "%s/one.safetensors", tmp);
+	const char *common = "--device cpu --size 64 --classes 10 --steps 3 --lr 0.01 --dropout 0";
+	snprintf(cmd, sizeof(cmd), "timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 %s train "
+		 "--model %s %s %s --batch 8 --save %s --out %s/two", test_bin(), model, common, extra, a, tmp);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0 && strstr(out, "(mpi)"), "mpirun train exited %d: %s", rc, out);
+	snprintf(cmd, sizeof(cmd), "timeout 120 %s train --model %s %s --batch 16 --save %s --out %s/one",
+		 test_bin(), model, common, b, tmp);
+	rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "train exited %d: %s", rc, out);
+	if (test_failed())
+		return;
+	struct net *x = build(model, 64, 8, 10), *y = build(model, 64, 8, 10), *z = build(model, 64, 8, 10);
+	if (!x || !y || !z)
+		return;
+	CHECK_EQ_INT(checkpoint_load(x, a), 0);
+	CHECK_EQ_INT(checkpoint_load(y, b), 0);
+	double d = rel_diff(x->host_params, y->host_params, x->params_count);
+	CHECK_MSG(d <= 1e-5, "%s: 2 ranks under mpirun against 1 at twice the batch: %.3g", model, d);
+	CHECK(rel_diff(z->host_params, y->host_params, x->params_count) > 1e-4); /* it trained */
+	net_free(x);
+	net_free(y);
+	net_free(z);
+}
+
+TEST(dp_cli_mpirun_two_ranks_equal_one_simple_cnn)
+{
+	mpirun_equivalence("simple_cnn", "");
+}
+
+TEST(dp_cli_mpirun_two_ranks_sync_bn_equal_one_resnet18)
+{
+	mpirun_equivalence("resnet18", "--sync-bn");
 }
