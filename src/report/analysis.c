@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sort.h"
 #include "core/error.h"
 #include "report/result.h"
 #include "core/file.h"
@@ -106,9 +107,9 @@ static int attrib_build(const struct trace *t, struct attrib *at)
 		if (st >= 0)
 			at->stages[at->n_stages++] = (struct stage_span){ r->start_ns, r->end_ns, st };
 	}
-	qsort(at->corr, at->n_corr, sizeof(*at->corr), id_cmp);
-	qsort(at->ext, at->n_ext, sizeof(*at->ext), id_cmp);
-	qsort(at->stages, at->n_stages, sizeof(*at->stages), stage_span_cmp);
+	gp_qsort(at->corr, at->n_corr, sizeof(*at->corr), id_cmp);
+	gp_qsort(at->ext, at->n_ext, sizeof(*at->ext), id_cmp);
+	gp_qsort(at->stages, at->n_stages, sizeof(*at->stages), stage_span_cmp);
 	return 0;
 }
 
@@ -199,7 +200,7 @@ static int iv_cmp(const void *a, const void *b)
 /* Length of the union of iv[0..n) (sorted in place). */
 static int64_t union_ns(struct iv *iv, size_t n)
 {
-	qsort(iv, n, sizeof(*iv), iv_cmp);
+	gp_qsort(iv, n, sizeof(*iv), iv_cmp);
 	int64_t total = 0, lo = 0, hi = 0;
 	int open = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -287,7 +288,7 @@ static struct step_pos *step_index_build(const struct trace *t)
 		return NULL;
 	for (size_t i = 0; i < t->n_steps; i++)
 		x[i] = (struct step_pos){ t->steps[i].start_ns, t->steps[i].end_ns, 0, i };
-	qsort(x, t->n_steps, sizeof(*x), step_pos_cmp);
+	gp_qsort(x, t->n_steps, sizeof(*x), step_pos_cmp);
 	for (size_t i = 0; i < t->n_steps; i++)
 		x[i].max_end_ns = i && x[i - 1].max_end_ns > x[i].end_ns ? x[i - 1].max_end_ns
 									 : x[i].end_ns;
@@ -374,7 +375,7 @@ static int step_ivs_collect(const struct trace *t, const signed char *dstage, st
 		l->v = NULL;
 		return rc;
 	}
-	qsort(l->v, l->n, sizeof(*l->v), step_iv_cmp);
+	gp_qsort(l->v, l->n, sizeof(*l->v), step_iv_cmp);
 	return 0;
 }
 
@@ -441,7 +442,7 @@ static int op_by_total(const void *a, const void *b)
 /* Sum values by name and keep the ANALYSIS_TOP largest totals. */
 static int top_by_name(struct keyed *k, size_t n, struct analysis_op *top, int *n_top)
 {
-	qsort(k, n, sizeof(*k), keyed_by_name);
+	gp_qsort(k, n, sizeof(*k), keyed_by_name);
 	struct analysis_op *all = malloc((n ? n : 1) * sizeof(*all));
 	if (!all)
 		return gp_error(GP_ENOMEM, "analysis: out of memory");
@@ -455,7 +456,7 @@ static int top_by_name(struct keyed *k, size_t n, struct analysis_op *top, int *
 		all[m - 1].count++;
 		all[m - 1].total += k[i].value;
 	}
-	qsort(all, m, sizeof(*all), op_by_total);
+	gp_qsort(all, m, sizeof(*all), op_by_total);
 	*n_top = m < ANALYSIS_TOP ? (int)m : ANALYSIS_TOP;
 	for (int i = 0; i < *n_top; i++) {
 		top[i] = all[i];
@@ -671,7 +672,7 @@ static int oprows_merge(struct oprec_list *l, int layer, struct analysis_oprow *
 	for (size_t i = 0; i < l->n; i++)
 		if (!layer || v[i].layer)
 			v[n++] = v[i];
-	qsort(v, n, sizeof(*v), layer ? oprec_by_layer : oprec_by_type);
+	gp_qsort(v, n, sizeof(*v), layer ? oprec_by_layer : oprec_by_type);
 	struct analysis_oprow *r = calloc(n ? n : 1, sizeof(*r));
 	if (!r)
 		return gp_error(GP_ENOMEM, "analysis: out of memory");
@@ -772,7 +773,7 @@ static int op_tables(const struct trace *t, const struct attrib *at, const signe
 		sp[SP_RUNTIME].calls++;
 	}
 	/* the distinct names, each with its layer */
-	qsort(names, n_names, sizeof(*names), name_layer_cmp);
+	gp_qsort(names, n_names, sizeof(*names), name_layer_cmp);
 	size_t u = 0;
 	for (size_t i = 0; i < n_names; i++)
 		if (!u || names[u - 1].name != names[i].name)
@@ -786,7 +787,7 @@ static int op_tables(const struct trace *t, const struct attrib *at, const signe
 	}
 	for (size_t i = 0; i < t->n_layers; i++)
 		sorted[i] = &t->layers[i];
-	qsort(sorted, t->n_layers, sizeof(*sorted), layer_ptr_cmp);
+	gp_qsort(sorted, t->n_layers, sizeof(*sorted), layer_ptr_cmp);
 	for (size_t i = 0; i < n_names; i++)
 		names[i].layer = layer_of(sorted, t->n_layers, names[i].name);
 
@@ -911,10 +912,10 @@ void analysis_sort_ops(struct analysis *a, int by_gpu)
 {
 	a->sort_by_gpu = by_gpu;
 	if (a->op_types)
-		qsort(a->op_types, (size_t)a->n_op_types, sizeof(*a->op_types),
+		gp_qsort(a->op_types, (size_t)a->n_op_types, sizeof(*a->op_types),
 		      by_gpu ? oprow_by_gpu : oprow_by_cpu);
 	if (a->op_layers)
-		qsort(a->op_layers, (size_t)a->n_op_layers, sizeof(*a->op_layers),
+		gp_qsort(a->op_layers, (size_t)a->n_op_layers, sizeof(*a->op_layers),
 		      by_gpu ? oprow_by_gpu : oprow_by_cpu);
 }
 
@@ -1028,7 +1029,7 @@ static int kernel_configs(const struct trace *t, struct analysis *a)
 		k[n] = (struct kidx){ labels[n], g };
 		n++;
 	}
-	qsort(k, n, sizeof(*k), kidx_cmp);
+	gp_qsort(k, n, sizeof(*k), kidx_cmp);
 	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct trace_gpu *g = k[i].g;
@@ -1047,7 +1048,7 @@ static int kernel_configs(const struct trace *t, struct analysis *a)
 		all[m - 1].calls++;
 		all[m - 1].total_ms += (g->end_ns - g->start_ns) / 1e6;
 	}
-	qsort(all, m, sizeof(*all), kconf_by_total);
+	gp_qsort(all, m, sizeof(*all), kconf_by_total);
 	a->n_kconf = m < ANALYSIS_TOP ? (int)m : ANALYSIS_TOP;
 	for (int i = 0; i < a->n_kconf; i++) {
 		a->kconf[i] = all[i];
@@ -1074,7 +1075,7 @@ static int kernel_stats(const struct trace *t, struct analysis *a)
 	for (size_t i = 0; i < t->n_gpu; i++)
 		if (t->gpu[i].cat == TRACE_KERNEL)
 			d[n++] = (t->gpu[i].end_ns - t->gpu[i].start_ns) / 1e3;
-	qsort(d, n, sizeof(*d), dbl_cmp);
+	gp_qsort(d, n, sizeof(*d), dbl_cmp);
 	a->n_kernels = (long)n;
 	for (size_t i = 0; i < n; i++)
 		a->kernel_total_ms += d[i] / 1e3;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sort.h"
 #include "core/error.h"
 #include "report/analysis.h"
 #include "report/result.h"
@@ -42,7 +43,7 @@ static int span_cmp(const void *a, const void *b)
 
 static int64_t span_union(struct span *v, size_t n)
 {
-	qsort(v, n, sizeof(*v), span_cmp);
+	gp_qsort(v, n, sizeof(*v), span_cmp);
 	int64_t total = 0, lo = 0, hi = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (i && v[i].lo <= hi) {
@@ -133,7 +134,7 @@ static void stream_stats(const struct kept *k, size_t n, double *delays, struct 
 	}
 	s->launches = (long)nd;
 	if (nd) {
-		qsort(delays, nd, sizeof(*delays), dbl_cmp);
+		gp_qsort(delays, nd, sizeof(*delays), dbl_cmp);
 		s->launch_delay_mean_us = sum / nd;
 		s->launch_delay_median_us = nd % 2 ? delays[nd / 2] : (delays[nd / 2 - 1] + delays[nd / 2]) / 2;
 		s->launch_delay_max_us = delays[nd - 1];
@@ -170,7 +171,7 @@ int analysis_hta_run(const struct trace *t, struct analysis *a)
 	for (size_t i = 0; i < t->n_ranges; i++)
 		if (t->ranges[i].cat == TRACE_CUDA_RUNTIME && t->ranges[i].correlation)
 			rt[n_rt++] = (struct corr_ix){ t->ranges[i].correlation, i };
-	qsort(rt, n_rt, sizeof(*rt), corr_ix_cmp);
+	gp_qsort(rt, n_rt, sizeof(*rt), corr_ix_cmp);
 	for (size_t i = 0; i < t->n_gpu; i++) {
 		const struct trace_gpu *g = &t->gpu[i];
 		struct corr_ix key = { g->correlation, 0 };
@@ -226,7 +227,7 @@ int analysis_hta_run(const struct trace *t, struct analysis *a)
 
 	struct analysis_stream st[64];
 	int n_st = 0;
-	qsort(k, n, sizeof(*k), kept_by_stream);
+	gp_qsort(k, n, sizeof(*k), kept_by_stream);
 	for (size_t i = 0, j; i < n; i = j) {
 		for (j = i; j < n && k[j].g->device == k[i].g->device && k[j].g->stream == k[i].g->stream; j++)
 			;
@@ -235,7 +236,7 @@ int analysis_hta_run(const struct trace *t, struct analysis *a)
 		if (n_st < 64)
 			st[n_st++] = s;
 	}
-	qsort(st, (size_t)n_st, sizeof(*st), stream_by_busy);
+	gp_qsort(st, (size_t)n_st, sizeof(*st), stream_by_busy);
 	h->n_streams = n_st < ANALYSIS_MAX_STREAMS ? n_st : ANALYSIS_MAX_STREAMS;
 	memcpy(h->streams, st, (size_t)h->n_streams * sizeof(*st));
 out:

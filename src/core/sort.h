@@ -1,0 +1,15 @@
+/* qsort that takes an empty array: qsort's base must not be NULL even when there is
+ * nothing to sort (UBSan reports it), and an empty list's array often is NULL. */
+#ifndef GP_SORT_H
+#define GP_SORT_H
+
+#include <stdlib.h>
+
+static inline void gp_qsort(void *base, size_t n, size_t size,
+			    int (*cmp)(const void *, const void *))
+{
+	if (n > 1)
+		qsort(base, n, size, cmp);
+}
+
+#endif
