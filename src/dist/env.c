@@ -68,49 +68,42 @@ static unsigned long job_number(const char *job)
 	return h;
 }
 
-static int read_torchrun(env_get_fn get, void *arg, struct dist_env *e)
-{
-	if (!get("WORLD_SIZE", arg))
-		return gp_error(GP_EINVAL, "RANK is set but WORLD_SIZE is not");
-	GP_TRY(env_int(get, arg, "WORLD_SIZE", 1, 1 << 20, &e->world));
-	GP_TRY(env_int(get, arg, "RANK", 0, INT_MAX, &e->rank));
-	e->local_rank = e->rank;
-	if (env_int(get, arg, "LOCAL_RANK", 0, INT_MAX, &e->local_rank) < 0)
-		return GP_EINVAL;
-	if (env_int(get, arg, "LOCAL_WORLD_SIZE", 1, 1 << 20, &e->local_world) < 0)
-		return GP_EINVAL;
-	const char *addr = get("MASTER_ADDR", arg);
-	if (addr)
-		snprintf(e->master_addr, sizeof(e->master_addr), "%s", addr);
-	if (env_int(get, arg, "MASTER_PORT", 1, 65535, &e->master_port) < 0)
-		return GP_EINVAL;
-	const char *job = get("GPUPERF_DIST_JOB", arg);
-	if (!job)
-		job = get("TORCHELASTIC_RUN_ID", arg);
-	snprintf(e->job, sizeof(e->job), "%s", job ? job : "");
-	return 0;
-}
+/* The variables of a launcher that names rank, world and local values directly and
+ * takes the rendezvous from MASTER_ADDR/MASTER_PORT (torchrun; Open MPI for the TCP
+ * fallback); job ids in order of preference. */
+struct launcher_vars {
+	const char *rank, *world, *local_rank, *local_world, *job[2];
+};
 
-static int read_mpi(env_get_fn get, void *arg, struct dist_env *e)
+static const struct launcher_vars torchrun_vars = {
+	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+	{ "GPUPERF_DIST_JOB", "TORCHELASTIC_RUN_ID" },
+};
+static const struct launcher_vars mpi_vars = {
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+	"OMPI_COMM_WORLD_LOCAL_SIZE", { "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE" },
+};
+
+static int read_launcher(env_get_fn get, void *arg, const struct launcher_vars *v,
+			 struct dist_env *e)
 {
-	if (!get("OMPI_COMM_WORLD_SIZE", arg))
-		return gp_error(GP_EINVAL, "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not");
-	GP_TRY(env_int(get, arg, "OMPI_COMM_WORLD_SIZE", 1, 1 << 20, &e->world));
-	GP_TRY(env_int(get, arg, "OMPI_COMM_WORLD_RANK", 0, INT_MAX, &e->rank));
+	if (!get(v->world, arg))
+		return gp_error(GP_EINVAL, "%s is set but %s is not", v->rank, v->world);
+	GP_TRY(env_int(get, arg, v->world, 1, 1 << 20, &e->world));
+	GP_TRY(env_int(get, arg, v->rank, 0, INT_MAX, &e->rank));
 	e->local_rank = e->rank;
-	if (env_int(get, arg, "OMPI_COMM_WORLD_LOCAL_RANK", 0, INT_MAX, &e->local_rank) < 0)
+	if (env_int(get, arg, v->local_rank, 0, INT_MAX, &e->local_rank) < 0)
 		return GP_EINVAL;
-	if (env_int(get, arg, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1 << 20, &e->local_world) < 0)
+	if (env_int(get, arg, v->local_world, 1, 1 << 20, &e->local_world) < 0)
 		return GP_EINVAL;
-	/* the TCP fallback's rendezvous, as under torchrun */
 	const char *addr = get("MASTER_ADDR", arg);
 	if (addr)
 		snprintf(e->master_addr, sizeof(e->master_addr), "%s", addr);
 	if (env_int(get, arg, "MASTER_PORT", 1, 65535, &e->master_port) < 0)
 		return GP_EINVAL;
-	const char *job = get("OMPI_MCA_ess_base_jobid", arg);
+	const char *job = get(v->job[0], arg);
 	if (!job)
-		job = get("PMIX_NAMESPACE", arg);
+		job = get(v->job[1], arg);
 	snprintf(e->job, sizeof(e->job), "%s", job ? job : "");
 	return 0;
 }
@@ -154,13 +147,13 @@ int dist_env_parse(env_get_fn get, void *arg, struct dist_env *env)
 		if (!get("RANK", arg))
 			return gp_error(GP_EINVAL, "WORLD_SIZE is set but RANK is not");
 		e.local_world = 0;
-		rc = read_torchrun(get, arg, &e);
+		rc = read_launcher(get, arg, &torchrun_vars, &e);
 	} else if (get("OMPI_COMM_WORLD_RANK", arg) || get("OMPI_COMM_WORLD_SIZE", arg)) {
 		e.launcher = DIST_LAUNCH_MPI;
 		if (!get("OMPI_COMM_WORLD_RANK", arg))
 			return gp_error(GP_EINVAL, "OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not");
 		e.local_world = 0;
-		rc = read_mpi(get, arg, &e);
+		rc = read_launcher(get, arg, &mpi_vars, &e);
 	} else if (get("SLURM_PROCID", arg)) {
 		e.launcher = DIST_LAUNCH_SLURM;
 		e.local_world = 0;
