@@ -1595,6 +1595,24 @@ json_t *analysis_to_json(const struct analysis *a)
 	return j;
 }
 
+/* The report's per-step rows (and the mean): the step's parts (device 0) or its
+ * device stages (1), then its host stages. */
+static void md_step_rows(FILE *f, const struct analysis *a, int device)
+{
+	for (int i = 0; i <= a->n_steps; i++) {
+		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
+		if (i < a->n_steps)
+			fprintf(f, "| %d | %.3f |", s->step, s->dur_ms);
+		else
+			fprintf(f, "| mean | %.3f |", s->dur_ms);
+		for (int p = 0; p < (device ? DSTAGE_COUNT : PART_COUNT); p++)
+			fprintf(f, " %.3f |", device ? s->device_ms[p] : s->part_ms[p]);
+		for (int st = 0; st < STAGE_COUNT; st++)
+			fprintf(f, " %.3f |", s->stage_ms[st]);
+		fputc('\n', f);
+	}
+}
+
 static void md_ops(FILE *f, const char *title, const struct analysis_op *ops, int n, int bytes)
 {
 	fprintf(f, "\n## %s\n\n| name | count | total %s | mean %s |\n|---|---:|---:|---:|\n",
@@ -1625,18 +1643,7 @@ void analysis_markdown_print(const struct analysis *a, FILE *f)
 	for (int p = 0; p < PART_COUNT + STAGE_COUNT; p++)
 		fprintf(f, "---:|");
 	fputc('\n', f);
-	for (int i = 0; i <= a->n_steps; i++) {
-		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
-		if (i < a->n_steps)
-			fprintf(f, "| %d | %.3f |", s->step, s->dur_ms);
-		else
-			fprintf(f, "| mean | %.3f |", s->dur_ms);
-		for (int p = 0; p < PART_COUNT; p++)
-			fprintf(f, " %.3f |", s->part_ms[p]);
-		for (int st = 0; st < STAGE_COUNT; st++)
-			fprintf(f, " %.3f |", s->stage_ms[st]);
-		fputc('\n', f);
-	}
+	md_step_rows(f, a, 0);
 	fprintf(f, "\n## %s time by stage (ms)\n\nEach instant of the step goes to the stage whose "
 		   "%s then (forward, backward, optimizer, communication, data, other first), "
 		   "the rest is idle: the columns sum to the step. Host time in each stage's "
@@ -1652,18 +1659,7 @@ void analysis_markdown_print(const struct analysis *a, FILE *f)
 	for (int p = 0; p < DSTAGE_COUNT + STAGE_COUNT; p++)
 		fprintf(f, "---:|");
 	fputc('\n', f);
-	for (int i = 0; i <= a->n_steps; i++) {
-		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
-		if (i < a->n_steps)
-			fprintf(f, "| %d | %.3f |", s->step, s->dur_ms);
-		else
-			fprintf(f, "| mean | %.3f |", s->dur_ms);
-		for (int d = 0; d < DSTAGE_COUNT; d++)
-			fprintf(f, " %.3f |", s->device_ms[d]);
-		for (int st = 0; st < STAGE_COUNT; st++)
-			fprintf(f, " %.3f |", s->stage_ms[st]);
-		fputc('\n', f);
-	}
+	md_step_rows(f, a, 1);
 	md_ops(f, "Top ops by CPU time", a->top_cpu, a->n_top_cpu, 0);
 	md_ops(f, "Top layers by GPU time", a->top_gpu, a->n_top_gpu, 0);
 	md_ops(f, "Top kernels by GPU time", a->top_kernels, a->n_top_kernels, 0);
