@@ -82,7 +82,7 @@ static const struct bench_sizes bench_gpu_quick = {
 	.train_workers = 8, .profile_batch = 64, .profile_steps = 10, .torch_iters = 10,
 	.scale_steps = 30,
 	.b_info = 3, .b_compare = 25, .b_amp = 50, .b_maxbatch = 45, .b_workers = 20,
-	.b_train = 10, .b_profile = 20, .b_torch = 60, .b_scale = 20,
+	.b_train = 10, .b_profile = 20, .b_torch = 110, .b_scale = 20,
 };
 static const struct bench_sizes bench_cpu = {
 	.models = "simple_cnn,mobilenet_v2", .size = 32, .compare_batch = 16, .compare_steps = 20,
