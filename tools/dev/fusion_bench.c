@@ -11,10 +11,13 @@
  *   fused     one backend graph: x -> MUL scale -> ADD bias -> RELU_FWD -> conv forward
  *             -> y, and GEN_STATS (SUM_SQSUM) of y; engines from the heuristics (mode A,
  *             else FALLBACK), the fastest of the first --plans that finalize
- * (the stem, whose input is the image, has no scale-bias-ReLU on either side), and
- * checks the numbers: the fused y, sum and sqsum against the baseline's (relative error
- * of the norm), the baseline's convolution at sampled points and its statistics against
- * a double-precision CPU computation. A speed-up counts only where the numbers match.
+ * (the stem, whose input is the image, has no scale-bias-ReLU on either side), then the
+ * weight gradient (unless --no-wgrad): cudnnConvolutionBackwardFilter from the stored
+ * activation, and from the activation made again by the sbr kernel, against one graph
+ * with the same prologue into CONVOLUTION_BACKWARD_FILTER. It checks the numbers: the
+ * fused y, sum, sqsum and dw against the baseline's (relative error of the norm), the
+ * baseline's convolution, statistics and weight gradient at sampled points against a
+ * double-precision CPU computation. A speed-up counts only where the numbers match.
  *
  * Every cuDNN call goes through a macro that prints the call, file, line, the status and
  * cudnnGetLastErrorString; calls that are expected to fail while probing what cuDNN
@@ -124,7 +127,7 @@ static int shape_out(const struct conv_shape *s)
 /* ---- options --------------------------------------------------------------------- */
 
 struct opts {
-	int batch, iters, warmup, plans, samples;
+	int batch, iters, warmup, plans, samples, wgrad;
 	int shape; /* -1: all */
 	enum fb_dtype dtype;
 	size_t ws_bytes;
@@ -149,16 +152,17 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: fusion_bench [--batch N] [--shapes all|NAME|INDEX] [--iters N] [--warmup N]\n"
 		   "                    [--dtype bf16|fp16|float] [--plans N] [--ws-mb N] [--samples N]\n"
-		   "                    [--verbose] [--list]\n"
+		   "                    [--no-wgrad] [--verbose] [--list]\n"
 		   "  --batch    images per batch (256)\n"
 		   "  --shapes   all (default), or one shape by name or index (--list shows them)\n"
 		   "  --iters    timed runs per measurement, the median is reported (20)\n"
 		   "  --warmup   untimed runs before them (5)\n"
 		   "  --dtype    bf16 (default), fp16, or float (cuDNN's runtime fusion is 16-bit:\n"
 		   "             the program reports what the heuristics say for float)\n"
-		   "  --plans    engine configurations from the heuristics to finalize and time (4)\n"
+		   "  --plans    engine configurations from the heuristics to finalize and time (3)\n"
 		   "  --ws-mb    workspace limit for both paths in MiB (1024)\n"
 		   "  --samples  output points of the baseline convolution checked on the CPU (512)\n"
+		   "  --no-wgrad skip the weight-gradient pass (scale-bias-ReLU prologue + wgrad)\n"
 		   "  --verbose  print every failing cuDNN call while probing\n"
 		   "  --list     print the shapes and exit\n");
 }
@@ -217,8 +221,8 @@ static void list_shapes(void)
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	int ws_mb = 1024;
-	*o = (struct opts){ .batch = 256, .iters = 20, .warmup = 5, .plans = 4, .samples = 512, .shape = -1,
-			    .dtype = FB_BF16 };
+	*o = (struct opts){ .batch = 256, .iters = 20, .warmup = 5, .plans = 3, .samples = 512, .shape = -1,
+			    .dtype = FB_BF16, .wgrad = 1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -255,6 +259,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			i++;
 		} else if (!strcmp(a, "--verbose"))
 			verbose = 1;
+		else if (!strcmp(a, "--no-wgrad"))
+			o->wgrad = 0;
 		else if (!strcmp(a, "--list")) {
 			list_shapes();
 			return 0;
@@ -361,12 +367,13 @@ static double rel_err_f(const float *a, const double *b, size_t n)
 struct bufs {
 	void *x, *xa, *w, *yb, *yf, *scale_io, *bias_io;
 	float *scale_f, *bias_f, *stats_b, *stats_f; /* stats: sum[k] then sqsum[k] */
+	void *dwb, *dwf; /* weight gradients (the weight-gradient pass; dy lives in yb) */
 };
 
 static void bufs_free(struct bufs *b)
 {
 	void *p[] = { b->x, b->xa, b->w, b->yb, b->yf, b->scale_io, b->bias_io, b->scale_f, b->bias_f, b->stats_b,
-		      b->stats_f };
+		      b->stats_f, b->dwb, b->dwf };
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		if (p[i])
 			cudaFree(p[i]);
@@ -426,7 +433,8 @@ struct base {
 	cudnnFilterDescriptor_t wd;
 	cudnnConvolutionDescriptor_t cd;
 	cudnnConvolutionFwdAlgo_t algo;
-	size_t algo_ws;
+	cudnnConvolutionBwdFilterAlgo_t wg_algo;
+	size_t algo_ws, wg_algo_ws;
 	void *ws;
 	struct bufs *b;
 	size_t m_in, m_out; /* rows N*H*W of the input and the output */
@@ -458,6 +466,44 @@ static int base_stats(void *p)
 static int base_all(void *p)
 {
 	return base_sbr(p) && base_conv(p) && base_stats(p);
+}
+
+/* Weight gradient from the activation as stored (xa; what gpuperf runs today, where
+ * the batch norm's output is kept for the backward pass), dy in yb. */
+static int base_wgrad(void *p)
+{
+	struct base *b = p;
+	const float one = 1.0f, zero = 0.0f;
+	return DNN_OK(cudnnConvolutionBackwardFilter(b->h, &one, b->xd, b->b->xa, b->yd, b->b->yb, b->cd, b->wg_algo,
+						     b->ws, b->wg_algo_ws, &zero, b->wd, b->b->dwb));
+}
+
+/* The same when the forward pass fused the batch norm into the convolution and kept only
+ * its input: the activation is made again first. */
+static int base_sbr_wgrad(void *p)
+{
+	return base_sbr(p) && base_wgrad(p);
+}
+
+/* The fastest weight-gradient algorithm FindEx measures (base_setup first). */
+static int base_wgrad_setup(struct base *b, const struct conv_shape *s, size_t ws_limit)
+{
+	cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+	int got = 0;
+	if (!DNN_OK(cudnnFindConvolutionBackwardFilterAlgorithmEx(b->h, b->xd, b->b->xa, b->yd, b->b->yb, b->cd,
+								  b->wd, b->b->dwb,
+								  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
+								  perf, b->ws, ws_limit)))
+		return 0;
+	for (int i = 0; i < got; i++)
+		if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_limit) {
+			b->wg_algo = perf[i].algo;
+			b->wg_algo_ws = perf[i].memory;
+			return 1;
+		}
+	fprintf(stderr, "fusion_bench: %s: no weight-gradient algorithm ran within %zu MiB of workspace\n", s->name,
+		ws_limit >> 20);
+	return 0;
 }
 
 static void base_destroy(struct base *b)
@@ -520,6 +566,8 @@ static int base_setup(struct base *b, const struct conv_shape *s, int n, size_t 
 #define FZ_MAX_DESC 512
 #define FZ_MAX_CFG 64
 
+enum fz_kind { FZ_FWD, FZ_WGRAD };
+
 /* Every descriptor of one graph, destroyed together (in reverse order) once its plan
  * is no longer needed: operations refer to tensors, the graph to operations, plans to
  * configurations. */
@@ -566,6 +614,8 @@ enum {
 	UID_Y,
 	UID_SUM,
 	UID_SQSUM,
+	UID_DY,
+	UID_DW,
 	UID_SCALED = 101, /* virtual */
 	UID_BIASED,
 	UID_ACT,
@@ -633,6 +683,34 @@ static cudnnBackendDescriptor_t fz_conv_fwd(struct fused *f, const struct conv_s
 	return op;
 }
 
+/* dw = conv_bwd_filter(x, dy), on the same kind of convolution descriptor. */
+static cudnnBackendDescriptor_t fz_conv_wgrad(struct fused *f, const struct conv_shape *s, cudnnBackendDescriptor_t x,
+					      cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t dw)
+{
+	int64_t nsp = 2, pad[2] = { s->r / 2, s->r / 2 }, stride[2] = { s->stride, s->stride }, dil[2] = { 1, 1 };
+	cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+	cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+	float alpha = 1.0f, beta = 0.0f;
+	cudnnBackendDescriptor_t cd = fz_new(f, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR), op;
+	if (!cd || !SET(cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nsp) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) || !FINALIZE(cd))
+		return NULL;
+	op = fz_new(f, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+	if (!op || !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dw) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta) || !FINALIZE(op))
+		return NULL;
+	return op;
+}
+
 static cudnnBackendDescriptor_t fz_genstats(struct fused *f, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t sum,
 					    cudnnBackendDescriptor_t sqsum)
 {
@@ -664,20 +742,24 @@ static const struct variant variants[] = {
 };
 
 /* Builds the operation graph of shape s for one variant; NULL when cuDNN refuses it.
- * With prologue 0 (the stem) the image goes straight into the convolution. */
+ * FZ_FWD: prologue -> convolution forward -> y, GEN_STATS of y. With prologue 0 (the
+ * stem) the image goes straight into the convolution.
+ * FZ_WGRAD: prologue -> weight gradient with dy -> dw (the activation made again inside
+ * the kernel, as a fused forward pass that never stored it needs). */
 static cudnnBackendDescriptor_t fz_graph(struct fused *f, const struct conv_shape *s, int n, enum fb_dtype dtype,
-					 const struct variant *v, int prologue)
+					 const struct variant *v, int prologue, enum fz_kind kind)
 {
 	cudnnDataType_t io = dtype_cudnn(dtype), fl = CUDNN_DATA_FLOAT;
 	cudnnDataType_t sbt = v->sb_io ? io : fl, vt = v->virt_io ? io : fl;
 	int p = shape_out(s);
 	cudnnBackendDescriptor_t ops[5], og, x, w, y, sum, sq, conv_in;
-	int nops = 0;
+	int nops = 0, wg = kind == FZ_WGRAD;
+	/* Forward: w and y are the weights and the output; weight gradient: dw and dy. */
 	x = fz_tensor(f, UID_X, io, n, s->c, s->hw, s->hw, false);
-	w = fz_tensor(f, UID_W, io, s->k, s->c, s->r, s->r, false);
-	y = fz_tensor(f, UID_Y, io, n, s->k, p, p, false);
-	sum = fz_tensor(f, UID_SUM, fl, 1, s->k, 1, 1, false);
-	sq = fz_tensor(f, UID_SQSUM, fl, 1, s->k, 1, 1, false);
+	w = fz_tensor(f, wg ? UID_DW : UID_W, io, s->k, s->c, s->r, s->r, false);
+	y = fz_tensor(f, wg ? UID_DY : UID_Y, io, n, s->k, p, p, false);
+	sum = wg ? x : fz_tensor(f, UID_SUM, fl, 1, s->k, 1, 1, false);
+	sq = wg ? x : fz_tensor(f, UID_SQSUM, fl, 1, s->k, 1, 1, false);
 	if (!x || !w || !y || !sum || !sq)
 		return NULL;
 	conv_in = x;
@@ -696,7 +778,10 @@ static cudnnBackendDescriptor_t fz_graph(struct fused *f, const struct conv_shap
 			return NULL;
 		conv_in = t3;
 	}
-	if (!(ops[nops++] = fz_conv_fwd(f, s, conv_in, w, y)) || !(ops[nops++] = fz_genstats(f, y, sum, sq)))
+	if (wg) {
+		if (!(ops[nops++] = fz_conv_wgrad(f, s, conv_in, y, w)))
+			return NULL;
+	} else if (!(ops[nops++] = fz_conv_fwd(f, s, conv_in, w, y)) || !(ops[nops++] = fz_genstats(f, y, sum, sq)))
 		return NULL;
 	og = fz_new(f, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
 	if (!og || !SET(og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops))
@@ -737,18 +822,25 @@ static void fz_engine_info(struct fused *f, cudnnBackendDescriptor_t cfg)
 static int fz_run(void *p)
 {
 	struct fused *f = p;
-	return CUDA_OK(cudaMemsetAsync(f->stats, 0, 2 * (size_t)f->k * sizeof(float), f->st)) &&
+	return (!f->stats || CUDA_OK(cudaMemsetAsync(f->stats, 0, 2 * (size_t)f->k * sizeof(float), f->st))) &&
 	       DNN_OK(cudnnBackendExecute(f->h, f->plan, f->vpack));
 }
 
 /* The variant pack: the graph's non-virtual tensors and the workspace. */
 static cudnnBackendDescriptor_t fz_vpack(struct fused *f, struct bufs *b, void *ws, int prologue,
-					 const struct variant *v)
+					 const struct variant *v, enum fz_kind kind)
 {
 	int64_t uids[7] = { UID_X, UID_W, UID_Y, UID_SUM, UID_SQSUM, UID_SCALE, UID_BIAS };
 	void *ptrs[7] = { b->x, b->w, b->yf, b->stats_f, b->stats_f + f->k, v->sb_io ? b->scale_io : b->scale_f,
 			  v->sb_io ? b->bias_io : b->bias_f };
 	int64_t n = prologue ? 7 : 5;
+	if (kind == FZ_WGRAD) { /* x, dy, dw, scale, bias */
+		uids[1] = UID_DY, ptrs[1] = b->yb;
+		uids[2] = UID_DW, ptrs[2] = b->dwf;
+		uids[3] = UID_SCALE, ptrs[3] = ptrs[5];
+		uids[4] = UID_BIAS, ptrs[4] = ptrs[6];
+		n = 5;
+	}
 	cudnnBackendDescriptor_t vp = fz_new(f, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
 	if (!vp || !SET(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids) ||
 	    !SET(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs) ||
@@ -762,7 +854,7 @@ static cudnnBackendDescriptor_t fz_vpack(struct fused *f, struct bufs *b, void *
  * workspace limit are timed and the fastest kept. Returns 1 with f->plan and f->vpack
  * set, 0 when no engine supports the pattern (f->nd left 0). */
 static int fz_setup(struct fused *f, struct timer *t, const struct conv_shape *s, const struct opts *o, struct bufs *b,
-		    void *ws, int prologue)
+		    void *ws, int prologue, enum fz_kind kind)
 {
 	static const cudnnBackendHeurMode_t modes[2] = { CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK };
 	static const char *mode_names[2] = { "A", "fallback" };
@@ -775,7 +867,7 @@ static int fz_setup(struct fused *f, struct timer *t, const struct conv_shape *s
 			float best_ms = 0;
 			int timed = 0;
 			fz_free(f);
-			if (!(og = fz_graph(f, s, o->batch, o->dtype, v, prologue)))
+			if (!(og = fz_graph(f, s, o->batch, o->dtype, v, prologue, kind)))
 				goto next_variant; /* the graph itself is refused: no mode helps */
 			heur = fz_new(f, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
 			if (!heur ||
@@ -794,13 +886,13 @@ static int fz_setup(struct fused *f, struct timer *t, const struct conv_shape *s
 			count = count > FZ_MAX_CFG ? FZ_MAX_CFG : count;
 			for (int64_t i = 0; i < count; i++)
 				if (!(cfgs[i] = fz_new(f, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)))
-					return 0;
+					goto fail;
 			if (!DNN_PROBE(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
 								CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)))
 				continue;
-			vp = fz_vpack(f, b, ws, prologue, v);
+			vp = fz_vpack(f, b, ws, prologue, v, kind);
 			if (!vp)
-				return 0;
+				goto fail;
 			f->vpack = vp;
 			f->tried_cfgs = 0;
 			f->finalized = 0;
@@ -809,7 +901,7 @@ static int fz_setup(struct fused *f, struct timer *t, const struct conv_shape *s
 				int64_t wsb = 0, cnt = 0;
 				float ms;
 				if (!plan)
-					return 0;
+					goto fail;
 				f->tried_cfgs++;
 				if (!SET(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
 					 &cfgs[i]))
@@ -850,6 +942,7 @@ static int fz_setup(struct fused *f, struct timer *t, const struct conv_shape *s
 		}
 	next_variant:;
 	}
+fail:
 	fz_free(f);
 	return 0;
 }
@@ -858,8 +951,20 @@ static int fz_setup(struct fused *f, struct timer *t, const struct conv_shape *s
 
 enum status { ST_OK, ST_UNSUPPORTED, ST_ERROR, ST_SKIPPED };
 
+/* The weight-gradient pass of one shape. */
+struct wg_result {
+	enum status st;
+	float conv_ms, sbr_conv_ms, fused_ms; /* stored activation; activation made again; fused */
+	double err_dw, cpu_dw;
+	int pass, base_ok, rtc, tensor_core, tried_cfgs, finalized;
+	int64_t engine, ws;
+	const char *variant, *heur;
+	char why[512];
+};
+
 struct result {
 	const struct conv_shape *s;
+	struct wg_result wg;
 	enum status st;
 	float sbr_ms, conv_ms, stats_ms, base_ms, fused_ms;
 	double err_y, err_sum, err_sq, cpu_conv, cpu_stats;
@@ -1000,6 +1105,159 @@ static int alloc_bufs(struct bufs *b, const struct conv_shape *s, const struct o
 	       CUDA_OK(cudaMalloc((void **)&b->stats_f, 2 * (size_t)s->k * 4));
 }
 
+/* The fused forward graph of shape s against the baseline's output hyb (host). */
+static void bench_fused_fwd(struct result *r, const struct opts *o, struct timer *t, struct fused *f, struct bufs *bp,
+			    void *ws, int prologue, const void *hyb)
+{
+	const struct conv_shape *s = r->s;
+	size_t ys = (size_t)o->batch * shape_out(s) * shape_out(s) * s->k;
+	struct bufs b = *bp;
+	void *hyf = NULL;
+	f->stats = b.stats_f;
+	f->k = s->k;
+	last_dnn_error[0] = '\0';
+	if (!fz_setup(f, t, s, o, &b, ws, prologue, FZ_FWD)) {
+		r->st = ST_UNSUPPORTED;
+		snprintf(r->why, sizeof r->why, "no engine: %s", last_dnn_error[0] ? last_dnn_error : "heuristics returned none");
+		return;
+	}
+	r->variant = f->variant;
+	r->heur = f->heur;
+	r->engine = f->engine;
+	r->rtc = f->rtc;
+	r->tensor_core = f->tensor_core;
+	r->tried_cfgs = f->tried_cfgs;
+	r->finalized = f->finalized;
+	r->fused_ws = f->ws_bytes;
+	r->fused_ms = time_median(t, fz_run, f, o->warmup, o->iters);
+	if (r->fused_ms < 0 || !CUDA_OK(cudaMemset(b.yf, 0, ys * dtype_bytes(o->dtype))) || !fz_run(f) ||
+	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
+		snprintf(r->why, sizeof r->why, "fused run failed: %s", last_dnn_error);
+		goto out;
+	}
+	r->st = ST_OK;
+	if (hyb && (hyf = host_copy(b.yf, ys * dtype_bytes(o->dtype)))) {
+		float sb[2 * 4096], sf[2 * 4096];
+		double ref[2 * 4096];
+		r->err_y = rel_err_host(hyf, hyb, ys, o->dtype);
+		if (s->k <= 4096 &&
+		    CUDA_OK(cudaMemcpy(sb, b.stats_b, 2 * (size_t)s->k * 4, cudaMemcpyDeviceToHost)) &&
+		    CUDA_OK(cudaMemcpy(sf, b.stats_f, 2 * (size_t)s->k * 4, cudaMemcpyDeviceToHost))) {
+			for (int i = 0; i < 2 * s->k; i++)
+				ref[i] = sb[i];
+			r->err_sum = rel_err_f(sf, ref, (size_t)s->k);
+			r->err_sq = rel_err_f(sf + s->k, ref + s->k, (size_t)s->k);
+		}
+	}
+	r->pass = r->err_y >= 0 && r->err_sum >= 0 && r->err_sq >= 0 && r->err_y < tol_for(o->dtype) &&
+		  r->err_sum < tol_for(o->dtype) && r->err_sq < tol_for(o->dtype);
+out:
+	free(hyf);
+	fz_free(f);
+}
+
+/* The baseline's weight gradient at sampled entries (o->samples / 8) against a
+ * double-precision CPU sum over the batch and the output plane; -1 when not run. */
+static double check_wgrad_cpu(const struct conv_shape *s, const struct opts *o, const struct bufs *b,
+			      const float *scale, const float *bias, const void *hdw)
+{
+	enum fb_dtype d = o->dtype;
+	int p = shape_out(s), pad = s->r / 2, samples = o->samples / 8;
+	size_t e = dtype_bytes(d), xs = (size_t)o->batch * s->hw * s->hw * s->c, ys = (size_t)o->batch * p * p * s->k;
+	size_t wsz = (size_t)s->k * s->r * s->r * s->c;
+	void *hx = NULL, *hdy = NULL;
+	double num = 0, den = 0, res = -1;
+	uint64_t z = 0x9E3779B97F4A7C15ull;
+	if (samples == 0 || !(hx = host_copy(b->x, xs * e)) || !(hdy = host_copy(b->yb, ys * e)))
+		goto out;
+	for (int t = 0; t < samples; t++) {
+		z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+		size_t i = (size_t)(z % wsz);
+		int c = (int)(i % s->c), v = (int)(i / s->c % s->r), u = (int)(i / s->c / s->r % s->r);
+		int k = (int)(i / s->c / s->r / s->r);
+		double acc = 0;
+		for (int n = 0; n < o->batch; n++)
+			for (int pp = 0; pp < p; pp++)
+				for (int q = 0; q < p; q++) {
+					int ih = pp * s->stride - pad + u, iw = q * s->stride - pad + v;
+					float a;
+					if (ih < 0 || iw < 0 || ih >= s->hw || iw >= s->hw)
+						continue;
+					a = (float)host_get(hx, (((size_t)n * s->hw + ih) * s->hw + iw) * s->c + c, d);
+					a = fmaf(a, scale[c], bias[c]);
+					a = host_round(a > 0.0f ? a : 0.0f, d);
+					acc += (double)a * host_get(hdy, (((size_t)n * p + pp) * p + q) * s->k + k, d);
+				}
+		double g = host_get(hdw, i, d);
+		num += (g - acc) * (g - acc);
+		den += acc * acc;
+	}
+	res = den > 0 ? sqrt(num / den) : sqrt(num);
+out:
+	free(hx);
+	free(hdy);
+	return res;
+}
+
+/* The weight-gradient pass of shape s, after the forward one: dy random in yb (the
+ * forward output is no longer needed). Baseline from the stored activation xa (gpuperf
+ * today) and with the activation made again first (what a fused forward pass that keeps
+ * only the convolution's input would need without a fused weight gradient); fused: one
+ * graph, scale-bias-ReLU prologue into the weight gradient. */
+static void bench_wgrad(struct wg_result *w, const struct conv_shape *s, const struct opts *o, struct timer *t,
+			struct fused *f, struct base *base, struct bufs *b, void *ws, const float *scale,
+			const float *bias)
+{
+	size_t e = dtype_bytes(o->dtype), wsz = (size_t)s->k * s->r * s->r * s->c, ys = base->m_out * s->k;
+	void *hb = NULL, *hf = NULL;
+	w->st = ST_ERROR;
+	if (!CUDA_OK(cudaMalloc(&b->dwb, wsz * e)) || !CUDA_OK(cudaMalloc(&b->dwf, wsz * e)) ||
+	    !CUDA_OK(fb_fill(b->yb, o->dtype, ys, 3, -1.0f, 1.0f, t->st)) || !base_sbr(base) ||
+	    !CUDA_OK(cudaStreamSynchronize(t->st)) || !base_wgrad_setup(base, s, o->ws_bytes)) {
+		snprintf(w->why, sizeof w->why, "baseline weight gradient failed: %s", last_dnn_error);
+		return;
+	}
+	w->conv_ms = time_median(t, base_wgrad, base, o->warmup, o->iters);
+	w->sbr_conv_ms = time_median(t, base_sbr_wgrad, base, o->warmup, o->iters);
+	if (w->conv_ms < 0 || w->sbr_conv_ms < 0 || !base_sbr_wgrad(base) || !CUDA_OK(cudaStreamSynchronize(t->st))) {
+		snprintf(w->why, sizeof w->why, "baseline weight gradient run failed");
+		return;
+	}
+	w->base_ok = 1;
+	if ((hb = host_copy(b->dwb, wsz * e)))
+		w->cpu_dw = check_wgrad_cpu(s, o, b, scale, bias, hb);
+	f->stats = NULL;
+	last_dnn_error[0] = '\0';
+	if (!fz_setup(f, t, s, o, b, ws, 1, FZ_WGRAD)) {
+		w->st = ST_UNSUPPORTED;
+		snprintf(w->why, sizeof w->why, "no engine: %.400s",
+			 last_dnn_error[0] ? last_dnn_error : "heuristics returned none");
+		goto out;
+	}
+	w->variant = f->variant;
+	w->heur = f->heur;
+	w->engine = f->engine;
+	w->rtc = f->rtc;
+	w->tensor_core = f->tensor_core;
+	w->tried_cfgs = f->tried_cfgs;
+	w->finalized = f->finalized;
+	w->ws = f->ws_bytes;
+	w->fused_ms = time_median(t, fz_run, f, o->warmup, o->iters);
+	if (w->fused_ms < 0 || !CUDA_OK(cudaMemset(b->dwf, 0, wsz * e)) || !fz_run(f) ||
+	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
+		snprintf(w->why, sizeof w->why, "fused run failed: %.400s", last_dnn_error);
+		goto out;
+	}
+	w->st = ST_OK;
+	if (hb && (hf = host_copy(b->dwf, wsz * e)))
+		w->err_dw = rel_err_host(hf, hb, wsz, o->dtype);
+	w->pass = w->err_dw >= 0 && w->err_dw < tol_for(o->dtype);
+out:
+	free(hb);
+	free(hf);
+	fz_free(f);
+}
+
 static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h, struct timer *t, void *ws)
 {
 	const struct conv_shape *s = r->s;
@@ -1010,9 +1268,13 @@ static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h,
 			     .dtype = o->dtype };
 	struct fused *f = calloc(1, sizeof *f);
 	float *scale = malloc((size_t)s->c * sizeof *scale), *bias = malloc((size_t)s->c * sizeof *bias);
-	void *hyb = NULL, *hyf = NULL;
+	void *hyb = NULL;
 	base.m_in = (size_t)o->batch * s->hw * s->hw;
 	base.m_out = (size_t)o->batch * p * p;
+	r->wg.st = ST_SKIPPED;
+	snprintf(r->wg.why, sizeof r->wg.why, "not run (the forward baseline failed)");
+	r->wg.err_dw = r->wg.cpu_dw = -1;
+	r->wg.engine = -1;
 	r->st = ST_ERROR;
 	r->cpu_conv = r->cpu_stats = r->err_y = r->err_sum = r->err_sq = -1;
 	r->engine = -1;
@@ -1020,6 +1282,8 @@ static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h,
 		snprintf(r->why, sizeof r->why, "out of host memory");
 		goto out;
 	}
+	f->h = h;
+	f->st = t->st;
 	if (!alloc_bufs(&b, s, o)) {
 		snprintf(r->why, sizeof r->why, "device allocation failed (batch too large?)");
 		goto out_bufs;
@@ -1047,56 +1311,19 @@ static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h,
 	if ((hyb = host_copy(b.yb, ys * dtype_bytes(o->dtype))))
 		check_baseline_cpu(r, o, &b, prologue, scale, bias, hyb);
 
-	/* Fused. */
-	f->h = h;
-	f->st = t->st;
-	f->stats = b.stats_f;
-	f->k = s->k;
-	last_dnn_error[0] = '\0';
-	if (!fz_setup(f, t, s, o, &b, ws, prologue)) {
-		r->st = ST_UNSUPPORTED;
-		snprintf(r->why, sizeof r->why, "no engine: %s", last_dnn_error[0] ? last_dnn_error : "heuristics returned none");
-		goto out_base;
-	}
-	r->variant = f->variant;
-	r->heur = f->heur;
-	r->engine = f->engine;
-	r->rtc = f->rtc;
-	r->tensor_core = f->tensor_core;
-	r->tried_cfgs = f->tried_cfgs;
-	r->finalized = f->finalized;
-	r->fused_ws = f->ws_bytes;
-	r->fused_ms = time_median(t, fz_run, f, o->warmup, o->iters);
-	if (r->fused_ms < 0 || !CUDA_OK(cudaMemset(b.yf, 0, ys * dtype_bytes(o->dtype))) || !fz_run(f) ||
-	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
-		snprintf(r->why, sizeof r->why, "fused run failed: %s", last_dnn_error);
-		goto out_fused;
-	}
-	r->st = ST_OK;
-	if (hyb && (hyf = host_copy(b.yf, ys * dtype_bytes(o->dtype)))) {
-		float sb[2 * 4096], sf[2 * 4096];
-		double ref[2 * 4096];
-		r->err_y = rel_err_host(hyf, hyb, ys, o->dtype);
-		if (s->k <= 4096 &&
-		    CUDA_OK(cudaMemcpy(sb, b.stats_b, 2 * (size_t)s->k * 4, cudaMemcpyDeviceToHost)) &&
-		    CUDA_OK(cudaMemcpy(sf, b.stats_f, 2 * (size_t)s->k * 4, cudaMemcpyDeviceToHost))) {
-			for (int i = 0; i < 2 * s->k; i++)
-				ref[i] = sb[i];
-			r->err_sum = rel_err_f(sf, ref, (size_t)s->k);
-			r->err_sq = rel_err_f(sf + s->k, ref + s->k, (size_t)s->k);
-		}
-	}
-	r->pass = r->err_y >= 0 && r->err_sum >= 0 && r->err_sq >= 0 && r->err_y < tol_for(o->dtype) &&
-		  r->err_sum < tol_for(o->dtype) && r->err_sq < tol_for(o->dtype);
-out_fused:
-	fz_free(f);
+	bench_fused_fwd(r, o, t, f, &b, ws, prologue, hyb);
+	free(hyb);
+	hyb = NULL;
+	if (o->wgrad && prologue)
+		bench_wgrad(&r->wg, r->s, o, t, f, &base, &b, ws, scale, bias);
+	else
+		snprintf(r->wg.why, sizeof r->wg.why, "%s", prologue ? "not asked for" : "no prologue (stem)");
 out_base:
 	base_destroy(&base);
 out_bufs:
 	bufs_free(&b);
 out:
 	free(hyb);
-	free(hyf);
 	free(f);
 	free(scale);
 	free(bias);
@@ -1129,6 +1356,30 @@ static void print_row(const struct result *r, int batch)
 	       r->base_ms / r->fused_ms, flops(s, batch) / (r->fused_ms * 1e9), r->err_y, r->err_sum, r->err_sq,
 	       r->pass ? "PASS" : "FAIL", (long long)r->engine, r->rtc ? " rtc" : "", r->tensor_core ? " tc" : "",
 	       r->variant, r->heur);
+}
+
+static void print_wg_row(const struct wg_result *w, int wgrad_asked)
+{
+	if (!wgrad_asked || (w->st == ST_SKIPPED && !w->base_ok)) {
+		if (wgrad_asked)
+			printf("  %-18s wgrad: %s\n", "", w->why);
+		return;
+	}
+	if (!w->base_ok) {
+		printf("  %-18s wgrad: %s\n", "", w->why);
+		return;
+	}
+	printf("  %-18s wgrad: stored act %.3f ms, sbr+wgrad %.3f ms, ", "", w->conv_ms, w->sbr_conv_ms);
+	if (w->st != ST_OK) {
+		printf("fused %s: %s (baseline vs CPU %.1e)\n", w->st == ST_UNSUPPORTED ? "unsupported" : "error",
+		       w->why, w->cpu_dw);
+		return;
+	}
+	printf("fused %.3f ms (%.2fx of stored, %.2fx of sbr+wgrad), err_dw %.1e %s, baseline vs CPU %.1e, "
+	       "#%lld%s%s (%s; heur %s)\n",
+	       w->fused_ms, w->conv_ms / w->fused_ms, w->sbr_conv_ms / w->fused_ms, w->err_dw,
+	       w->pass ? "PASS" : "FAIL", w->cpu_dw, (long long)w->engine, w->rtc ? " rtc" : "",
+	       w->tensor_core ? " tc" : "", w->variant, w->heur);
 }
 
 int main(int argc, char **argv)
@@ -1178,6 +1429,7 @@ int main(int argc, char **argv)
 			       "tried, %d finalized, workspace %lld B\n",
 			       "", r->cpu_conv, o.samples, r->cpu_stats, r->tried_cfgs, r->finalized,
 			       (long long)r->fused_ws);
+		print_wg_row(&r->wg, o.wgrad);
 		fflush(stdout);
 		/* A sticky error (an illegal address) spoils the context: stop measuring. */
 		e = cudaDeviceSynchronize();
@@ -1190,8 +1442,8 @@ int main(int argc, char **argv)
 
 	/* Summary: network sums weight each shape by its count in ResNet-50. */
 	{
-		double base_all_ms = 0, base_cov = 0, fused_cov = 0;
-		int n_ok = 0, n_pass = 0, n_unsup = 0, n_err = 0;
+		double base_all_ms = 0, base_cov = 0, fused_cov = 0, wg_stored = 0, wg_sbr = 0, wg_fused = 0;
+		int n_ok = 0, n_pass = 0, n_unsup = 0, n_err = 0, wg_ok = 0, wg_pass = 0, wg_unsup = 0, wg_err = 0;
 		printf("\nsummary (%s, batch %d):\n", dtype_name(o.dtype), o.batch);
 		for (int i = first; i <= last; i++) {
 			const struct result *r = &res[i];
@@ -1208,11 +1460,27 @@ int main(int argc, char **argv)
 				n_unsup++;
 			else
 				n_err++;
-			printf("  %-20s %s\n", r->s->name,
+			if (r->wg.st == ST_OK) {
+				wg_ok++;
+				if (r->wg.pass) {
+					wg_pass++;
+					wg_stored += r->s->count * r->wg.conv_ms;
+					wg_sbr += r->s->count * r->wg.sbr_conv_ms;
+					wg_fused += r->s->count * r->wg.fused_ms;
+				}
+			} else if (r->wg.st == ST_UNSUPPORTED)
+				wg_unsup++;
+			else if (r->wg.st == ST_ERROR)
+				wg_err++;
+			printf("  %-20s fwd: %-40s wgrad: %s\n", r->s->name,
 			       r->st == ST_OK ? (r->pass ? "fused, numbers match" : "fused, NUMBERS DIFFER: not counted")
 			       : r->st == ST_UNSUPPORTED ? "not supported by any engine"
 			       : r->st == ST_SKIPPED	 ? "skipped (broken context)"
-							 : "error");
+							 : "error",
+			       r->wg.st == ST_OK ? (r->wg.pass ? "fused, numbers match" : "fused, NUMBERS DIFFER")
+			       : r->wg.st == ST_UNSUPPORTED ? "not supported by any engine"
+			       : r->wg.st == ST_SKIPPED	    ? r->wg.why
+							    : "error");
 		}
 		printf("  shapes run %d: fused %d (numbers match %d), unsupported %d, errors or skipped %d\n", n_run,
 		       n_ok, n_pass, n_unsup, n_err);
@@ -1225,7 +1493,15 @@ int main(int argc, char **argv)
 			       base_cov, fused_cov, base_cov / fused_cov, base_cov - fused_cov);
 		else
 			printf("  no shape fused with matching numbers: no speed-up to report\n");
-		rc = n_err ? 1 : 0;
+		if (o.wgrad) {
+			printf("  wgrad: fused %d (numbers match %d), unsupported %d, errors %d\n", wg_ok, wg_pass,
+			       wg_unsup, wg_err);
+			if (wg_pass)
+				printf("  wgrad where fused and matching, weighted by count: stored activation %.3f ms, "
+				       "sbr+wgrad %.3f ms, fused %.3f ms (%.2fx of stored, %.2fx of sbr+wgrad)\n",
+				       wg_stored, wg_sbr, wg_fused, wg_stored / wg_fused, wg_sbr / wg_fused);
+		}
+		rc = n_err || wg_err ? 1 : 0;
 	}
 out:
 	if (ws)
