@@ -1085,7 +1085,7 @@ static int fill_inputs(struct bufs *b, const struct conv_shape *s, const struct 
 	     (o->dtype == FB_F32 ||
 	      (CUDA_OK(cudaMemcpy(b->scale_io, io, (size_t)s->c * 2, cudaMemcpyHostToDevice)) &&
 	       CUDA_OK(cudaMemcpy(b->bias_io, io + s->c, (size_t)s->c * 2, cudaMemcpyHostToDevice)))) &&
-	     CUDA_OK(cudaStreamSynchronize(st));
+	     CUDA_OK(cudaDeviceSynchronize());
 	free(io);
 	return ok;
 }
@@ -1130,7 +1130,7 @@ static void bench_fused_fwd(struct result *r, const struct opts *o, struct timer
 	r->finalized = f->finalized;
 	r->fused_ws = f->ws_bytes;
 	r->fused_ms = time_median(t, fz_run, f, o->warmup, o->iters);
-	if (r->fused_ms < 0 || !CUDA_OK(cudaMemset(b.yf, 0, ys * dtype_bytes(o->dtype))) || !fz_run(f) ||
+	if (r->fused_ms < 0 || !CUDA_OK(cudaMemsetAsync(b.yf, 0, ys * dtype_bytes(o->dtype), t->st)) || !fz_run(f) ||
 	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
 		snprintf(r->why, sizeof r->why, "fused run failed: %s", last_dnn_error);
 		goto out;
@@ -1243,7 +1243,7 @@ static void bench_wgrad(struct wg_result *w, const struct conv_shape *s, const s
 	w->finalized = f->finalized;
 	w->ws = f->ws_bytes;
 	w->fused_ms = time_median(t, fz_run, f, o->warmup, o->iters);
-	if (w->fused_ms < 0 || !CUDA_OK(cudaMemset(b->dwf, 0, wsz * e)) || !fz_run(f) ||
+	if (w->fused_ms < 0 || !CUDA_OK(cudaMemsetAsync(b->dwf, 0, wsz * e, t->st)) || !fz_run(f) ||
 	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
 		snprintf(w->why, sizeof w->why, "fused run failed: %.400s", last_dnn_error);
 		goto out;
@@ -1405,7 +1405,9 @@ int main(int argc, char **argv)
 	printf("batch %d, %s NHWC, %d warm-up + %d timed runs (median), %d plans tried, workspace limit %zu MiB, "
 	       "tolerance %.0e\n\n",
 	       o.batch, dtype_name(o.dtype), o.warmup, o.iters, o.plans, o.ws_bytes >> 20, tol_for(o.dtype));
-	if (!DNN_OK(cudnnCreate(&h)) || !CUDA_OK(cudaStreamCreateWithFlags(&t.st, cudaStreamNonBlocking)) ||
+	/* A blocking stream: the plain cudaMemcpy calls (legacy default stream) stay ordered
+	 * with the work on it. */
+	if (!DNN_OK(cudnnCreate(&h)) || !CUDA_OK(cudaStreamCreate(&t.st)) ||
 	    !DNN_OK(cudnnSetStream(h, t.st)) || !CUDA_OK(cudaEventCreate(&t.t0)) || !CUDA_OK(cudaEventCreate(&t.t1)) ||
 	    !CUDA_OK(cudaMalloc(&ws, o.ws_bytes ? o.ws_bytes : 256))) {
 		rc = 1;
