@@ -14,9 +14,11 @@
  * (the stem, whose input is the image, has no scale-bias-ReLU on either side), then the
  * weight gradient (unless --no-wgrad): cudnnConvolutionBackwardFilter from the stored
  * activation, and from the activation made again by the sbr kernel, against one graph
- * with the same prologue into CONVOLUTION_BACKWARD_FILTER. It checks the numbers: the
- * fused y, sum, sqsum and dw against the baseline's (relative error of the norm), the
- * baseline's convolution, statistics and weight gradient at sampled points against a
+ * with the same prologue into CONVOLUTION_BACKWARD_FILTER; and the data gradient (unless
+ * --no-dgrad): cudnnConvolutionBackwardData and an own ReLU-backward kernel against one
+ * graph with RELU_BWD in the data gradient's epilogue. It checks the numbers: the fused
+ * y, sum, sqsum, dw and dz against the baseline's (relative error of the norm), the
+ * baseline's convolution, statistics and gradients at sampled points against a
  * double-precision CPU computation. A speed-up counts only where the numbers match.
  *
  * Every cuDNN call goes through a macro that prints the call, file, line, the status and
@@ -40,6 +42,7 @@ cudaError_t fb_fill(void *p, int dtype, size_t n, uint32_t seed, float lo, float
 cudaError_t fb_sbr(const void *x, void *y, const float *scale, const float *bias, size_t m, int c, int dtype,
 		   cudaStream_t st);
 cudaError_t fb_stats(const void *y, float *sum, float *sqsum, size_t m, int c, int dtype, cudaStream_t st);
+cudaError_t fb_drelu(const void *da, const void *a, void *dz, size_t n, int dtype, cudaStream_t st);
 
 /* ---- error checks ---------------------------------------------------------------- */
 
@@ -127,7 +130,7 @@ static int shape_out(const struct conv_shape *s)
 /* ---- options --------------------------------------------------------------------- */
 
 struct opts {
-	int batch, iters, warmup, plans, samples, wgrad;
+	int batch, iters, warmup, plans, samples, wgrad, dgrad;
 	int shape; /* -1: all */
 	enum fb_dtype dtype;
 	size_t ws_bytes;
@@ -152,7 +155,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: fusion_bench [--batch N] [--shapes all|NAME|INDEX] [--iters N] [--warmup N]\n"
 		   "                    [--dtype bf16|fp16|float] [--plans N] [--ws-mb N] [--samples N]\n"
-		   "                    [--no-wgrad] [--verbose] [--list]\n"
+		   "                    [--no-wgrad] [--no-dgrad] [--fwd-only] [--verbose] [--list]\n"
 		   "  --batch    images per batch (256)\n"
 		   "  --shapes   all (default), or one shape by name or index (--list shows them)\n"
 		   "  --iters    timed runs per measurement, the median is reported (20)\n"
@@ -163,6 +166,8 @@ static void usage(FILE *f)
 		   "  --ws-mb    workspace limit for both paths in MiB (1024)\n"
 		   "  --samples  output points of the baseline convolution checked on the CPU (512)\n"
 		   "  --no-wgrad skip the weight-gradient pass (scale-bias-ReLU prologue + wgrad)\n"
+		   "  --no-dgrad skip the data-gradient pass (dgrad + ReLU backward)\n"
+		   "  --fwd-only both of those\n"
 		   "  --verbose  print every failing cuDNN call while probing\n"
 		   "  --list     print the shapes and exit\n");
 }
@@ -222,7 +227,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
 	int ws_mb = 1024;
 	*o = (struct opts){ .batch = 256, .iters = 20, .warmup = 5, .plans = 3, .samples = 512, .shape = -1,
-			    .dtype = FB_BF16, .wgrad = 1 };
+			    .dtype = FB_BF16, .wgrad = 1, .dgrad = 1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int rc = 0;
@@ -261,6 +266,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			verbose = 1;
 		else if (!strcmp(a, "--no-wgrad"))
 			o->wgrad = 0;
+		else if (!strcmp(a, "--no-dgrad"))
+			o->dgrad = 0;
+		else if (!strcmp(a, "--fwd-only"))
+			o->wgrad = o->dgrad = 0;
 		else if (!strcmp(a, "--list")) {
 			list_shapes();
 			return 0;
@@ -368,12 +377,13 @@ struct bufs {
 	void *x, *xa, *w, *yb, *yf, *scale_io, *bias_io;
 	float *scale_f, *bias_f, *stats_b, *stats_f; /* stats: sum[k] then sqsum[k] */
 	void *dwb, *dwf; /* weight gradients (the weight-gradient pass; dy lives in yb) */
+	void *da, *dzb, *dzf; /* data gradient, and after the ReLU backward (the data-gradient pass) */
 };
 
 static void bufs_free(struct bufs *b)
 {
 	void *p[] = { b->x, b->xa, b->w, b->yb, b->yf, b->scale_io, b->bias_io, b->scale_f, b->bias_f, b->stats_b,
-		      b->stats_f, b->dwb, b->dwf };
+		      b->stats_f, b->dwb, b->dwf, b->da, b->dzb, b->dzf };
 	for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
 		if (p[i])
 			cudaFree(p[i]);
@@ -434,7 +444,8 @@ struct base {
 	cudnnConvolutionDescriptor_t cd;
 	cudnnConvolutionFwdAlgo_t algo;
 	cudnnConvolutionBwdFilterAlgo_t wg_algo;
-	size_t algo_ws, wg_algo_ws;
+	cudnnConvolutionBwdDataAlgo_t dg_algo;
+	size_t algo_ws, wg_algo_ws, dg_algo_ws;
 	void *ws;
 	struct bufs *b;
 	size_t m_in, m_out; /* rows N*H*W of the input and the output */
@@ -483,6 +494,47 @@ static int base_wgrad(void *p)
 static int base_sbr_wgrad(void *p)
 {
 	return base_sbr(p) && base_wgrad(p);
+}
+
+/* Data gradient da = conv_bwd_data(dy, w), then the ReLU backward with the mask from
+ * the stored activation xa (gpuperf today folds that into cuDNN's batch-norm backward). */
+static int base_dgrad(void *p)
+{
+	struct base *b = p;
+	const float one = 1.0f, zero = 0.0f;
+	return DNN_OK(cudnnConvolutionBackwardData(b->h, &one, b->wd, b->b->w, b->yd, b->b->yb, b->cd, b->dg_algo,
+						   b->ws, b->dg_algo_ws, &zero, b->xd, b->b->da));
+}
+
+static int base_drelu(void *p)
+{
+	struct base *b = p;
+	return CUDA_OK(fb_drelu(b->b->da, b->b->xa, b->b->dzb, b->m_in * b->c, b->dtype, b->st));
+}
+
+static int base_dgrad_drelu(void *p)
+{
+	return base_dgrad(p) && base_drelu(p);
+}
+
+/* The fastest data-gradient algorithm FindEx measures (base_setup first). */
+static int base_dgrad_setup(struct base *b, const struct conv_shape *s, size_t ws_limit)
+{
+	cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+	int got = 0;
+	if (!DNN_OK(cudnnFindConvolutionBackwardDataAlgorithmEx(b->h, b->wd, b->b->w, b->yd, b->b->yb, b->cd, b->xd,
+								b->b->da, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+								&got, perf, b->ws, ws_limit)))
+		return 0;
+	for (int i = 0; i < got; i++)
+		if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_limit) {
+			b->dg_algo = perf[i].algo;
+			b->dg_algo_ws = perf[i].memory;
+			return 1;
+		}
+	fprintf(stderr, "fusion_bench: %s: no data-gradient algorithm ran within %zu MiB of workspace\n", s->name,
+		ws_limit >> 20);
+	return 0;
 }
 
 /* The fastest weight-gradient algorithm FindEx measures (base_setup first). */
@@ -566,7 +618,7 @@ static int base_setup(struct base *b, const struct conv_shape *s, int n, size_t 
 #define FZ_MAX_DESC 512
 #define FZ_MAX_CFG 64
 
-enum fz_kind { FZ_FWD, FZ_WGRAD };
+enum fz_kind { FZ_FWD, FZ_WGRAD, FZ_DGRAD };
 
 /* Every descriptor of one graph, destroyed together (in reverse order) once its plan
  * is no longer needed: operations refer to tensors, the graph to operations, plans to
@@ -616,6 +668,8 @@ enum {
 	UID_SQSUM,
 	UID_DY,
 	UID_DW,
+	UID_DZ,
+	UID_DA = 104, /* virtual */
 	UID_SCALED = 101, /* virtual */
 	UID_BIASED,
 	UID_ACT,
@@ -711,6 +765,53 @@ static cudnnBackendDescriptor_t fz_conv_wgrad(struct fused *f, const struct conv
 	return op;
 }
 
+/* dx = conv_bwd_data(dy, w). */
+static cudnnBackendDescriptor_t fz_conv_dgrad(struct fused *f, const struct conv_shape *s, cudnnBackendDescriptor_t dy,
+					      cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t dx)
+{
+	int64_t nsp = 2, pad[2] = { s->r / 2, s->r / 2 }, stride[2] = { s->stride, s->stride }, dil[2] = { 1, 1 };
+	cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+	cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+	float alpha = 1.0f, beta = 0.0f;
+	cudnnBackendDescriptor_t cd = fz_new(f, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR), op;
+	if (!cd || !SET(cd, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nsp) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+	    !SET(cd, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) || !FINALIZE(cd))
+		return NULL;
+	op = fz_new(f, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+	if (!op || !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dx) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta) || !FINALIZE(op))
+		return NULL;
+	return op;
+}
+
+/* dx = dy * (x > 0): the ReLU backward as a pointwise operation with its forward input. */
+static cudnnBackendDescriptor_t fz_relu_bwd(struct fused *f, cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t x,
+					    cudnnBackendDescriptor_t dx)
+{
+	cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
+	cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+	cudnnBackendDescriptor_t pw = fz_new(f, CUDNN_BACKEND_POINTWISE_DESCRIPTOR), op;
+	if (!pw || !SET(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode) ||
+	    !SET(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec) || !FINALIZE(pw))
+		return NULL;
+	op = fz_new(f, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+	if (!op || !SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x) ||
+	    !SET(op, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dx) || !FINALIZE(op))
+		return NULL;
+	return op;
+}
+
 static cudnnBackendDescriptor_t fz_genstats(struct fused *f, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t sum,
 					    cudnnBackendDescriptor_t sqsum)
 {
@@ -754,6 +855,32 @@ static cudnnBackendDescriptor_t fz_graph(struct fused *f, const struct conv_shap
 	int p = shape_out(s);
 	cudnnBackendDescriptor_t ops[5], og, x, w, y, sum, sq, conv_in;
 	int nops = 0, wg = kind == FZ_WGRAD;
+	if (kind == FZ_DGRAD) {
+		/* dy, w -> dgrad -> da (virtual) -> ReLU backward with the mask's source m -> dz.
+		 * prologue 1: m is the convolution's raw input z, the mask relu'(z*scale + bias)
+		 * made in the epilogue (a fused forward keeps only z); 0: m is the stored
+		 * activation. */
+		cudnnBackendDescriptor_t dy = fz_tensor(f, UID_DY, io, n, s->k, p, p, false);
+		cudnnBackendDescriptor_t wt = fz_tensor(f, UID_W, io, s->k, s->c, s->r, s->r, false);
+		cudnnBackendDescriptor_t m = fz_tensor(f, UID_X, io, n, s->c, s->hw, s->hw, false);
+		cudnnBackendDescriptor_t dz = fz_tensor(f, UID_DZ, io, n, s->c, s->hw, s->hw, false);
+		cudnnBackendDescriptor_t da = fz_tensor(f, UID_DA, vt, n, s->c, s->hw, s->hw, true);
+		if (!dy || !wt || !m || !dz || !da || !(ops[nops++] = fz_conv_dgrad(f, s, dy, wt, da)))
+			return NULL;
+		if (prologue) {
+			cudnnBackendDescriptor_t sc = fz_tensor(f, UID_SCALE, sbt, 1, s->c, 1, 1, false);
+			cudnnBackendDescriptor_t bi = fz_tensor(f, UID_BIAS, sbt, 1, s->c, 1, 1, false);
+			cudnnBackendDescriptor_t t1 = fz_tensor(f, UID_SCALED, vt, n, s->c, s->hw, s->hw, true);
+			cudnnBackendDescriptor_t t2 = fz_tensor(f, UID_BIASED, vt, n, s->c, s->hw, s->hw, true);
+			if (!sc || !bi || !t1 || !t2 || !(ops[nops++] = fz_pointwise(f, CUDNN_POINTWISE_MUL, m, sc, t1)) ||
+			    !(ops[nops++] = fz_pointwise(f, CUDNN_POINTWISE_ADD, t1, bi, t2)))
+				return NULL;
+			m = t2;
+		}
+		if (!(ops[nops++] = fz_relu_bwd(f, da, m, dz)))
+			return NULL;
+		goto graph;
+	}
 	/* Forward: w and y are the weights and the output; weight gradient: dw and dy. */
 	x = fz_tensor(f, UID_X, io, n, s->c, s->hw, s->hw, false);
 	w = fz_tensor(f, wg ? UID_DW : UID_W, io, s->k, s->c, s->r, s->r, false);
@@ -783,6 +910,7 @@ static cudnnBackendDescriptor_t fz_graph(struct fused *f, const struct conv_shap
 			return NULL;
 	} else if (!(ops[nops++] = fz_conv_fwd(f, s, conv_in, w, y)) || !(ops[nops++] = fz_genstats(f, y, sum, sq)))
 		return NULL;
+graph:
 	og = fz_new(f, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
 	if (!og || !SET(og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops))
 		return NULL;
@@ -840,6 +968,13 @@ static cudnnBackendDescriptor_t fz_vpack(struct fused *f, struct bufs *b, void *
 		uids[3] = UID_SCALE, ptrs[3] = ptrs[5];
 		uids[4] = UID_BIAS, ptrs[4] = ptrs[6];
 		n = 5;
+	} else if (kind == FZ_DGRAD) { /* dy, w, mask source (z or the activation), dz[, scale, bias] */
+		uids[0] = UID_DY, ptrs[0] = b->yb;
+		uids[2] = UID_X, ptrs[2] = prologue ? b->x : b->xa;
+		uids[3] = UID_DZ, ptrs[3] = b->dzf;
+		uids[4] = UID_SCALE, ptrs[4] = ptrs[5];
+		uids[5] = UID_BIAS, ptrs[5] = ptrs[6];
+		n = prologue ? 6 : 4;
 	}
 	cudnnBackendDescriptor_t vp = fz_new(f, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
 	if (!vp || !SET(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids) ||
@@ -858,7 +993,9 @@ static int fz_setup(struct fused *f, struct timer *t, const struct conv_shape *s
 {
 	static const cudnnBackendHeurMode_t modes[2] = { CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK };
 	static const char *mode_names[2] = { "A", "fallback" };
-	int nvar = o->dtype == FB_F32 || !prologue ? 1 : (int)(sizeof variants / sizeof variants[0]);
+	/* The data gradient's virtual da has a type even without the scale and bias. */
+	int nvar = o->dtype == FB_F32 || (!prologue && kind != FZ_DGRAD) ? 1
+										: (int)(sizeof variants / sizeof variants[0]);
 	for (int vi = 0; vi < nvar; vi++) {
 		const struct variant *v = o->dtype == FB_F32 ? &variants[2] : &variants[vi];
 		for (int mi = 0; mi < 2; mi++) {
@@ -962,9 +1099,21 @@ struct wg_result {
 	char why[512];
 };
 
+/* The data-gradient pass of one shape. */
+struct dg_result {
+	enum status st;
+	float dgrad_ms, drelu_ms, base_ms, fused_ms;
+	double err_dz, cpu_dz;
+	int pass, base_ok, rtc, tensor_core, tried_cfgs, finalized, mask_from_z;
+	int64_t engine, ws;
+	const char *variant, *heur;
+	char why[512];
+};
+
 struct result {
 	const struct conv_shape *s;
 	struct wg_result wg;
+	struct dg_result dg;
 	enum status st;
 	float sbr_ms, conv_ms, stats_ms, base_ms, fused_ms;
 	double err_y, err_sum, err_sq, cpu_conv, cpu_stats;
@@ -1258,6 +1407,118 @@ out:
 	fz_free(f);
 }
 
+/* The baseline's dz at sampled points (o->samples / 8) against a double-precision CPU
+ * data gradient with the ReLU mask of the rounded activation; -1 when not run. */
+static double check_dgrad_cpu(const struct conv_shape *s, const struct opts *o, const struct bufs *b,
+			      const float *scale, const float *bias, const void *hdz)
+{
+	enum fb_dtype d = o->dtype;
+	int p = shape_out(s), pad = s->r / 2, samples = o->samples / 8;
+	size_t e = dtype_bytes(d), xs = (size_t)o->batch * s->hw * s->hw * s->c, ys = (size_t)o->batch * p * p * s->k;
+	size_t wsz = (size_t)s->k * s->r * s->r * s->c;
+	void *hx = NULL, *hdy = NULL, *hw = NULL;
+	double num = 0, den = 0, res = -1;
+	uint64_t z = 0xD1B54A32D192ED03ull;
+	if (samples == 0 || !(hx = host_copy(b->x, xs * e)) || !(hdy = host_copy(b->yb, ys * e)) ||
+	    !(hw = host_copy(b->w, wsz * e)))
+		goto out;
+	for (int t = 0; t < samples; t++) {
+		z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+		size_t i = (size_t)(z % xs);
+		int c = (int)(i % s->c), iw = (int)(i / s->c % s->hw), ih = (int)(i / s->c / s->hw % s->hw);
+		int n = (int)(i / s->c / s->hw / s->hw);
+		float a = fmaf((float)host_get(hx, i, d), scale[c], bias[c]);
+		double acc = 0;
+		for (int u = 0; u < s->r; u++)
+			for (int v = 0; v < s->r; v++) {
+				int oh = ih + pad - u, ow = iw + pad - v, pp, q;
+				if (oh < 0 || ow < 0 || oh % s->stride || ow % s->stride)
+					continue;
+				pp = oh / s->stride, q = ow / s->stride;
+				if (pp >= p || q >= p)
+					continue;
+				for (int k = 0; k < s->k; k++)
+					acc += host_get(hdy, (((size_t)n * p + pp) * p + q) * s->k + k, d) *
+					       host_get(hw, (((size_t)k * s->r + u) * s->r + v) * s->c + c, d);
+			}
+		if (!(host_round(a > 0.0f ? a : 0.0f, d) > 0.0f))
+			acc = 0;
+		double g = host_get(hdz, i, d);
+		num += (g - acc) * (g - acc);
+		den += acc * acc;
+	}
+	res = den > 0 ? sqrt(num / den) : sqrt(num);
+out:
+	free(hx);
+	free(hdy);
+	free(hw);
+	return res;
+}
+
+/* The data-gradient pass of shape s: dy random in yb. Baseline: cudnnConvolutionBackwardData
+ * then the own ReLU backward with the mask from the stored activation. Fused: dgrad with
+ * the ReLU backward in its epilogue, the mask first from z through scale and bias (what a
+ * fused forward pass leaves), else from the stored activation. */
+static void bench_dgrad(struct dg_result *d, const struct conv_shape *s, const struct opts *o, struct timer *t,
+			struct fused *f, struct base *base, struct bufs *b, void *ws, const float *scale,
+			const float *bias)
+{
+	size_t e = dtype_bytes(o->dtype), xs = base->m_in * s->c, ys = base->m_out * s->k;
+	void *hb = NULL, *hf = NULL;
+	d->st = ST_ERROR;
+	if (!CUDA_OK(cudaMalloc(&b->da, xs * e)) || !CUDA_OK(cudaMalloc(&b->dzb, xs * e)) ||
+	    !CUDA_OK(cudaMalloc(&b->dzf, xs * e)) || !CUDA_OK(fb_fill(b->yb, o->dtype, ys, 4, -1.0f, 1.0f, t->st)) ||
+	    !base_sbr(base) || !CUDA_OK(cudaStreamSynchronize(t->st)) || !base_dgrad_setup(base, s, o->ws_bytes)) {
+		snprintf(d->why, sizeof d->why, "baseline data gradient failed: %.400s", last_dnn_error);
+		return;
+	}
+	d->dgrad_ms = time_median(t, base_dgrad, base, o->warmup, o->iters);
+	d->drelu_ms = time_median(t, base_drelu, base, o->warmup, o->iters);
+	d->base_ms = time_median(t, base_dgrad_drelu, base, o->warmup, o->iters);
+	if (d->dgrad_ms < 0 || d->drelu_ms < 0 || d->base_ms < 0 || !base_dgrad_drelu(base) ||
+	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
+		snprintf(d->why, sizeof d->why, "baseline data gradient run failed");
+		return;
+	}
+	d->base_ok = 1;
+	if ((hb = host_copy(b->dzb, xs * e)))
+		d->cpu_dz = check_dgrad_cpu(s, o, b, scale, bias, hb);
+	f->stats = NULL;
+	last_dnn_error[0] = '\0';
+	d->mask_from_z = 1;
+	if (!fz_setup(f, t, s, o, b, ws, 1, FZ_DGRAD)) {
+		d->mask_from_z = 0;
+		if (!fz_setup(f, t, s, o, b, ws, 0, FZ_DGRAD)) {
+			d->st = ST_UNSUPPORTED;
+			snprintf(d->why, sizeof d->why, "no engine: %.400s",
+				 last_dnn_error[0] ? last_dnn_error : "heuristics returned none");
+			goto out;
+		}
+	}
+	d->variant = f->variant;
+	d->heur = f->heur;
+	d->engine = f->engine;
+	d->rtc = f->rtc;
+	d->tensor_core = f->tensor_core;
+	d->tried_cfgs = f->tried_cfgs;
+	d->finalized = f->finalized;
+	d->ws = f->ws_bytes;
+	d->fused_ms = time_median(t, fz_run, f, o->warmup, o->iters);
+	if (d->fused_ms < 0 || !CUDA_OK(cudaMemsetAsync(b->dzf, 0, xs * e, t->st)) || !fz_run(f) ||
+	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
+		snprintf(d->why, sizeof d->why, "fused run failed: %.400s", last_dnn_error);
+		goto out;
+	}
+	d->st = ST_OK;
+	if (hb && (hf = host_copy(b->dzf, xs * e)))
+		d->err_dz = rel_err_host(hf, hb, xs, o->dtype);
+	d->pass = d->err_dz >= 0 && d->err_dz < tol_for(o->dtype);
+out:
+	free(hb);
+	free(hf);
+	fz_free(f);
+}
+
 static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h, struct timer *t, void *ws)
 {
 	const struct conv_shape *s = r->s;
@@ -1275,6 +1536,10 @@ static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h,
 	snprintf(r->wg.why, sizeof r->wg.why, "not run (the forward baseline failed)");
 	r->wg.err_dw = r->wg.cpu_dw = -1;
 	r->wg.engine = -1;
+	r->dg.st = ST_SKIPPED;
+	snprintf(r->dg.why, sizeof r->dg.why, "not run (the forward baseline failed)");
+	r->dg.err_dz = r->dg.cpu_dz = -1;
+	r->dg.engine = -1;
 	r->st = ST_ERROR;
 	r->cpu_conv = r->cpu_stats = r->err_y = r->err_sum = r->err_sq = -1;
 	r->engine = -1;
@@ -1318,6 +1583,11 @@ static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h,
 		bench_wgrad(&r->wg, r->s, o, t, f, &base, &b, ws, scale, bias);
 	else
 		snprintf(r->wg.why, sizeof r->wg.why, "%s", prologue ? "not asked for" : "no prologue (stem)");
+	/* The stem's data gradient (towards the image) is never computed in training. */
+	if (o->dgrad && prologue)
+		bench_dgrad(&r->dg, r->s, o, t, f, &base, &b, ws, scale, bias);
+	else
+		snprintf(r->dg.why, sizeof r->dg.why, "%s", prologue ? "not asked for" : "not needed (stem)");
 out_base:
 	base_destroy(&base);
 out_bufs:
@@ -1382,6 +1652,26 @@ static void print_wg_row(const struct wg_result *w, int wgrad_asked)
 	       w->tensor_core ? " tc" : "", w->variant, w->heur);
 }
 
+static void print_dg_row(const struct dg_result *d, int asked)
+{
+	if (!asked)
+		return;
+	if (!d->base_ok) {
+		printf("  %-18s dgrad: %s\n", "", d->why);
+		return;
+	}
+	printf("  %-18s dgrad: dgrad %.3f ms + drelu %.3f ms = %.3f ms, ", "", d->dgrad_ms, d->drelu_ms, d->base_ms);
+	if (d->st != ST_OK) {
+		printf("fused %s: %s (baseline vs CPU %.1e)\n", d->st == ST_UNSUPPORTED ? "unsupported" : "error",
+		       d->why, d->cpu_dz);
+		return;
+	}
+	printf("fused %.3f ms (%.2fx), mask from %s, err_dz %.1e %s, baseline vs CPU %.1e, #%lld%s%s (%s; heur %s)\n",
+	       d->fused_ms, d->base_ms / d->fused_ms, d->mask_from_z ? "z*scale+bias" : "stored act", d->err_dz,
+	       d->pass ? "PASS" : "FAIL", d->cpu_dz, (long long)d->engine, d->rtc ? " rtc" : "",
+	       d->tensor_core ? " tc" : "", d->variant, d->heur);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -1432,6 +1722,7 @@ int main(int argc, char **argv)
 			       "", r->cpu_conv, o.samples, r->cpu_stats, r->tried_cfgs, r->finalized,
 			       (long long)r->fused_ws);
 		print_wg_row(&r->wg, o.wgrad);
+		print_dg_row(&r->dg, o.dgrad);
 		fflush(stdout);
 		/* A sticky error (an illegal address) spoils the context: stop measuring. */
 		e = cudaDeviceSynchronize();
@@ -1445,6 +1736,8 @@ int main(int argc, char **argv)
 	/* Summary: network sums weight each shape by its count in ResNet-50. */
 	{
 		double base_all_ms = 0, base_cov = 0, fused_cov = 0, wg_stored = 0, wg_sbr = 0, wg_fused = 0;
+		double dg_base = 0, dg_fused = 0;
+		int dg_ok = 0, dg_pass = 0, dg_unsup = 0, dg_err = 0;
 		int n_ok = 0, n_pass = 0, n_unsup = 0, n_err = 0, wg_ok = 0, wg_pass = 0, wg_unsup = 0, wg_err = 0;
 		printf("\nsummary (%s, batch %d):\n", dtype_name(o.dtype), o.batch);
 		for (int i = first; i <= last; i++) {
@@ -1474,6 +1767,17 @@ int main(int argc, char **argv)
 				wg_unsup++;
 			else if (r->wg.st == ST_ERROR)
 				wg_err++;
+			if (r->dg.st == ST_OK) {
+				dg_ok++;
+				if (r->dg.pass) {
+					dg_pass++;
+					dg_base += r->s->count * r->dg.base_ms;
+					dg_fused += r->s->count * r->dg.fused_ms;
+				}
+			} else if (r->dg.st == ST_UNSUPPORTED)
+				dg_unsup++;
+			else if (r->dg.st == ST_ERROR)
+				dg_err++;
 			printf("  %-20s fwd: %-40s wgrad: %s\n", r->s->name,
 			       r->st == ST_OK ? (r->pass ? "fused, numbers match" : "fused, NUMBERS DIFFER: not counted")
 			       : r->st == ST_UNSUPPORTED ? "not supported by any engine"
@@ -1482,6 +1786,11 @@ int main(int argc, char **argv)
 			       r->wg.st == ST_OK ? (r->wg.pass ? "fused, numbers match" : "fused, NUMBERS DIFFER")
 			       : r->wg.st == ST_UNSUPPORTED ? "not supported by any engine"
 			       : r->wg.st == ST_SKIPPED	    ? r->wg.why
+							    : "error");
+			printf("  %-20s dgrad: %s\n", "",
+			       r->dg.st == ST_OK ? (r->dg.pass ? "fused, numbers match" : "fused, NUMBERS DIFFER")
+			       : r->dg.st == ST_UNSUPPORTED ? "not supported by any engine"
+			       : r->dg.st == ST_SKIPPED	    ? r->dg.why
 							    : "error");
 		}
 		printf("  shapes run %d: fused %d (numbers match %d), unsupported %d, errors or skipped %d\n", n_run,
@@ -1503,7 +1812,15 @@ int main(int argc, char **argv)
 				       "sbr+wgrad %.3f ms, fused %.3f ms (%.2fx of stored, %.2fx of sbr+wgrad)\n",
 				       wg_stored, wg_sbr, wg_fused, wg_stored / wg_fused, wg_sbr / wg_fused);
 		}
-		rc = n_err || wg_err ? 1 : 0;
+		if (o.dgrad) {
+			printf("  dgrad: fused %d (numbers match %d), unsupported %d, errors %d\n", dg_ok, dg_pass,
+			       dg_unsup, dg_err);
+			if (dg_pass)
+				printf("  dgrad + ReLU backward where fused and matching, weighted by count: baseline %.3f "
+				       "ms, fused %.3f ms (%.2fx)\n",
+				       dg_base, dg_fused, dg_base / dg_fused);
+		}
+		rc = n_err || wg_err || dg_err ? 1 : 0;
 	}
 out:
 	if (ws)

@@ -4,6 +4,7 @@
  *   fb_fill     deterministic uniform data (a hash of the index, so no host copy)
  *   fb_sbr      y = relu(x * scale[c] + bias[c])   (batch-norm apply + ReLU)
  *   fb_stats    sum[c] = sum_m y[m,c], sqsum[c] = sum_m y[m,c]^2  (batch-norm statistics)
+ *   fb_drelu    dz = a > 0 ? da : 0                (ReLU backward, mask from the output)
  * Element types by code: 0 bf16, 1 fp16, 2 float (fusion_bench.c's enum fb_dtype).
  * 16-bit data moves 8 channels per 16-byte access, float 4, when C allows it. */
 #include <stddef.h>
@@ -194,5 +195,34 @@ extern "C" cudaError_t fb_stats(const void *y, float *sum, float *sqsum, size_t 
 				(const T *)y, sum, sqsum, m, c, per);                          \
 	} while (0)
 	FB_DISPATCH(dtype, FB_STATS)
+	return cudaGetLastError();
+}
+
+/* --- ReLU backward: dz = a > 0 ? da : 0, the mask from the stored activation a ----------- */
+template <typename T, int V> __global__ void fb_drelu_kernel(const T *da, const T *a, T *dz, size_t nvec)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nvec; i += (size_t)gridDim.x * blockDim.x) {
+		float g[V], m[V];
+		fb_ldv<T, V>(da + i * V, g);
+		fb_ldv<T, V>(a + i * V, m);
+		for (int j = 0; j < V; j++)
+			g[j] = m[j] > 0.0f ? g[j] : 0.0f;
+		fb_stv<T, V>(dz + i * V, g);
+	}
+}
+
+extern "C" cudaError_t fb_drelu(const void *da, const void *a, void *dz, size_t n, int dtype, cudaStream_t st)
+{
+#define FB_DRELU(T)                                                                            \
+	do {                                                                                   \
+		const int v = 16 / sizeof(T);                                                  \
+		if (n % v == 0)                                                                \
+			fb_drelu_kernel<T, v><<<fb_grid(n / v), FB_BLOCK, 0, st>>>(             \
+				(const T *)da, (const T *)a, (T *)dz, n / v);                  \
+		else                                                                           \
+			fb_drelu_kernel<T, 1><<<fb_grid(n), FB_BLOCK, 0, st>>>(                 \
+				(const T *)da, (const T *)a, (T *)dz, n);                      \
+	} while (0)
+	FB_DISPATCH(dtype, FB_DRELU)
 	return cudaGetLastError();
 }
