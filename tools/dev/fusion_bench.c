@@ -1298,8 +1298,10 @@ static void bench_fused_fwd(struct result *r, const struct opts *o, struct timer
 			r->err_sq = rel_err_f(sf + s->k, ref + s->k, (size_t)s->k);
 		}
 	}
+	/* Fused against the baseline, and the baseline against the CPU where that ran. */
 	r->pass = r->err_y >= 0 && r->err_sum >= 0 && r->err_sq >= 0 && r->err_y < tol_for(o->dtype) &&
-		  r->err_sum < tol_for(o->dtype) && r->err_sq < tol_for(o->dtype);
+		  r->err_sum < tol_for(o->dtype) && r->err_sq < tol_for(o->dtype) && r->cpu_conv < tol_for(o->dtype) &&
+		  r->cpu_stats < tol_for(o->dtype);
 out:
 	free(hyf);
 	fz_free(f);
@@ -1400,7 +1402,7 @@ static void bench_wgrad(struct wg_result *w, const struct conv_shape *s, const s
 	w->st = ST_OK;
 	if (hb && (hf = host_copy(b->dwf, wsz * e)))
 		w->err_dw = rel_err_host(hf, hb, wsz, o->dtype);
-	w->pass = w->err_dw >= 0 && w->err_dw < tol_for(o->dtype);
+	w->pass = w->err_dw >= 0 && w->err_dw < tol_for(o->dtype) && w->cpu_dw < tol_for(o->dtype);
 out:
 	free(hb);
 	free(hf);
@@ -1512,7 +1514,7 @@ static void bench_dgrad(struct dg_result *d, const struct conv_shape *s, const s
 	d->st = ST_OK;
 	if (hb && (hf = host_copy(b->dzf, xs * e)))
 		d->err_dz = rel_err_host(hf, hb, xs, o->dtype);
-	d->pass = d->err_dz >= 0 && d->err_dz < tol_for(o->dtype);
+	d->pass = d->err_dz >= 0 && d->err_dz < tol_for(o->dtype) && d->cpu_dz < tol_for(o->dtype);
 out:
 	free(hb);
 	free(hf);
