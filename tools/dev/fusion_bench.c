@@ -1267,7 +1267,7 @@ static void bench_fused_fwd(struct result *r, const struct opts *o, struct timer
 	last_dnn_error[0] = '\0';
 	if (!fz_setup(f, t, s, o, &b, ws, prologue, FZ_FWD)) {
 		r->st = ST_UNSUPPORTED;
-		snprintf(r->why, sizeof r->why, "no engine: %s", last_dnn_error[0] ? last_dnn_error : "heuristics returned none");
+		snprintf(r->why, sizeof r->why, "no engine: %.400s", last_dnn_error[0] ? last_dnn_error : "heuristics returned none");
 		return;
 	}
 	r->variant = f->variant;
@@ -1281,7 +1281,7 @@ static void bench_fused_fwd(struct result *r, const struct opts *o, struct timer
 	r->fused_ms = time_median(t, fz_run, f, o->warmup, o->iters);
 	if (r->fused_ms < 0 || !CUDA_OK(cudaMemsetAsync(b.yf, 0, ys * dtype_bytes(o->dtype), t->st)) || !fz_run(f) ||
 	    !CUDA_OK(cudaStreamSynchronize(t->st))) {
-		snprintf(r->why, sizeof r->why, "fused run failed: %s", last_dnn_error);
+		snprintf(r->why, sizeof r->why, "fused run failed: %.400s", last_dnn_error);
 		goto out;
 	}
 	r->st = ST_OK;
@@ -1365,7 +1365,7 @@ static void bench_wgrad(struct wg_result *w, const struct conv_shape *s, const s
 	if (!CUDA_OK(cudaMalloc(&b->dwb, wsz * e)) || !CUDA_OK(cudaMalloc(&b->dwf, wsz * e)) ||
 	    !CUDA_OK(fb_fill(b->yb, o->dtype, ys, 3, -1.0f, 1.0f, t->st)) || !base_sbr(base) ||
 	    !CUDA_OK(cudaStreamSynchronize(t->st)) || !base_wgrad_setup(base, s, o->ws_bytes)) {
-		snprintf(w->why, sizeof w->why, "baseline weight gradient failed: %s", last_dnn_error);
+		snprintf(w->why, sizeof w->why, "baseline weight gradient failed: %.400s", last_dnn_error);
 		return;
 	}
 	w->conv_ms = time_median(t, base_wgrad, base, o->warmup, o->iters);
@@ -1562,7 +1562,7 @@ static void bench_shape(struct result *r, const struct opts *o, cudnnHandle_t h,
 
 	/* Baseline: the activated input is made once before Find, which reads it. */
 	if (!base_sbr(&base) || !CUDA_OK(cudaStreamSynchronize(t->st)) || !base_setup(&base, s, o->batch, o->ws_bytes)) {
-		snprintf(r->why, sizeof r->why, "baseline convolution failed: %s", last_dnn_error);
+		snprintf(r->why, sizeof r->why, "baseline convolution failed: %.400s", last_dnn_error);
 		goto out_base;
 	}
 	r->sbr_ms = prologue ? time_median(t, base_sbr, &base, o->warmup, o->iters) : 0.0f;

@@ -164,9 +164,10 @@ extern "C" cudaError_t fb_sbr(const void *x, void *y, const float *scale, const 
 	return cudaGetLastError();
 }
 
-/* About two blocks per SM of an H100 (132 SMs) in all, split between channel groups and
- * slices of the rows. */
-#define FB_STATS_TARGET_BLOCKS 264
+/* Eight blocks of 256 threads per SM of an H100 (132 SMs), a full load of threads, split
+ * between channel groups and slices of the rows: fewer leave the pass short of the
+ * memory bandwidth, which would flatter the fused path. */
+#define FB_STATS_TARGET_BLOCKS 1056
 
 extern "C" cudaError_t fb_stats(const void *y, float *sum, float *sqsum, size_t m, int c, int dtype,
 				cudaStream_t st)
