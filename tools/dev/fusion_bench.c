@@ -213,13 +213,16 @@ static int find_shape(const char *v, int *out)
 
 static void list_shapes(void)
 {
+	int total = 0;
 	printf("%3s  %-20s %5s %5s %4s %4s %3s %5s  %s\n", "idx", "name", "C", "K", "HW", "RxS", "s", "count",
 	       "input");
 	for (int i = 0; i < N_SHAPES; i++) {
 		const struct conv_shape *s = &shapes[i];
 		printf("%3d  %-20s %5d %5d %4d %2dx%d %3d %5d  %s\n", i, s->name, s->c, s->k, s->hw, s->r, s->r,
 		       s->stride, s->count, s->input);
+		total += s->count;
 	}
+	printf("%d shapes, %d convolutions (ResNet-50 has 53)\n", N_SHAPES, total);
 }
 
 /* Returns 1 to run, 0 to exit successfully (--help, --list), -1 on bad input. */
