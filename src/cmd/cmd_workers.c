@@ -34,6 +34,7 @@ struct util_series {
 
 struct workers_run {
 	int workers;
+	int decode_gpu; /* made on the GPU (--decode gpu): no worker threads */
 	struct train_result res;
 	struct util_series sampler, driver;
 	const struct util_series *util; /* the denser of the two, NULL without samples */
@@ -273,7 +274,9 @@ static int table_fill(struct table *t, const struct workers_run *runs, int n)
 			snprintf(idle, sizeof(idle), "%.1f", 100 * r->idle_share);
 			snprintf(ns, sizeof(ns), "%d %s", r->util->n, r->util_source);
 		}
-		GP_TRY(table_add_row(t, "%d\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f", r->workers, mean,
+		char wk[16];
+		snprintf(wk, sizeof(wk), r->decode_gpu ? "gpu decode" : "%d", r->workers);
+		GP_TRY(table_add_row(t, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f", wk, mean,
 				     sd, idle, ns, r->res.total_s, r->res.img_s, r->res.data_wait_ms,
 				     r->res.data_wait_pct));
 	}
@@ -345,7 +348,8 @@ int cmd_workers(int argc, char **argv)
 		OPT_DATA(&data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)"),
 		OPT_BATCH(&batch, "batch size (64)"),
 		OPT_WORKER_LIST(&workers, "worker counts to try (0,2,4,8)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (one run per worker count) | gpu "
+			   "(one run, nvJPEG + GPU augmentation; --workers does not apply) | auto"),
 		OPT_STEPS(&steps, "training steps per worker count (100)"),
 		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		OPT_PREFETCH(&prefetch, "batches in flight per worker (2)"),
@@ -374,8 +378,11 @@ int cmd_workers(int argc, char **argv)
 	enum precision prec;
 	GP_TRY(model_name_check(model));
 	int decode_gpu;
-	GP_TRY(args_decode_pick(decode, 0, "workers", &decode_gpu));
+	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
+				"workers", &decode_gpu));
 	GP_TRY(train_pick_device(device, &backend, 0));
+	if (decode_gpu) /* one run: the GPU path has no worker threads to count */
+		workers = (struct int_list){ 1, { 0 } };
 	GP_TRY(train_parse_precision(precision, &prec));
 	char run_dir[4096];
 	GP_TRY(result_dir_prepare("workers", "workers", out_dir, overwrite, run_dir, sizeof(run_dir)));
@@ -414,6 +421,8 @@ int cmd_workers(int argc, char **argv)
 		o.data = data;
 		o.workers = workers.v[i];
 		o.prefetch = prefetch;
+		o.decode_gpu = decode_gpu;
+		r->decode_gpu = decode_gpu;
 		r->workers = workers.v[i];
 		struct workers_watch w = { .run = r, .nvml = nvml_ok, .batch = batch,
 					   .interval_s = interval_s };
@@ -437,6 +446,8 @@ int cmd_workers(int argc, char **argv)
 		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
 		"device", train_device_name(backend),
 		"precision", train_precision_name(prec));
+	if (settings)
+		json_object_set_new(settings, "decode", json_string(decode_gpu ? "gpu" : "cpu"));
 	json_t *list = json_array();
 	for (int i = 0; settings && list && i < workers.n; i++)
 		json_array_append_new(list, json_integer(workers.v[i]));

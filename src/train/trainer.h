@@ -38,6 +38,9 @@ struct train_opts {
 	 * then means the dataset's class count (1000 for the fixed batch). */
 	const char *data;
 	int workers;  /* loader threads (0: decode in the training thread) */
+	/* 1: decode and augment on the GPU (data/gpu_loader.h; --decode gpu, resolved by
+	 * the command), workers and prefetch unused */
+	int decode_gpu;
 	int prefetch; /* batches in flight per worker (0: 2) */
 	/* An epoch is epoch_steps steps (0: one pass over the dataset, or steps for
 	 * synthetic data); epochs > 0 trains that many epochs instead of steps. */
