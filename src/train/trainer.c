@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/cpuload.h"
 #include "core/error.h"
 #include "core/names.h"
 #include "core/rng.h"
@@ -547,11 +548,14 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	}
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
 	double t0 = gp_now_s(), t_timed = t0;
+	struct cpu_mark cpu0, cpu1; /* CPU load over the timed steps, as their rate */
+	cpu_mark_now(&cpu0);
 	for (int step = 0; step < steps; step++) {
 		if (step == warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
 			t_timed = gp_now_s();
+			cpu_mark_now(&cpu0);
 		}
 		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
 		double loss = 0;
@@ -607,6 +611,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			goto out;
 	}
 	double t_end = gp_now_s();
+	cpu_mark_now(&cpu1);
+	cpu_load_between(&cpu0, &cpu1, &res->cpu);
 	int timed = steps - warmup;
 	res->steps = steps;
 	res->timed_steps = timed;
@@ -627,6 +633,13 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	if (log)
 		fprintf(log, "done: %.1f img/s, %.2f ms/step over the last %d steps; loss %.4f -> %.4f\n",
 			res->img_s, res->ms_per_step, timed, res->first_loss, res->last_loss);
+	if (log) {
+		fprintf(log, "cpu: this process kept %.1f cores busy", res->cpu.proc_cores);
+		if (res->cpu.machine_pct >= 0)
+			fprintf(log, "; the machine %.0f%% of its %d cores (%.1f busy)",
+				res->cpu.machine_pct, res->cpu.cores, res->cpu.machine_cores);
+		fputc('\n', log);
+	}
 	if (train_data_on(&data)) {
 		struct loader_stats st;
 		struct gpu_decode_stats gs;

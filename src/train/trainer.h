@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/cpuload.h"
 #include "nn/net.h"
 #include "nn/observer.h"
 #include "train/schedule.h"
@@ -81,6 +82,8 @@ struct train_result {
 	 * data_wait_pct is data_wait_ms as a share of the mean step time. */
 	int batches_per_epoch;
 	double data_wait_ms, copy_ms, data_wait_pct;
+	/* CPU load over the timed steps: this process's cores busy and the machine's */
+	struct cpu_load cpu;
 	long images, skipped_corrupt;
 	/* Data parallelism: ranks, each rank's mean step time and data wait (ms) in rank
 	 * order, and the slowest rank. ms_per_step is the slowest rank's, img_s the total
