@@ -120,7 +120,8 @@ int cmd_advise(int argc, char **argv)
 	const struct train_result *b = &t[0].r;
 	/* diagnose: each rule carries the number that triggered it */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	if (has_data && b->data_wait_pct >= 10) {
+	/* more workers: only where they decode (--decode gpu has no worker threads) */
+	if (has_data && !base.decode_gpu && b->data_wait_pct >= 10) {
 		int w = base.workers ? 2 * base.workers : 2;
 		for (int k = 0; k < 2 && w <= 2 * cores && n < ADVISE_MAX; k++, w *= 2) {
 			t[n].o = base;

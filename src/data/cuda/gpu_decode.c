@@ -43,6 +43,7 @@ struct gpu_decoder {
 	unsigned char *yuv;        /* nvJPEG's planes of the whole batch, device */
 	size_t yuv_cap;
 	int batched_fmt;           /* NVJPEG_OUTPUT_YUV, or RGBI where the batched call refuses it */
+	int yuv_batch_failures;    /* whole batched calls with planes that failed */
 	struct gpu_ycc_item *ycc_host, *ycc_dev;
 	void *out;                 /* the batch buffer, device */
 	struct gpu_augment_item *items_host, *items_dev;
@@ -350,6 +351,8 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 			d->planar[d->bat_item[k]] = d->batched_fmt != NVJPEG_OUTPUT_RGBI;
 		if (d->batched_fmt == NVJPEG_OUTPUT_RGBI)
 			d->stats.nvjpeg_chroma += nb;
+		else
+			d->yuv_batch_failures = 0;
 		return 0;
 	}
 	if (status == NVJPEG_STATUS_ALLOCATOR_FAILURE)
@@ -358,6 +361,11 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 	d->batched_n = -1; /* the docs ask for a new initialization after a failure */
 	for (int k = 0; k < nb; k++)
 		d->route[d->bat_item[k]] = ROUTE_SINGLE;
+	/* Whole batched calls failing again and again with planes, while one bad file
+	 * fails only its own batch: the engines take planes at initialization but not at
+	 * decode. Then speed wins over TurboJPEG's chroma, and the count says so. */
+	if (d->batched_fmt == NVJPEG_OUTPUT_YUV && ++d->yuv_batch_failures >= 3)
+		d->batched_fmt = NVJPEG_OUTPUT_RGBI;
 	return 0;
 }
 
