@@ -541,10 +541,15 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "data parallel: %d ranks (%s), batch %d per rank, %d in all%s\n",
 				world, dist_transport_name(o->dist), o->batch, o->batch * world,
 				o->sync_bn ? ", synchronized batch norm" : "");
-		if (data.ds)
+		if (data.ld)
 			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, %d workers\n",
 				o->data, dataset_count(data.ds), dataset_classes(data.ds),
 				res->batches_per_epoch, o->workers);
+		else if (data.gl)
+			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, decoded "
+				"and augmented on the GPU (%s %s batches)\n", o->data,
+				dataset_count(data.ds), dataset_classes(data.ds), res->batches_per_epoch,
+				dtype_name(data.gl_dtype), data.gl_nhwc ? "NHWC" : "NCHW");
 	}
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
 	double t0 = gp_now_s(), t_timed = t0;
