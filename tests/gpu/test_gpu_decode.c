@@ -438,10 +438,13 @@ TEST(gpu_decode_train_runs)
 	if (!gpu_decode_ready())
 		return;
 	const char *dir = folder_make();
-	char cmd[1200], out[16384];
+	char cmd[1600], out[16384];
 	snprintf(cmd, sizeof(cmd), "%s train --model resnet18 --size 64 --batch 8 --steps 4 "
-		 "--precision bf16 --data %s --decode gpu", test_bin(), dir);
+		 "--precision bf16 --data %s --decode gpu --out %s/train_gpu", test_bin(), dir,
+		 test_tmpdir());
 	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
 	CHECK_MSG(strstr(out, "decode: on the GPU, nvJPEG"), "%s", out);
+	CHECK_MSG(strstr(out, "(BF16 NHWC batches)"), "%s", out);
+	CHECK_MSG(strstr(out, "\ncpu: this process kept "), "%s", out);
 	CHECK_MSG(!strstr(out, "nan") && !strstr(out, "inf "), "%s", out);
 }
