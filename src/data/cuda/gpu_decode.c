@@ -200,13 +200,19 @@ static int staging_reserve(struct gpu_decoder *d, const struct gpu_decode_item *
 	return 0;
 }
 
-/* Bytes of item i's planes: Y, then Cb and Cr for a YUV item, each 256-aligned. */
+/* Room for one plane of item i: a full-size one, even for subsampled chroma. nvJPEG's
+ * documents give the chroma planes their subsampled size, which is what ycc.h reads;
+ * the room beyond it costs 1.5 bytes a pixel and guards the next image against a
+ * decoder that would write more. */
+static size_t plane_room(const struct gpu_decode_item *it)
+{
+	return align_up((size_t)it->w * it->h, 256);
+}
+
+/* Bytes of item i's planes: Y, then Cb and Cr for a YUV item. */
 static size_t planes_bytes(const struct gpu_decoder *d, const struct gpu_decode_item *it, int i)
 {
-	size_t b = align_up((size_t)it->w * it->h, 256);
-	if (d->fmt[i] == NVJPEG_OUTPUT_YUV)
-		b += 2 * align_up((size_t)d->chroma[i][0] * d->chroma[i][1], 256);
-	return b;
+	return (d->fmt[i] == NVJPEG_OUTPUT_YUV ? 3 : 1) * plane_room(it);
 }
 
 /* Room for the planes of the items nvJPEG decodes (after route_items). */
@@ -244,9 +250,8 @@ static struct nvjpeg_image item_image(struct gpu_decoder *d, const struct gpu_de
 	img.channel[0] = d->yuv + d->yuv_offset[i];
 	img.pitch[0] = (size_t)it->w;
 	if (fmt == NVJPEG_OUTPUT_YUV) {
-		size_t cbytes = align_up((size_t)d->chroma[i][0] * d->chroma[i][1], 256);
-		img.channel[1] = img.channel[0] + align_up((size_t)it->w * it->h, 256);
-		img.channel[2] = img.channel[1] + cbytes;
+		img.channel[1] = img.channel[0] + plane_room(it);
+		img.channel[2] = img.channel[1] + plane_room(it);
 		img.pitch[1] = img.pitch[2] = (size_t)d->chroma[i][0];
 	}
 	return img;
