@@ -330,10 +330,10 @@ TEST(gpu_decode_throughput)
 		gpu_decoder_get_stats(d, &st);
 		double img_s = BATCH * REPS / (ms / 1e3);
 		printf("    decode + augment, %s, batch %d, 500x375 -> 224: %.0f img/s (%s "
-		       "backend; %ld hardware, %ld CUDA, %ld CPU; decode %.1f ms, augment %.1f "
-		       "ms in all)\n", li ? "NHWC bf16" : "NCHW f32", BATCH, img_s,
-		       gpu_decoder_backend(d), st.hw_decoded, st.cuda_decoded, st.cpu_fallback,
-		       st.decode_ms, st.augment_ms);
+		       "backend; %ld hardware, %ld CUDA, %ld CPU, %ld with nvJPEG's chroma; decode "
+		       "%.1f ms, convert + augment %.1f ms in all)\n", li ? "NHWC bf16" : "NCHW f32",
+		       BATCH, img_s, gpu_decoder_backend(d), st.hw_decoded, st.cuda_decoded,
+		       st.cpu_fallback, st.nvjpeg_chroma, st.decode_ms, st.augment_ms);
 		CHECK(img_s > 0);
 		gpu_decoder_destroy(d);
 	}
