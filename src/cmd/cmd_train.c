@@ -269,7 +269,7 @@ int cmd_train(int argc, char **argv)
 		OPT_SEED(&seed, "seed for initialization and data (0)"),
 		OPT_DATA(&data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&o.workers, "data-loader threads (0: decode in the training thread)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (gpu where it can run)"),
 		OPT_PREFETCH(&o.prefetch, "batches in flight per loader worker (2)"),
 		{ "load", OPT_PATH, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_PATH, &save, "save weights after training", 0 },
@@ -328,8 +328,8 @@ int cmd_train(int argc, char **argv)
 						profile_epochs.v[i]);
 	}
 	GP_TRY(model_name_check(o.model));
-	int decode_gpu;
-	GP_TRY(args_decode_pick(decode, 0, "train", &decode_gpu));
+	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"), "train",
+				&o.decode_gpu));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));

@@ -71,11 +71,16 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 	}
 	/* A run on a dataset also says where its data came from and what it cost. */
 	if (j && train_uses_dataset(o)) {
-		json_t *d = json_pack("{s:o, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", result_string(o->data),
+		json_t *d = json_pack("{s:o, s:i, s:i, s:i, s:o, s:o, s:o, s:I, s:s, s:o, s:o}",
+			"data", result_string(o->data),
 			"classes", r->classes, "workers", o->workers, "batches_per_epoch", r->batches_per_epoch,
 			"data_wait_ms", result_real(r->data_wait_ms), "copy_ms", result_real(r->copy_ms),
 			"data_wait_pct", result_real(r->data_wait_pct),
-			"skipped_corrupt", (json_int_t)r->skipped_corrupt);
+			"skipped_corrupt", (json_int_t)r->skipped_corrupt,
+			"decode", o->decode_gpu ? "gpu" : "cpu",
+			"cpu_cores", result_real(r->cpu.proc_cores),
+			"machine_cpu_pct", r->cpu.machine_pct >= 0 ? result_real(r->cpu.machine_pct)
+								   : json_null());
 		if (!d || json_object_update(j, d) < 0) {
 			json_decref(j);
 			j = NULL;

@@ -9,12 +9,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/cpuload.h"
 #include "core/error.h"
 #include "core/names.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
+#include "data/gpu_loader.h"
 #include "data/loader.h"
 #include "gpu/devinfo.h"
 #include "backend/backend.h"
@@ -152,13 +154,39 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 	return train_run_observed(o, NULL, res, log);
 }
 
-/* A dataset and its loader, for a run that reads a new batch every step. */
+/* --- the batch source ---------------------------------------------------------------
+ * A dataset and its loader, for a run that reads a new batch every step: the CPU
+ * loader (ld), or with --decode gpu the GPU loader (gl), whose batches nvJPEG decodes
+ * and a kernel augments on the net's GPU in the net's input format. */
 struct train_data {
 	struct dataset *ds;
 	struct loader *ld;
+	struct gpu_loader *gl;
+	enum gp_dtype gl_dtype; /* the GPU batches' format: the net's, or float NCHW */
+	int gl_nhwc;
 	struct batch *held; /* staged batch whose host memory the copy may still read */
 	double wait_ms_total, copy_ms_total;
 };
+
+static int train_data_on(const struct train_data *d)
+{
+	return d->ld || d->gl;
+}
+
+/* A GPU batch into the net. The loop "waits" for the decode of the next batch, which
+ * runs while the GPU still computes the step before; the copy in waits for that step
+ * to end, so its time is not counted as data time. */
+static int train_gpu_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
+{
+	struct gpu_batch b;
+	double t0 = gp_now_s();
+	GP_TRY(gpu_loader_next(d->gl, &b));
+	double ms = 1e3 * (gp_now_s() - t0);
+	d->wait_ms_total += ms;
+	if (wait_ns)
+		*wait_ns = (int64_t)(ms * 1e6);
+	return net_set_batch_device(net, b.x, d->gl_dtype, d->gl_nhwc, b.labels);
+}
 
 int train_uses_dataset(const struct train_opts *o)
 {
@@ -171,6 +199,8 @@ int train_uses_dataset(const struct train_opts *o)
  * waits for that). Adds how long the loop waited and how long staging took. */
 static int train_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
 {
+	if (d->gl)
+		return train_gpu_data_next(d, net, wait_ns);
 	struct batch *b = NULL;
 	int rc = loader_next(d->ld, &b);
 	if (rc < 0)
@@ -205,8 +235,30 @@ static int train_data_open(const struct train_opts *o, int size, struct train_da
 /* Start the loader and settle the step count (epochs win over steps). Batch
  * buffers are pinned on the CUDA backend so the copy in runs at full speed. */
 static int train_data_start(const struct train_opts *o, int size, struct train_data *d,
-			    int *steps, struct train_result *res)
+			    struct net *net, int *steps, struct train_result *res)
 {
+	if (o->decode_gpu) {
+		/* straight into the net's 16-bit NHWC input where it takes one, else floats */
+		GP_TRY(net_input_format(net, &d->gl_dtype, &d->gl_nhwc));
+		enum gpu_batch_layout layout = GPU_BATCH_NCHW_F32;
+		if (d->gl_nhwc && d->gl_dtype == GP_BF16)
+			layout = GPU_BATCH_NHWC_BF16;
+		else if (d->gl_nhwc && d->gl_dtype == GP_F16)
+			layout = GPU_BATCH_NHWC_F16;
+		if (layout == GPU_BATCH_NCHW_F32) {
+			d->gl_dtype = GP_F32;
+			d->gl_nhwc = 0;
+		}
+		if (dist_world(o->dist) > 1)
+			return gp_error(GP_EINVAL, "--decode gpu does not shard a dataset over ranks "
+					"yet: use --decode cpu with data parallelism");
+		struct gpu_loader_config gc = { .batch = o->batch, .size = size, .train = 1,
+						.drop_last = 1, .seed = o->seed, .device = o->device,
+						.layout = layout };
+		GP_TRY(gpu_loader_create(d->ds, &gc, &d->gl));
+		res->batches_per_epoch = gpu_loader_batches_per_epoch(d->gl);
+		goto epochs;
+	}
 #ifdef GP_HAVE_CUDA
 	if (o->backend == BACKEND_CUDA)
 		GP_TRY(data_use_pinned_memory());
@@ -220,6 +272,7 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 	};
 	GP_TRY(loader_create(d->ds, &lc, &d->ld));
 	res->batches_per_epoch = loader_batches_per_epoch(d->ld);
+epochs:
 	if (o->epochs > 0) {
 		long long n = (long long)o->epochs * res->batches_per_epoch;
 		if (n > 1000000000)
@@ -427,7 +480,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		net_enable_loss_scaling(net);
 	res->mem_after_setup = net->mem;
 	if (data.ds) {
-		if ((rc = train_data_start(o, mo.size, &data, &steps, res)) < 0)
+		if ((rc = train_data_start(o, mo.size, &data, net, &steps, res)) < 0)
 			goto out;
 	} else {
 		rc = train_synthetic_batch(o->batch * world, 3, mo.size, mo.size, classes, o->seed, &x,
@@ -488,18 +541,26 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "data parallel: %d ranks (%s), batch %d per rank, %d in all%s\n",
 				world, dist_transport_name(o->dist), o->batch, o->batch * world,
 				o->sync_bn ? ", synchronized batch norm" : "");
-		if (data.ds)
+		if (data.ld)
 			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, %d workers\n",
 				o->data, dataset_count(data.ds), dataset_classes(data.ds),
 				res->batches_per_epoch, o->workers);
+		else if (data.gl)
+			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, decoded "
+				"and augmented on the GPU (%s %s batches)\n", o->data,
+				dataset_count(data.ds), dataset_classes(data.ds), res->batches_per_epoch,
+				dtype_name(data.gl_dtype), data.gl_nhwc ? "NHWC" : "NCHW");
 	}
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
 	double t0 = gp_now_s(), t_timed = t0;
+	struct cpu_mark cpu0, cpu1; /* CPU load over the timed steps, as their rate */
+	cpu_mark_now(&cpu0);
 	for (int step = 0; step < steps; step++) {
 		if (step == warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
 			t_timed = gp_now_s();
+			cpu_mark_now(&cpu0);
 		}
 		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
 		double loss = 0;
@@ -510,12 +571,12 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		struct sgd_args sgd = train_step_args(o, &sched, k, step);
 		res->last_lr = sgd.lr;
 		if (ob)
-			rc = train_step_observed(net, &sgd, k, ob, data.ld ? &data : NULL, x, labels,
+			rc = train_step_observed(net, &sgd, k, ob, train_data_on(&data) ? &data : NULL, x, labels,
 						 want_loss ? &loss : NULL, want_loss ? &correct : NULL);
 		else if (k > 1)
-			rc = train_step_accum(net, &sgd, k, data.ld ? &data : NULL, want_loss ? &loss : NULL,
+			rc = train_step_accum(net, &sgd, k, train_data_on(&data) ? &data : NULL, want_loss ? &loss : NULL,
 					      want_loss ? &correct : NULL);
-		else if (!data.ld || (rc = train_data_next(&data, net, NULL)) == 0)
+		else if (!train_data_on(&data) || (rc = train_data_next(&data, net, NULL)) == 0)
 			rc = net_train_step(net, &sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL);
 		if (rc < 0)
 			goto out;
@@ -555,12 +616,14 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			goto out;
 	}
 	double t_end = gp_now_s();
+	cpu_mark_now(&cpu1);
+	cpu_load_between(&cpu0, &cpu1, &res->cpu);
 	int timed = steps - warmup;
 	res->steps = steps;
 	res->timed_steps = timed;
 	res->total_s = t_end - t0;
 	res->ms_per_step = 1e3 * (t_end - t_timed) / timed;
-	if (data.ld)
+	if (train_data_on(&data))
 		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / steps;
 	if ((rc = gather_rank_times(o->dist, res)) < 0)
 		goto out;
@@ -575,9 +638,24 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	if (log)
 		fprintf(log, "done: %.1f img/s, %.2f ms/step over the last %d steps; loss %.4f -> %.4f\n",
 			res->img_s, res->ms_per_step, timed, res->first_loss, res->last_loss);
-	if (data.ld) {
+	if (log) {
+		fprintf(log, "cpu: this process kept %.1f cores busy", res->cpu.proc_cores);
+		if (res->cpu.machine_pct >= 0)
+			fprintf(log, "; the machine %.0f%% of its %d cores (%.1f busy)",
+				res->cpu.machine_pct, res->cpu.cores, res->cpu.machine_cores);
+		fputc('\n', log);
+	}
+	if (train_data_on(&data)) {
 		struct loader_stats st;
-		loader_get_stats(data.ld, &st);
+		struct gpu_decode_stats gs;
+		if (data.gl)
+			gpu_loader_get_stats(data.gl, &st, &gs);
+		else
+			loader_get_stats(data.ld, &st);
+		if (data.gl && log)
+			fprintf(log, "decode: on the GPU, nvJPEG %s backend: %ld hardware, %ld CUDA, "
+				"%ld on the CPU (nvJPEG refused them)\n", gpu_loader_backend(data.gl),
+				gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback);
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;
 		res->copy_ms = data.copy_ms_total / steps;
@@ -610,6 +688,7 @@ out:
 		loader_release(data.ld, data.held);
 	}
 	loader_destroy(data.ld);
+	gpu_loader_destroy(data.gl);
 	dataset_close(data.ds);
 	free(x);
 	free(labels);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/cpuload.h"
 #include "nn/net.h"
 #include "nn/observer.h"
 #include "train/schedule.h"
@@ -38,6 +39,9 @@ struct train_opts {
 	 * then means the dataset's class count (1000 for the fixed batch). */
 	const char *data;
 	int workers;  /* loader threads (0: decode in the training thread) */
+	/* 1: decode and augment on the GPU (data/gpu_loader.h; --decode gpu, resolved by
+	 * the command), workers and prefetch unused */
+	int decode_gpu;
 	int prefetch; /* batches in flight per worker (0: 2) */
 	/* An epoch is epoch_steps steps (0: one pass over the dataset, or steps for
 	 * synthetic data); epochs > 0 trains that many epochs instead of steps. */
@@ -78,6 +82,8 @@ struct train_result {
 	 * data_wait_pct is data_wait_ms as a share of the mean step time. */
 	int batches_per_epoch;
 	double data_wait_ms, copy_ms, data_wait_pct;
+	/* CPU load over the timed steps: this process's cores busy and the machine's */
+	struct cpu_load cpu;
 	long images, skipped_corrupt;
 	/* Data parallelism: ranks, each rank's mean step time and data wait (ms) in rank
 	 * order, and the slowest rank. ms_per_step is the slowest rank's, img_s the total
