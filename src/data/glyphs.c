@@ -27,7 +27,7 @@ static int fill_second(int fill, double u, double v, double r)
 	case 0: return 0;                                               /* solid */
 	case 1: return (int)floor((u + 1) * 3.5) & 1;                   /* stripes */
 	case 2: return ((int)floor((u + 1) * 3) + (int)floor((v + 1) * 3)) & 1; /* checks */
-	default: return (int)floor(r * 5) & 1;                          /* bands */
+	default: return ((int)floor(r * 5) + 1) & 1;                    /* bands */
 	}
 }
 
@@ -36,14 +36,18 @@ int glyph_covers(int c, double u, double v, int *second)
 	int shape = c % SHAPES, fill = c / SHAPES % FILLS, mark = c / (SHAPES * FILLS) % MARKS;
 	double r = sqrt(u * u + v * v);
 	*second = 1;
-	/* marks: dots are drawn over the shape (a ring gets one too), slots cut it */
-	if (mark == 1 && r < 0.28)
+	/* marks: the centre dot is drawn over the shape (a ring gets one too, and
+	 * the bands' centre is the other colour for a shorter radius); slots cut it
+	 * right through (a short one would miss the ring), as do the two holes (dots
+	 * of the second colour would vanish in stripes) */
+	if (mark == 1 && r < 0.35)
 		return 1;
-	if (mark == 4 && ((u - 0.5) * (u - 0.5) + v * v < 0.04 || (u + 0.5) * (u + 0.5) + v * v < 0.04))
-		return 1;
-	if (mark == 2 && fabs(v) < 0.13 && fabs(u) < 0.7)
+	if (mark == 4 && ((u - 0.5) * (u - 0.5) + v * v < 0.0576 ||
+			  (u + 0.5) * (u + 0.5) + v * v < 0.0576))
 		return 0;
-	if (mark == 3 && (fabs(v) < 0.11 || fabs(u) < 0.11) && r < 0.7)
+	if (mark == 2 && fabs(v) < 0.13)
+		return 0;
+	if (mark == 3 && (fabs(v) < 0.11 || fabs(u) < 0.11))
 		return 0;
 	if (!shape_covers(shape, u, v, r))
 		return 0;

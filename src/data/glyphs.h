@@ -5,7 +5,7 @@
  * A class is a combination of a shape (disc, square, triangle, cross, ring,
  * half-disc), a fill pattern drawn in the glyph's own frame (solid, stripes,
  * checks, concentric bands) and a mark (none, centre dot, slot, cross slot, two
- * dots): 6 x 4 x 5 = 120 classes tell apart whatever the pose. Nothing else
+ * holes): 6 x 4 x 5 = 120 classes that stay apart whatever the pose. Nothing else
  * depends on the class: the glyph's position, size, aspect, rotation and
  * colours are random, so no pixel statistic gives the class away. Harder levels
  * add a cluttered, noisy background and smaller glyphs of other classes
