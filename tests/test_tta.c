@@ -276,3 +276,51 @@ TEST(tta_dataset_difficulty_is_hard)
 	CHECK_MSG(acc[0] >= 0.4, "textures: %.3f after two epochs, expected at least 0.4", acc[0]);
 	CHECK_MSG(acc[1] < 0.2, "level 2: %.3f after two epochs, expected under 0.2", acc[1]);
 }
+
+/* PyTorch's side end to end on the CPU, where torch and torchvision are installed
+ * (the GPU machine; skipped elsewhere): two tiny epochs write the history schema
+ * gpuperf's train.json uses, and gpuperf plot charts it. */
+TEST(tta_torch_script_runs_on_cpu)
+{
+	char cmd[2048], out[16384], path[512];
+	const char *t = test_tmpdir();
+	if (!have_python() || test_run("python3 -c 'import torch, torchvision'", out, sizeof(out)) != 0)
+		SKIP("python3 with torch and torchvision not found");
+	snprintf(cmd, sizeof(cmd), "(%s dataset make --out %s/d/train --classes 3 --images 24 "
+		 "--size 40x40 --difficulty 1 --seed 1 && %s dataset make --out %s/d/val "
+		 "--classes 3 --images 9 --size 40x40 --difficulty 1 --seed 2 && python3 "
+		 "tests/torch/tta.py --data %s/d --out %s/pt --device cpu --precision fp32 "
+		 "--epochs 2 --warmup-epochs 1 --batch 8 --size 32 --lr 0.05 --workers 0 --seed 3)",
+		 test_bin(), t, test_bin(), t, t, t);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+	snprintf(path, sizeof(path), "%s/pt/train.json", t);
+	json_t *doc = json_load_file(path, 0, NULL);
+	CHECK_MSG(doc != NULL, "no %s", path);
+	if (!doc)
+		return;
+	json_t *hist = json_object_get(doc, "history"), *h;
+	CHECK_EQ_INT(json_array_size(hist), 2);
+	const char *keys[] = { "epoch", "step", "time_s", "lr", "train_loss", "train_top1",
+			       "val_loss", "val_top1", "val_top5", "val_img_s", "img_s",
+			       "data_wait_pct" };
+	size_t i;
+	json_array_foreach(hist, i, h) {
+		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+			CHECK_MSG(json_is_number(json_object_get(h, keys[k])), "epoch %zu: no %s",
+				  i + 1, keys[k]);
+		CHECK_EQ_INT(json_integer_value(json_object_get(h, "step")), 3 * (i + 1));
+		double a = json_num(h, "val_top1", NULL);
+		CHECK(a >= 0 && a <= 100);
+	}
+	/* warmup epoch 0 at 0.01 x lr, then cosine's first value, the full lr */
+	CHECK_NEAR(json_num(json_array_get(hist, 0), "lr", NULL), 0.0005, 1e-12);
+	CHECK_NEAR(json_num(json_array_get(hist, 1), "lr", NULL), 0.05, 1e-12);
+	CHECK_NEAR(json_num(doc, "final_val_top1", NULL),
+		   json_num(json_array_get(hist, 1), "val_top1", NULL), 1e-12);
+	CHECK(!strcmp(json_string_value(json_object_get(doc, "engine")), "pytorch"));
+	json_decref(doc);
+	snprintf(cmd, sizeof(cmd), "%s plot %s --out %s/chart", test_bin(), path, t);
+	rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+}

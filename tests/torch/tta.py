@@ -90,8 +90,6 @@ def parse_args(argv):
 
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
-    t0 = time.perf_counter()  # "the run began": everything after the imports counts
-    started = utc_now()
     import random
 
     import numpy as np
@@ -102,6 +100,10 @@ def main(argv=None):
     from torch.utils.data import DataLoader
     from torchvision.datasets import ImageFolder
 
+    # "the run began": everything after the imports counts (CUDA's start, the model,
+    # the loaders, every epoch and its validation); import torch does not
+    t0 = time.perf_counter()
+    started = utc_now()
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("tta.py: --device cuda but torch sees no GPU (use --device cpu)")
     dev = torch.device(a.device)
