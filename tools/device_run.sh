@@ -16,6 +16,9 @@
 # dp (data parallel with one GPU through NCCL: tests, train --nproc 1, scale, dist-check),
 # dist (the process group's tests and NCCL over a group of one: dist-check --device
 # cuda; two CPU ranks; two ranks asking for a GPU each on a one-GPU host: one line).
+# tta (time to accuracy: dataset make --difficulty on this machine, then tools/tta.sh:
+# gpuperf and PyTorch resnet18, TTA_SEEDS seeds each; the run folder as $OUT/tta.tgz,
+# its summary.md and chart beside; about 4 to 5 minutes on one H100, docs/training.md),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -202,6 +205,14 @@ for s in "$@"; do
 		modes=$(echo ${REGRESS_PRECISIONS:-fp32 tf32 bf16} | sed 's/bf16/amp_bf16_cl/; s/fp16/amp_fp16_cl/; s/ /,/g')
 		TAIL=0 stage regress_torch 400 python3 $TB train --models $(echo ${REGRESS_MODELS:-resnet50 resnet18 mobilenet_v2} | tr ' ' ,) --modes $modes --batch 256 --iters 30
 		python3 tools/regress_table.py "$OUT" ;;
+	tta)
+		# 10 classes of glyphs (--difficulty 2) at 160x160: TTA_IMAGES in all, 1/6 of them val
+		rm -rf /tmp/gp_tta /tmp/gp_tta_run
+		stage tta_data 120 $BIN dataset make --out /tmp/gp_tta --classes 10 --images ${TTA_IMAGES:-18000} --val-fraction ${TTA_VAL_FRACTION:-0.1667} --size 160x160 --difficulty ${TTA_DIFFICULTY:-2} --seed 1
+		TAIL=40 stage tta ${TTA_TIMEOUT:-480} bash tools/tta.sh $BIN /tmp/gp_tta /tmp/gp_tta_run
+		tar czf "$OUT/tta.tgz" -C /tmp gp_tta_run
+		cp /tmp/gp_tta_run/summary.md "$OUT/tta_summary.md" 2>/dev/null
+		cp /tmp/gp_tta_run/val_top1_vs_time.png "$OUT/tta_val_top1_vs_time.png" 2>/dev/null ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done

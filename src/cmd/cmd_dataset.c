@@ -1,6 +1,7 @@
 /* gpuperf dataset make: a synthetic ImageFolder of real JPEGs whose texture
  * (oriented stripes, colours, shapes) depends on the class, so decoding costs
- * what real photos cost and a model can tell the classes apart. */
+ * what real photos cost and a model can tell the classes apart; --difficulty
+ * draws glyphs to find instead (data/glyphs.h), for runs that must learn. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -19,12 +20,14 @@
 #include "core/file.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
+#include "data/glyphs.h"
 #include "data/image.h"
 #include "report/result.h"
 
 struct make_job {
 	const char *out_dir;
 	int classes, images, w, h, quality, threads;
+	int difficulty; /* 0: class textures; 1..3: glyphs to find (data/glyphs.h) */
 	uint64_t seed;
 	atomic_int next, done;
 	atomic_llong bytes;
@@ -102,7 +105,10 @@ static int image_write(struct make_job *j, int i, uint8_t *rgb)
 	struct rng r;
 	int c = i % j->classes;
 	rng_seed(&r, j->seed, (uint64_t)i);
-	texture_draw(rgb, j->w, j->h, c, j->classes, &r);
+	if (j->difficulty > 0)
+		glyph_image_draw(rgb, j->w, j->h, c, j->classes, j->difficulty, &r);
+	else
+		texture_draw(rgb, j->w, j->h, c, j->classes, &r);
 	uint8_t *jpeg;
 	size_t len;
 	GP_TRY(image_encode_jpeg(rgb, j->w, j->h, j->quality, &jpeg, &len));
@@ -183,7 +189,7 @@ static int dataset_make(struct make_job *j)
 int cmd_dataset(int argc, char **argv)
 {
 	const char *out = NULL, *size = "500x375";
-	int classes = 10, images = 100, quality = 90, help = 0;
+	int classes = 10, images = 100, quality = 90, difficulty = 0, help = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int threads = ncpu > 0 ? (ncpu < 64 ? (int)ncpu : 64) : 1;
 	long long seed = 1;
@@ -194,12 +200,16 @@ int cmd_dataset(int argc, char **argv)
 		{ "size", OPT_STR, &size, "WxH (default 500x375)", 0 },
 		OPT_SEED(&seed, "random seed (default 1)"),
 		{ "quality", OPT_INT, &quality, "JPEG quality 1..100 (default 90)", 1, 100 },
+		{ "difficulty", OPT_INT, &difficulty,
+		  "0: class-coloured textures (default, told apart at a glance); 1..3: a "
+		  "glyph to find, random pose and colours, clutter and distractors from 2 on",
+		  0, GLYPH_DIFFICULTY_MAX },
 		{ "threads", OPT_INT, &threads, "threads (default: all cores, at most 64)", 1, 64 },
 		OPT_HELP(&help),
 		OPT_END(),
 	};
 	const char *usage = "gpuperf dataset make --out DIR --classes C --images N "
-			    "[--size WxH] [--seed S] [--quality Q]";
+			    "[--size WxH] [--seed S] [--quality Q] [--difficulty 0..3]";
 	if (argc < 2 || strcmp(argv[1], "make") != 0) {
 		if (argc >= 2 && !strcmp(argv[1], "--help")) {
 			args_print_help(usage, opts);
@@ -222,11 +232,14 @@ int cmd_dataset(int argc, char **argv)
 	if (sscanf(size, "%dx%d%c", &w, &h, &extra) != 2 || w < 1 || h < 1 || w > 16384 ||
 	    h > 16384)
 		return gp_error(GP_EINVAL, "--size: '%s' is not WxH (like 500x375)", size);
+	if (difficulty > 0 && classes > GLYPH_CLASSES_MAX)
+		return gp_error(GP_EINVAL, "--difficulty %d draws at most %d classes (got --classes %d)",
+				difficulty, GLYPH_CLASSES_MAX, classes);
 	GP_TRY(path_dir_prepare(out));
 	struct make_job j = {
 		.out_dir = out, .classes = classes, .images = images, .w = w, .h = h,
 		.quality = quality, .threads = threads < 64 ? threads : 64,
-		.seed = (uint64_t)seed,
+		.seed = (uint64_t)seed, .difficulty = difficulty,
 	};
 	return dataset_make(&j);
 }
