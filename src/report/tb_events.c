@@ -198,3 +198,11 @@ int tb_writer_close(struct tb_writer *w)
 	free(w);
 	return rc;
 }
+
+void tb_writer_abort(struct tb_writer *w)
+{
+	if (!w)
+		return;
+	atomic_file_abort(&w->af);
+	free(w);
+}

@@ -14,6 +14,8 @@ int tb_writer_open(struct tb_writer **out, const char *logdir);
 int tb_add_scalar(struct tb_writer *w, const char *tag, double value, long long step);
 /* Write the file into place; the writer is freed even on error. */
 int tb_writer_close(struct tb_writer *w);
+/* Give up: remove the unfinished file and free the writer. */
+void tb_writer_abort(struct tb_writer *w);
 /* The path of the event file (valid until close). */
 const char *tb_writer_path(const struct tb_writer *w);
 
