@@ -140,6 +140,7 @@ int train_scalars_open(struct train_scalars *s, const char *tb_dir, const char *
 	int rc = buf_printf(&s->steps_csv, &s->steps_len, &s->steps_cap, "%s", STEPS_HEADER);
 	if (rc == 0)
 		rc = buf_printf(&s->epochs_csv, &s->epochs_len, &s->epochs_cap, "%s", EPOCHS_HEADER);
+	s->made_dir = access(tb_dir, F_OK) != 0;
 	if (rc == 0)
 		rc = tb_writer_open(&s->tb, tb_dir);
 	if (rc < 0) {
@@ -170,7 +171,8 @@ int train_scalars_close(struct train_scalars *s)
 	int rc = 0;
 	if (s->steps_len == strlen(STEPS_HEADER)) { /* nothing trained: leave nothing */
 		tb_writer_abort(s->tb);
-		rmdir(s->tb_dir);
+		if (s->made_dir)
+			rmdir(s->tb_dir);
 		free(s->steps_csv);
 		free(s->epochs_csv);
 		memset(s, 0, sizeof(*s));

@@ -13,6 +13,7 @@ struct tb_writer;
 struct train_scalars {
 	struct tb_writer *tb;
 	char csv_dir[4096], tb_dir[4096];
+	int made_dir; /* tb_dir was not there before: taken away again if nothing was logged */
 	char *steps_csv, *epochs_csv; /* the rows so far, header first */
 	size_t steps_len, steps_cap, epochs_len, epochs_cap;
 	const struct train_observer *inner; /* also told everything (the profiler), or NULL */
