@@ -580,10 +580,11 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		rc = gp_error(GP_ENOMEM, "cannot allocate the log of %d steps", steps);
 		goto out;
 	}
-	/* A run in epochs, or one that validates, sums up each epoch; one in epochs reads
-	 * the loss of every step for the epoch's means (as torchvision's reference reads
-	 * loss.item() at each step), others at the logged steps and each epoch's last. */
-	int per_epoch = o->epochs > 0 || data.val, read_every = o->epochs > 0;
+	/* A run in epochs, or one that validates, sums up each epoch; one in epochs over a
+	 * dataset reads the loss of every step for the epoch's means (as torchvision's
+	 * reference reads loss.item() at each step), others (the synthetic batch, whose
+	 * epochs the profiler windows) at the logged steps and each epoch's last. */
+	int per_epoch = o->epochs > 0 || data.val, read_every = o->epochs > 0 && data.ds;
 	int n_epochs = (steps + epoch_steps - 1) / epoch_steps;
 	if (per_epoch && !(res->history = calloc((size_t)n_epochs, sizeof(*res->history)))) {
 		rc = gp_error(GP_ENOMEM, "cannot allocate the history of %d epochs", n_epochs);
