@@ -16,11 +16,12 @@ struct train_epoch_summary;
 enum train_stage { TRAIN_STAGE_DATA = 0, TRAIN_STAGE_FORWARD, TRAIN_STAGE_BACKWARD,
 		   TRAIN_STAGE_OPTIMIZER };
 
-/* An observer of the training loop (the profiler). With one set, every step also
- * re-uploads its batch inside the data stage, where a loader's batch would arrive.
- * A negative return stops training with that error. */
-/* Optional callbacks around the training loop (each may be NULL): compare samples
- * memory after set-up and per step; the profiler marks steps and stages. */
+/* Optional callbacks around the training loop (each may be NULL; a negative return
+ * stops training with that error): compare samples memory after set-up and per step;
+ * the profiler marks steps and stages; the scalar writers take logged steps and
+ * epochs. With step_begin, stage or step_end set, every step runs op by op and
+ * re-uploads its batch inside the data stage, where a loader's batch would arrive;
+ * the others leave the step as it is. */
 struct train_observer {
 	int (*after_setup)(void *user, struct net *net);
 	int (*after_step)(void *user, struct net *net, int step, int steps, double elapsed_s);
