@@ -5,6 +5,7 @@
  * epoch/val_top1, epoch/val_top5, epoch/lr and epoch/img_s, at the epoch's number. */
 #include "cmd/train_scalars.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/timeutil.h"
 #include "core/file.h"
 #include "core/memstat.h"
 #include "report/tb_events.h"
@@ -46,6 +48,21 @@ static int buf_printf(char **buf, size_t *len, size_t *cap, const char *fmt, ...
 	return 0;
 }
 
+/* Keep one scalar for the event file, stamped now. */
+static int scalar_add(struct train_scalars *s, const char *tag, double value, long long step)
+{
+	if (s->n_events == s->cap_events) {
+		size_t cap = s->cap_events ? 2 * s->cap_events : 256;
+		struct train_scalar *p = realloc(s->events, cap * sizeof(*p));
+		if (!p)
+			return gp_error(GP_ENOMEM, "no memory for the TensorBoard scalars");
+		s->events = p;
+		s->cap_events = cap;
+	}
+	s->events[s->n_events++] = (struct train_scalar){ tag, value, gp_wall_s(), step };
+	return 0;
+}
+
 /* A CSV field: the number, or empty when it is not one (no validation, a NaN loss). */
 static const char *csv_num(char *b, size_t cap, double v)
 {
@@ -60,12 +77,12 @@ static int scalars_on_log(void *user, struct net *net, const struct train_log_po
 {
 	struct train_scalars *s = user;
 	char f[7][40];
-	GP_TRY(tb_add_scalar(s->tb, "train/loss", p->loss, p->step));
-	GP_TRY(tb_add_scalar(s->tb, "train/top1", 100 * p->accuracy, p->step));
-	GP_TRY(tb_add_scalar(s->tb, "train/lr", p->lr, p->step));
-	GP_TRY(tb_add_scalar(s->tb, "train/img_s", p->img_s, p->step));
-	GP_TRY(tb_add_scalar(s->tb, "train/data_wait_pct", p->data_wait_pct, p->step));
-	GP_TRY(tb_add_scalar(s->tb, "gpu/memory_mib", p->mem_bytes / GP_MIB, p->step));
+	GP_TRY(scalar_add(s, "train/loss", p->loss, p->step));
+	GP_TRY(scalar_add(s, "train/top1", 100 * p->accuracy, p->step));
+	GP_TRY(scalar_add(s, "train/lr", p->lr, p->step));
+	GP_TRY(scalar_add(s, "train/img_s", p->img_s, p->step));
+	GP_TRY(scalar_add(s, "train/data_wait_pct", p->data_wait_pct, p->step));
+	GP_TRY(scalar_add(s, "gpu/memory_mib", p->mem_bytes / GP_MIB, p->step));
 	GP_TRY(buf_printf(&s->steps_csv, &s->steps_len, &s->steps_cap, "%d,%s,%s,%s,%s,%s,%s\n", p->step,
 			  csv_num(f[0], 40, p->loss), csv_num(f[1], 40, 100 * p->accuracy), csv_num(f[2], 40, p->lr),
 			  csv_num(f[3], 40, p->img_s), csv_num(f[4], 40, p->data_wait_pct),
@@ -77,15 +94,15 @@ static int scalars_on_epoch(void *user, struct net *net, const struct train_epoc
 {
 	struct train_scalars *s = user;
 	char f[11][40];
-	GP_TRY(tb_add_scalar(s->tb, "epoch/train_loss", e->train_loss, e->epoch));
-	GP_TRY(tb_add_scalar(s->tb, "epoch/train_top1", e->train_top1, e->epoch));
+	GP_TRY(scalar_add(s, "epoch/train_loss", e->train_loss, e->epoch));
+	GP_TRY(scalar_add(s, "epoch/train_top1", e->train_top1, e->epoch));
 	if (e->has_val) {
-		GP_TRY(tb_add_scalar(s->tb, "epoch/val_loss", e->val_loss, e->epoch));
-		GP_TRY(tb_add_scalar(s->tb, "epoch/val_top1", e->val_top1, e->epoch));
-		GP_TRY(tb_add_scalar(s->tb, "epoch/val_top5", e->val_top5, e->epoch));
+		GP_TRY(scalar_add(s, "epoch/val_loss", e->val_loss, e->epoch));
+		GP_TRY(scalar_add(s, "epoch/val_top1", e->val_top1, e->epoch));
+		GP_TRY(scalar_add(s, "epoch/val_top5", e->val_top5, e->epoch));
 	}
-	GP_TRY(tb_add_scalar(s->tb, "epoch/lr", e->lr, e->epoch));
-	GP_TRY(tb_add_scalar(s->tb, "epoch/img_s", e->img_s, e->epoch));
+	GP_TRY(scalar_add(s, "epoch/lr", e->lr, e->epoch));
+	GP_TRY(scalar_add(s, "epoch/img_s", e->img_s, e->epoch));
 	double none = NAN;
 	GP_TRY(buf_printf(&s->epochs_csv, &s->epochs_len, &s->epochs_cap, "%d,%ld,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
 			  e->epoch, e->step, csv_num(f[0], 40, e->time_s), csv_num(f[1], 40, e->lr),
@@ -137,12 +154,24 @@ int train_scalars_open(struct train_scalars *s, const char *tb_dir, const char *
 				tb_dir : csv_dir);
 	snprintf(s->csv_dir, sizeof(s->csv_dir), "%s", csv_dir);
 	snprintf(s->tb_dir, sizeof(s->tb_dir), "%s", tb_dir);
+	/* tried now, written at the end: the folder, or the one it would be made in */
+	char parent[4096];
+	snprintf(parent, sizeof(parent), "%s", tb_dir);
+	size_t len = strlen(parent);
+	while (len > 1 && parent[len - 1] == '/') /* "dir/": no separator of a parent */
+		parent[--len] = 0;
+	char *slash = strrchr(parent, '/');
+	if (access(tb_dir, F_OK) == 0)
+		snprintf(parent, sizeof(parent), "%s", tb_dir);
+	else if (!slash)
+		snprintf(parent, sizeof(parent), ".");
+	else
+		slash[slash == parent] = 0; /* "/tb": the root */
+	if (access(parent, W_OK | X_OK) != 0)
+		return gp_error(GP_EIO, "cannot create '%s': %s", tb_dir, strerror(errno));
 	int rc = buf_printf(&s->steps_csv, &s->steps_len, &s->steps_cap, "%s", STEPS_HEADER);
 	if (rc == 0)
 		rc = buf_printf(&s->epochs_csv, &s->epochs_len, &s->epochs_cap, "%s", EPOCHS_HEADER);
-	s->made_dir = access(tb_dir, F_OK) != 0;
-	if (rc == 0)
-		rc = tb_writer_open(&s->tb, tb_dir);
 	if (rc < 0) {
 		free(s->steps_csv);
 		free(s->epochs_csv);
@@ -165,26 +194,34 @@ const struct train_observer *train_scalars_observer(struct train_scalars *s, con
 	return &s->self;
 }
 
+/* The kept scalars as one event file in s->tb_dir. */
+static int scalars_write_events(const struct train_scalars *s)
+{
+	struct tb_writer *w;
+	GP_TRY(tb_writer_open(&w, s->tb_dir));
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < s->n_events; i++) {
+		const struct train_scalar *e = &s->events[i];
+		rc = tb_add_scalar_at(w, e->tag, e->value, e->step, e->wall_time);
+	}
+	int rc_close = tb_writer_close(w);
+	return rc < 0 ? rc : rc_close;
+}
+
 int train_scalars_close(struct train_scalars *s)
 {
 	char path[4200];
 	int rc = 0;
-	if (s->steps_len == strlen(STEPS_HEADER)) { /* nothing trained: leave nothing */
-		tb_writer_abort(s->tb);
-		if (s->made_dir)
-			rmdir(s->tb_dir);
-		free(s->steps_csv);
-		free(s->epochs_csv);
-		memset(s, 0, sizeof(*s));
-		return 0;
+	if (s->steps_len > strlen(STEPS_HEADER)) { /* nothing trained: nothing written */
+		rc = scalars_write_events(s);
+		snprintf(path, sizeof(path), "%s/train_log.csv", s->csv_dir);
+		if (rc == 0)
+			rc = atomic_file_write(path, s->steps_csv, s->steps_len);
+		snprintf(path, sizeof(path), "%s/train_epochs.csv", s->csv_dir);
+		if (rc == 0 && s->epochs_len > strlen(EPOCHS_HEADER))
+			rc = atomic_file_write(path, s->epochs_csv, s->epochs_len);
 	}
-	rc = tb_writer_close(s->tb);
-	snprintf(path, sizeof(path), "%s/train_log.csv", s->csv_dir);
-	if (rc == 0 && s->steps_csv)
-		rc = atomic_file_write(path, s->steps_csv, s->steps_len);
-	snprintf(path, sizeof(path), "%s/train_epochs.csv", s->csv_dir);
-	if (rc == 0 && s->epochs_csv && s->epochs_len > strlen(EPOCHS_HEADER))
-		rc = atomic_file_write(path, s->epochs_csv, s->epochs_len);
+	free(s->events);
 	free(s->steps_csv);
 	free(s->epochs_csv);
 	memset(s, 0, sizeof(*s));
