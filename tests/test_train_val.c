@@ -213,7 +213,8 @@ static void cifar_file(const char *dir, const char *name, int n)
 	fclose(f);
 }
 
-/* CIFAR-10 validates on its test batch: 6 records beside 5 x 4 training ones. */
+/* CIFAR-10 validates on its test batch: 6 records beside 5 x 4 training ones; without
+ * one it trains only. */
 TEST(train_val_cifar10_test_batch)
 {
 	const char *dir = test_tmpdir();
@@ -239,6 +240,14 @@ TEST(train_val_cifar10_test_batch)
 		CHECK_EQ_INT(res.history[0].val_images, 6);
 		CHECK_EQ_INT(res.history[0].step, 5);
 	}
+	train_result_free(&res);
+	/* without test_batch.bin: training only, as a plain ImageFolder */
+	char path[700];
+	snprintf(path, sizeof(path), "%s/test_batch.bin", dir);
+	CHECK_EQ_INT(remove(path), 0);
+	CHECK_MSG(train_run(&o, &res, NULL) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(res.val_images, 0);
+	CHECK(res.n_history == 1 && !res.history[0].has_val);
 	train_result_free(&res);
 }
 

@@ -38,7 +38,7 @@ int dataset_open(const char *spec, int train, int size, struct dataset **out)
 int dataset_has_val_split(const char *spec)
 {
 	if (!strncmp(spec, "cifar10:", 8))
-		return 1;
+		return cifar10_has_test_batch(spec + 8);
 	if (!strcmp(spec, "synthetic") || !strncmp(spec, "synthetic:", 10))
 		return 0;
 	return imagefolder_has_split(spec);
