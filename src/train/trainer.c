@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
+#include "train/evaluate.h"
 #ifdef GP_HAVE_CUDA
 #include "data/pinned.h"
 #endif
@@ -157,9 +158,10 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 /* --- the batch source ---------------------------------------------------------------
  * A dataset and its loader, for a run that reads a new batch every step: the CPU
  * loader (ld), or with --decode gpu the GPU loader (gl), whose batches nvJPEG decodes
- * and a kernel augments on the net's GPU in the net's input format. */
+ * and a kernel augments on the net's GPU in the net's input format; and the
+ * validation set (read by a CPU loader of its own at each validation). */
 struct train_data {
-	struct dataset *ds;
+	struct dataset *ds, *val;
 	struct loader *ld;
 	struct gpu_loader *gl;
 	enum gp_dtype gl_dtype; /* the GPU batches' format: the net's, or float NCHW */
@@ -229,6 +231,46 @@ static int train_data_open(const struct train_opts *o, int size, struct train_da
 	else if (*classes < have)
 		return gp_error(GP_EINVAL, "--classes %d is fewer than the %d classes of '%s'",
 				*classes, have, o->data);
+	return 0;
+}
+
+/* The validation set, when the run validates (o->eval_every > 0): --val-data, else
+ * the training spec's own split, else none. --val-data is opened before the training
+ * set, so that a wrong one is the run's first and only line; the split after it, so
+ * that the data layer's note on the layout names the training half. */
+static int train_val_open(const struct train_opts *o, int size, struct train_data *d)
+{
+	const char *spec = o->val_data;
+	if (o->eval_every <= 0)
+		return 0;
+	if (!spec && train_uses_dataset(o) && dataset_has_val_split(o->data))
+		spec = o->data;
+	if (!spec)
+		return 0;
+	int rc = dataset_open(spec, 0, size, &d->val);
+	if (rc < 0 && o->val_data) {
+		char why[1024];
+		snprintf(why, sizeof(why), "%s", gp_errmsg());
+		return gp_error(rc, "--val-data: %s", why);
+	}
+	return rc;
+}
+
+/* Its classes must be the training set's, name for name (a class missing from val/
+ * would shift every label after it), or fit the net's for synthetic training data. */
+static int train_val_check(const struct train_opts *o, int classes, struct train_data *d)
+{
+	const char *spec = o->val_data ? o->val_data : o->data;
+	int have = dataset_classes(d->val);
+	if (have > classes)
+		return gp_error(GP_EINVAL, "validation set '%s' has %d classes, the net %d", spec, have, classes);
+	if (d->ds && have != dataset_classes(d->ds))
+		return gp_error(GP_EINVAL, "validation set '%s' has %d classes, the training set %d", spec, have,
+				dataset_classes(d->ds));
+	for (int c = 0; d->ds && c < have; c++)
+		if (strcmp(dataset_class_name(d->val, c), dataset_class_name(d->ds, c)))
+			return gp_error(GP_EINVAL, "validation set '%s': class %d is '%s', in the training set '%s'",
+					spec, c, dataset_class_name(d->val, c), dataset_class_name(d->ds, c));
 	return 0;
 }
 
@@ -425,11 +467,70 @@ void train_result_free(struct train_result *res)
 	free(res->log);
 	res->log = NULL;
 	res->n_log = 0;
+	free(res->history);
+	res->history = NULL;
+	res->n_history = 0;
+}
+
+/* What an epoch has gathered so far: the loss and hits of the steps whose loss was
+ * read (images: theirs), the images it trained on (all ranks), when it began, and
+ * the data wait at that moment. */
+struct epoch_acc {
+	double loss_sum, correct, images, trained;
+	int reads;
+	double t0, wait_ms0;
+};
+
+/* Validate (when this epoch is due), fill the epoch's summary, print its line and
+ * tell the observer. t_epoch_end: when its last step ended; *val_s gets the time
+ * validation took. */
+static int train_epoch_end(const struct train_opts *o, const struct train_observer *obs, struct net *net,
+			   struct train_data *data, int epoch, int n_epochs, long step, double lr,
+			   const struct epoch_acc *ea, double t_run0, double t_epoch_end, struct train_result *res,
+			   double *val_s, FILE *log)
+{
+	struct train_epoch_summary *e = &res->history[res->n_history];
+	int every = o->eval_every > 0 ? o->eval_every : 1;
+	double train_s = t_epoch_end - ea->t0;
+	*val_s = 0;
+	*e = (struct train_epoch_summary){ .epoch = epoch + 1, .step = step, .lr = lr };
+	e->train_loss = ea->reads ? ea->loss_sum / ea->reads : NAN;
+	e->train_top1 = ea->images > 0 ? 100.0 * ea->correct / ea->images : NAN;
+	if (data->val && ((epoch + 1) % every == 0 || epoch + 1 == n_epochs)) {
+		struct eval_opts eo = { .workers = o->workers, .prefetch = o->prefetch, .seed = o->seed };
+		struct eval_result r;
+		GP_TRY(evaluate_net(net, data->val, &eo, &r));
+		e->has_val = 1;
+		e->val_images = r.counts.images;
+		e->val_loss = r.loss;
+		e->val_top1 = r.top1;
+		e->val_top5 = r.top5;
+		e->val_img_s = r.img_s;
+		*val_s = r.seconds;
+	}
+	double wait_ms = data->wait_ms_total + data->copy_ms_total - ea->wait_ms0;
+	e->img_s = train_s > 0 ? ea->trained / train_s : 0;
+	e->data_wait_pct = train_s > 0 ? 100 * wait_ms / (1e3 * train_s) : 0;
+	e->time_s = gp_now_s() - t_run0;
+	res->n_history++;
+	if (log) {
+		fprintf(log, "epoch %3d/%d  train loss %7.4f top-1 %5.1f%%  ", e->epoch, n_epochs, e->train_loss, e->train_top1);
+		if (e->has_val)
+			fprintf(log, "val loss %7.4f top-1 %5.1f%% top-5 %5.1f%%  ", e->val_loss, e->val_top1,
+				e->val_top5);
+		else
+			fprintf(log, "val %-34s", "-");
+		fprintf(log, "lr %9.3e  %7.1f img/s  data %4.1f%%  %7.1f s\n", e->lr, e->img_s, e->data_wait_pct,
+			e->time_s);
+		fflush(log);
+	}
+	return obs && obs->on_epoch ? obs->on_epoch(obs->user, net, e) : 0;
 }
 
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log)
 {
+	double t_run0 = gp_now_s();
 	if (!obs)
 		obs = o->observer;
 	memset(res, 0, sizeof(*res));
@@ -446,12 +547,18 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	mo.dropout = o->dropout;
 	if (o->size)
 		mo.size = o->size;
+	if (o->val_data && (rc = train_val_open(o, mo.size, &data)) < 0)
+		goto out;
 	if (train_uses_dataset(o)) {
 		if ((rc = train_data_open(o, mo.size, &data, &classes)) < 0)
 			goto out;
 	} else if (!classes) {
 		classes = 1000;
 	}
+	if (!o->val_data && (rc = train_val_open(o, mo.size, &data)) < 0)
+		goto out;
+	if (data.val && (rc = train_val_check(o, classes, &data)) < 0)
+		goto out;
 	mo.classes = classes;
 	res->classes = classes;
 	int rank = dist_rank(o->dist), world = dist_world(o->dist);
@@ -526,6 +633,18 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		rc = gp_error(GP_ENOMEM, "cannot allocate the log of %d steps", steps);
 		goto out;
 	}
+	/* A run in epochs, or one that validates, sums up each epoch; one in epochs over a
+	 * dataset reads the loss of every step for the epoch's means (as torchvision's
+	 * reference reads loss.item() at each step), others (the synthetic batch, whose
+	 * epochs the profiler windows) at the logged steps and each epoch's last. */
+	int per_epoch = o->epochs > 0 || data.val, read_every = o->epochs > 0 && data.ds;
+	int n_epochs = (steps + epoch_steps - 1) / epoch_steps;
+	if (per_epoch && !(res->history = calloc((size_t)n_epochs, sizeof(*res->history)))) {
+		rc = gp_error(GP_ENOMEM, "cannot allocate the history of %d epochs", n_epochs);
+		goto out;
+	}
+	if (data.val)
+		res->val_images = dataset_count(data.val);
 	if (log) {
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, ", o->model,
 			train_device_name(o->backend), train_precision_name(o->precision), o->batch, mo.size,
@@ -550,9 +669,14 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				"and augmented on the GPU (%s %s batches)\n", o->data,
 				dataset_count(data.ds), dataset_classes(data.ds), res->batches_per_epoch,
 				dtype_name(data.gl_dtype), data.gl_nhwc ? "NHWC" : "NCHW");
+		if (data.val)
+			fprintf(log, "validation: %d images every %d epochs and after the last, eval mode, "
+				"batches of %d (the last padded)\n", dataset_count(data.val),
+				o->eval_every > 0 ? o->eval_every : 1, o->batch);
 	}
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
-	double t0 = gp_now_s(), t_timed = t0;
+	double t0 = gp_now_s(), t_timed = t0, val_timed_s = 0;
+	struct epoch_acc ea = { .t0 = t0 };
 	struct cpu_mark cpu0, cpu1; /* CPU load over the timed steps, as their rate */
 	cpu_mark_now(&cpu0);
 	for (int step = 0; step < steps; step++) {
@@ -562,7 +686,9 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			t_timed = gp_now_s();
 			cpu_mark_now(&cpu0);
 		}
-		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
+		int epoch_last = (step + 1) % epoch_steps == 0 || step == steps - 1;
+		int want_line = step == 0 || step == steps - 1 || (step + 1) % every == 0;
+		int want_loss = want_line || (per_epoch && (read_every || epoch_last));
 		double loss = 0;
 		int correct = 0;
 		if (ob && ob->step_begin &&
@@ -596,24 +722,50 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				"(try a smaller --lr); results record it as null\n",
 				isnan(loss) ? "NaN" : "infinite", step + 1);
 		}
+		double images = (double)o->batch * k;
+		ea.trained += images * world;
 		if (want_loss) {
 			res->last_loss = loss;
-			double el = gp_now_s() - t0;
-			double images = (double)o->batch * k;
+			ea.loss_sum += loss;
+			ea.correct += correct;
+			ea.images += images * world;
+			ea.reads++;
+		}
+		if (want_line) {
+			double train_el = gp_now_s() - t0 - res->val_s; /* validation left out */
+			struct train_log_point pt = {
+				step + 1, loss, correct / (images * world), sgd.lr,
+				.img_s = train_el > 0 ? (step + 1) * images * world / train_el : 0,
+				.data_wait_pct = train_el > 0 ? (data.wait_ms_total + data.copy_ms_total) /
+								 (10 * train_el) : 0,
+				.mem_bytes = net->mem.total_bytes,
+			};
 			if (res->log)
-				res->log[res->n_log++] = (struct train_log_point){ step + 1, loss,
-										   correct / (images * world), sgd.lr };
+				res->log[res->n_log++] = pt;
+			if (obs && obs->on_log && (rc = obs->on_log(obs->user, net, &pt)) < 0)
+				goto out;
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  lr %9.3e  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
 					step + 1, steps, loss, 100.0 * correct / (images * world), sgd.lr,
-					(step + 1) * images * world / el, 1e3 * el / (step + 1),
-					el / (step + 1) * (steps - step - 1));
+					pt.img_s, 1e3 * train_el / (step + 1), train_el / (step + 1) * (steps - step - 1));
 				fflush(log);
 			}
 		}
 		if (obs && obs->after_step &&
 		    (rc = obs->after_step(obs->user, net, step + 1, steps, gp_now_s() - t0)) < 0)
 			goto out;
+		if (per_epoch && epoch_last) {
+			double val_s = 0;
+			rc = train_epoch_end(o, obs, net, &data, step / epoch_steps, n_epochs, step + 1,
+					     sgd.lr, &ea, t_run0, gp_now_s(), res, &val_s, log);
+			res->val_s += val_s;
+			if (step >= warmup)
+				val_timed_s += val_s;
+			if (rc < 0)
+				goto out;
+			ea = (struct epoch_acc){ .t0 = gp_now_s(),
+						 .wait_ms0 = data.wait_ms_total + data.copy_ms_total };
+		}
 	}
 	double t_end = gp_now_s();
 	cpu_mark_now(&cpu1);
@@ -622,7 +774,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	res->steps = steps;
 	res->timed_steps = timed;
 	res->total_s = t_end - t0;
-	res->ms_per_step = 1e3 * (t_end - t_timed) / timed;
+	res->ms_per_step = 1e3 * (t_end - t_timed - val_timed_s) / timed;
 	if (train_data_on(&data))
 		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / steps;
 	if ((rc = gather_rank_times(o->dist, res)) < 0)
@@ -659,8 +811,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;
 		res->copy_ms = data.copy_ms_total / steps;
-		res->data_wait_pct = res->total_s > 0 ? 100 * res->data_wait_ms * steps /
-							(1e3 * res->total_s) : 0;
+		res->data_wait_pct = res->total_s > res->val_s ? 100 * res->data_wait_ms * steps /
+							(1e3 * (res->total_s - res->val_s)) : 0;
 		if (log)
 			fprintf(log, "data: %.2f ms per step waiting for batches (%.1f%% of step time, "
 				"copy in %.2f ms), %ld corrupt images skipped\n", res->data_wait_ms,
@@ -690,6 +842,7 @@ out:
 	loader_destroy(data.ld);
 	gpu_loader_destroy(data.gl);
 	dataset_close(data.ds);
+	dataset_close(data.val);
 	free(x);
 	free(labels);
 	net_free(net);
