@@ -11,7 +11,7 @@
 # resnet18, TTA_SIZE 128, TTA_BATCH 256, TTA_EPOCHS 16, SGD momentum 0.9 with TTA_LR 0.2
 # and weight decay TTA_WD 5e-5, cosine per epoch after TTA_WARMUP 2 linear warmup epochs,
 # label smoothing TTA_LS 0.1, bf16 (channels-last), TTA_WORKERS 16 loader workers,
-# validation every epoch. Exit status: that of the summary (0 when it was written).
+# validation every epoch; gpuperf decodes with TTA_DECODE (auto: nvJPEG where it is). Exit status: that of the summary (0 when it was written).
 set -u
 if [ $# -ne 3 ]; then
 	echo "usage: bash tools/tta.sh GPUPERF_BIN DATA_DIR RUN_DIR" >&2
@@ -34,7 +34,8 @@ for s in ${TTA_SEEDS:-1 2 3}; do
 		--data "$DATA" --epochs "$EPOCHS" --batch "$BATCH" --size "$SIZE" \
 		--optimizer sgd --lr "$LR" --momentum 0.9 --weight-decay "$WD" \
 		--lr-schedule cosine --warmup-epochs "$WARMUP" --label-smoothing "$LS" \
-		--seed "$s" --workers "$WORKERS" --out "$RUN/gpuperf_s$s" --overwrite \
+		--seed "$s" --workers "$WORKERS" --decode "${TTA_DECODE:-auto}" \
+		--out "$RUN/gpuperf_s$s" --overwrite \
 		> "$RUN/gpuperf_s$s.log" 2>&1
 	echo "rc=$?"; tail -n 3 "$RUN/gpuperf_s$s.log"
 	[ -f "$RUN/gpuperf_s$s/train.json" ] && gp+=("$RUN/gpuperf_s$s/train.json")
