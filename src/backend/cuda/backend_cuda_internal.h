@@ -230,5 +230,7 @@ int cuda_optim_upload(struct net *net, const struct sgd_args *a);
 int cuda_optim_enqueue(struct net *net, const struct sgd_args *a);
 int cuda_optim_same_graph(const struct net *net, const struct sgd_args *x, const struct sgd_args *y);
 int cuda_grad_accum(struct net *net, enum grad_accum_mode mode);
+int cuda_optim_state_to_host(struct net *net, float *momentum, float *exp_avg_sq);
+int cuda_optim_state_from_host(struct net *net, const float *momentum, const float *exp_avg_sq);
 
 #endif
