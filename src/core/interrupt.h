@@ -8,7 +8,8 @@
 
 /* Catch SIGINT and SIGTERM as above, forgetting any signal caught before. */
 int interrupt_catch(void);
-/* Put the handlers of before interrupt_catch back (if it had installed its own). */
+/* Put the handlers of before interrupt_catch back (if it had installed its own). The
+ * signal caught stays readable until the next interrupt_catch. */
 void interrupt_release(void);
 /* The signal caught since interrupt_catch, 0 if none. */
 int interrupt_signal(void);

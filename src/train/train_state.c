@@ -348,6 +348,8 @@ int train_checkpoint_epoch_end(struct train_ckpt *ck, struct net *net, int epoch
 		return 0;
 	char written[4200], path[4200], name[32];
 	struct train_state *st = &ck->st;
+	if (mkdir(ck->dir, 0755) != 0 && errno != EEXIST)
+		return gp_error(GP_EIO, "--checkpoint-dir: cannot create '%s': %s", ck->dir, strerror(errno));
 	st->epoch = epoch;
 	st->step = step;
 	st->val_top1 = val_top1;
@@ -381,6 +383,8 @@ int train_checkpoint_interrupted(struct train_ckpt *ck, struct net *net)
 	if (!ck || !ck->dir)
 		return 0;
 	char path[4200];
+	if (mkdir(ck->dir, 0755) != 0 && errno != EEXIST)
+		return gp_error(GP_EIO, "--checkpoint-dir: cannot create '%s': %s", ck->dir, strerror(errno));
 	ck->st.interrupted = 1;
 	ck->st.val_top1 = NAN;
 	GP_TRY(ckpt_path(path, sizeof(path), ck->dir, "last"));
