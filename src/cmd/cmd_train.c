@@ -282,6 +282,8 @@ int cmd_train(int argc, char **argv)
 		{ "resume", OPT_PATH, &o.resume, "continue the run of a checkpoint folder (DIR/last) exactly", 0 },
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1, ARGS_MAX_STEPS },
 		{ "no-graphs", OPT_FLAG, &o.no_graphs, "run each step op by op (no CUDA graph replay)", 0 },
+		{ "deterministic", OPT_FLAG, &o.deterministic, "GPU: deterministic convolution algorithms only, "
+		  "so that a resumed run repeats an uninterrupted one", 0 },
 		{ "recompute", OPT_FLAG, &o.recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks,
 		  "--recompute, and residual blocks' outputs too (all but each stage's first)", 0 },

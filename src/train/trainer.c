@@ -487,6 +487,10 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	net->optim = (struct optim_setup){ .kind = o->sgd.kind, .grad_accum = k,
 					   .dynamic = lr_schedule_varies(&sched) };
 	net->label_smoothing = o->label_smoothing;
+#ifdef GP_HAVE_CUDA
+	if (o->deterministic)
+		backend_cuda_set_conv_policy(net, 0, 1);
+#endif
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)
 		goto out;

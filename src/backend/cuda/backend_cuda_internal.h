@@ -40,6 +40,7 @@ struct backend_state {
 	cudaGraphExec_t step_exec;
 	struct sgd_args step_sgd;
 	int graph_failed;
+	int eager_steps; /* steps run op by op since set-up: the first is never captured */
 	/* Mixed precision (fp16/bf16): 16-bit activations in ht, NHWC when nhwc; 16-bit
 	 * copies of the weights (cast before each use, as autocast does; convolution
 	 * weights KRSC under NHWC) and of the convolution weight gradients (converted into
