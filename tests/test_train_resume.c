@@ -245,6 +245,12 @@ TEST(train_resume_refuses_another_run)
 	snprintf(args, sizeof(args), "train --device cpu --batch 2 --size 16 --classes 10 --steps 8 "
 		 "--save-every 2 --out %s/s", dir);
 	test_check_bad(args, "--save-every needs --checkpoint-dir");
+	snprintf(args, sizeof(args), "train --device cpu --batch 2 --size 16 --classes 10 --steps 8 "
+		 "--resume %s/last --load x.safetensors --out %s/l", ck, dir);
+	test_check_bad(args, "--resume brings its own weights");
+	snprintf(args, sizeof(args), "train --device cpu --batch 2 --size 16 --classes 10 --steps 8 "
+		 "--checkpoint-dir %s/last/model.safetensors --out %s/f", ck, dir);
+	test_check_bad(args, "is not a folder");
 }
 
 /* The weights of a checkpoint are --save's file: --load takes them strictly. */

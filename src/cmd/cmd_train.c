@@ -379,8 +379,11 @@ int cmd_train(int argc, char **argv)
 		rc = path_file_prepare(save);
 	if (rc == 0 && rank0)
 		rc = result_dir_prepare("train", "train", out, overwrite, dir, sizeof(dir));
+	struct stat ck_st;
 	if (rc == 0 && o.checkpoint_dir && mkdir(o.checkpoint_dir, 0755) != 0 && errno != EEXIST)
 		rc = gp_error(GP_EIO, "--checkpoint-dir: cannot create '%s': %s", o.checkpoint_dir, strerror(errno));
+	else if (rc == 0 && o.checkpoint_dir && (stat(o.checkpoint_dir, &ck_st) != 0 || !S_ISDIR(ck_st.st_mode)))
+		rc = gp_error(GP_EIO, "--checkpoint-dir: '%s' is not a folder", o.checkpoint_dir);
 	if (rc < 0) {
 		dist_abort(o.dist, gp_errmsg());
 		dist_close(o.dist);
