@@ -337,3 +337,21 @@ TEST(train_resume_second_sigint_leaves_no_temporary_files)
 	CHECK_MSG(strstr(out, "whole") != NULL, "%s", out);
 	CHECK_MSG(!strstr(out, "wrote o/train.json"), "%s", out);
 }
+
+/* kill -9 leaves a checkpoint's temporary folder: the next write into that folder of
+ * checkpoints removes it once it is a minute old and its process is gone. */
+TEST(train_resume_stale_temporary_folder_is_swept)
+{
+	char cmd[2048], out[8192];
+	snprintf(cmd, sizeof(cmd),
+		 "G=$(realpath %s); cd %s || exit 9; mkdir -p ck/.last.tmp.999999 ck/.fresh.tmp.999999 && "
+		 "echo x > ck/.last.tmp.999999/model.safetensors && touch -d '-2 minutes' ck/.last.tmp.999999/* "
+		 "ck/.last.tmp.999999 && $G train --device cpu --batch 2 --size 16 --classes 10 --steps 2 "
+		 "--checkpoint-dir ck --out o > log 2>&1; echo \"exit $?\"; ls -a ck",
+		 test_bin(), test_tmpdir());
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0 && strstr(out, "exit 0"), "%s", out);
+	CHECK_MSG(!strstr(out, ".last.tmp.999999"), "%s", out);
+	CHECK_MSG(strstr(out, ".fresh.tmp.999999") != NULL, "%s", out); /* not a minute old */
+	CHECK(strstr(out, "last") != NULL);
+}

@@ -230,6 +230,8 @@ static long tmp_name_pid(const char *name)
 	return *end ? 0 : pid;
 }
 
+static void dir_remove_files(const char *path);
+
 static void tmp_sweep_stale(const char *dir)
 {
 	pthread_mutex_lock(&swept_lock);
@@ -251,9 +253,15 @@ static void tmp_sweep_stale(const char *dir)
 		long pid = tmp_name_pid(e->d_name);
 		if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISREG(st.st_mode) && now - st.st_mtime > TMP_STALE_S)
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || now - st.st_mtime <= TMP_STALE_S)
+			continue;
+		if (S_ISREG(st.st_mode))
 			unlinkat(dirfd(d), e->d_name, 0);
+		else if (S_ISDIR(st.st_mode)) { /* an atomic_dir's folder */
+			char sub[4400];
+			snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+			dir_remove_files(sub);
+		}
 	}
 	closedir(d);
 }
