@@ -488,8 +488,12 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 					   .dynamic = lr_schedule_varies(&sched) };
 	net->label_smoothing = o->label_smoothing;
 #ifdef GP_HAVE_CUDA
-	if (o->deterministic)
+	/* deterministic algorithms, chosen by cuDNN's heuristics: timing them could choose
+	 * another one in the resuming process, which rounds differently */
+	if (o->deterministic) {
 		backend_cuda_set_conv_policy(net, 0, 1);
+		backend_cuda_set_conv_heuristics(net, 1);
+	}
 #endif
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)

@@ -34,8 +34,8 @@ struct train_opts {
 	const char *checkpoint_dir, *resume;
 	int save_every;
 	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
-	int deterministic; /* CUDA: only deterministic convolution algorithms (a resumed run
-			    * then repeats an uninterrupted one bit for bit) */
+	int deterministic; /* CUDA: only deterministic convolution algorithms, from cuDNN's
+			    * heuristics (a resumed run then repeats an uninterrupted one) */
 	int recompute;   /* 1: recompute BN+ReLU outputs in backward (less memory); 2: and
 			  * residual blocks' outputs (net.h's recompute) */
 	enum layout layout; /* LAYOUT_AUTO: NHWC under fp16/bf16, else NCHW */
