@@ -389,17 +389,18 @@ static const struct hcase cases[] = {
 	{ "SIGINT during training",
 	  "!\"$G\" train --model simple_cnn --device cpu --batch 2 --classes 10 --steps 100000 --out o "
 	  "--save o2/w.safetensors > log 2>&1 & p=$!; " WAIT_STEP("log") "kill -INT $p; wait $p",
-	  130, NULL, NULL, "[ ! -e o/train.json ] && [ ! -e o2/w.safetensors ]" },
+	  130, NULL, NULL, "grep -q '\"interrupted\": true' o/train.json && [ ! -e o2/w.safetensors ]" },
 	{ "SIGTERM during training",
 	  "!\"$G\" train --model simple_cnn --device cpu --batch 2 --classes 10 --steps 100000 --out o "
 	  "> log 2>&1 & p=$!; " WAIT_STEP("log") "kill -TERM $p; wait $p",
-	  143, NULL, NULL, "[ ! -e o/train.json ]" },
+	  143, NULL, NULL, "grep -q '\"interrupted\": true' o/train.json" },
 	{ "SIGTERM during a save",
 	  "!\"$G\" train --model resnet50 --device cpu --size 32 --batch 1 --classes 10 --steps 1 "
 	  "--out o --save w.safetensors > log 2>&1 & p=$!; "
 	  "i=0; while ! ls -a | grep -q '^\\.w\\.safetensors\\.tmp' && kill -0 $p 2>/dev/null && "
 	  "[ $i -lt 2000 ]; do sleep 0.005; i=$((i+1)); done; kill -TERM $p; wait $p",
-	  143, NULL, NULL, "[ ! -e w.safetensors ]" },
+	  143, NULL, NULL, "[ ! -e w.safetensors ] || \"$G\" train --model resnet50 --device cpu --size 32 "
+	  "--batch 1 --classes 10 --steps 1 --load w.safetensors --out o1 > /dev/null" },
 	{ "kill -9 during a save, then a new run",
 	  "!\"$G\" train --model resnet50 --device cpu --size 32 --batch 1 --classes 10 --steps 1 "
 	  "--out o --save w.safetensors > log 2>&1 & p=$!; "

@@ -41,6 +41,12 @@ struct backend_ops {
 	int (*grad_accum)(struct net *net, enum grad_accum_mode mode);
 	int (*sync_to_host)(struct net *net);
 	int (*sync_from_host)(struct net *net);
+	/* The optimizer's state to or from host floats, params_count each: the momentum
+	 * buffer (AdamW's exp_avg) and AdamW's exp_avg_sq (NULL under SGD). from_host
+	 * also sets the backend's own count of optimizer steps (the CUDA dropout masks')
+	 * to net->sgd_steps, so a resumed run draws the masks it would have drawn. */
+	int (*optim_state_to_host)(struct net *net, float *momentum, float *exp_avg_sq);
+	int (*optim_state_from_host)(struct net *net, const float *momentum, const float *exp_avg_sq);
 	/* Optional: the whole training step at once (a CUDA graph). Returns 1 when the
 	 * step must run op by op instead. */
 	int (*train_step)(struct net *net, const struct sgd_args *sgd);

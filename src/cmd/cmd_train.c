@@ -2,10 +2,12 @@
  * yardstick does) or on a dataset through the data loader, printing the loss as it
  * goes and img/s (and, with a dataset, the data wait) at the end. */
 #include <jansson.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cmd/args.h"
@@ -15,6 +17,7 @@
 #include "cmd/train_json.h"
 #include "cmd/train_scalars.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "nn/models.h"
 #include "train/trainer.h"
 #include "report/result.h"
@@ -282,8 +285,14 @@ int cmd_train(int argc, char **argv)
 		OPT_PREFETCH(&o.prefetch, "batches in flight per loader worker (2)"),
 		{ "load", OPT_PATH, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_PATH, &save, "save weights after training", 0 },
+		{ "checkpoint-dir", OPT_PATH, &o.checkpoint_dir, "write training checkpoints here: last (each epoch), "
+		  "best (by val top-1), epoch_<n> (--save-every)", 0 },
+		{ "save-every", OPT_INT, &o.save_every, "--checkpoint-dir: keep epoch_<n> every N epochs (0: none)", 0, 1000000 },
+		{ "resume", OPT_PATH, &o.resume, "continue the run of a checkpoint folder (DIR/last) exactly", 0 },
 		{ "log-every", OPT_INT, &log_every, "print the loss every N steps (default: about 20 lines)", 1, ARGS_MAX_STEPS },
 		{ "no-graphs", OPT_FLAG, &o.no_graphs, "run each step op by op (no CUDA graph replay)", 0 },
+		{ "deterministic", OPT_FLAG, &o.deterministic, "GPU: deterministic convolution algorithms only, "
+		  "so that a resumed run repeats an uninterrupted one", 0 },
 		{ "recompute", OPT_FLAG, &o.recompute, "recompute BN+ReLU outputs in backward instead of keeping them", 0 },
 		{ "recompute-blocks", OPT_FLAG, &recompute_blocks,
 		  "--recompute, and residual blocks' outputs too (all but each stage's first)", 0 },
@@ -299,6 +308,13 @@ int cmd_train(int argc, char **argv)
 		OPT_END(),
 	};
 	GP_TRY(args_parse(argc, argv, 1, opts));
+	if (o.save_every && !o.checkpoint_dir)
+		return gp_error(GP_EINVAL, "--save-every needs --checkpoint-dir");
+	if ((o.checkpoint_dir || o.resume) && (repeat > 1 || nproc || cmd_dist_launched()))
+		return gp_error(GP_EINVAL, "--checkpoint-dir and --resume are for one run of one process "
+				"(not with --repeat or several ranks yet)");
+	if (o.resume && load)
+		return gp_error(GP_EINVAL, "--resume brings its own weights: leave out --load");
 	if (repeat > 1 && profile_epochs.n)
 		return gp_error(GP_EINVAL, "--repeat and --profile-epochs cannot go together");
 	if (recompute_blocks)
@@ -377,6 +393,11 @@ int cmd_train(int argc, char **argv)
 		rc = path_file_prepare(save);
 	if (rc == 0 && rank0)
 		rc = result_dir_prepare("train", "train", out, overwrite, dir, sizeof(dir));
+	struct stat ck_st;
+	if (rc == 0 && o.checkpoint_dir && mkdir(o.checkpoint_dir, 0755) != 0 && errno != EEXIST)
+		rc = gp_error(GP_EIO, "--checkpoint-dir: cannot create '%s': %s", o.checkpoint_dir, strerror(errno));
+	else if (rc == 0 && o.checkpoint_dir && (stat(o.checkpoint_dir, &ck_st) != 0 || !S_ISDIR(ck_st.st_mode)))
+		rc = gp_error(GP_EIO, "--checkpoint-dir: '%s' is not a folder", o.checkpoint_dir);
 	if (rc < 0) {
 		dist_abort(o.dist, gp_errmsg());
 		dist_close(o.dist);
@@ -397,6 +418,13 @@ int cmd_train(int argc, char **argv)
 		sc = &scalars;
 	}
 	o.keep_log = 1;
+	/* one process alone stops gracefully on SIGINT or SIGTERM: ranks would wait for
+	 * each other in a collective, so there the first signal still ends the run */
+	int graceful = dist_world(o.dist) == 1 && repeat == 1;
+	if (graceful && (rc = interrupt_catch()) < 0) {
+		dist_close(o.dist);
+		return rc;
+	}
 	if (repeat > 1)
 		rc = train_run_repeated(&o, repeat, &res, &repeat_json, rank0 ? stdout : NULL);
 	else if (!profile_epochs.n) {
@@ -417,6 +445,13 @@ int cmd_train(int argc, char **argv)
 		else
 			rc = rc_sc;
 	}
+	/* a signal after the last step (during --save, say) still ends in its exit status */
+	if (graceful && rc == 0 && interrupt_signal()) {
+		res.interrupted = 1;
+		rc = gp_error(GP_EINTR, "interrupted after the last step");
+	}
+	if (graceful)
+		interrupt_release();
 	if (rc < 0)
 		dist_abort(o.dist, gp_errmsg());
 	dist_close(o.dist);

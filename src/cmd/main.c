@@ -1,6 +1,7 @@
 /* gpuperf: the command table. Only this file exits. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/interrupt.h"
 #include "core/version.h"
 #include "report/result.h"
 
@@ -110,6 +112,8 @@ int main(int argc, char **argv)
 		if (rc < 0) {
 			result_run_dir_abandon();
 			fprintf(stderr, "gpuperf %s: error: %s\n", c->name, gp_errmsg());
+			if (rc == GP_EINTR) /* as a shell reports a death by the signal */
+				return 128 + (interrupt_signal() ? interrupt_signal() : SIGINT);
 			return rc == GP_EINVAL ? 2 : 1;
 		}
 		/* a positive return is an exit status that is not an error (diff's 1) */

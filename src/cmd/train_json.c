@@ -72,6 +72,13 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 		"predicted_peak_bytes", (json_int_t)r->plan.total_bytes);
 	if (j && r->steps)
 		json_object_set_new(j, "last_lr", result_real(r->last_lr));
+	/* a run stopped by SIGINT or SIGTERM holds what it did; a resumed one says where
+	 * its checkpoint's run had got to (its steps and log count from the start) */
+	if (j)
+		json_object_set_new(j, "interrupted", json_boolean(r->interrupted));
+	if (j && o->resume)
+		json_object_set_new(j, "resumed", json_pack("{s:s, s:i, s:i}", "from", o->resume, "step",
+							    r->resumed_step, "epoch", r->resumed_epoch));
 	if (j && r->log) {
 		json_t *lg = json_array();
 		for (int i = 0; lg && i < r->n_log; i++)

@@ -14,6 +14,7 @@ enum gp_err {
 	GP_EDEVICE = -7,   /* any other CUDA/cuDNN/cuBLAS/NCCL/CUPTI/NVML failure */
 	GP_EUNSUPPORTED = -8,
 	GP_ENOTFOUND = -9,
+	GP_EINTR = -10,    /* stopped by SIGINT or SIGTERM (core/interrupt.h); main exits 128 + it */
 };
 
 #if defined(__GNUC__)

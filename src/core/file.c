@@ -122,18 +122,26 @@ enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_LIVE };
 
 static atomic_int tmp_state[TMP_SLOTS];
 static char tmp_paths[TMP_SLOTS][4096];
+/* a temporary folder (atomic_dir): removed after the files, once they are gone */
+static atomic_int tmp_is_dir[TMP_SLOTS];
 
-static int tmp_register(const char *path)
+static int tmp_register_kind(const char *path, int is_dir)
 {
 	for (int i = 0; i < TMP_SLOTS; i++) {
 		int expect = SLOT_FREE;
 		if (!atomic_compare_exchange_strong(&tmp_state[i], &expect, SLOT_FILLING))
 			continue;
 		snprintf(tmp_paths[i], sizeof(tmp_paths[i]), "%s", path);
+		atomic_store(&tmp_is_dir[i], is_dir);
 		atomic_store(&tmp_state[i], SLOT_LIVE);
 		return i;
 	}
 	return -1;
+}
+
+static int tmp_register(const char *path)
+{
+	return tmp_register_kind(path, 0);
 }
 
 static void tmp_unregister(int slot)
@@ -157,7 +165,7 @@ int file_tmp_live_count(void)
  * it unlinks, or is never created. */
 static atomic_int tmp_dying, tmp_creating;
 
-/* unlink, nanosleep and raise are async-signal-safe; the default action then ends
+/* unlink, rmdir, nanosleep and raise are async-signal-safe; the default action then ends
  * the process with the signal, so the parent sees what it sent. */
 static void cleanup_on_signal(int sig)
 {
@@ -167,8 +175,11 @@ static void cleanup_on_signal(int sig)
 		nanosleep(&ms, NULL);
 	}
 	for (int i = 0; i < TMP_SLOTS; i++)
-		if (atomic_load(&tmp_state[i]) == SLOT_LIVE)
+		if (atomic_load(&tmp_state[i]) == SLOT_LIVE && !atomic_load(&tmp_is_dir[i]))
 			unlink(tmp_paths[i]);
+	for (int i = 0; i < TMP_SLOTS; i++)
+		if (atomic_load(&tmp_state[i]) == SLOT_LIVE && atomic_load(&tmp_is_dir[i]))
+			rmdir(tmp_paths[i]);
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
@@ -219,6 +230,8 @@ static long tmp_name_pid(const char *name)
 	return *end ? 0 : pid;
 }
 
+static void dir_remove_files(const char *path);
+
 static void tmp_sweep_stale(const char *dir)
 {
 	pthread_mutex_lock(&swept_lock);
@@ -240,9 +253,15 @@ static void tmp_sweep_stale(const char *dir)
 		long pid = tmp_name_pid(e->d_name);
 		if (!pid || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISREG(st.st_mode) && now - st.st_mtime > TMP_STALE_S)
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || now - st.st_mtime <= TMP_STALE_S)
+			continue;
+		if (S_ISREG(st.st_mode))
 			unlinkat(dirfd(d), e->d_name, 0);
+		else if (S_ISDIR(st.st_mode)) { /* an atomic_dir's folder */
+			char sub[4400];
+			snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+			dir_remove_files(sub);
+		}
 	}
 	closedir(d);
 }
@@ -364,4 +383,133 @@ int atomic_file_write(const char *path, const void *data, size_t len)
 		return gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(err ? err : EIO));
 	}
 	return atomic_file_commit(&af);
+}
+
+/* --- folders that appear complete or not at all ------------------------------------ */
+
+/* Register path (a folder, or a file inside one) with SIGINT and SIGTERM held back,
+ * creating the folder first when is_dir: no signal falls between the two. */
+static int tmp_dir_register(const char *path, int is_dir, int *slot)
+{
+	sigset_t block, old;
+	int rc = 0;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &block, &old);
+	atomic_fetch_add(&tmp_creating, 1);
+	if (atomic_load(&tmp_dying))
+		rc = gp_error(GP_EIO, "cannot write '%s': interrupted", path);
+	else if (is_dir && mkdir(path, 0755) != 0)
+		rc = gp_error(GP_EIO, "cannot create '%s': %s", path, strerror(errno));
+	else if ((*slot = tmp_register_kind(path, is_dir)) < 0) {
+		if (is_dir)
+			rmdir(path);
+		rc = gp_error(GP_EIO, "cannot write '%s': too many files in flight", path);
+	}
+	atomic_fetch_sub(&tmp_creating, 1);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+/* Remove a folder of plain files (what atomic_dir writes); anything else in it stays,
+ * and so does the folder. */
+static void dir_remove_files(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+	rmdir(path);
+}
+
+int atomic_dir_open(struct atomic_dir *ad, const char *path)
+{
+	memset(ad, 0, sizeof(*ad));
+	ad->slot = -1;
+	size_t len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	if (len >= sizeof(ad->path) - 64)
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	memcpy(ad->path, path, len);
+	ad->path[len] = 0;
+	struct stat st;
+	if (lstat(ad->path, &st) == 0 && !S_ISDIR(st.st_mode))
+		return gp_error(GP_EIO, "cannot write '%s': it is %s, not a folder", ad->path,
+				file_kind(st.st_mode));
+	const char *slash = strrchr(ad->path, '/');
+	int dir_len = slash ? (int)(slash - ad->path + 1) : 0;
+	char parent[4096];
+	snprintf(parent, sizeof(parent), "%.*s", dir_len ? dir_len : 1, dir_len ? ad->path : ".");
+	tmp_sweep_stale(parent);
+	if ((size_t)snprintf(ad->tmp_path, sizeof(ad->tmp_path), "%.*s.%s.tmp.%ld", dir_len, ad->path,
+			     ad->path + dir_len, (long)getpid()) >= sizeof(ad->tmp_path))
+		return gp_error(GP_EINVAL, "path too long: '%.64s...'", path);
+	dir_remove_files(ad->tmp_path); /* a run of the same pid that died */
+	return tmp_dir_register(ad->tmp_path, 1, &ad->slot);
+}
+
+int atomic_dir_file(struct atomic_dir *ad, const char *name, char *out, size_t cap)
+{
+	if (ad->n_files >= ATOMIC_DIR_FILES)
+		return gp_error(GP_EINVAL, "more than %d files in '%s'", ATOMIC_DIR_FILES, ad->path);
+	if ((size_t)snprintf(out, cap, "%s/%s", ad->tmp_path, name) >= cap)
+		return gp_error(GP_EINVAL, "path too long: '%s/%s'", ad->path, name);
+	GP_TRY(tmp_dir_register(out, 0, &ad->file_slots[ad->n_files]));
+	ad->n_files++;
+	return 0;
+}
+
+static void atomic_dir_unregister(struct atomic_dir *ad)
+{
+	for (int i = 0; i < ad->n_files; i++)
+		tmp_unregister(ad->file_slots[i]);
+	tmp_unregister(ad->slot);
+	ad->n_files = 0;
+	ad->slot = -1;
+}
+
+/* The folder in place: renamed where nothing is, else exchanged with the old one in
+ * one step (renameat2's RENAME_EXCHANGE), whose files are then removed from the
+ * temporary name. Where the file system cannot exchange, the old folder is moved
+ * aside first: for a moment there is none. */
+int atomic_dir_commit(struct atomic_dir *ad)
+{
+	int fd = open(ad->tmp_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = 0;
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	struct stat st;
+	if (lstat(ad->path, &st) != 0) {
+		if (rename(ad->tmp_path, ad->path) != 0)
+			err = errno;
+	} else if (renameat2(AT_FDCWD, ad->tmp_path, AT_FDCWD, ad->path, RENAME_EXCHANGE) == 0) {
+		dir_remove_files(ad->tmp_path); /* the old folder, now under the temporary name */
+	} else {
+		char aside[4200];
+		snprintf(aside, sizeof(aside), "%s.old", ad->tmp_path);
+		if (rename(ad->path, aside) != 0 || rename(ad->tmp_path, ad->path) != 0)
+			err = errno;
+		dir_remove_files(aside);
+	}
+	if (err)
+		dir_remove_files(ad->tmp_path);
+	atomic_dir_unregister(ad);
+	if (err)
+		return gp_error(GP_EIO, "cannot write '%s': %s", ad->path, strerror(err));
+	return 0;
+}
+
+void atomic_dir_abort(struct atomic_dir *ad)
+{
+	if (ad->slot < 0)
+		return;
+	dir_remove_files(ad->tmp_path);
+	atomic_dir_unregister(ad);
 }

@@ -37,6 +37,28 @@ void atomic_file_abort(struct atomic_file *af);
 /* Write len bytes as path, atomically. */
 int atomic_file_write(const char *path, const void *data, size_t len);
 
+/* A folder that appears complete or not at all: its files are written into
+ * ".NAME.tmp.PID" beside path, which commit renames into place (exchanging it with an
+ * existing folder of that name in one step, then removing the old files). Until then
+ * the folder and the files named through atomic_dir_file are registered, so that
+ * file_cleanup_on_signals' handler removes them. */
+#define ATOMIC_DIR_FILES 8
+struct atomic_dir {
+	char path[4096];
+	char tmp_path[4096];
+	int slot;
+	int file_slots[ATOMIC_DIR_FILES];
+	int n_files;
+};
+
+int atomic_dir_open(struct atomic_dir *ad, const char *path);
+/* The path (into out) of file `name` in the temporary folder, registered for removal;
+ * write it with atomic_file (or atomic_file_write). */
+int atomic_dir_file(struct atomic_dir *ad, const char *name, char *out, size_t cap);
+int atomic_dir_commit(struct atomic_dir *ad);
+/* Give up: remove the temporary folder and its files. */
+void atomic_dir_abort(struct atomic_dir *ad);
+
 /* Install SIGINT and SIGTERM handlers that unlink the live temporary files, then
  * die of the same signal (main calls this once). A command that handles a signal
  * itself restores this handler when it is done. */

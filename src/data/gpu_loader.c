@@ -78,6 +78,8 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	if (cfg->batch < 1 || cfg->size != dataset_size(ds))
 		return gp_error(GP_EINVAL, "gpu loader: batch %d, size %d (dataset's %d)",
 				cfg->batch, cfg->size, dataset_size(ds));
+	if (cfg->start_batch < 0)
+		return gp_error(GP_EINVAL, "loader start batch %ld is negative", cfg->start_batch);
 	if (cfg->drop_last && count < cfg->batch)
 		return gp_error(GP_EINVAL, "%d images make no full batch of %d", count, cfg->batch);
 	struct gpu_loader *l = calloc(1, sizeof(*l));
@@ -89,6 +91,7 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	l->count = count;
 	l->per_epoch = cfg->drop_last ? count / cfg->batch : (count + cfg->batch - 1) / cfg->batch;
 	l->perm_epoch = -1;
+	l->seq = cfg->start_batch;
 	l->perm = malloc(sizeof(*l->perm) * count);
 	l->bad = calloc(count, sizeof(*l->bad));
 	l->failed = calloc(cfg->batch, 1);

@@ -22,6 +22,7 @@ struct gpu_loader_config {
 	uint64_t seed;
 	int device;    /* CUDA device */
 	enum gpu_batch_layout layout;
+	long start_batch; /* the first batch delivered, counted over epochs (a resumed run's) */
 };
 
 struct gpu_batch {

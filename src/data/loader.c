@@ -211,6 +211,8 @@ static int config_check(const struct dataset *ds, const struct loader_config *c)
 					c->shards);
 		count /= c->shards;
 	}
+	if (c->start_batch < 0)
+		return gp_error(GP_EINVAL, "loader start batch %ld is negative", c->start_batch);
 	if (c->batch < 1 || c->prefetch < 1)
 		return gp_error(GP_EINVAL, "loader needs batch >= 1 and prefetch >= 1 "
 				"(got %d, %d)", c->batch, c->prefetch);
@@ -243,6 +245,7 @@ int loader_create(struct dataset *ds, const struct loader_config *cfg, struct lo
 	l->sample_floats = (size_t)3 * cfg->size * cfg->size;
 	l->n_slots = (cfg->workers > 0 ? cfg->workers : 1) * cfg->prefetch;
 	l->host_free = host_free_fn;
+	l->next_claim = l->next_deliver = cfg->start_batch;
 	atomic_init(&l->stop, 0);
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cond_free, NULL);

@@ -22,6 +22,11 @@ struct loader_config {
 	 * torch's DistributedSampler with drop_last: every rank shuffles the same order,
 	 * cut to a multiple of shards, and takes every shards-th sample from its own. */
 	int shard, shards;
+	/* The first batch to deliver, counted over all epochs (epoch x batches per epoch
+	 * + index): a resumed run starts where the checkpoint stopped. Orders and
+	 * augmentation draw from (seed, epoch, sample), never from a running state, so
+	 * the batches are those an uninterrupted loader would have delivered. */
+	long start_batch;
 };
 
 struct batch {

@@ -685,3 +685,119 @@ int checkpoint_list(const char *path, FILE *out)
 	file_close(&cf);
 	return 0;
 }
+
+/* --- tensors that are not a net's -------------------------------------------------------- */
+
+static const enum st_dtype blob_st[] = { [CKPT_F32] = ST_F32, [CKPT_F64] = ST_F64, [CKPT_I64] = ST_I64 };
+
+static uint64_t blob_bytes(const struct ckpt_blob *b)
+{
+	uint64_t n = 1;
+	for (int d = 0; d < b->ndim; d++)
+		n *= (uint64_t)b->dims[d];
+	return n * st_dtypes[blob_st[b->dtype]].bytes;
+}
+
+int checkpoint_write_tensors(const char *path, const struct ckpt_blob *t, int n,
+			     const char *const *meta, int n_meta)
+{
+	json_t *root = json_object(), *md = json_object();
+	char *json = NULL;
+	struct atomic_file af;
+	uint64_t offset = 0;
+	int rc = 0;
+	if (!root || !md) {
+		json_decref(md);
+		rc = gp_error(GP_ENOMEM, "out of memory writing '%s'", path);
+		goto out;
+	}
+	for (int i = 0; i < n_meta; i++)
+		json_object_set_new(md, meta[2 * i], json_string(meta[2 * i + 1]));
+	json_object_set_new(root, "__metadata__", md);
+	for (int i = 0; i < n; i++) {
+		uint64_t end = offset + blob_bytes(&t[i]);
+		json_t *shape = json_array();
+		for (int d = 0; d < t[i].ndim; d++)
+			json_array_append_new(shape, json_integer(t[i].dims[d]));
+		json_object_set_new(root, t[i].name,
+				    json_pack("{s:s, s:o, s:[I, I]}", "dtype", st_dtypes[blob_st[t[i].dtype]].name,
+					      "shape", shape, "data_offsets", (json_int_t)offset, (json_int_t)end));
+		offset = end;
+	}
+	json = json_dumps(root, JSON_COMPACT);
+	if (!json) {
+		rc = gp_error(GP_ENOMEM, "out of memory writing '%s'", path);
+		goto out;
+	}
+	if ((rc = atomic_file_open(&af, path)) < 0)
+		goto out;
+	size_t json_bytes = strlen(json), pad_bytes = (8 - json_bytes % 8) % 8;
+	uint64_t header_bytes = json_bytes + pad_bytes;
+	int bad = fwrite(&header_bytes, 8, 1, af.f) != 1 || fwrite(json, 1, json_bytes, af.f) != json_bytes ||
+		  fwrite("       ", 1, pad_bytes, af.f) != pad_bytes;
+	for (int i = 0; i < n && !bad; i++) {
+		size_t bytes = (size_t)blob_bytes(&t[i]);
+		bad = bytes && fwrite(t[i].data, 1, bytes, af.f) != bytes;
+	}
+	if (bad) {
+		rc = gp_error(GP_EIO, "cannot write '%s': %s", path, strerror(errno));
+		atomic_file_abort(&af);
+		goto out;
+	}
+	rc = atomic_file_commit(&af);
+out:
+	free(json);
+	json_decref(root);
+	return rc;
+}
+
+int checkpoint_read_tensors(const char *path, struct ckpt_blob *t, int n,
+			    int (*meta)(void *user, const char *key, const char *value), void *user)
+{
+	struct ckpt_file cf;
+	char shape[CKPT_SHAPE_STR], want[CKPT_SHAPE_STR];
+	int rc = 0;
+	GP_TRY(file_open(&cf, path));
+	json_t *md = json_object_get(cf.header, "__metadata__");
+	const char *key;
+	json_t *val;
+	if (meta && md)
+		json_object_foreach(md, key, val)
+			if ((rc = meta(user, key, json_string_value(val))) < 0)
+				goto out;
+	for (int i = 0; i < n; i++) {
+		const struct ckpt_tensor *f = NULL;
+		for (int j = 0; j < cf.n_tensors && !f; j++)
+			if (!strcmp(cf.tensors[j].name, t[i].name))
+				f = &cf.tensors[j];
+		if (!f) {
+			rc = gp_error(GP_EFORMAT, "'%s' has no '%s'", path, t[i].name);
+			goto out;
+		}
+		int any = t[i].dims[0] < 0, same = f->dtype == blob_st[t[i].dtype] && f->ndim == t[i].ndim;
+		for (int d = any; same && d < t[i].ndim; d++)
+			same = f->dims[d] == t[i].dims[d];
+		if (!same) {
+			rc = gp_error(GP_EFORMAT, "'%s': '%s' is %s %s, expected %s %s", path, t[i].name,
+				      st_dtypes[f->dtype].name, shape_format(shape, f->dims, f->ndim),
+				      st_dtypes[blob_st[t[i].dtype]].name, shape_format(want, t[i].dims, t[i].ndim));
+			goto out;
+		}
+		size_t bytes = (size_t)(f->end - f->begin);
+		if (any) {
+			t[i].dims[0] = f->dims[0];
+			if (!(t[i].data = malloc(bytes ? bytes : 1))) {
+				rc = gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
+				goto out;
+			}
+		}
+		if (fseeko(cf.f, (off_t)(cf.data_start + f->begin), SEEK_SET) ||
+		    (bytes && fread(t[i].data, 1, bytes, cf.f) != bytes)) {
+			rc = gp_error(GP_EIO, "cannot read '%s' from '%s' (file changed?)", t[i].name, path);
+			goto out;
+		}
+	}
+out:
+	file_close(&cf);
+	return rc;
+}

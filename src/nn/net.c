@@ -747,6 +747,24 @@ int net_sync_from_host(struct net *net)
 	return net->bk ? net_backend(net)->sync_from_host(net) : 0;
 }
 
+int net_optim_state_to_host(struct net *net, float *momentum, float *exp_avg_sq)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	GP_TRY(net_wait(net));
+	return net_backend(net)->optim_state_to_host(net, momentum, exp_avg_sq);
+}
+
+int net_optim_state_from_host(struct net *net, const float *momentum, const float *exp_avg_sq)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	if ((exp_avg_sq != NULL) != (net->optim.kind == OPTIM_ADAMW))
+		return gp_error(GP_EINVAL, "optimizer state %s exp_avg_sq for a net set up for %s",
+				exp_avg_sq ? "with" : "without", net->optim.kind == OPTIM_ADAMW ? "AdamW" : "SGD");
+	return net_backend(net)->optim_state_from_host(net, momentum, exp_avg_sq);
+}
+
 int net_grads_to_host(struct net *net, float *dst)
 {
 	if (!net->bk)

@@ -108,6 +108,13 @@ int net_wait(struct net *net);
 int net_sync_to_host(struct net *net);
 int net_sync_from_host(struct net *net);
 
+/* The optimizer's state (a training checkpoint's): momentum (SGD's buffer, AdamW's
+ * exp_avg) and exp_avg_sq (AdamW's; NULL under SGD), params_count host floats each,
+ * from any backend. The step count is net->sgd_steps and the loss scaler net->scaler,
+ * both on the host: from_host reads sgd_steps (set it first). Between steps only. */
+int net_optim_state_to_host(struct net *net, float *momentum, float *exp_avg_sq);
+int net_optim_state_from_host(struct net *net, const float *momentum, const float *exp_avg_sq);
+
 /* Copy the parameter gradients (params_count floats) or the last node's output
  * (batch x classes floats) to host memory, from any backend. */
 int net_grads_to_host(struct net *net, float *dst);

@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 
 #include "core/cpuload.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/names.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
@@ -23,6 +25,7 @@
 #include "nn/checkpoint.h"
 #include "nn/models.h"
 #include "train/evaluate.h"
+#include "train/train_state.h"
 #ifdef GP_HAVE_CUDA
 #include "data/pinned.h"
 #endif
@@ -277,7 +280,7 @@ static int train_val_check(const struct train_opts *o, int classes, struct train
 /* Start the loader and settle the step count (epochs win over steps). Batch
  * buffers are pinned on the CUDA backend so the copy in runs at full speed. */
 static int train_data_start(const struct train_opts *o, int size, struct train_data *d,
-			    struct net *net, int *steps, struct train_result *res)
+			    struct net *net, int *steps, struct train_result *res, long start_batch)
 {
 	if (o->decode_gpu) {
 		/* straight into the net's 16-bit NHWC input where it takes one, else floats */
@@ -296,7 +299,7 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 					"yet: use --decode cpu with data parallelism");
 		struct gpu_loader_config gc = { .batch = o->batch, .size = size, .train = 1,
 						.drop_last = 1, .seed = o->seed, .device = o->device,
-						.layout = layout };
+						.layout = layout, .start_batch = start_batch };
 		GP_TRY(gpu_loader_create(d->ds, &gc, &d->gl));
 		res->batches_per_epoch = gpu_loader_batches_per_epoch(d->gl);
 		goto epochs;
@@ -310,7 +313,7 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 		.batch = o->batch, .workers = o->workers,
 		.prefetch = o->prefetch > 1 || (o->prefetch == 1 && o->workers > 1) ? o->prefetch : 2,
 		.size = size, .train = 1, .drop_last = 1, .seed = o->seed,
-		.shard = dist_rank(o->dist), .shards = dist_world(o->dist),
+		.shard = dist_rank(o->dist), .shards = dist_world(o->dist), .start_batch = start_batch,
 	};
 	GP_TRY(loader_create(d->ds, &lc, &d->ld));
 	res->batches_per_epoch = loader_batches_per_epoch(d->ld);
@@ -527,6 +530,75 @@ static int train_epoch_end(const struct train_opts *o, const struct train_observ
 	return obs && obs->on_epoch ? obs->on_epoch(obs->user, net, e) : 0;
 }
 
+/* --- checkpoints (train_state.h): the hooks of the loop below ------------------------ */
+
+/* What this run is, as a checkpoint records it and a resume must match. */
+static void ckpt_describe(struct train_state *st, const struct train_opts *o, const struct net *net,
+			  int k, int epoch_steps, long steps)
+{
+	snprintf(st->model, sizeof(st->model), "%s", net->model);
+	st->classes = net->classes;
+	st->in_c = net->in_c;
+	st->in_h = net->in_h;
+	st->in_w = net->in_w;
+	snprintf(st->precision, sizeof(st->precision), "%s", train_precision_name(o->precision));
+	snprintf(st->optimizer, sizeof(st->optimizer), "%s", train_optimizer_name_at(o->sgd.kind));
+	st->batch = o->batch;
+	st->grad_accum = k;
+	st->steps_per_epoch = epoch_steps;
+	st->total_steps = steps;
+	st->seed = o->seed;
+}
+
+/* The run's position after `done` steps into ck->st, where a checkpoint takes it: with
+ * the epochs summed up so far and the sums of the one under way. */
+static void ckpt_position(struct train_ckpt *ck, const struct net *net, const struct train_result *res,
+			  long done, int k, const struct epoch_acc *ea, const struct train_data *data,
+			  double t_run0)
+{
+	struct train_state *st = &ck->st;
+	double now = gp_now_s();
+	st->step = done;
+	st->epoch = (int)(done / st->steps_per_epoch);
+	st->sgd_steps = net->sgd_steps;
+	st->loader_batch = done * k;
+	st->scaler = net->scaler;
+	st->first_loss = res->first_loss;
+	st->log = res->log;
+	st->n_log = res->n_log;
+	st->history = res->history;
+	st->n_history = res->n_history;
+	double acc[TRAIN_STATE_ACC] = { ea->loss_sum, ea->correct, ea->images, ea->trained, ea->reads,
+					now - ea->t0, data->wait_ms_total + data->copy_ms_total - ea->wait_ms0,
+					now - t_run0 };
+	memcpy(st->acc, acc, sizeof(acc));
+}
+/* --resume: the checkpoint's run must be this one; then its weights, optimizer state
+ * and history take the place of the fresh ones. */
+static int ckpt_resume(const struct train_opts *o, struct net *net, const struct train_state *rs,
+		       const struct train_state *want, struct train_result *res)
+{
+	GP_TRY(train_state_check(o->resume, rs, want));
+	if (rs->step >= want->total_steps)
+		return gp_error(GP_EINVAL, "--resume: checkpoint '%s' is at step %ld of %ld: nothing left to "
+				"train (raise --epochs)", o->resume, rs->step, want->total_steps);
+	GP_TRY(train_state_load_weights(o->resume, net));
+	GP_TRY(net_sync_from_host(net));
+	GP_TRY(train_state_restore(o->resume, net, rs));
+	res->resumed_step = (int)rs->step;
+	res->resumed_epoch = rs->epoch;
+	res->first_loss = rs->first_loss;
+	if (res->log) {
+		memcpy(res->log, rs->log, sizeof(*res->log) * rs->n_log);
+		res->n_log = rs->n_log;
+	}
+	if (res->history && rs->n_history > 0) {
+		memcpy(res->history, rs->history, sizeof(*res->history) * rs->n_history);
+		res->n_history = rs->n_history;
+	}
+	return 0;
+}
+
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log)
 {
@@ -542,6 +614,14 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	int classes = o->classes, steps = o->steps, rc = 0;
 	int k = o->grad_accum > 1 ? o->grad_accum : 1;
 	struct lr_schedule_cfg sched = o->schedule;
+	struct train_state rs = { 0 };
+	struct train_ckpt ck = { .dir = o->checkpoint_dir, .save_every = o->save_every, .log = log,
+				 .st = { .best_val_top1 = NAN, .val_top1 = NAN } };
+	long start = 0;
+	if (o->resume && (rc = train_state_read(o->resume, &rs)) < 0)
+		goto out;
+	start = rs.step;
+	ck.st.best_val_top1 = o->resume ? rs.best_val_top1 : NAN;
 	mo.batch = o->batch;
 	mo.seed = o->seed;
 	mo.dropout = o->dropout;
@@ -579,6 +659,14 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	net->optim = (struct optim_setup){ .kind = o->sgd.kind, .grad_accum = k,
 					   .dynamic = lr_schedule_varies(&sched) };
 	net->label_smoothing = o->label_smoothing;
+#ifdef GP_HAVE_CUDA
+	/* deterministic algorithms, chosen by cuDNN's heuristics: timing them could choose
+	 * another one in the resuming process, which rounds differently */
+	if (o->deterministic) {
+		backend_cuda_set_conv_policy(net, 0, 1);
+		backend_cuda_set_conv_heuristics(net, 1);
+	}
+#endif
 	rc = net_setup(net, o->backend, GP_F32, o->precision);
 	if (rc < 0)
 		goto out;
@@ -587,7 +675,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		net_enable_loss_scaling(net);
 	res->mem_after_setup = net->mem;
 	if (data.ds) {
-		if ((rc = train_data_start(o, mo.size, &data, net, &steps, res)) < 0)
+		if ((rc = train_data_start(o, mo.size, &data, net, &steps, res, rs.loader_batch)) < 0)
 			goto out;
 	} else {
 		rc = train_synthetic_batch(o->batch * world, 3, mo.size, mo.size, classes, o->seed, &x,
@@ -625,11 +713,13 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	sched.total_steps = steps;
 	if ((rc = lr_schedule_check(&sched)) < 0)
 		goto out;
-	int warmup = o->warmup >= 0 ? o->warmup : (steps / 10 < 10 ? steps / 10 : 10);
-	if (warmup >= steps)
-		warmup = steps - 1;
+	/* warmup and timing count this process's steps, from the resumed one */
+	int run_steps = steps - (int)start;
+	int warmup = o->warmup >= 0 ? o->warmup : (run_steps / 10 < 10 ? run_steps / 10 : 10);
+	if (warmup >= run_steps)
+		warmup = run_steps - 1;
 	int every = o->log_every ? o->log_every : (steps + 19) / 20;
-	if (o->keep_log && !(res->log = calloc((size_t)(steps / every + 3), sizeof(*res->log)))) {
+	if (o->keep_log && !(res->log = calloc((size_t)(steps / every + 3 + rs.n_log), sizeof(*res->log)))) {
 		rc = gp_error(GP_ENOMEM, "cannot allocate the log of %d steps", steps);
 		goto out;
 	}
@@ -645,6 +735,11 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	}
 	if (data.val)
 		res->val_images = dataset_count(data.val);
+	ckpt_describe(&ck.st, o, net, k, epoch_steps, steps);
+	if (o->resume && (rc = ckpt_resume(o, net, &rs, &ck.st, res)) < 0)
+		goto out;
+	if (warmup < 0)
+		warmup = 0;
 	if (log) {
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, ", o->model,
 			train_device_name(o->backend), train_precision_name(o->precision), o->batch, mo.size,
@@ -674,13 +769,22 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				"batches of %d (the last padded)\n", dataset_count(data.val),
 				o->eval_every > 0 ? o->eval_every : 1, o->batch);
 	}
+	if (log && o->resume)
+		fprintf(log, "resumed from %s: epoch %d, step %ld of %d\n", o->resume, rs.epoch, start, steps);
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
 	double t0 = gp_now_s(), t_timed = t0, val_timed_s = 0;
 	struct epoch_acc ea = { .t0 = t0 };
+	if (o->resume) { /* the epoch under way at the checkpoint goes on, as does the clock */
+		ea = (struct epoch_acc){ .loss_sum = rs.acc[0], .correct = rs.acc[1], .images = rs.acc[2],
+					 .trained = rs.acc[3], .reads = (int)rs.acc[4],
+					 .t0 = t0 - rs.acc[5], .wait_ms0 = -rs.acc[6] };
+		t_run0 = t0 - rs.acc[7];
+	}
 	struct cpu_mark cpu0, cpu1; /* CPU load over the timed steps, as their rate */
 	cpu_mark_now(&cpu0);
-	for (int step = 0; step < steps; step++) {
-		if (step == warmup) {
+	int done = steps; /* steps done when the loop ends: fewer when a signal stops it */
+	for (int step = (int)start; step < steps; step++) {
+		if (step == start + warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
 			t_timed = gp_now_s();
@@ -747,7 +851,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  lr %9.3e  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
 					step + 1, steps, loss, 100.0 * correct / (images * world), sgd.lr,
-					pt.img_s, 1e3 * train_el / (step + 1), train_el / (step + 1) * (steps - step - 1));
+					pt.img_s, 1e3 * train_el / (step + 1 - start),
+					train_el / (step + 1 - start) * (steps - step - 1));
 				fflush(log);
 			}
 		}
@@ -759,24 +864,46 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			rc = train_epoch_end(o, obs, net, &data, step / epoch_steps, n_epochs, step + 1,
 					     sgd.lr, &ea, t_run0, gp_now_s(), res, &val_s, log);
 			res->val_s += val_s;
-			if (step >= warmup)
+			if (step >= start + warmup)
 				val_timed_s += val_s;
 			if (rc < 0)
 				goto out;
 			ea = (struct epoch_acc){ .t0 = gp_now_s(),
 						 .wait_ms0 = data.wait_ms_total + data.copy_ms_total };
 		}
+		if ((step + 1) % epoch_steps == 0 && ck.dir) {
+			const struct train_epoch_summary *e = res->n_history ? &res->history[res->n_history - 1] : NULL;
+			ckpt_position(&ck, net, res, step + 1, k, &ea, &data, t_run0);
+			if ((rc = train_checkpoint_epoch_end(&ck, net, (step + 1) / epoch_steps, step + 1,
+							     e && e->has_val ? e->val_top1 : NAN)) < 0)
+				goto out;
+		}
+		/* SIGINT or SIGTERM: this step is done; keep what it has and stop */
+		if (interrupt_signal() && step + 1 < steps) {
+			done = step + 1;
+			res->interrupted = 1;
+			if (log)
+				fprintf(log, "interrupted by %s after step %d of %d\n",
+					interrupt_signal() == SIGTERM ? "SIGTERM" : "SIGINT", done, steps);
+			ckpt_position(&ck, net, res, done, k, &ea, &data, t_run0);
+			if (ck.dir && (rc = train_checkpoint_interrupted(&ck, net)) < 0)
+				goto out;
+			break;
+		}
 	}
 	double t_end = gp_now_s();
 	cpu_mark_now(&cpu1);
 	cpu_load_between(&cpu0, &cpu1, &res->cpu);
-	int timed = steps - warmup;
+	if (done - start <= warmup) /* stopped in the warmup: time every step */
+		t_timed = t0, warmup = 0;
+	int timed = done - (int)start - warmup;
+	steps = done;
 	res->steps = steps;
 	res->timed_steps = timed;
 	res->total_s = t_end - t0;
 	res->ms_per_step = 1e3 * (t_end - t_timed - val_timed_s) / timed;
 	if (train_data_on(&data))
-		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / steps;
+		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / (steps - start);
 	if ((rc = gather_rank_times(o->dist, res)) < 0)
 		goto out;
 	res->buckets = net->buckets.n;
@@ -810,13 +937,21 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback);
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;
-		res->copy_ms = data.copy_ms_total / steps;
-		res->data_wait_pct = res->total_s > res->val_s ? 100 * res->data_wait_ms * steps /
+		res->copy_ms = data.copy_ms_total / (steps - start);
+		res->data_wait_pct = res->total_s > res->val_s ? 100 * res->data_wait_ms * (steps - start) /
 							(1e3 * (res->total_s - res->val_s)) : 0;
 		if (log)
 			fprintf(log, "data: %.2f ms per step waiting for batches (%.1f%% of step time, "
 				"copy in %.2f ms), %ld corrupt images skipped\n", res->data_wait_ms,
 				res->data_wait_pct, res->copy_ms, res->skipped_corrupt);
+	}
+	if (res->interrupted) {
+		if (ck.dir)
+			rc = gp_error(GP_EINTR, "interrupted after step %d; resume with --resume %s/last", steps,
+				      ck.dir);
+		else
+			rc = gp_error(GP_EINTR, "interrupted after step %d", steps);
+		goto out;
 	}
 	if (o->save && rank == 0) {
 		if ((rc = net_sync_to_host(net)) < 0 || (rc = checkpoint_save(net, o->save)) < 0)
@@ -843,6 +978,7 @@ out:
 	gpu_loader_destroy(data.gl);
 	dataset_close(data.ds);
 	dataset_close(data.val);
+	train_state_free(&rs);
 	free(x);
 	free(labels);
 	net_free(net);

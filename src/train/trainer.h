@@ -29,7 +29,14 @@ struct train_opts {
 	int grad_accum;         /* micro-batches of `batch` per optimizer step (0, 1: one) */
 	int keep_log;           /* record every logged step in res->log (train_result_free) */
 	const char *load, *save;
+	/* Training checkpoints (train_state.h, docs/checkpoints.md): last (and best) in
+	 * checkpoint_dir at each epoch's end, epoch_<n> every save_every epochs; resume
+	 * continues the checkpoint folder's run where it stopped, exactly. */
+	const char *checkpoint_dir, *resume;
+	int save_every;
 	int no_graphs;   /* run every step op by op instead of replaying a CUDA graph */
+	int deterministic; /* CUDA: only deterministic convolution algorithms, from cuDNN's
+			    * heuristics (a resumed run then repeats an uninterrupted one) */
 	int recompute;   /* 1: recompute BN+ReLU outputs in backward (less memory); 2: and
 			  * residual blocks' outputs (net.h's recompute) */
 	enum layout layout; /* LAYOUT_AUTO: NHWC under fp16/bf16, else NCHW */
@@ -126,6 +133,10 @@ struct train_result {
 	char transport[8];    /* the group's host transport (dist_transport_name) */
 	double rank_ms_per_step[TRAIN_MAX_RANKS], rank_data_wait_ms[TRAIN_MAX_RANKS];
 	double last_lr;              /* the rate of the last step */
+	/* steps and epochs done by the run of a --resume checkpoint before this one (0),
+	 * and whether SIGINT or SIGTERM stopped this one early (GP_EINTR) */
+	int resumed_step, resumed_epoch;
+	int interrupted;
 	struct train_log_point *log; /* with keep_log: n_log points; train_result_free */
 	int n_log;
 	/* Runs given in epochs, or with validation: one summary per epoch

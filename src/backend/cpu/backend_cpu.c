@@ -207,6 +207,38 @@ static int cpu_sync_to_host(struct net *net)
 	return 0;
 }
 
+static int cpu_optim_state_to_host(struct net *net, float *momentum, float *exp_avg_sq)
+{
+	struct backend_state *b = net->bk;
+	for (int k = 0; k < 2; k++) {
+		float *dst = k ? exp_avg_sq : momentum;
+		void *src = k ? b->exp_avg_sq : b->momentum;
+		if (!dst || !src)
+			continue;
+		if (is_f64(net))
+			cpu_copy_out_f64(dst, src, net->params_count);
+		else
+			cpu_copy_out_f32(dst, src, net->params_count);
+	}
+	return 0;
+}
+
+static int cpu_optim_state_from_host(struct net *net, const float *momentum, const float *exp_avg_sq)
+{
+	struct backend_state *b = net->bk;
+	for (int k = 0; k < 2; k++) {
+		const float *src = k ? exp_avg_sq : momentum;
+		void *dst = k ? b->exp_avg_sq : b->momentum;
+		if (!dst || !src)
+			continue;
+		if (is_f64(net))
+			cpu_copy_in_f64(dst, src, net->params_count);
+		else
+			cpu_copy_in_f32(dst, src, net->params_count);
+	}
+	return 0;
+}
+
 static int cpu_setup(struct net *net)
 {
 	size_t e = dtype_size(net->dtype);
@@ -365,6 +397,8 @@ const struct backend_ops backend_cpu_ops = {
 	.grad_accum = cpu_grad_accum,
 	.sync_to_host = cpu_sync_to_host,
 	.sync_from_host = cpu_sync_from_host,
+	.optim_state_to_host = cpu_optim_state_to_host,
+	.optim_state_from_host = cpu_optim_state_from_host,
 	.grads_to_host = cpu_grads_to_host,
 	.tensor_to_host = cpu_tensor_to_host,
 	.logits_to_host = cpu_logits_to_host,

@@ -40,6 +40,7 @@ struct backend_state {
 	cudaGraphExec_t step_exec;
 	struct sgd_args step_sgd;
 	int graph_failed;
+	int eager_steps; /* steps run op by op since set-up: the first is never captured */
 	/* Mixed precision (fp16/bf16): 16-bit activations in ht, NHWC when nhwc; 16-bit
 	 * copies of the weights (cast before each use, as autocast does; convolution
 	 * weights KRSC under NHWC) and of the convolution weight gradients (converted into
@@ -230,5 +231,7 @@ int cuda_optim_upload(struct net *net, const struct sgd_args *a);
 int cuda_optim_enqueue(struct net *net, const struct sgd_args *a);
 int cuda_optim_same_graph(const struct net *net, const struct sgd_args *x, const struct sgd_args *y);
 int cuda_grad_accum(struct net *net, enum grad_accum_mode mode);
+int cuda_optim_state_to_host(struct net *net, float *momentum, float *exp_avg_sq);
+int cuda_optim_state_from_host(struct net *net, const float *momentum, const float *exp_avg_sq);
 
 #endif

@@ -94,3 +94,28 @@ int cuda_grad_accum(struct net *net, enum grad_accum_mode mode)
 		return gp_error(GP_EINVAL, "gradient accumulation on a net set up without it (net->optim)");
 	return grad_accum_cuda(b->ctx->stream, mode, net->params_count, b->grads, b->grad_acc);
 }
+
+int cuda_optim_state_to_host(struct net *net, float *momentum, float *exp_avg_sq)
+{
+	GP_TRY(bind_device(net));
+	struct backend_state *b = net->bk;
+	size_t bytes = net->params_count * sizeof(float);
+	GP_TRY(cuda_copy_d2h(b->ctx, momentum, b->momentum, bytes));
+	if (exp_avg_sq && b->exp_avg_sq)
+		GP_TRY(cuda_copy_d2h(b->ctx, exp_avg_sq, b->exp_avg_sq, bytes));
+	return 0;
+}
+
+/* The device's step counter (the dropout masks read it) follows net->sgd_steps. */
+int cuda_optim_state_from_host(struct net *net, const float *momentum, const float *exp_avg_sq)
+{
+	GP_TRY(bind_device(net));
+	struct backend_state *b = net->bk;
+	size_t bytes = net->params_count * sizeof(float);
+	unsigned long long step = (unsigned long long)net->sgd_steps;
+	GP_TRY(cuda_copy_h2d(b->ctx, b->momentum, momentum, bytes));
+	if (exp_avg_sq && b->exp_avg_sq)
+		GP_TRY(cuda_copy_h2d(b->ctx, b->exp_avg_sq, exp_avg_sq, bytes));
+	GP_TRY(cuda_copy_h2d(b->ctx, b->d_step, &step, sizeof(step)));
+	return cuda_ctx_sync(b->ctx);
+}

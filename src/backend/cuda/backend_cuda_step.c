@@ -81,8 +81,12 @@ int cuda_train_step(struct net *net, const struct sgd_args *sgd)
 	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
 	cudaStream_t s = b->ctx->stream;
-	if (b->graph_failed || sgd->first_step)
+	/* the first step of a set-up runs eagerly also when a resumed run's optimizer is
+	 * past its first step: what a step makes on first use is there before a capture */
+	if (b->graph_failed || sgd->first_step || !b->eager_steps) {
+		b->eager_steps++;
 		return 1;
+	}
 	GP_TRY(cuda_optim_upload(net, sgd)); /* outside the capture: the graph reads them */
 	if (b->step_exec && !cuda_optim_same_graph(net, &b->step_sgd, sgd)) {
 		cudaGraphExecDestroy(b->step_exec);
