@@ -157,6 +157,74 @@ static void check_resume_exact(enum optim_kind kind)
 	train_result_free(&r_resumed);
 }
 
+/* With validation, stopped inside an epoch: the resumed run's history is the whole
+ * run's (every figure but the clock's), the epoch cut in two included, and best is
+ * the epoch with the highest val top-1. */
+TEST(train_resume_mid_epoch_keeps_the_history)
+{
+	char ds[512], cmd[1200], out[4096], whole[600], part[600], a[800], b[700];
+	snprintf(ds, sizeof(ds), "%s/dsv", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out %s --classes 3 --images 64 --size 40x40 "
+		 "--threads 1 --val-fraction 0.25", test_bin(), ds);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	snprintf(whole, sizeof(whole), "%s/vwhole", test_tmpdir());
+	snprintf(part, sizeof(part), "%s/vpart", test_tmpdir());
+	snprintf(b, sizeof(b), "%s/vpart2", test_tmpdir());
+	struct train_opts o = resume_opts(ds, OPTIM_SGD);
+	o.eval_every = 1;
+	struct train_result rw, rs, rr;
+	o.checkpoint_dir = whole;
+	CHECK_MSG(train_run(&o, &rw, NULL) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(rw.n_history, 4);
+	/* SIGINT in the middle of epoch 3 (steps 13..18) */
+	struct stop_at s = { 15 };
+	struct train_observer ob = { .after_step = raise_at, .user = &s };
+	o.checkpoint_dir = part;
+	CHECK(interrupt_catch() == 0);
+	CHECK_EQ_INT(train_run_observed(&o, &ob, &rs, NULL), GP_EINTR);
+	interrupt_release();
+	CHECK(interrupt_catch() == 0);
+	interrupt_release();
+	CHECK_EQ_INT(rs.n_history, 2);
+	snprintf(a, sizeof(a), "%s/last", part);
+	o.resume = a;
+	o.checkpoint_dir = b;
+	CHECK_MSG(train_run(&o, &rr, NULL) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(rr.n_history, 4);
+	double best = -1;
+	int best_epoch = 0;
+	for (int i = 0; i < 4 && i < rr.n_history && i < rw.n_history; i++) {
+		const struct train_epoch_summary *p = &rw.history[i], *q = &rr.history[i];
+		CHECK_MSG(p->epoch == q->epoch && p->step == q->step && p->lr == q->lr &&
+			  p->train_loss == q->train_loss && p->train_top1 == q->train_top1 &&
+			  p->has_val && q->has_val && p->val_loss == q->val_loss &&
+			  p->val_top1 == q->val_top1 && p->val_top5 == q->val_top5 &&
+			  p->val_images == 16 && q->val_images == 16,
+			  "epoch %d: train loss %.17g / %.17g, val loss %.17g / %.17g", p->epoch,
+			  p->train_loss, q->train_loss, p->val_loss, q->val_loss);
+		CHECK(q->time_s >= (i ? rr.history[i - 1].time_s : 0));
+		if (p->val_top1 > best)
+			best = p->val_top1, best_epoch = p->epoch;
+	}
+	struct train_state st;
+	snprintf(a, sizeof(a), "%s/best", b);
+	if (best_epoch > 2) { /* best came after the resume: written by the resumed run */
+		CHECK_MSG(train_state_read(a, &st) == 0, "%s", gp_errmsg());
+		CHECK_EQ_INT(st.epoch, best_epoch);
+		CHECK(st.val_top1 == best && st.best_val_top1 == best);
+		train_state_free(&st);
+	}
+	snprintf(a, sizeof(a), "%s/best", whole);
+	CHECK_MSG(train_state_read(a, &st) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(st.epoch, best_epoch);
+	CHECK(st.best_val_top1 == best);
+	CHECK_EQ_INT(st.n_history, best_epoch);
+	train_state_free(&st);
+	train_result_free(&rw);
+	train_result_free(&rs);
+	train_result_free(&rr);
+}
+
 TEST(train_resume_sgd_cosine_is_bit_identical)
 {
 	check_resume_exact(OPTIM_SGD);

@@ -47,7 +47,8 @@ struct train_opts {
 	const char *data;
 	/* Validation (evaluate.h): val_data is a dataset spec read in eval mode; NULL
 	 * takes data's own split where it has one (DIR/val beside DIR/train, CIFAR-10's
-	 * test batch), else none. Every eval_every epochs (0: 1) and after the last. */
+	 * test batch), else none. Every eval_every epochs and after the last; 0 (as
+	 * train_opts_default leaves it): never. */
 	const char *val_data;
 	int eval_every;
 	int workers;  /* loader threads (0: decode in the training thread) */
