@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -813,6 +814,52 @@ static int doc_events(const struct doc *d, const char *begin, const char *end,
 	}
 }
 
+/* A gzip-compressed trace (torch.profiler's export_chrome_trace("x.json.gz"), TensorBoard's
+ * plugin reads them too), inflated whole into *buf. */
+static int read_gz(const char *path, char **buf, size_t *len)
+{
+	gzFile z = gzopen(path, "rb");
+	if (!z)
+		return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno ? errno : EIO));
+	size_t cap = 1 << 20, n = 0;
+	char *b = malloc(cap + 1);
+	int rc = 0;
+	while (b) {
+		if (n == cap) {
+			char *g = cap > ((size_t)1 << 34) ? NULL : realloc(b, 2 * cap + 1);
+			if (!g) {
+				free(b);
+				b = NULL;
+				break;
+			}
+			b = g;
+			cap *= 2;
+		}
+		int got = gzread(z, b + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
+		if (got < 0) {
+			int zerr;
+			const char *msg = gzerror(z, &zerr);
+			rc = gp_error(GP_EFORMAT, "'%s' is not a readable gzip file: %s", path,
+				      msg ? msg : "?");
+			break;
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	gzclose(z);
+	if (!b)
+		return gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	b[n] = 0;
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
 int chrome_trace_read(const char *path, struct trace *t)
 {
 	char *text;
@@ -820,7 +867,11 @@ int chrome_trace_read(const char *path, struct trace *t)
 	const char *ev_begin, *ev_end;
 	int rc;
 	trace_init(t);
-	GP_TRY(file_read_all(path, &text, &len));
+	size_t plen = strlen(path);
+	if (plen > 3 && !strcmp(path + plen - 3, ".gz"))
+		GP_TRY(read_gz(path, &text, &len));
+	else
+		GP_TRY(file_read_all(path, &text, &len));
 	struct doc d = { path, text, text + len };
 	json_t *root = json_object();
 	if (!root) {
