@@ -141,7 +141,17 @@ static void check_known_analysis(const struct analysis *a)
 	ad = find_advice(a, "bigger_batch");
 	CHECK(ad && fabs(ad->value - 0.4) < 1e-9);
 	CHECK(find_advice(a, "cuda_graphs") == NULL);
-	CHECK_EQ_INT(a->n_advice, 3);
+	/* each with its estimate: the wait hidden 1 / (1 - 0.2); twice the batch at
+	 * 40% busy 2 / 1.4; the 1 ms copy (no kernel beside it) of the 10 ms step gone */
+	ad = find_advice(a, "loader_workers");
+	CHECK(ad && fabs(ad->est_speedup - 1.25) < 1e-9);
+	ad = find_advice(a, "bigger_batch");
+	CHECK(ad && fabs(ad->est_speedup - 2 / 1.4) < 1e-9);
+	ad = find_advice(a, "h2d_copies");
+	CHECK(ad && fabs(ad->value - 0.1) < 1e-9 && fabs(ad->est_speedup - 1 / 0.9) < 1e-9);
+	ad = find_advice(a, "amp");
+	CHECK(ad && fabs(ad->est_speedup - advice_est_tensor_cores(a->ev.math_share)) < 1e-12);
+	CHECK_EQ_INT(a->n_advice, 4);
 }
 
 TEST(trace_analysis_known_step)
@@ -154,7 +164,7 @@ TEST(trace_analysis_known_step)
 	json_t *j = analysis_to_json(&a);
 	CHECK(j != NULL);
 	CHECK_NEAR(json_real_value(json_object_get(j, "gpu_busy_share")), 0.4, 1e-9);
-	CHECK_EQ_INT(json_array_size(json_object_get(j, "advice")), 3);
+	CHECK_EQ_INT(json_array_size(json_object_get(j, "advice")), 4);
 	json_decref(j);
 	analysis_free(&a);
 	trace_free(&t);

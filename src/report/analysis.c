@@ -89,7 +89,10 @@ int analysis_run(const struct trace *t, struct analysis *a)
 	for (int i = 0; i < a->n_steps; i++)
 		a->steps_total_ms += a->steps[i].dur_ms;
 	analysis_sort_ops(a, a->n_kernels > 0);
-	advice_rules(a);
+	rc = advice_evidence(t, a);
+	if (rc < 0)
+		goto fail;
+	analysis_advise(a);
 	free(k);
 	free(dstage);
 	attrib_free(&at);

@@ -93,6 +93,7 @@ int op_tables(const struct trace *t, const struct attrib *at, const signed char 
 
 /* --- advice (analysis_advice.c) --- */
 
-void advice_rules(struct analysis *a);
+/* Fill a->ev from t (after the breakdown and the op tables). */
+int advice_evidence(const struct trace *t, struct analysis *a);
 
 #endif

@@ -214,7 +214,8 @@ void analysis_print(const struct analysis *a, FILE *f)
 	if (!a->n_advice)
 		fprintf(f, "  none: no rule fired\n");
 	for (int i = 0; i < a->n_advice; i++)
-		fprintf(f, "  [%s] %s\n", a->advice[i].rule, a->advice[i].text);
+		fprintf(f, "  [%s] %s (estimated %.2fx)\n", a->advice[i].rule, a->advice[i].text,
+			a->advice[i].est_speedup);
 }
 
 static json_t *ops_json(const struct analysis_op *ops, int n, const char *unit)
@@ -259,10 +260,12 @@ json_t *analysis_to_json(const struct analysis *a)
 	for (int i = 0; steps && i < a->n_steps; i++)
 		json_array_append_new(steps, step_json(&a->steps[i]));
 	for (int i = 0; advice && i < a->n_advice; i++)
-		json_array_append_new(advice, json_pack("{s:s, s:o, s:o, s:s}", "rule",
+		json_array_append_new(advice, json_pack("{s:s, s:o, s:o, s:o, s:s}", "rule",
 							a->advice[i].rule, "value",
 							result_real(a->advice[i].value), "threshold",
-							result_real(a->advice[i].threshold), "text",
+							result_real(a->advice[i].threshold),
+							"est_speedup",
+							result_real(a->advice[i].est_speedup), "text",
 							a->advice[i].text));
 	json_t *j = json_pack("{s:{s:s, s:i, s:s, s:s}, s:o, s:o, s:o, s:o, s:o, s:I, s:o, s:o, "
 			 "s:o, s:o, s:o, s:o, s:o, s:o}",
@@ -373,8 +376,9 @@ void analysis_markdown_print(const struct analysis *a, FILE *f)
 	if (!a->n_advice)
 		fprintf(f, "No rule fired.\n");
 	for (int i = 0; i < a->n_advice; i++)
-		fprintf(f, "- **%s** (measured %.3g, threshold %.3g): %s\n", a->advice[i].rule,
-			a->advice[i].value, a->advice[i].threshold, a->advice[i].text);
+		fprintf(f, "- **%s** (measured %.3g, threshold %.3g, estimated %.2fx): %s\n",
+			a->advice[i].rule, a->advice[i].value, a->advice[i].threshold,
+			a->advice[i].est_speedup, a->advice[i].text);
 }
 
 int analysis_write_markdown(const struct analysis *a, const char *path)
