@@ -290,7 +290,7 @@ TEST(trace_chrome_schema)
 	CHECK(json_is_array(evs));
 	size_t i;
 	json_t *ev;
-	int n_x = 0, n_s = 0, n_f = 0, n_mem = 0, sorted = 1, bad_x = 0;
+	int n_x = 0, n_s = 0, n_f = 0, n_mem = 0, sorted = 1, bad_x = 0, n_loader = 0;
 	double last_ts = -1;
 	uint64_t s_ids[16], f_ids[16];
 	json_array_foreach(evs, i, ev) {
@@ -305,6 +305,8 @@ TEST(trace_chrome_schema)
 				 !json_is_number(json_object_get(ev, "dur")) ||
 				 !json_object_get(ev, "pid") || !json_object_get(ev, "tid");
 			const char *cat = json_string_value(json_object_get(ev, "cat"));
+			n_loader += !strcmp(json_string_value(json_object_get(ev, "name")),
+					    CHROME_TRACE_DATALOADER);
 			if (!strcmp(cat, "kernel")) {
 				/* GPU rows: pid = device, tid = stream; the launching layer's id. */
 				CHECK_EQ_INT(json_integer_value(json_object_get(ev, "pid")), 0);
@@ -325,7 +327,10 @@ TEST(trace_chrome_schema)
 	}
 	CHECK(sorted);
 	CHECK_EQ_INT(bad_x, 0);
-	CHECK_EQ_INT(n_x, 15); /* 11 host ranges + 4 GPU activities */
+	/* 11 host ranges + 4 GPU activities + the step's data wait under the name
+	 * TensorBoard's plugin takes as DataLoader time */
+	CHECK_EQ_INT(n_x, 16);
+	CHECK_EQ_INT(n_loader, 1);
 	CHECK_EQ_INT(n_mem, 4);
 	CHECK_EQ_INT(n_s, 3); /* the memcpy has no launch in this trace */
 	CHECK_EQ_INT(n_f, 3);

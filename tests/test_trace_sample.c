@@ -408,3 +408,48 @@ TEST(trace_analyze_compares_epoch_folders)
 	if (f)
 		fclose(f);
 }
+
+/* TensorBoard's PyTorch Profiler plugin (torch-tb-profiler, from PyPI) loads our
+ * traces, when installed: a CPU run's (no device listed, so nothing divides by a
+ * device's 0 bytes; memory as Kineto's CPU device) and the GPU sample's (memory on
+ * GPU 0, and the steps' data waits as its DataLoader time: the sample waits 21.3% of
+ * its steps). */
+TEST(trace_tensorboard_plugin_reads)
+{
+	static char out[65536];
+	char cmd[2048];
+	if (test_run("python3 -c 'import torch_tb_profiler.profiler.data'", out, sizeof(out)) != 0)
+		SKIP("python package torch_tb_profiler (torch-tb-profiler) not importable");
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "%s profile --device cpu --model simple_cnn --batch 4 --size 32 "
+		 "--steps 2 --warmup 1 --baseline-steps 1 --out '%s/cpu' > /dev/null 2>&1 && "
+		 "python3 tools/check_tb_profiler.py '%s'/cpu/profiler_logs/*.pt.trace.json 2>&1",
+		 test_bin(), dir, dir);
+	for (int run = 0; run < 2; run++) {
+		if (run == 1)
+			snprintf(cmd, sizeof(cmd), "python3 tools/check_tb_profiler.py "
+				 SAMPLE_DIR "/profiler_trace.json 2>&1");
+		int rc = test_run(cmd, out, sizeof(out));
+		CHECK_MSG(rc == 0, "the plugin failed (%d): %.3000s", rc, out);
+		const char *line = strstr(out, "TB_JSON ");
+		CHECK(line != NULL);
+		if (!line)
+			continue;
+		json_t *j = json_loads(line + 8, JSON_DISABLE_EOF_CHECK, NULL);
+		CHECK(j != NULL);
+		json_t *peaks = json_object_get(j, "memory_peaks");
+		CHECK_EQ_INT(json_integer_value(json_object_get(j, "steps")), run ? 3 : 2);
+		if (run == 0) {
+			CHECK_EQ_INT(json_array_size(json_object_get(j, "device_props")), 0);
+			CHECK(json_integer_value(json_object_get(peaks, "0:-1")) > 0);
+		} else {
+			CHECK_EQ_INT(json_array_size(json_object_get(j, "device_props")), 1);
+			CHECK(json_integer_value(json_object_get(peaks, "1:0")) == 150 << 20);
+			double loader = json_number_value(json_object_get(j, "dataloader_us"));
+			double step = json_number_value(json_object_get(j, "step_us"));
+			CHECK_MSG(step > 0 && fabs(loader / step - 0.213) < 0.01, "%.0f of %.0f us", loader,
+				  step);
+		}
+		json_decref(j);
+	}
+}

@@ -80,6 +80,7 @@ struct trace_meta {
 	uint64_t gpu_mem_bytes;
 	int pid;
 	char host[64];
+	int written_by_us;        /* read from a trace gpuperf wrote (its "gpuperf" object) */
 };
 
 #define TRACE_STACK_MAX 64

@@ -54,6 +54,10 @@ static int range_part(const struct trace_range *r)
 		return PART_RUNTIME;
 	if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, "data"))
 		return PART_DATA;
+	/* torch's DataLoader iterator (and the copy of it gpuperf writes for TensorBoard) */
+	if ((r->cat == TRACE_USER_ANNOTATION || r->cat == TRACE_CPU_OP) &&
+	    !strncmp(r->name, "enumerate(DataLoader)#", 22))
+		return PART_DATA;
 	if (r->cat == TRACE_USER_ANNOTATION && !strncmp(r->name, "ProfilerStep#", 13))
 		return -1;
 	return PART_CPU;
