@@ -454,3 +454,32 @@ TEST(profile_failed_side_file_keeps_the_result)
 							"profiled_steps")), 2);
 	json_decref(j);
 }
+
+/* The optimizer step's range takes torch.profiler's name for the optimizer the net
+ * was set up with: "Optimizer.step#AdamW.step" for AdamW, not SGD's. */
+TEST(profiler_names_the_optimizer_step)
+{
+	struct net *net = tiny_net();
+	CHECK(net != NULL);
+	if (!net)
+		return;
+	static const struct {
+		enum optim_kind kind;
+		const char *name;
+	} cases[] = { { OPTIM_SGD, "Optimizer.step#SGD.step" },
+		      { OPTIM_ADAMW, "Optimizer.step#AdamW.step" } };
+	enum optim_kind saved = net->optim.kind;
+	for (size_t c = 0; c < 2; c++) {
+		struct profiler p;
+		net->optim.kind = cases[c].kind;
+		CHECK_EQ_INT(profiler_init(&p, net, 0, 1, 0), 0);
+		if (test_failed())
+			break;
+		CHECK(p.opt_name && !strcmp(p.opt_name, cases[c].name));
+		const struct trace_layer *l = &p.trace.layers[p.trace.n_layers - 1];
+		CHECK(!strcmp(l->name, cases[c].name) && !strcmp(l->op, "optimizer"));
+		profiler_free(&p);
+	}
+	net->optim.kind = saved;
+	net_free(net);
+}

@@ -141,7 +141,17 @@ static void check_known_analysis(const struct analysis *a)
 	ad = find_advice(a, "bigger_batch");
 	CHECK(ad && fabs(ad->value - 0.4) < 1e-9);
 	CHECK(find_advice(a, "cuda_graphs") == NULL);
-	CHECK_EQ_INT(a->n_advice, 3);
+	/* each with its estimate: the wait hidden 1 / (1 - 0.2); twice the batch at
+	 * 40% busy 2 / 1.4; the 1 ms copy (no kernel beside it) of the 10 ms step gone */
+	ad = find_advice(a, "loader_workers");
+	CHECK(ad && fabs(ad->est_speedup - 1.25) < 1e-9);
+	ad = find_advice(a, "bigger_batch");
+	CHECK(ad && fabs(ad->est_speedup - 2 / 1.4) < 1e-9);
+	ad = find_advice(a, "h2d_copies");
+	CHECK(ad && fabs(ad->value - 0.1) < 1e-9 && fabs(ad->est_speedup - 1 / 0.9) < 1e-9);
+	ad = find_advice(a, "amp");
+	CHECK(ad && fabs(ad->est_speedup - advice_est_tensor_cores(a->ev.math_share)) < 1e-12);
+	CHECK_EQ_INT(a->n_advice, 4);
 }
 
 TEST(trace_analysis_known_step)
@@ -154,7 +164,7 @@ TEST(trace_analysis_known_step)
 	json_t *j = analysis_to_json(&a);
 	CHECK(j != NULL);
 	CHECK_NEAR(json_real_value(json_object_get(j, "gpu_busy_share")), 0.4, 1e-9);
-	CHECK_EQ_INT(json_array_size(json_object_get(j, "advice")), 3);
+	CHECK_EQ_INT(json_array_size(json_object_get(j, "advice")), 4);
 	json_decref(j);
 	analysis_free(&a);
 	trace_free(&t);
@@ -280,7 +290,7 @@ TEST(trace_chrome_schema)
 	CHECK(json_is_array(evs));
 	size_t i;
 	json_t *ev;
-	int n_x = 0, n_s = 0, n_f = 0, n_mem = 0, sorted = 1, bad_x = 0;
+	int n_x = 0, n_s = 0, n_f = 0, n_mem = 0, sorted = 1, bad_x = 0, n_loader = 0;
 	double last_ts = -1;
 	uint64_t s_ids[16], f_ids[16];
 	json_array_foreach(evs, i, ev) {
@@ -295,6 +305,8 @@ TEST(trace_chrome_schema)
 				 !json_is_number(json_object_get(ev, "dur")) ||
 				 !json_object_get(ev, "pid") || !json_object_get(ev, "tid");
 			const char *cat = json_string_value(json_object_get(ev, "cat"));
+			n_loader += !strcmp(json_string_value(json_object_get(ev, "name")),
+					    CHROME_TRACE_DATALOADER);
 			if (!strcmp(cat, "kernel")) {
 				/* GPU rows: pid = device, tid = stream; the launching layer's id. */
 				CHECK_EQ_INT(json_integer_value(json_object_get(ev, "pid")), 0);
@@ -315,7 +327,10 @@ TEST(trace_chrome_schema)
 	}
 	CHECK(sorted);
 	CHECK_EQ_INT(bad_x, 0);
-	CHECK_EQ_INT(n_x, 15); /* 11 host ranges + 4 GPU activities */
+	/* 11 host ranges + 4 GPU activities + the step's data wait under the name
+	 * TensorBoard's plugin takes as DataLoader time */
+	CHECK_EQ_INT(n_x, 16);
+	CHECK_EQ_INT(n_loader, 1);
 	CHECK_EQ_INT(n_mem, 4);
 	CHECK_EQ_INT(n_s, 3); /* the memcpy has no launch in this trace */
 	CHECK_EQ_INT(n_f, 3);

@@ -301,3 +301,155 @@ TEST(trace_sample_hta_reads)
 	analysis_free(&a);
 	trace_free(&t);
 }
+
+/* A trace file as the argument (plain and gzip-compressed, as torch.profiler exports
+ * them), its outputs in --output-dir: the same analysis as from its folder. */
+TEST(trace_analyze_trace_file_and_output_dir)
+{
+	static char out[65536];
+	char cmd[2048], path[700];
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/in' && gzip -c " SAMPLE_DIR "/profiler_trace.json > "
+		 "'%s/in/run.pt.trace.json.gz' && %s analyze '%s/in/run.pt.trace.json.gz' --output-dir '%s/gz'",
+		 dir, dir, test_bin(), dir, dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "analyze .gz failed (%d): %.2000s", rc, out);
+	snprintf(cmd, sizeof(cmd), "%s analyze " SAMPLE_DIR "/profiler_trace.json --output-dir '%s/plain'",
+		 test_bin(), dir);
+	rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "analyze .json failed (%d): %.2000s", rc, out);
+	double busy[2] = { 0, 0 };
+	const char *sub[2] = { "gz", "plain" };
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s/analysis.json", dir, sub[i]);
+		json_t *j = json_load_file(path, 0, NULL);
+		CHECK_MSG(j != NULL, "no %s", path);
+		if (!j)
+			continue;
+		CHECK_EQ_INT(json_array_size(json_object_get(j, "steps")), 3);
+		busy[i] = json_real_value(json_object_get(j, "gpu_busy_share"));
+		json_decref(j);
+		snprintf(path, sizeof(path), "%s/%s/profile_report.md", dir, sub[i]);
+		FILE *f = fopen(path, "r");
+		CHECK_MSG(f != NULL, "no %s", path);
+		if (f)
+			fclose(f);
+	}
+	CHECK(busy[0] > 0.3 && busy[0] == busy[1]);
+	/* nothing written beside the committed sample */
+	FILE *f = fopen(SAMPLE_DIR "/analysis.json", "r");
+	CHECK(f == NULL);
+	if (f)
+		fclose(f);
+	/* a file that is not a trace, a corrupt .gz: one line each */
+	snprintf(cmd, sizeof(cmd), "echo x > '%s/notes.txt' && %s analyze '%s/notes.txt'", dir, test_bin(), dir);
+	CHECK(test_run(cmd, out, sizeof(out)) != 0);
+	CHECK(strstr(out, "is not a trace file") != NULL);
+	CHECK(strchr(out, '\n') == out + strlen(out) - 1);
+	snprintf(cmd, sizeof(cmd), "printf '\\037\\213\\010\\000garbage' > '%s/bad.json.gz' && %s analyze '%s/bad.json.gz'",
+		 dir, test_bin(), dir);
+	CHECK(test_run(cmd, out, sizeof(out)) != 0);
+	CHECK(strchr(out, '\n') == out + strlen(out) - 1);
+}
+
+/* A parent folder of profile_epoch_* folders: each is analysed (into --output-dir/NAME)
+ * and the comparison table holds one row per folder, in name order, with its
+ * figures. */
+TEST(trace_analyze_compares_epoch_folders)
+{
+	static char out[262144];
+	char cmd[2048], path[700];
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd),
+		 "mkdir -p '%s/run/profile_epoch_0_x' '%s/run/profile_epoch_2_y/profiler_logs' && "
+		 "cp " SAMPLE_DIR "/profiler_trace.json '%s/run/profile_epoch_0_x/' && "
+		 "cp " SAMPLE_DIR "/profiler_trace.json '%s/run/profile_epoch_2_y/profiler_logs/h_1.1.pt.trace.json' && "
+		 "%s analyze '%s/run' --output-dir '%s/cmp'",
+		 dir, dir, dir, dir, test_bin(), dir, dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "analyze failed (%d): %.2000s", rc, out);
+	CHECK(strstr(out, "profiles compared") != NULL);
+	snprintf(path, sizeof(path), "%s/cmp/comparison.json", dir);
+	json_t *j = json_load_file(path, 0, NULL);
+	CHECK(j != NULL);
+	json_t *rows = json_object_get(j, "profiles");
+	CHECK_EQ_INT(json_array_size(rows), 2);
+	snprintf(path, sizeof(path), "%s/cmp/profile_epoch_0_x/analysis.json", dir);
+	json_t *a = json_load_file(path, 0, NULL);
+	CHECK(a != NULL);
+	if (j && a && json_array_size(rows) == 2) {
+		json_t *r0 = json_array_get(rows, 0), *r1 = json_array_get(rows, 1);
+		CHECK(!strcmp(json_string_value(json_object_get(r0, "folder")), "profile_epoch_0_x"));
+		CHECK(!strcmp(json_string_value(json_object_get(r1, "folder")), "profile_epoch_2_y"));
+		json_t *mean = json_object_get(a, "mean_step");
+		CHECK_NEAR(json_real_value(json_object_get(r0, "mean_step_ms")),
+			   json_real_value(json_object_get(mean, "dur_ms")), 1e-9);
+		CHECK_NEAR(json_real_value(json_object_get(json_object_get(r0, "device_stage_ms"), "optimizer")),
+			   json_real_value(json_object_get(json_object_get(mean, "device_stage_ms"), "optimizer")), 1e-9);
+		CHECK_NEAR(json_real_value(json_object_get(r0, "gpu_busy_pct")),
+			   100 * json_real_value(json_object_get(a, "gpu_busy_share")), 1e-6);
+		CHECK(strstr(json_string_value(json_object_get(r0, "advice")), "loader_workers") != NULL);
+	}
+	json_decref(a);
+	json_decref(j);
+	snprintf(path, sizeof(path), "%s/cmp/comparison.md", dir);
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	if (f)
+		fclose(f);
+	/* one folder without a trace fails the whole run before any is analysed */
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/run/profile_epoch_3_z' && %s analyze '%s/run' --output-dir '%s/cmp2'",
+		 dir, test_bin(), dir, dir);
+	CHECK(test_run(cmd, out, sizeof(out)) != 0);
+	CHECK(strstr(out, "profile_epoch_3_z") != NULL);
+	snprintf(path, sizeof(path), "%s/cmp2/profile_epoch_0_x/analysis.json", dir);
+	f = fopen(path, "r");
+	CHECK(f == NULL);
+	if (f)
+		fclose(f);
+}
+
+/* TensorBoard's PyTorch Profiler plugin (torch-tb-profiler, from PyPI) loads our
+ * traces, when installed: a CPU run's (no device listed, so nothing divides by a
+ * device's 0 bytes; memory as Kineto's CPU device) and the GPU sample's (memory on
+ * GPU 0, and the steps' data waits as its DataLoader time: the sample waits 21.3% of
+ * its steps). */
+TEST(trace_tensorboard_plugin_reads)
+{
+	static char out[65536];
+	char cmd[2048];
+	if (test_run("python3 -c 'import torch_tb_profiler.profiler.data'", out, sizeof(out)) != 0)
+		SKIP("python package torch_tb_profiler (torch-tb-profiler) not importable");
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "%s profile --device cpu --model simple_cnn --batch 4 --size 32 "
+		 "--steps 2 --warmup 1 --baseline-steps 1 --out '%s/cpu' > /dev/null 2>&1 && "
+		 "python3 tools/check_tb_profiler.py '%s'/cpu/profiler_logs/*.pt.trace.json 2>&1",
+		 test_bin(), dir, dir);
+	for (int run = 0; run < 2; run++) {
+		if (run == 1)
+			snprintf(cmd, sizeof(cmd), "python3 tools/check_tb_profiler.py "
+				 SAMPLE_DIR "/profiler_trace.json 2>&1");
+		int rc = test_run(cmd, out, sizeof(out));
+		CHECK_MSG(rc == 0, "the plugin failed (%d): %.3000s", rc, out);
+		const char *line = strstr(out, "TB_JSON ");
+		CHECK(line != NULL);
+		if (!line)
+			continue;
+		json_t *j = json_loads(line + 8, JSON_DISABLE_EOF_CHECK, NULL);
+		CHECK(j != NULL);
+		json_t *peaks = json_object_get(j, "memory_peaks");
+		CHECK_EQ_INT(json_integer_value(json_object_get(j, "steps")), run ? 3 : 2);
+		if (run == 0) {
+			CHECK_EQ_INT(json_array_size(json_object_get(j, "device_props")), 0);
+			CHECK(json_integer_value(json_object_get(peaks, "0:-1")) > 0);
+		} else {
+			CHECK_EQ_INT(json_array_size(json_object_get(j, "device_props")), 1);
+			CHECK(json_integer_value(json_object_get(peaks, "1:0")) == 150 << 20);
+			double loader = json_number_value(json_object_get(j, "dataloader_us"));
+			double step = json_number_value(json_object_get(j, "step_us"));
+			CHECK_MSG(step > 0 && fabs(loader / step - 0.213) < 0.01, "%.0f of %.0f us", loader,
+				  step);
+		}
+		json_decref(j);
+	}
+}

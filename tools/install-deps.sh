@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
 	build-essential pkg-config libjansson-dev libopenblas-dev libcairo2-dev \
-	libturbojpeg0-dev fonts-dejavu-core python3 python3-pip clang \
+	libturbojpeg0-dev zlib1g-dev fonts-dejavu-core python3 python3-pip clang \
 	libopenmpi-dev openmpi-bin >/dev/null
 # libFuzzer's runtime for `make fuzz`: a package of its own in newer LLVM packaging
 # (Debian 12, Ubuntu 24.04); older releases ship it in libclang-common, which clang
@@ -20,10 +20,11 @@ if apt-cache show libclang-rt-dev >/dev/null 2>&1; then
 	$SUDO apt-get install -y -qq --no-install-recommends libclang-rt-dev >/dev/null
 fi
 # Python packages for the interoperability tests (they skip without them): safetensors
-# reads our checkpoints, tensorboard our event files, Holistic Trace Analysis our
+# reads our checkpoints, tensorboard our event files (torch-tb-profiler, its PyTorch
+# Profiler tab, our traces, without torch), Holistic Trace Analysis our
 # traces (it needs psutil without declaring it, and fails on pandas 3 for some traces).
 PIP="python3 -m pip install -q --disable-pip-version-check"
-PKGS="safetensors numpy tensorboard HolisticTraceAnalysis psutil pandas<3"
+PKGS="safetensors numpy tensorboard torch-tb-profiler HolisticTraceAnalysis psutil pandas<3"
 # shellcheck disable=SC2086
 $PIP $PKGS 2>/dev/null || $PIP --break-system-packages $PKGS || \
 	echo "note: could not install the Python test packages; their tests will skip"

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "nn/models.h"
 #include "train/trainer.h"
+#include "report/analysis.h"
 #include "report/result.h"
 #include "report/table.h"
 
@@ -23,6 +24,7 @@ struct trial {
 	struct train_opts o;
 	struct train_result r;
 	int kept;
+	double est; /* the estimated speed-up (analysis.h's estimators), 0: none */
 };
 
 static int advise_measure(struct trial *t, int i, int n_planned)
@@ -41,10 +43,11 @@ static int advise_measure(struct trial *t, int i, int n_planned)
 
 static json_t *trial_json(const struct trial *t, double base_img_s)
 {
-	return json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:b}", "change", t->change,
+	return json_pack("{s:s, s:s, s:i, s:i, s:s, s:o, s:o, s:o, s:o, s:b}", "change", t->change,
 			 "reason", t->reason, "batch", t->o.batch, "workers", t->o.workers,
 			 "precision", train_precision_name(t->o.precision), "img_s", result_real(t->r.img_s),
-			 "speedup", result_real(base_img_s > 0 ? t->r.img_s / base_img_s : 0.0), "data_wait_pct",
+			 "speedup", result_real(base_img_s > 0 ? t->r.img_s / base_img_s : 0.0),
+			 "est_speedup", t->est > 0 ? result_real(t->est) : json_null(), "data_wait_pct",
 			 result_real(t->r.data_wait_pct), "kept", t->kept);
 }
 
@@ -120,6 +123,9 @@ int cmd_advise(int argc, char **argv)
 	const struct train_result *b = &t[0].r;
 	/* diagnose: each rule carries the number that triggered it */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	/* advise has no trace: its estimates take the step outside the data wait as
+	 * the device's work (docs/profile.md, "Advice rules") */
+	double wait = b->data_wait_pct / 100 < 0 ? 0 : b->data_wait_pct / 100 > 1 ? 1 : b->data_wait_pct / 100;
 	/* more workers: only where they decode (--decode gpu has no worker threads) */
 	if (has_data && !base.decode_gpu && b->data_wait_pct >= 10) {
 		int w = base.workers ? 2 * base.workers : 2;
@@ -129,6 +135,7 @@ int cmd_advise(int argc, char **argv)
 			snprintf(t[n].change, sizeof(t[n].change), "--workers %d", w);
 			snprintf(t[n].reason, sizeof(t[n].reason),
 				 "the step waited for data %.0f%% of its time", b->data_wait_pct);
+			t[n].est = advice_est_removed(wait);
 			n++;
 		}
 	}
@@ -137,6 +144,7 @@ int cmd_advise(int argc, char **argv)
 		t[n].o.precision = PREC_TF32;
 		snprintf(t[n].change, sizeof(t[n].change), "--precision tf32");
 		snprintf(t[n].reason, sizeof(t[n].reason), "FP32 math on a GPU whose tensor cores take TF32");
+		t[n].est = advice_est_tensor_cores(1 - wait);
 		n++;
 	}
 	if (n < ADVISE_MAX) {
@@ -145,6 +153,7 @@ int cmd_advise(int argc, char **argv)
 		snprintf(t[n].change, sizeof(t[n].change), "--batch %d", 2 * base.batch);
 		snprintf(t[n].reason, sizeof(t[n].reason), "%.2f ms per step: more work per launch and per copy",
 			 b->ms_per_step);
+		t[n].est = advice_est_bigger_batch(1 - wait);
 		n++;
 	}
 	for (int i = 1; i < n; i++)
@@ -179,6 +188,10 @@ int cmd_advise(int argc, char **argv)
 		t[n].o = combo;
 		snprintf(t[n].change, sizeof(t[n].change), "all kept changes together");
 		snprintf(t[n].reason, sizeof(t[n].reason), "%d fixes paid on their own", kept);
+		t[n].est = 1;
+		for (int i = 1; i < n; i++)
+			if (t[i].kept && t[i].est > 0)
+				t[n].est *= t[i].est;
 		if ((rc = advise_measure(&t[n], n, n + 1)) < 0)
 			return rc;
 		combined = n++;
@@ -188,16 +201,23 @@ int cmd_advise(int argc, char **argv)
 	table_init(&tab);
 	table_add_col(&tab, "change", TABLE_LEFT);
 	table_add_col(&tab, "img/s", TABLE_RIGHT);
-	table_add_col(&tab, "speed-up", TABLE_RIGHT);
+	table_add_col(&tab, "speed-up", TABLE_LEFT);
 	table_add_col(&tab, "data wait %", TABLE_RIGHT);
 	table_add_col(&tab, "verdict", TABLE_LEFT);
 	table_add_col(&tab, "why it was tried", TABLE_LEFT);
-	for (int i = 0; i < n; i++)
-		table_add_row(&tab, "%s\t%.1f\t%.2fx\t%.1f\t%s\t%s", t[i].change, t[i].r.img_s,
-			      t[i].r.img_s / b->img_s, t[i].r.data_wait_pct,
+	for (int i = 0; i < n; i++) {
+		char gain[64];
+		if (t[i].est > 0)
+			snprintf(gain, sizeof(gain), "estimated %.2fx, measured %.2fx", t[i].est,
+				 t[i].r.img_s / b->img_s);
+		else
+			snprintf(gain, sizeof(gain), "%.2fx", t[i].r.img_s / b->img_s);
+		table_add_row(&tab, "%s\t%.1f\t%s\t%.1f\t%s\t%s", t[i].change, t[i].r.img_s,
+			      gain, t[i].r.data_wait_pct,
 			      i == 0 ? "-" : t[i].kept ? "keep" : i == combined ? "combined"
 			      : t[i].r.img_s >= ADVISE_GAIN * b->img_s ? "faster, not best" : "no gain",
 			      t[i].reason);
+	}
 	printf("\n");
 	table_print(&tab, stdout);
 	table_free(&tab);

@@ -80,6 +80,7 @@ struct trace_meta {
 	uint64_t gpu_mem_bytes;
 	int pid;
 	char host[64];
+	int written_by_us;        /* read from a trace gpuperf wrote (its "gpuperf" object) */
 };
 
 #define TRACE_STACK_MAX 64
@@ -141,5 +142,22 @@ int trace_step_end(struct trace *t, int64_t data_wait_ns);
 int trace_add_step(struct trace *t, const struct trace_step *s);
 /* Describe a layer (shapes may be NULL); the strings are interned. */
 int trace_add_layer(struct trace *t, const char *name, const char *op, const char *shapes);
+
+/* One exact link from a runtime call to the layer range (cpu_op) open when it was
+ * made: CUPTI's external correlation record of the call. */
+struct trace_corr_link {
+	uint64_t correlation, external_id;
+};
+
+/* Move a tracer's staged runtime calls and GPU activities into t and link each
+ * runtime call to its layer range: by links[] (sorted here) where one names the
+ * call, else by time (the cpu_op open at the call's start). The staged times come
+ * from a clock offset measured once; where the links show that offset wrong (calls
+ * outside the ranges they were made in), every staged time is shifted by the
+ * correction the links agree on (the shift closest to none that puts every linked
+ * call inside its range, else the median of each call's own), so that launches
+ * land in their ranges and GPU work in its steps. *shift_ns (may be NULL) gets it. */
+int trace_merge_staged(struct trace *t, const struct trace *staged, struct trace_corr_link *links,
+		       size_t n_links, int64_t *shift_ns);
 
 #endif

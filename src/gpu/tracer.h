@@ -11,5 +11,10 @@ int tracer_start(struct trace *t);
 /* Flush every buffer, stop recording, and append the activities to the trace given
  * to tracer_start (call it from the thread that owns the trace). */
 int tracer_stop(void);
+/* Around a layer range: CUDA calls made between push and pop are linked to the range
+ * with this external id exactly (CUPTI's external correlation), not by timestamps
+ * that come from two clocks. No-ops while the tracer is not running. */
+void tracer_op_push(uint64_t external_id);
+void tracer_op_pop(void);
 
 #endif

@@ -66,14 +66,29 @@ struct analysis_op {
 };
 
 struct analysis_advice {
-	char rule[24];     /* "loader_workers", "cuda_graphs", "amp", "bigger_batch" */
+	char rule[24];     /* "loader_workers", "h2d_copies", "syncs", "cuda_graphs", "amp",
+			      "bigger_batch", "memory_pressure", "bandwidth_bound" */
 	double value;      /* the measured number that fired the rule */
 	double threshold;
+	double est_speedup; /* estimated step time now / after the fix (docs/profile.md);
+			       1 for a fix that is about fitting, not speed */
 	char text[256];
 };
 
+/* What the advice rules read beyond the breakdown, means per step
+ * (analysis_advice_evidence fills them from the trace). */
+struct analysis_evidence {
+	double syncs_per_step;   /* host waits for the device: *Synchronize calls */
+	double sync_refill_ms;   /* GPU idle after each such wait until its next work */
+	double launch_idle_ms;   /* GPU idle inside the step outside the data wait */
+	double kernels_per_step;
+	double math_share;       /* tensor-core work (convolutions, GEMMs) / step time */
+	double membound_share;   /* batch norm, activations, pooling, adds / step time */
+	double copy_exposed_share; /* copies with no kernel running / step time */
+};
+
 #define ANALYSIS_TOP 10
-#define ANALYSIS_MAX_ADVICE 4
+#define ANALYSIS_MAX_ADVICE 10
 
 /* A row of an op table, as torch.profiler's key_averages().table(): by op type
  * ("conv forward", "conv backward", "batch norm forward", ..., "loss", "copy",
@@ -164,6 +179,7 @@ struct analysis {
 	int n_mem;
 	double mem_peak_bytes;
 
+	struct analysis_evidence ev;
 	struct analysis_advice advice[ANALYSIS_MAX_ADVICE];
 	int n_advice;
 
@@ -196,6 +212,20 @@ json_t *analysis_hta_json(const struct analysis_hta *h);
 void analysis_hta_print(const struct analysis_hta *h, FILE *f, int markdown);
 /* Attach a copy of the plan's memory timeline: the report, JSON and charts show it. */
 int analysis_set_mem_timeline(struct analysis *a, const struct mem_timeline *tl);
+
+/* The advice rules over a's figures and a->ev (analysis_run calls it; a test may
+ * call it on hand-made figures): a->advice is replaced. */
+void analysis_advise(struct analysis *a);
+/* The estimates the rules and `advise` share (docs/profile.md, "Advice rules"):
+ * a share of the step removed (1 / (1 - share)); tensor cores on a share of math
+ * (1 / (1 - m + m / ADVICE_TC_FACTOR)); twice the batch at a GPU busy share b
+ * (2 / (1 + b)); a share of bandwidth-bound work fused (1 / (1 - s / 2)). */
+#define ADVICE_TC_FACTOR 2.0
+#define ADVICE_GRAPH_GAP_US 2.0 /* a kernel's launch gap inside a CUDA graph */
+double advice_est_removed(double share);
+double advice_est_tensor_cores(double math_share);
+double advice_est_bigger_batch(double busy_share);
+double advice_est_fused(double membound_share);
 
 void analysis_print(const struct analysis *a, FILE *f);
 /* A JSON summary (new reference), or NULL when out of memory. */

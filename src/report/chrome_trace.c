@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -94,6 +95,37 @@ static int step_number(const char *digits)
 	return v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
 }
 
+/* TensorBoard's profiler plugin counts DataLoader time from a range of this name
+ * (torch's DataLoader iterator's __next__): the step's wait for its batch, from the
+ * start of its data stage, so that the overview shows it. */
+/* A GPU run: named device, compute capability or GPU work (a CPU run has none). */
+static int chrome_trace_has_device(const struct trace *t)
+{
+	return t->meta.gpu_name[0] || t->meta.cc_major > 0 || t->meta.gpu_mem_bytes > 0 || t->n_gpu > 0;
+}
+
+const char CHROME_TRACE_DATALOADER[] = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__";
+
+static void write_dataloader(struct writer *w, const struct trace_range *data)
+{
+	const struct trace_step *in = NULL;
+	for (size_t i = 0; i < w->t->n_steps && !in; i++)
+		if (data->start_ns >= w->t->steps[i].start_ns && data->start_ns < w->t->steps[i].end_ns)
+			in = &w->t->steps[i];
+	if (!in || in->data_wait_ns <= 0)
+		return;
+	int64_t dur = in->data_wait_ns < data->end_ns - data->start_ns ? in->data_wait_ns
+									 : data->end_ns - data->start_ns;
+	FILE *f = w->f;
+	/* a cpu_op: the plugin passes over user annotations other than ProfilerStep#N */
+	fprintf(f, "{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"%s\",\"pid\":%d,"
+		   "\"tid\":%d,\"ts\":", CHROME_TRACE_DATALOADER, w->t->meta.pid, data->tid);
+	json_us(f, data->start_ns - w->base_ns);
+	fputs(",\"dur\":", f);
+	json_us(f, dur);
+	fputs(",\"args\":{}},\n", f);
+}
+
 static void write_range(struct writer *w, const struct trace_range *r)
 {
 	FILE *f = w->f;
@@ -113,6 +145,8 @@ static void write_range(struct writer *w, const struct trace_range *r)
 				fprintf(f, ",\"data_wait_ns\":%" PRId64, w->t->steps[i].data_wait_ns);
 	}
 	fputs("}},\n", f);
+	if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, "data"))
+		write_dataloader(w, r);
 }
 
 static void write_gpu(struct writer *w, const struct trace_gpu *g)
@@ -164,9 +198,12 @@ static void write_mem(struct writer *w, const struct trace_mem *m)
 	fprintf(f, "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"cpu_instant_event\",\"name\":\"[memory]\","
 		   "\"pid\":%d,\"tid\":%d,\"ts\":", w->t->meta.pid, w->t->tid);
 	json_us(f, m->ts_ns - w->base_ns);
-	fprintf(f, ",\"args\":{\"Total Allocated\":%" PRId64 ",\"Bytes\":%" PRId64
-		   ",\"Device Id\":%d,\"Category\":", m->total_bytes, m->delta_bytes,
-		w->t->meta.device);
+	/* Kineto's fields: TensorBoard's memory view groups by device type (0 CPU, 1
+	 * CUDA) and id (-1 on the CPU); the arena is reserved as it is allocated */
+	int cuda = chrome_trace_has_device(w->t);
+	fprintf(f, ",\"args\":{\"Total Allocated\":%" PRId64 ",\"Total Reserved\":%" PRId64
+		   ",\"Bytes\":%" PRId64 ",\"Device Type\":%d,\"Device Id\":%d,\"Category\":",
+		m->total_bytes, m->total_bytes, m->delta_bytes, cuda, cuda ? w->t->meta.device : -1);
 	json_str(f, m->category);
 	if (m->layer) {
 		fputs(",\"Layer\":", f);
@@ -237,10 +274,15 @@ static void write_header(struct writer *w, const char *path)
 {
 	const struct trace_meta *m = &w->t->meta;
 	FILE *f = w->f;
-	fprintf(f, "{\"schemaVersion\":1,\"deviceProperties\":[{\"id\":%d,\"name\":", m->device);
-	json_str(f, m->gpu_name);
-	fprintf(f, ",\"totalGlobalMem\":%" PRIu64 ",\"computeMajor\":%d,\"computeMinor\":%d,"
-		   "\"numSms\":%d}],\n", m->gpu_mem_bytes, m->cc_major, m->cc_minor, m->sm_count);
+	/* no device on a CPU run: TensorBoard's plugin divides by a listed device's memory */
+	if (chrome_trace_has_device(w->t)) {
+		fprintf(f, "{\"schemaVersion\":1,\"deviceProperties\":[{\"id\":%d,\"name\":", m->device);
+		json_str(f, m->gpu_name);
+		fprintf(f, ",\"totalGlobalMem\":%" PRIu64 ",\"computeMajor\":%d,\"computeMinor\":%d,"
+			   "\"numSms\":%d}],\n", m->gpu_mem_bytes, m->cc_major, m->cc_minor, m->sm_count);
+	} else {
+		fputs("{\"schemaVersion\":1,\"deviceProperties\":[],\n", f);
+	}
 	/* HTA finds the rank with a text match on `"rank": N`, so this object keeps
 	 * the spaces the rest of the file leaves out. */
 	fputs("\"distributedInfo\": {\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 1},\n", f);
@@ -521,6 +563,7 @@ static int read_meta(json_t *root, struct trace *t)
 		t->meta.sm_count = jint32(dev, "numSms", 0);
 	}
 	json_t *g = json_object_get(root, "gpuperf");
+	t->meta.written_by_us = json_is_object(g);
 	if (json_is_object(g)) {
 		snprintf(t->meta.model, sizeof(t->meta.model), "%s", jstr(g, "model", ""));
 		snprintf(t->meta.precision, sizeof(t->meta.precision), "%s",
@@ -544,6 +587,9 @@ static int read_x(struct trace *t, const struct trace_event *ev, size_t idx, int
 	if (!name)
 		return GP_ENOMEM;
 	int64_t start = base_ns + ts, end = start + dur;
+	/* our own copy of each step's data wait for TensorBoard: the step holds it */
+	if (t->meta.written_by_us && cat == TRACE_CPU_OP && !strcmp(name, CHROME_TRACE_DATALOADER))
+		return 0;
 	if (cat <= TRACE_CUDA_RUNTIME) {
 		struct trace_range r = {
 			.name = name, .cat = (enum trace_cat)cat, .tid = value_int32(&f[TF_TID], 0),
@@ -813,6 +859,52 @@ static int doc_events(const struct doc *d, const char *begin, const char *end,
 	}
 }
 
+/* A gzip-compressed trace (torch.profiler's export_chrome_trace("x.json.gz"), TensorBoard's
+ * plugin reads them too), inflated whole into *buf. */
+static int read_gz(const char *path, char **buf, size_t *len)
+{
+	gzFile z = gzopen(path, "rb");
+	if (!z)
+		return gp_error(GP_EIO, "cannot open '%s': %s", path, strerror(errno ? errno : EIO));
+	size_t cap = 1 << 20, n = 0;
+	char *b = malloc(cap + 1);
+	int rc = 0;
+	while (b) {
+		if (n == cap) {
+			char *g = cap > ((size_t)1 << 34) ? NULL : realloc(b, 2 * cap + 1);
+			if (!g) {
+				free(b);
+				b = NULL;
+				break;
+			}
+			b = g;
+			cap *= 2;
+		}
+		int got = gzread(z, b + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
+		if (got < 0) {
+			int zerr;
+			const char *msg = gzerror(z, &zerr);
+			rc = gp_error(GP_EFORMAT, "'%s' is not a readable gzip file: %s", path,
+				      msg ? msg : "?");
+			break;
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	gzclose(z);
+	if (!b)
+		return gp_error(GP_ENOMEM, "out of memory reading '%s'", path);
+	if (rc < 0) {
+		free(b);
+		return rc;
+	}
+	b[n] = 0;
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
 int chrome_trace_read(const char *path, struct trace *t)
 {
 	char *text;
@@ -820,7 +912,11 @@ int chrome_trace_read(const char *path, struct trace *t)
 	const char *ev_begin, *ev_end;
 	int rc;
 	trace_init(t);
-	GP_TRY(file_read_all(path, &text, &len));
+	size_t plen = strlen(path);
+	if (plen > 3 && !strcmp(path + plen - 3, ".gz"))
+		GP_TRY(read_gz(path, &text, &len));
+	else
+		GP_TRY(file_read_all(path, &text, &len));
 	struct doc d = { path, text, text + len };
 	json_t *root = json_object();
 	if (!root) {

@@ -4,6 +4,10 @@
 #ifndef GP_CHROME_TRACE_H
 #define GP_CHROME_TRACE_H
 
+/* The range name TensorBoard's profiler plugin takes as data loading (torch's
+ * DataLoader iterator); the writer adds one per step that waited for its batch. */
+extern const char CHROME_TRACE_DATALOADER[];
+
 #include <stddef.h>
 
 #include "core/trace.h"

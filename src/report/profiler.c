@@ -76,9 +76,12 @@ int profiler_init(struct profiler *p, struct net *net, int first_step, int max_s
 			rc = trace_add_layer(t, label, op_name(net->nodes[i].op),
 					     record_shapes ? shapes : NULL);
 	}
-	p->opt_name = trace_intern(t, "Optimizer.step#SGD.step");
+	/* torch.profiler's name for the step of torch.optim.SGD or AdamW */
+	const char *opt = net->optim.kind == OPTIM_ADAMW ? "Optimizer.step#AdamW.step"
+							 : "Optimizer.step#SGD.step";
+	p->opt_name = trace_intern(t, opt);
 	if (rc == 0)
-		rc = trace_add_layer(t, "Optimizer.step#SGD.step", "optimizer", NULL);
+		rc = trace_add_layer(t, opt, "optimizer", NULL);
 	for (int s = 0; s < 4; s++)
 		if (!(p->stage_name[s] = trace_intern(t, analysis_stage_name(s))))
 			rc = GP_ENOMEM;
@@ -181,11 +184,19 @@ static void hook_begin(void *user, const struct net *net, int node, enum net_pha
 	int rc = trace_range_push(&p->trace, name, "cpu_op");
 	if (rc < 0 && !p->err)
 		p->err = rc;
+#ifdef GP_HAVE_CUDA
+	if (rc == 0 && p->tracing)
+		tracer_op_push(p->trace.ranges[p->trace.n_ranges - 1].external_id);
+#endif
 }
 
 static void hook_end(void *user, const struct net *net, int node, enum net_phase phase)
 {
 	struct profiler *p = user;
+#ifdef GP_HAVE_CUDA
+	if (p->tracing)
+		tracer_op_pop();
+#endif
 	int rc = trace_range_pop(&p->trace);
 	if (rc < 0 && !p->err)
 		p->err = rc;

@@ -29,6 +29,10 @@ static const CUpti_ActivityKind tracer_kinds[] = {
 	CUPTI_ACTIVITY_KIND_MEMCPY,
 	CUPTI_ACTIVITY_KIND_MEMSET,
 	CUPTI_ACTIVITY_KIND_RUNTIME,
+	/* which layer range each call was made in, exactly: host ranges and CUPTI's
+	 * records are on two clocks, and a launch inside a short range (the optimizer
+	 * step's, a few microseconds) missed it by time alone */
+	CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
 };
 #define TRACER_NKINDS (sizeof(tracer_kinds) / sizeof(tracer_kinds[0]))
 
@@ -42,6 +46,8 @@ static struct {
 	int64_t offset_ns; /* host clock minus CUPTI clock */
 	int running;
 	int failed;        /* a record could not be stored: stop reports it */
+	struct trace_corr_link *links; /* runtime call -> layer range, from CUPTI */
+	size_t n_links, cap_links;
 } tracer = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -122,6 +128,22 @@ static int record_convert(const CUpti_Activity *rec)
 		};
 		return trace_add_range(s, &r);
 	}
+	case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+		const CUpti_ActivityExternalCorrelation *e = (const CUpti_ActivityExternalCorrelation *)rec;
+		if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
+			return 0;
+		if (tracer.n_links == tracer.cap_links) {
+			size_t cap = tracer.cap_links ? 2 * tracer.cap_links : 4096;
+			struct trace_corr_link *l = realloc(tracer.links, cap * sizeof(*l));
+			if (!l)
+				return GP_ENOMEM;
+			tracer.links = l;
+			tracer.cap_links = cap;
+		}
+		tracer.links[tracer.n_links++] =
+			(struct trace_corr_link){ e->correlationId, e->externalId };
+		return 0;
+	}
 	default:
 		return 0;
 	}
@@ -139,14 +161,23 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 	free(buffer);
 }
 
-/* The offset from the CUPTI clock to CLOCK_MONOTONIC, read between two host reads. */
+/* The offset from the CUPTI clock to CLOCK_MONOTONIC, read between two host reads:
+ * the tightest of several pairs, after a first call that may initialise CUPTI (one
+ * read around that call was off by as long as the initialisation took). */
 static int clock_offset(int64_t *offset_ns)
 {
 	uint64_t gpu_ns;
-	int64_t h0 = trace_now_ns();
+	int64_t best = INT64_MAX;
 	CUPTI_CHECK(cuptiGetTimestamp(&gpu_ns));
-	int64_t h1 = trace_now_ns();
-	*offset_ns = h0 + (h1 - h0) / 2 - (int64_t)gpu_ns;
+	for (int i = 0; i < 16; i++) {
+		int64_t h0 = trace_now_ns();
+		CUPTI_CHECK(cuptiGetTimestamp(&gpu_ns));
+		int64_t h1 = trace_now_ns();
+		if (h1 - h0 < best) {
+			best = h1 - h0;
+			*offset_ns = h0 + (h1 - h0) / 2 - (int64_t)gpu_ns;
+		}
+	}
 	return 0;
 }
 
@@ -207,46 +238,18 @@ free_staged:
 	return rc;
 }
 
-/* The innermost cpu_op open at ts among ops sorted by start (they do not nest in
- * gpuperf: one per layer call), or 0. */
-static uint64_t op_at(const struct trace *t, const size_t *ops, size_t n, int64_t ts)
+void tracer_op_push(uint64_t external_id)
 {
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (t->ranges[ops[mid]].start_ns <= ts)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	if (lo == 0)
-		return 0;
-	const struct trace_range *r = &t->ranges[ops[lo - 1]];
-	return r->end_ns >= ts ? r->external_id : 0;
+	if (tracer.running)
+		cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0,
+						       external_id);
 }
 
-/* Move the staged records into the target, linking each runtime call to the layer
- * range it ran in; host ranges are appended in start order, so the cpu_op index is
- * already sorted. */
-static int staged_merge(void)
+void tracer_op_pop(void)
 {
-	struct trace *t = tracer.target, *s = &tracer.staged;
-	size_t *ops = malloc((t->n_ranges ? t->n_ranges : 1) * sizeof(*ops)), n_ops = 0;
-	int rc = 0;
-	if (!ops)
-		return gp_error(GP_ENOMEM, "tracer: out of memory");
-	for (size_t i = 0; i < t->n_ranges; i++)
-		if (t->ranges[i].cat == TRACE_CPU_OP)
-			ops[n_ops++] = i;
-	for (size_t i = 0; i < s->n_ranges && rc == 0; i++) {
-		struct trace_range r = s->ranges[i];
-		r.external_id = op_at(t, ops, n_ops, r.start_ns);
-		rc = trace_add_range(t, &r);
-	}
-	for (size_t i = 0; i < s->n_gpu && rc == 0; i++)
-		rc = trace_add_gpu(t, &s->gpu[i]);
-	free(ops);
-	return rc;
+	uint64_t last;
+	if (tracer.running)
+		cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
 }
 
 int tracer_stop(void)
@@ -267,8 +270,12 @@ int tracer_stop(void)
 	if (rc == 0 && tracer.failed)
 		rc = gp_error(GP_ENOMEM, "tracer: some activity records could not be stored");
 	if (rc == 0)
-		rc = staged_merge();
+		rc = trace_merge_staged(tracer.target, &tracer.staged, tracer.links, tracer.n_links,
+					NULL);
 	trace_free(&tracer.staged);
+	free(tracer.links);
+	tracer.links = NULL;
+	tracer.n_links = tracer.cap_links = 0;
 	pthread_mutex_unlock(&tracer.lock);
 	tracer.target = NULL;
 	return rc;
