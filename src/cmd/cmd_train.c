@@ -127,6 +127,11 @@ static int train_write_result(const struct train_opts *o, const struct train_res
 		goto out;
 	}
 	json_t *gpu = train_gpu_json(o->backend, 0);
+	struct mfu mfu;
+	train_mfu(o, r, gpu, &mfu);
+	if ((rc = mfu_json_set(m, &mfu)) < 0)
+		goto out;
+	train_mfu_print(stdout, &mfu, o->precision, o->backend == BACKEND_CUDA);
 	if (gpu)
 		result_set_gpu(res, gpu);
 	json_object_set(res, "measurements", m);
@@ -397,10 +402,17 @@ int cmd_train(int argc, char **argv)
 		sc = &scalars;
 	}
 	o.keep_log = 1;
-	if (repeat > 1)
+	/* the energy counter around the timed steps (a profiled run has its own observer,
+	 * and its timing is not the plain step's: no energy there) */
+	struct train_energy energy;
+	struct train_observer energy_obs = { .timed = train_energy_timed, .user = &energy };
+	train_energy_start(&energy, o.backend, o.device);
+	if (repeat > 1) {
+		o.observer = &energy_obs;
 		rc = train_run_repeated(&o, repeat, &res, &repeat_json, rank0 ? stdout : NULL);
-	else if (!profile_epochs.n) {
-		o.observer = sc ? train_scalars_observer(sc, NULL) : NULL;
+		o.observer = NULL;
+	} else if (!profile_epochs.n) {
+		o.observer = sc ? train_scalars_observer(sc, &energy_obs) : &energy_obs;
 		rc = train_run(&o, &res, rank0 ? stdout : NULL);
 		o.observer = NULL;
 	} else {
@@ -417,6 +429,9 @@ int cmd_train(int argc, char **argv)
 		else
 			rc = rc_sc;
 	}
+	res.energy_j = energy.energy_j;
+	res.energy_s = energy.seconds;
+	train_energy_stop(&energy);
 	if (rc < 0)
 		dist_abort(o.dist, gp_errmsg());
 	dist_close(o.dist);

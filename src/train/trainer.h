@@ -126,6 +126,11 @@ struct train_result {
 	char transport[8];    /* the group's host transport (dist_transport_name) */
 	double rank_ms_per_step[TRAIN_MAX_RANKS], rank_data_wait_ms[TRAIN_MAX_RANKS];
 	double last_lr;              /* the rate of the last step */
+	double fwd_macs_per_image;   /* the model's forward multiply-accumulates per image */
+	/* Energy this rank's GPU used over the timed steps (J, 0 when unknown) and their
+	 * wall time (s): filled by whoever observes the timed steps with an energy counter
+	 * (cmd/, through the observer's timed callback), never by the loop. */
+	double energy_j, energy_s;
 	struct train_log_point *log; /* with keep_log: n_log points; train_result_free */
 	int n_log;
 	/* Runs given in epochs, or with validation: one summary per epoch
