@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "nn/models.h"
+#include "report/result.h"
 #include "report/roofline.h"
 #include "test.h"
 
@@ -171,4 +173,95 @@ TEST(roofline_unknown_peak_and_unmeasured_rows)
 		CHECK_NEAR(t[0].ms, -1, 0);
 	}
 	free(t);
+}
+
+static json_t *type_row(json_t *res, const char *op)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(json_object_get(json_object_get(res, "measurements"), "types"), i, t)
+		if (!strcmp(json_string_value(json_object_get(t, "op")), op))
+			return t;
+	return NULL;
+}
+
+/* The command on the CPU backend: profile, layer times, FLOPs from the shapes; no
+ * bounds without a GPU; then the same profile against the H100's peaks (--from,
+ * --gpu), each layer's bound recomputed here from its FLOPs and bytes. */
+TEST(roofline_command_cpu_then_h100_peaks)
+{
+	char cmd[2048], out[16384], path[1200];
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "%s roofline --model simple_cnn --batch 4 --steps 2 --device cpu "
+		 "--out '%s/r1' 2>&1", test_bin(), dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "%s", out);
+	CHECK_MSG(strstr(out, "conv2d forward") && strstr(out, "no peaks"), "%s", out);
+	json_t *res = NULL;
+	snprintf(path, sizeof(path), "%s/r1/roofline.json", dir);
+	CHECK_EQ_INT(result_read(path, &res), 0);
+	if (!res)
+		return;
+	json_t *m = json_object_get(res, "measurements");
+	CHECK(!strcmp(json_string_value(json_object_get(m, "layer_times")), "cpu"));
+	json_t *conv = type_row(res, "conv2d forward");
+	CHECK(conv != NULL);
+	/* 3 convolutions, 2 x 4 images x (884,736 + 4,718,592 + 4,718,592) MACs */
+	CHECK_EQ_INT(json_integer_value(json_object_get(conv, "layers")), 3);
+	CHECK_NEAR(json_number_value(json_object_get(conv, "flops")), 2.0 * 4 * 10321920, 0);
+	CHECK(json_number_value(json_object_get(conv, "ms")) > 0);
+	CHECK(json_is_null(json_object_get(conv, "bound_ms")));
+	/* the stem's backward has no data gradient: as many FLOPs as its forward */
+	json_t *layers = json_object_get(m, "layers"), *l;
+	size_t i;
+	double conv1_f = -1, conv1_b = -2;
+	json_array_foreach(layers, i, l) {
+		const char *name = json_string_value(json_object_get(l, "layer"));
+		if (!strcmp(name, "conv1"))
+			conv1_f = json_number_value(json_object_get(l, "flops"));
+		if (!strcmp(name, "conv1.backward"))
+			conv1_b = json_number_value(json_object_get(l, "flops"));
+	}
+	CHECK_NEAR(conv1_b, conv1_f, 0);
+	json_decref(res);
+
+	snprintf(cmd, sizeof(cmd), "%s roofline --from '%s/r1/profile' --gpu 'NVIDIA H100 80GB HBM3' "
+		 "--out '%s/r2' --csv 2>&1", test_bin(), dir, dir);
+	rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "%s", out);
+	CHECK_MSG(strstr(out, "peaks of H100 SXM5 80GB: 67.0 TFLOP/s FP32"), "%s", out);
+	snprintf(path, sizeof(path), "%s/r2/roofline.json", dir);
+	res = NULL;
+	CHECK_EQ_INT(result_read(path, &res), 0);
+	if (!res)
+		return;
+	m = json_object_get(res, "measurements");
+	CHECK_NEAR(json_number_value(json_object_get(json_object_get(m, "peak"), "mem_gb_s")), 3350, 0);
+	CHECK(!strcmp(json_string_value(json_object_get(json_object_get(res, "settings"), "peak_source")),
+		      "H100 SXM5 80GB"));
+	int checked = 0;
+	json_array_foreach(json_object_get(m, "layers"), i, l) {
+		double f = json_number_value(json_object_get(l, "flops"));
+		double b = json_number_value(json_object_get(l, "bytes"));
+		double want = fmax(f / (67.0 * 1e9), b / (3350.0 * 1e6)); /* fp32: CUDA cores */
+		CHECK_NEAR(json_number_value(json_object_get(l, "bound_ms")), want, 1e-8 * want); /* JSON keeps 10 digits */
+		checked++;
+	}
+	CHECK(checked >= 20);
+	conv = type_row(res, "conv2d forward");
+	double gap = json_number_value(json_object_get(conv, "gap"));
+	CHECK_NEAR(gap, json_number_value(json_object_get(conv, "ms")) /
+			json_number_value(json_object_get(conv, "bound_ms")), 1e-8 * gap);
+	json_decref(res);
+	snprintf(path, sizeof(path), "%s/r2/roofline.csv", dir);
+	CHECK(access(path, R_OK) == 0);
+}
+
+TEST(roofline_command_bad_input_one_clear_line)
+{
+	test_check_bad("roofline --from /nonexistent/run", "/nonexistent/run/result.json");
+	test_check_bad("roofline --from /tmp --model resnet50", "--from takes the model");
+	test_check_bad("roofline --gpu 'NVIDIA B200'", "not in the peaks table");
+	test_check_bad("roofline --model nosuchnet", "nosuchnet");
+	test_check_bad("roofline --precision fp8", "fp8");
 }

@@ -134,7 +134,7 @@ static int table_row(struct table *t, const struct roofline_type *ty)
 			     num_or_dash(gap, sizeof(gap), "%.2fx", f.gap),
 			     num_or_dash(above, sizeof(above), "%.3f", f.above_ms),
 			     ty->flops / 1e9, ty->bytes / 1e6,
-			     num_or_dash(tf, sizeof(tf), "%.1f", f.tflops),
+			     num_or_dash(tf, sizeof(tf), "%.2f", f.tflops),
 			     num_or_dash(gb, sizeof(gb), "%.0f", f.gb_s),
 			     num_or_dash(ai, sizeof(ai), "%.1f", f.intensity),
 			     ty->bound_ms > 0 ? f.bound_by : "-");
