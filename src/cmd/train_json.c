@@ -290,7 +290,7 @@ void train_mfu(const struct train_opts *o, const struct train_result *r, const j
 
 void train_mfu_print(FILE *f, const struct mfu *m, enum precision p, int on_gpu)
 {
-	fprintf(f, "model FLOPs %.2f G/image (training), %.1f TFLOP/s", m->flops_per_image / 1e9,
+	fprintf(f, "model FLOPs %.2f G/image (training), %.2f TFLOP/s", m->flops_per_image / 1e9,
 		m->tflops);
 	if (m->mfu >= 0)
 		fprintf(f, ", MFU %.1f%% of %s's dense %s peak %.1f TFLOP/s", 100 * m->mfu,
