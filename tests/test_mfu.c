@@ -165,3 +165,34 @@ TEST(mfu_energy_and_json)
 	CHECK(back.mfu < 0 && back.energy_j_per_image < 0);
 	json_decref(o);
 }
+
+/* train's summary line and result on the CPU: FLOPs and TFLOP/s, no MFU, no energy;
+ * info prints FLOPs beside MACs. */
+TEST(mfu_train_and_info_commands_cpu)
+{
+	char cmd[1200], out[16384], path[700];
+	const char *dir = test_tmpdir();
+	snprintf(cmd, sizeof(cmd), "%s train --model simple_cnn --device cpu --batch 4 --steps 3 "
+		 "--out '%s/t' 2>&1", test_bin(), dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "%s", out);
+	CHECK_MSG(strstr(out, "model FLOPs 0.07 G/image (training), ") != NULL, "%s", out);
+	CHECK_MSG(strstr(out, "MFU") == NULL, "an MFU on the CPU: %s", out);
+	snprintf(path, sizeof(path), "%s/t/train.json", dir);
+	json_error_t err;
+	json_t *res = json_load_file(path, 0, &err);
+	CHECK(res != NULL);
+	json_t *m = json_object_get(res, "measurements");
+	double img_s = json_number_value(json_object_get(m, "img_s"));
+	CHECK_NEAR(json_number_value(json_object_get(m, "flops_per_image")), 66613248.0, 0);
+	CHECK_NEAR(json_number_value(json_object_get(m, "tflops")), 66613248.0 * img_s / 1e12,
+		   1e-8 * 66613248.0 * img_s / 1e12);
+	CHECK(json_object_get(m, "mfu") == NULL && json_object_get(m, "energy_j_per_image") == NULL);
+	json_decref(res);
+
+	static char info[65536]; /* resnet50's layer table is long */
+	snprintf(cmd, sizeof(cmd), "%s info --model resnet50", test_bin());
+	CHECK_EQ_INT(test_run(cmd, info, sizeof(info)), 0);
+	CHECK_MSG(strstr(info, "FLOPs per image       8.178 G forward (2 per MAC), 24.535 G training") != NULL,
+		  "%s", info);
+}
