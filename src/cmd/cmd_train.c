@@ -127,13 +127,13 @@ static int train_write_result(const struct train_opts *o, const struct train_res
 		goto out;
 	}
 	json_t *gpu = train_gpu_json(o->backend, 0);
+	if (gpu)
+		result_set_gpu(res, gpu); /* res holds gpu from here on */
 	struct mfu mfu;
 	train_mfu(o, r, gpu, &mfu);
 	if ((rc = mfu_json_set(m, &mfu)) < 0)
 		goto out;
 	train_mfu_print(stdout, &mfu, o->precision, o->backend == BACKEND_CUDA);
-	if (gpu)
-		result_set_gpu(res, gpu);
 	json_object_set(res, "measurements", m);
 	json_t *settings = json_pack("{s:s, s:i, s:i, s:s}", "model", o->model, "batch", o->batch, "steps",
 				     r->steps, "data", o->data ? o->data : "synthetic");
