@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "cmd/train_scalars.h"
 #include "core/error.h"
 #include "nn/models.h"
 #include "report/mfu.h"
@@ -195,4 +196,33 @@ TEST(mfu_train_and_info_commands_cpu)
 	CHECK_EQ_INT(test_run(cmd, info, sizeof(info)), 0);
 	CHECK_MSG(strstr(info, "FLOPs per image       8.178 G forward (2 per MAC), 24.535 G training") != NULL,
 		  "%s", info);
+}
+
+static int timed_calls[2];
+
+static int count_timed(void *user, int begin)
+{
+	(void)user;
+	timed_calls[begin ? 1 : 0]++;
+	return 0;
+}
+
+/* train's scalar writers wrap the energy meter's observer: its timed callback must
+ * come through, and nothing that would turn off the graph-replayed step. */
+TEST(mfu_scalars_observer_passes_timed_on)
+{
+	struct train_scalars s;
+	memset(&s, 0, sizeof(s));
+	struct train_observer inner = { .timed = count_timed };
+	const struct train_observer *o = train_scalars_observer(&s, &inner);
+	CHECK(o->timed != NULL);
+	CHECK(o->step_begin == NULL && o->stage == NULL && o->step_end == NULL);
+	if (o->timed) {
+		CHECK_EQ_INT(o->timed(o->user, 1), 0);
+		CHECK_EQ_INT(o->timed(o->user, 0), 0);
+	}
+	CHECK_EQ_INT(timed_calls[1], 1);
+	CHECK_EQ_INT(timed_calls[0], 1);
+	o = train_scalars_observer(&s, NULL);
+	CHECK(o->timed == NULL);
 }
