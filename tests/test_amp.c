@@ -109,6 +109,14 @@ TEST(amp_command_cpu_fp32_result_csv_and_chart)
 		CHECK(num(c, "last_loss") > 0);
 		CHECK_EQ_INT(num(c, "timed_steps"), 2); /* 10% of 2 steps: no warm-up */
 		CHECK(json_object_get(c, "error") == NULL);
+		/* simple_cnn at 32x32, 1000 classes: conv 884,736 + 4,718,592 + 4,718,592, fc
+		 * 524,288 + 256,000 = 11,102,208 MACs forward, x 2 x 3 for training */
+		CHECK_NEAR(num(c, "flops_per_image"), 66613248.0, 0);
+		CHECK_NEAR(num(c, "tflops"), 66613248.0 * img_s / 1e12, 1e-9 * num(c, "tflops"));
+		/* the CPU has no peak and no energy counter: no MFU, no energy, not zeros */
+		CHECK(json_object_get(c, "mfu") == NULL);
+		CHECK(json_object_get(c, "peak_tflops") == NULL);
+		CHECK(json_object_get(c, "energy_j_per_image") == NULL);
 	}
 	/* the larger batch needs more memory */
 	CHECK(num(json_array_get(cells, 1), "peak_mib") > num(json_array_get(cells, 0), "peak_mib"));
@@ -122,7 +130,8 @@ TEST(amp_command_cpu_fp32_result_csv_and_chart)
 		size_t n = fread(csv, 1, sizeof(csv) - 1, f);
 		csv[n] = 0;
 		fclose(f);
-		CHECK(!strncmp(csv, "batch,precision,ms/step,img/s,speed-up vs fp32,peak MiB\r\n", 57));
+		const char *head = "batch,precision,ms/step,img/s,speed-up vs fp32,peak MiB,TFLOP/s,MFU,J/img\r\n";
+		CHECK_MSG(!strncmp(csv, head, strlen(head)), "csv: %s", csv);
 		CHECK_EQ_INT(test_count_lines(csv), 3);
 		CHECK(strstr(csv, "\r\n4,fp32,") != NULL);
 	}

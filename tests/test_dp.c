@@ -317,6 +317,13 @@ TEST(dp_cli_scale_cpu_ranks)
 		double want = json_number_value(json_object_get(b, "img_s")) /
 			      (2 * json_number_value(json_object_get(a, "img_s")));
 		CHECK_NEAR(e, want, 1e-9);
+		/* model FLOPs of both ranks: simple_cnn's 11,102,208 MACs x 6 per image, at
+		 * the img/s of all ranks; CPU ranks have no MFU */
+		CHECK_NEAR(json_number_value(json_object_get(b, "flops_per_image")), 66613248.0, 0);
+		double tf = json_number_value(json_object_get(b, "tflops"));
+		CHECK_NEAR(tf, 66613248.0 * json_number_value(json_object_get(b, "img_s")) / 1e12,
+			   1e-8 * tf);
+		CHECK(json_object_get(b, "mfu") == NULL);
 	}
 	json_decref(m);
 	snprintf(path, sizeof(path), "%s/scale/scaling.png", tmp);

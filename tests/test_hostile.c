@@ -539,6 +539,8 @@ static const struct numopt numopts[] = {
 	{ "profile --device cpu", "wait", 'i' }, { "profile --device cpu", "warmup", 'i' },
 	{ "profile --device cpu", "baseline-steps", 'i' }, { "profile --device cpu", "seed", 's' },
 	{ "profile --device cpu", "workers", 'i' },
+	{ "roofline --device cpu", "batch", 'i' }, { "roofline --device cpu", "size", 'i' },
+	{ "roofline --device cpu", "steps", 'i' },
 	{ "advise --device cpu", "batch", 'i' }, { "advise --device cpu", "size", 'i' },
 	{ "advise --device cpu", "workers", 'i' }, { "advise --device cpu", "steps", 'i' },
 	{ "monitor", "interval", 'd' }, { "monitor", "count", 'i' }, { "monitor", "gpu", 'i' },

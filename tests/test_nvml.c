@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cmd/train_json.h"
 #include "core/error.h"
 #include "core/tuning.h"
 #include "gpu/nvml.h"
@@ -310,4 +311,48 @@ TEST(monitor_sigterm_writes_samples)
 	CHECK_MSG(json_array_size(samples) >= 2, "%zu samples", json_array_size(samples));
 	CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(samples, 0), "util_gpu_pct")), 87);
 	json_decref(j);
+}
+
+TEST(nvml_energy_counter)
+{
+	OPEN_FAKE_NVML();
+	unsigned long long a = 0, b = 0;
+	CHECK_EQ_INT(nvml_energy_mj(0, &a), 0);
+	CHECK_EQ_INT(nvml_energy_mj(0, &b), 0);
+	CHECK_MSG(a >= 5000000ULL, "first reading %llu", a);
+	CHECK_EQ_INT(b - a, 250000);
+	/* a device without the counter says so, and the reading stays 0 */
+	unsigned long long c = 7;
+	CHECK_EQ_INT(nvml_energy_mj(1, &c), GP_EUNSUPPORTED);
+	CHECK_EQ_INT(c, 0);
+	nvml_close();
+}
+
+/* train's energy meter around the timed steps (cmd/train_json.c): two counter readings
+ * 250 J apart, on the device NVML lists this process on. */
+TEST(nvml_train_energy_meter)
+{
+	const char *why;
+	const char *lib = fake_nvml_build(&why);
+	if (!lib)
+		SKIP(why);
+	setenv("GPUPERF_NVML_LIB", lib, 1);
+	tuning_reload();
+	struct train_energy e;
+	train_energy_start(&e, BACKEND_CUDA, 0);
+	CHECK(e.open);
+	CHECK_EQ_INT(train_energy_timed(&e, 1), 0);
+	CHECK(e.started);
+	CHECK_EQ_INT(train_energy_timed(&e, 0), 0);
+	CHECK_NEAR(e.energy_j, 250.0, 0);
+	CHECK(e.seconds >= 0);
+	train_energy_stop(&e);
+	/* the CPU backend reads nothing */
+	train_energy_start(&e, BACKEND_CPU, 0);
+	CHECK(!e.open);
+	CHECK_EQ_INT(train_energy_timed(&e, 1), 0);
+	CHECK_EQ_INT(train_energy_timed(&e, 0), 0);
+	CHECK_NEAR(e.energy_j, 0, 0);
+	unsetenv("GPUPERF_NVML_LIB");
+	tuning_reload();
 }

@@ -93,7 +93,7 @@ TEST(tables_precision_device_layout_names_round_trip)
 TEST(tables_help_and_menu_list_the_tables)
 {
 	static const char *const cmds[] = { "train", "info", "amp", "maxbatch", "workers",
-					    "profile", "advise", "parity" };
+					    "profile", "advise", "parity", "roofline" };
 	char cmd[1024], out[16384], list[256], want[300];
 	names_join(list, sizeof(list), model_name_at, " | ", " | ");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {

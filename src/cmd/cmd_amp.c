@@ -35,13 +35,21 @@ struct amp_cell {
 	/* --repeat N > 1: the spread of img/s and ms/step over the runs (res holds
 	 * their means) */
 	struct stat_summary img_s_spread, ms_spread;
+	struct mfu mfu; /* the model FLOPs figures of res, once the GPU is known */
 };
 
 /* What the observer needs while one cell trains. */
 struct amp_watch {
 	const struct amp_cell *cell;
 	int tty; /* progress redrawn on one line, else a line per quarter */
+	struct train_energy *energy;
 };
+
+static int watch_timed(void *user, int begin)
+{
+	const struct amp_watch *w = user;
+	return train_energy_timed(w->energy, begin);
+}
 
 static int watch_after_step(void *user, struct net *net, int step, int steps, double elapsed_s)
 {
@@ -131,26 +139,29 @@ static void speedups_fill(struct amp_cell *cells, int n)
 	}
 }
 
-static int table_fill(struct table *t, const struct amp_cell *cells, int n)
+static int table_fill(struct table *t, const struct amp_cell *cells, int n, int on_gpu)
 {
 	static const char *cols[] = { "batch", "precision", "ms/step", "img/s", "speed-up vs fp32",
-				      "peak MiB" };
-	for (int c = 0; c < 6; c++)
+				      "peak MiB", "TFLOP/s", "MFU", "J/img" };
+	for (int c = 0; c < 9; c++)
 		GP_TRY(table_add_col(t, cols[c], c == 1 ? TABLE_LEFT : TABLE_RIGHT));
 	for (int i = 0; i < n; i++) {
 		const struct amp_cell *c = &cells[i];
 		const char *prec = train_precision_name(c->prec);
 		char speedup[32];
 		if (c->oom) {
-			GP_TRY(table_add_row(t, "%d\t%s\toom\toom\t-\t-", c->batch, prec));
+			GP_TRY(table_add_row(t, "%d\t%s\toom\toom\t-\t-\t-\t-\t-", c->batch, prec));
 			continue;
 		}
 		if (c->speedup >= 0)
 			snprintf(speedup, sizeof(speedup), "%.2fx", c->speedup);
 		else
 			snprintf(speedup, sizeof(speedup), "-");
-		GP_TRY(table_add_row(t, "%d\t%s\t%.2f\t%.1f\t%s\t%.1f", c->batch, prec,
-				     c->res.ms_per_step, c->res.img_s, speedup, peak_mib(c)));
+		char mfu[32], joule[32];
+		GP_TRY(table_add_row(t, "%d\t%s\t%.2f\t%.1f\t%s\t%.1f\t%.2f\t%s\t%s", c->batch, prec,
+				     c->res.ms_per_step, c->res.img_s, speedup, peak_mib(c), c->mfu.tflops,
+				     mfu_pct_str(&c->mfu, on_gpu, mfu, sizeof(mfu)),
+				     mfu_energy_str(&c->mfu, joule, sizeof(joule))));
 	}
 	return 0;
 }
@@ -196,6 +207,10 @@ static json_t *cell_json(const struct amp_cell *c)
 								    : json_null(),
 		"timed_steps", ok ? c->res.timed_steps : 0);
 	if (j && c->oom && json_object_set_new(j, "error", json_string(c->error)) < 0) {
+		json_decref(j);
+		j = NULL;
+	}
+	if (j && ok && mfu_json_set(j, &c->mfu) < 0) {
 		json_decref(j);
 		j = NULL;
 	}
@@ -352,8 +367,15 @@ int cmd_amp(int argc, char **argv)
 			o.layout = backend == BACKEND_CPU ? LAYOUT_AUTO : c->layout;
 			o.data = "synthetic";
 			struct amp_watch w = { .cell = c, .tty = isatty(STDOUT_FILENO) };
-			struct train_observer obs = { .after_step = watch_after_step, .user = &w };
+			struct train_energy energy;
+			w.energy = &energy;
+			struct train_observer obs = { .after_step = watch_after_step,
+						      .timed = watch_timed, .user = &w };
+			train_energy_start(&energy, backend, 0);
 			rc = cell_run(&o, &obs, c, repeat);
+			c->res.energy_j = energy.energy_j;
+			c->res.energy_s = energy.seconds;
+			train_energy_stop(&energy);
 			if (rc < 0 && is_oom(backend, rc)) {
 				c->oom = 1;
 				n_oom++;
@@ -377,15 +399,23 @@ int cmd_amp(int argc, char **argv)
 			gp_error_clear(); /* the GPU we ran on is not known: NVML's first */
 	}
 
-	if ((rc = table_fill(&table, cells, n_cells)) < 0)
-		goto cleanup;
-	printf("\n");
-	table_print(&table, stdout);
-
 	json_t *gpu = train_gpu_json(backend, gpu_dev);
 	const char *gpu_name = json_string_value(json_object_get(gpu, "name"));
 	if (gpu_name)
 		snprintf(device_name, sizeof(device_name), "%s", gpu_name);
+	for (int i = 0; i < n_cells; i++) {
+		struct amp_cell *c = &cells[i];
+		mfu_compute(&c->mfu, c->res.fwd_macs_per_image, c->res.img_s, c->prec,
+			    backend == BACKEND_CUDA, gpu_name, 1);
+		mfu_set_energy(&c->mfu, c->res.energy_j, c->res.energy_s,
+			       (double)c->batch * c->res.timed_steps);
+	}
+	if ((rc = table_fill(&table, cells, n_cells, backend == BACKEND_CUDA)) < 0) {
+		json_decref(gpu);
+		goto cleanup;
+	}
+	printf("\n");
+	table_print(&table, stdout);
 	struct amp_settings s = { .model = model, .layout = layout ? layout : "auto",
 				  .device_name = device_name, .size = size, .steps = steps,
 				  .backend = backend, .batches = &batches, .precs = precs,

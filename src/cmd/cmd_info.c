@@ -15,6 +15,7 @@
 #include "gpu/devinfo.h"
 #include "nn/models.h"
 #include "train/trainer.h"
+#include "report/mfu.h"
 #include "report/result.h"
 
 static double mib(size_t b)
@@ -138,10 +139,12 @@ int cmd_info(int argc, char **argv)
 				"name", nd->name, "op", op_name(nd->op), "output", nd->out.c, nd->out.h,
 				nd->out.w, "params", (json_int_t)node_params(net, nd), "macs", result_real(nd->macs / batch)));
 		}
-		json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:s, s:I, s:o, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
+		json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:s, s:I, s:o, s:o, s:o, s:s, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:o}",
 			"model", model, "size", mo.size, "classes", classes, "batch", batch,
 			"precision", train_precision_name(prec),
 			"params", (json_int_t)params, "forward_macs_per_image", result_real(macs1),
+			"forward_flops_per_image", result_real(2 * macs1),
+			"train_flops_per_image", result_real(mfu_train_flops_per_image(macs1)),
 			"macs_count", "conv2d and linear layers (multiply-accumulates, bias adds excluded)",
 			"training_bytes", "weights", (json_int_t)net->plan.weights_bytes,
 			"gradients", (json_int_t)net->plan.grads_bytes,
@@ -168,6 +171,8 @@ int cmd_info(int argc, char **argv)
 	printf("\nparameters            %zu (%.2f M)\n", params, params / 1e6);
 	printf("forward MACs          %.3f G per image (conv2d and linear layers; bias, BN, "
 	       "activations and pooling not counted)\n", macs1 / 1e9);
+	printf("FLOPs per image       %.3f G forward (2 per MAC), %.3f G training (x 3: forward, "
+	       "data and weight gradients)\n", 2 * macs1 / 1e9, mfu_train_flops_per_image(macs1) / 1e9);
 	printf("\ntraining memory at batch %d, %s%s (from the memory plan):\n", batch, train_precision_name(prec),
 	       precision_is_amp(prec) ? ", 16-bit activations, float master weights" : "");
 	printf("  weights + BN stats  %10.1f MiB\n", mib(net->plan.weights_bytes));

@@ -19,6 +19,7 @@
 #include "core/names.h"
 #include "nn/models.h"
 #include "report/chart.h"
+#include "report/mfu.h"
 #include "report/result.h"
 #include "report/table.h"
 #include "train/trainer.h"
@@ -37,6 +38,7 @@ struct scale_row {
 	int slowest_rank;
 	double slowest_ms, fastest_ms;
 	json_t *train; /* the run's measurements */
+	struct mfu mfu; /* their model FLOPs figures (all ranks together) */
 };
 
 /* One GPU count: `train` with n ranks into dir/gpus_<n>, then its measurements. */
@@ -77,6 +79,7 @@ static int scale_one(int n, char **train_argv, int train_argc, const char *dir, 
 		row->fastest_ms = v2 < row->fastest_ms ? v2 : row->fastest_ms;
 		row->slowest_ms = v2 > row->slowest_ms ? v2 : row->slowest_ms;
 	}
+	mfu_from_json(&row->mfu, m);
 	row->train = json_incref(m);
 	json_decref(res);
 	return 0;
@@ -271,6 +274,9 @@ int cmd_scale(int argc, char **argv)
 	table_add_col(&t, "all-reduce ms", TABLE_RIGHT);
 	table_add_col(&t, "hidden", TABLE_RIGHT);
 	table_add_col(&t, "slowest rank", TABLE_RIGHT);
+	table_add_col(&t, "TFLOP/s", TABLE_RIGHT);
+	table_add_col(&t, "MFU", TABLE_RIGHT);
+	table_add_col(&t, "J/img", TABLE_RIGHT);
 	json_t *arr = json_array();
 	for (int i = 0; i < done; i++) {
 		struct scale_row *r = &rows[i];
@@ -288,9 +294,12 @@ int cmd_scale(int argc, char **argv)
 		if (r->gpus > 1)
 			snprintf(slow, sizeof(slow), "%d (%.2f vs %.2f ms)", r->slowest_rank, r->slowest_ms,
 				 r->fastest_ms);
-		table_add_row(&t, "%d\t%.1f\t%.1f\t%.1f%%\t%.2f\t%s\t%s\t%s", r->gpus, r->img_s,
+		char mfu[32], joule[32];
+		table_add_row(&t, "%d\t%.1f\t%.1f\t%.1f%%\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s", r->gpus, r->img_s,
 			      r->img_s_per_gpu, 100 * r->efficiency, r->ms_per_step,
-			      ar, hidden, slow);
+			      ar, hidden, slow, r->mfu.tflops,
+			      mfu_pct_str(&r->mfu, backend == BACKEND_CUDA, mfu, sizeof(mfu)),
+			      mfu_energy_str(&r->mfu, joule, sizeof(joule)));
 		json_t *o = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:O}", "gpus", r->gpus,
 				      "img_s", result_real(r->img_s), "img_s_per_gpu", result_real(r->img_s_per_gpu),
 				      "efficiency", result_real(r->efficiency), "ms_per_step", result_real(r->ms_per_step),
@@ -298,6 +307,7 @@ int cmd_scale(int argc, char **argv)
 				      "exposed_comm_ms", result_real(r->exposed_ms),
 				      "allreduce_hidden_pct", r->hidden_pct >= 0 ? result_real(r->hidden_pct) : json_null(),
 				      "slowest_rank", r->slowest_rank, "train", r->train);
+		mfu_json_set(o, &r->mfu);
 		json_array_append_new(arr, o);
 	}
 	table_print(&t, stdout);

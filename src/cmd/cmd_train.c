@@ -131,7 +131,12 @@ static int train_write_result(const struct train_opts *o, const struct train_res
 	}
 	json_t *gpu = train_gpu_json(o->backend, 0);
 	if (gpu)
-		result_set_gpu(res, gpu);
+		result_set_gpu(res, gpu); /* res holds gpu from here on */
+	struct mfu mfu;
+	train_mfu(o, r, gpu, &mfu);
+	if ((rc = mfu_json_set(m, &mfu)) < 0)
+		goto out;
+	train_mfu_print(stdout, &mfu, o->precision, o->backend == BACKEND_CUDA);
 	json_object_set(res, "measurements", m);
 	json_t *settings = json_pack("{s:s, s:i, s:i, s:s}", "model", o->model, "batch", o->batch, "steps",
 				     r->steps, "data", o->data ? o->data : "synthetic");
@@ -425,10 +430,17 @@ int cmd_train(int argc, char **argv)
 		dist_close(o.dist);
 		return rc;
 	}
-	if (repeat > 1)
+	/* the energy counter around the timed steps (a profiled run has its own observer,
+	 * and its timing is not the plain step's: no energy there) */
+	struct train_energy energy;
+	struct train_observer energy_obs = { .timed = train_energy_timed, .user = &energy };
+	train_energy_start(&energy, o.backend, o.device);
+	if (repeat > 1) {
+		o.observer = &energy_obs;
 		rc = train_run_repeated(&o, repeat, &res, &repeat_json, rank0 ? stdout : NULL);
-	else if (!profile_epochs.n) {
-		o.observer = sc ? train_scalars_observer(sc, NULL) : NULL;
+		o.observer = NULL;
+	} else if (!profile_epochs.n) {
+		o.observer = sc ? train_scalars_observer(sc, &energy_obs) : &energy_obs;
 		rc = train_run(&o, &res, rank0 ? stdout : NULL);
 		o.observer = NULL;
 	} else {
@@ -452,6 +464,9 @@ int cmd_train(int argc, char **argv)
 	}
 	if (graceful)
 		interrupt_release();
+	res.energy_j = energy.energy_j;
+	res.energy_s = energy.seconds;
+	train_energy_stop(&energy);
 	if (rc < 0)
 		dist_abort(o.dist, gp_errmsg());
 	dist_close(o.dist);

@@ -23,6 +23,7 @@ int cmd_amp(int argc, char **argv);
 int cmd_maxbatch(int argc, char **argv);
 int cmd_workers(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_roofline(int argc, char **argv);
 int cmd_scale(int argc, char **argv);
 int cmd_dist_check(int argc, char **argv);
 int cmd_diff(int argc, char **argv);

@@ -33,6 +33,7 @@ static const struct command commands[] = {
 	{ "maxbatch", cmd_maxbatch, "find the largest batch that trains: doubling, then bisection" },
 	{ "workers", cmd_workers, "train once per data-loader worker count: GPU utilization, data wait, img/s" },
 	{ "profile", cmd_profile, "record training steps: trace, breakdown, charts, overhead" },
+	{ "roofline", cmd_roofline, "each op's time against its bound from the GPU's peak math and bandwidth" },
 	{ "advise", cmd_advise, "find what holds training back and prove each fix by measuring it" },
 	{ "bench", cmd_bench, "benchmark this machine: the suite that fits it, one report (HTML and Markdown)" },
 	{ "diff", cmd_diff, "compare two runs metric by metric: change, noise, regressions (exit 1)" },

@@ -6,9 +6,11 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/timeutil.h"
 #include "gpu/devinfo.h"
 #include "gpu/nvml.h"
 #ifdef GP_HAVE_CUDA
@@ -230,4 +232,79 @@ json_t *train_gpu_json(enum backend_kind backend, int dev)
 	if (gpu)
 		gpu_json_add_versions(gpu);
 	return gpu;
+}
+
+void train_energy_start(struct train_energy *e, enum backend_kind backend, int dev)
+{
+	memset(e, 0, sizeof(*e));
+	e->dev = dev;
+	if (backend != BACKEND_CUDA)
+		return;
+	e->open = nvml_open() == 0;
+	if (!e->open)
+		gp_error_clear();
+}
+
+/* The NVML index is looked up once the run holds a context (NVML and CUDA may number
+ * devices differently); a failed reading leaves the energy unknown, never the run
+ * failed. */
+int train_energy_timed(void *user, int begin)
+{
+	struct train_energy *e = user;
+	unsigned long long mj = 0;
+	if (!e->open)
+		return 0;
+	if (begin) {
+		size_t bytes;
+		int dev;
+		e->started = 0;
+		if (train_process_gpu_mem(&bytes, &dev) == 0)
+			e->dev = dev;
+		gp_error_clear();
+		if (nvml_energy_mj(e->dev, &e->mj0) < 0) {
+			gp_error_clear();
+			return 0;
+		}
+		e->t0 = gp_now_s();
+		e->started = 1;
+		return 0;
+	}
+	if (!e->started || nvml_energy_mj(e->dev, &mj) < 0 || mj < e->mj0) {
+		gp_error_clear();
+		return 0;
+	}
+	e->energy_j = (mj - e->mj0) / 1e3;
+	e->seconds = gp_now_s() - e->t0;
+	return 0;
+}
+
+void train_energy_stop(struct train_energy *e)
+{
+	if (e->open)
+		nvml_close();
+	e->open = 0;
+}
+
+void train_mfu(const struct train_opts *o, const struct train_result *r, const json_t *gpu,
+	       struct mfu *m)
+{
+	int world = r->world > 0 ? r->world : 1, k = o->grad_accum > 1 ? o->grad_accum : 1;
+	const char *name = json_string_value(json_object_get(gpu, "name"));
+	mfu_compute(m, r->fwd_macs_per_image, r->img_s, o->precision, o->backend == BACKEND_CUDA,
+		    name, world);
+	mfu_set_energy(m, r->energy_j, r->energy_s, (double)o->batch * k * r->timed_steps);
+}
+
+void train_mfu_print(FILE *f, const struct mfu *m, enum precision p, int on_gpu)
+{
+	fprintf(f, "model FLOPs %.2f G/image (training), %.2f TFLOP/s", m->flops_per_image / 1e9,
+		m->tflops);
+	if (m->mfu >= 0)
+		fprintf(f, ", MFU %.1f%% of %s's dense %s peak %.1f TFLOP/s", 100 * m->mfu,
+			m->gpu_label, train_precision_name(p), m->peak_tflops);
+	else if (on_gpu)
+		fprintf(f, ", MFU unknown (no peaks for this GPU in src/report/mfu.c)");
+	if (m->energy_j_per_image >= 0)
+		fprintf(f, "; %.3f J/image at %.0f W", m->energy_j_per_image, m->power_w);
+	fprintf(f, "\n");
 }

@@ -146,6 +146,12 @@ static int fwd_step_end(void *user, struct net *net, int64_t data_wait_ns)
 	return in->step_end(in->user, net, data_wait_ns);
 }
 
+static int fwd_timed(void *user, int begin)
+{
+	const struct train_observer *in = ((struct train_scalars *)user)->inner;
+	return in->timed(in->user, begin);
+}
+
 int train_scalars_open(struct train_scalars *s, const char *tb_dir, const char *csv_dir)
 {
 	memset(s, 0, sizeof(*s));
@@ -190,6 +196,7 @@ const struct train_observer *train_scalars_observer(struct train_scalars *s, con
 		s->self.step_begin = inner->step_begin ? fwd_step_begin : NULL;
 		s->self.stage = inner->stage ? fwd_stage : NULL;
 		s->self.step_end = inner->step_end ? fwd_step_end : NULL;
+		s->self.timed = inner->timed ? fwd_timed : NULL;
 	}
 	return &s->self;
 }

@@ -103,6 +103,7 @@ struct nvml_api {
 						       struct nvml_process_info *);
 	int (*nvmlDeviceGetSamples)(nvml_device, int, unsigned long long, int *, unsigned *,
 				    struct nvml_raw_sample *);
+	int (*nvmlDeviceGetTotalEnergyConsumption)(nvml_device, unsigned long long *);
 };
 
 #define SYM(name, required) { #name, offsetof(struct nvml_api, name), required }
@@ -135,6 +136,7 @@ static const struct {
 	SYM(nvmlDeviceGetComputeRunningProcesses_v3, 0),
 	SYM(nvmlDeviceGetComputeRunningProcesses_v2, 0),
 	SYM(nvmlDeviceGetSamples, 0),
+	SYM(nvmlDeviceGetTotalEnergyConsumption, 0),
 };
 
 static pthread_mutex_t nvml_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -428,6 +430,18 @@ int nvml_util_samples(int dev, unsigned long long *last_ts_us, double *pct, doub
 free_raw:
 	free(raw);
 	return rc;
+}
+
+/* The energy counter: unlike an average of power samples it misses no spike between
+ * samples, so energy per image is the difference of two readings. */
+int nvml_energy_mj(int dev, unsigned long long *mj)
+{
+	nvml_device h;
+	*mj = 0;
+	GP_TRY(nvml_handle(dev, &h));
+	if (!nvml.nvmlDeviceGetTotalEnergyConsumption)
+		return gp_error(GP_EUNSUPPORTED, "NVML lacks nvmlDeviceGetTotalEnergyConsumption");
+	return NVML_CALL(nvml.nvmlDeviceGetTotalEnergyConsumption(h, mj));
 }
 
 const char *nvml_throttle_reason_str(unsigned long long mask, char *buf, size_t cap)

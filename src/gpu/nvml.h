@@ -51,6 +51,10 @@ int nvml_process_mem_bytes(int dev, unsigned pid, size_t *bytes);
 int nvml_util_samples(int dev, unsigned long long *last_ts_us, double *pct, double *t_s,
 		      int cap, int *n);
 
+/* Energy device dev has used since the driver loaded, in mJ (Volta and later):
+ * GP_EUNSUPPORTED where the library or device does not count it. */
+int nvml_energy_mj(int dev, unsigned long long *mj);
+
 /* "sw_power_cap,hw_slowdown" for a reason mask, "none" for 0; returns buf. */
 const char *nvml_throttle_reason_str(unsigned long long mask, char *buf, size_t cap);
 

@@ -34,6 +34,10 @@ struct train_observer {
 	/* At each epoch's end, after its validation: the one place to act on an epoch
 	 * (TensorBoard's epoch scalars, a checkpoint of the best so far). */
 	int (*on_epoch)(void *user, struct net *net, const struct train_epoch_summary *e);
+	/* The timed steps begin (begin 1: after the warm-up, the device idle) and end
+	 * (begin 0: after the last step's work finished): what an energy counter is read
+	 * around. Unlike the three above it keeps the plain (graph-replayed) step. */
+	int (*timed)(void *user, int begin);
 	void *user;
 };
 

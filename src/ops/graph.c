@@ -36,6 +36,72 @@ int node_has_grad(const struct net *net, int i)
 	return nd->needs_dx && (i == net->n_nodes - 1 || nd->last_consumer >= 0);
 }
 
+static int node_input_needs_dx(const struct net *net, const struct node *nd)
+{
+	return nd->n_in > 0 && net->nodes[nd->in[0]].needs_dx;
+}
+
+/* Element-wise ops in FLOPs per element (a convention, as they are bound by memory
+ * anyway): ReLU, ReLU6 and dropout 1 (2 backward), add 1 (0 backward: the gradient
+ * passes through), batch norm 4 in training forward (sum, sum of squares, normalize,
+ * scale and shift) and 6 backward, global average pooling 1 per input element, max
+ * pooling one comparison per window element. */
+double node_flops(const struct net *net, int i, int backward)
+{
+	const struct node *nd = &net->nodes[i];
+	double out = (double)shape_numel(nd->out);
+	switch (nd->op) {
+	case OP_CONV2D:
+	case OP_LINEAR:
+		return 2 * nd->macs * (backward ? 1 + node_input_needs_dx(net, nd) : 1);
+	case OP_BATCHNORM2D:
+		return (backward ? 6 : 4) * out;
+	case OP_RELU:
+	case OP_RELU6:
+	case OP_DROPOUT:
+		return (backward ? 2 : 1) * out;
+	case OP_ADD:
+		return backward ? 0 : out;
+	case OP_MAXPOOL2D:
+		return backward ? out : out * nd->a.pool.k * nd->a.pool.k;
+	case OP_AVGPOOL_GLOBAL:
+		return (double)shape_numel(net->nodes[nd->in[0]].out);
+	default:
+		return 0;
+	}
+}
+
+/* Forward reads each input and writes the output; backward reads the output gradient
+ * (and the op's saved input, output or mask) and writes each input gradient. */
+double node_bytes(const struct net *net, int i, int backward, double act_bytes, double w_bytes)
+{
+	const struct node *nd = &net->nodes[i];
+	double out = (double)shape_numel(nd->out), a = act_bytes;
+	double in = nd->n_in > 0 ? (double)shape_numel(net->nodes[nd->in[0]].out) : 0;
+	int dx = node_input_needs_dx(net, nd);
+	switch (nd->op) {
+	case OP_CONV2D:
+		return conv2d_bytes(&nd->a.conv, backward, dx, a, w_bytes);
+	case OP_LINEAR:
+		return linear_bytes(&nd->a.lin, backward, dx, a, w_bytes);
+	case OP_BATCHNORM2D: /* gamma, beta and the statistics: float */
+		return (backward ? 3 * out : 2 * out) * a + 4.0 * nd->a.bn.c * sizeof(float);
+	case OP_RELU:
+	case OP_RELU6: /* backward: y, dy -> dx */
+		return (backward ? 2 * out + dx * in : in + out) * a;
+	case OP_ADD: /* backward: dy -> da, db */
+		return backward ? (out + 2 * in) * a : (2 * in + out) * a;
+	case OP_DROPOUT: /* the mask: one byte per element */
+		return backward ? (out + dx * in) * a + out : (in + out) * a + out;
+	case OP_MAXPOOL2D: /* the argmax: int32 per output */
+		return backward ? out * a + 4 * out + dx * in * a : (in + out) * a + 4 * out;
+	case OP_AVGPOOL_GLOBAL:
+		return backward ? out * a + dx * in * a : (in + out) * a;
+	default:
+		return 0;
+	}
+}
+
 /* The identity input of a residual add whose other input is a batch norm read only
  * there (the block's last one); -1 when nd is not such an add. */
 int node_add_identity(const struct net *net, const struct node *nd)

@@ -253,6 +253,15 @@ struct net {
 /* Does node i have an output gradient in a training plan (net_plan_memory's t_dy)? */
 int node_has_grad(const struct net *net, int i);
 
+/* The roofline's view of node i's forward (backward 0) or backward (1) at the net's
+ * batch: FLOPs (2 per MAC for convolutions and linear layers, their backward twice
+ * that, or once without a data gradient; element-wise ops a few per element, see
+ * graph.c) and the bytes it must move at the least, each tensor once: activations in
+ * act_bytes, weights and their gradients in w_bytes. A flatten moves nothing (a view).
+ * The input's data gradient counts only where one flows (the input's needs_dx). */
+double node_flops(const struct net *net, int i, int backward);
+double node_bytes(const struct net *net, int i, int backward, double act_bytes, double w_bytes);
+
 /* Does the backward of this op read its input activation (conv, bn, linear)? */
 int op_bwd_needs_input(enum op_type op);
 /* Does the backward of this op read its own output (relu, relu6)? */

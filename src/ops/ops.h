@@ -125,6 +125,16 @@ static inline int conv_out_size(int in, int k, int stride, int pad)
 double conv2d_macs(const struct conv2d_args *a);
 double linear_macs(const struct linear_args *a);
 
+/* Bytes a convolution or linear layer must move through memory at the least: each
+ * tensor it reads or writes once, activations in act_bytes per element, weights (and
+ * their gradients) in w_bytes. Forward: x, w, y. Backward: the data gradient (dy, w ->
+ * dx; only with_dx) and the weight gradient (x, dy -> dw). The roofline's memory side
+ * (report/roofline.h). */
+double conv2d_bytes(const struct conv2d_args *a, int backward, int with_dx, double act_bytes,
+		    double w_bytes);
+double linear_bytes(const struct linear_args *a, int backward, int with_dx, double act_bytes,
+		    double w_bytes);
+
 /* CPU reference kernels. Argmax indices of max pooling are int32 offsets into the
  * input plane; dropout masks are uint8 (1 = kept).
  * Batch norm over several ranks (SyncBatchNorm) splits the statistics into sums that

@@ -297,20 +297,25 @@ static void section_amp(struct rep *r, struct summary *s, json_t *stage, json_t 
 	int n = 0, best = -1, best_sp = -1;
 	size_t i;
 	struct rep_table t;
-	char a[32], b[32], d[32], e[32];
+	char a[32], b[32], d[32], e[32], f[32], g[32], h[32];
 	rep_p(r, NULL, "%s, %.0fx%.0f, %.0f steps per cell on %s.", str(m, "model"), num(m, "size"),
 	      num(m, "size"), num(m, "steps"), str(m, "device"));
-	rep_table_begin(r, &t, "batch\tprecision\tstatus\tms/step\timg/s\tspeed-up over fp32\tpeak (MiB)");
+	rep_table_begin(r, &t, "batch\tprecision\tstatus\tms/step\timg/s\tspeed-up over fp32\tpeak (MiB)"
+			"\tTFLOP/s\tMFU (%)\tJ/image");
 	json_array_foreach(cells, i, c) {
 		json_t *rep = json_object_get(c, "repeat");
 		char spread[48] = "";
 		if (rep)
 			snprintf(spread, sizeof(spread), " ± %.1f", num(json_object_get(rep, "img_s"), "std"));
-		rep_row(r, &t, "%.0f\t%s\t%s\t%s\t%s%s\t%s\t%s", num(c, "batch"), str(c, "precision"),
-			str(c, "status"), fmt_num(a, sizeof(a), "%.2f", num(c, "ms_per_step")),
+		rep_row(r, &t, "%.0f\t%s\t%s\t%s\t%s%s\t%s\t%s\t%s\t%s\t%s", num(c, "batch"),
+			str(c, "precision"), str(c, "status"),
+			fmt_num(a, sizeof(a), "%.2f", num(c, "ms_per_step")),
 			fmt_num(b, sizeof(b), "%.1f", num(c, "img_s")), spread,
 			fmt_num(d, sizeof(d), "%.2fx", num(c, "speedup")),
-			fmt_num(e, sizeof(e), "%.1f", num(c, "peak_mib")));
+			fmt_num(e, sizeof(e), "%.1f", num(c, "peak_mib")),
+			fmt_num(f, sizeof(f), "%.2f", num(c, "tflops")),
+			fmt_num(g, sizeof(g), "%.1f", 100 * num(c, "mfu")),
+			fmt_num(h, sizeof(h), "%.3f", num(c, "energy_j_per_image")));
 		if (n < REP_MAX_BARS) {
 			snprintf(labels[n], sizeof(labels[n]), "batch %.0f %s", num(c, "batch"),
 				 str(c, "precision"));
@@ -330,8 +335,11 @@ static void section_amp(struct rep *r, struct summary *s, json_t *stage, json_t 
 		  n, str(stage, "result"), "amp/amp_speedup.png");
 	if (best >= 0) {
 		json_t *bc = json_array_get(cells, best);
-		sum_head(s, "fastest amp cell: %s at batch %.0f, %.1f img/s (%s; amp)",
-			 str(bc, "precision"), num(bc, "batch"), num(bc, "img_s"), str(m, "model"));
+		char mfu[48] = "";
+		if (isfinite(num(bc, "mfu")))
+			snprintf(mfu, sizeof(mfu), ", MFU %.1f%%", 100 * num(bc, "mfu"));
+		sum_head(s, "fastest amp cell: %s at batch %.0f, %.1f img/s%s (%s; amp)",
+			 str(bc, "precision"), num(bc, "batch"), num(bc, "img_s"), mfu, str(m, "model"));
 	}
 	if (best_sp >= 0) {
 		json_t *bc = json_array_get(cells, best_sp);
@@ -436,12 +444,16 @@ static void section_train(struct rep *r, struct summary *s, json_t *stage, json_
 {
 	json_t *m = meas(res);
 	struct rep_table t;
-	char a[32], b[32], c[32];
-	rep_table_begin(r, &t, "model\tworkers\timg/s\tms/step\tdata wait (% of the step)");
-	rep_row(r, &t, "%s\t%.0f\t%s\t%s\t%s", str(m, "model"), num(m, "workers"),
+	char a[32], b[32], c[32], d[32], e[32], f[32];
+	rep_table_begin(r, &t, "model\tworkers\timg/s\tms/step\tdata wait (% of the step)\tTFLOP/s"
+			"\tMFU (%)\tJ/image");
+	rep_row(r, &t, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s", str(m, "model"), num(m, "workers"),
 		fmt_num(a, sizeof(a), "%.1f", num(m, "img_s")),
 		fmt_num(b, sizeof(b), "%.2f", num(m, "ms_per_step")),
-		fmt_num(c, sizeof(c), "%.1f", num(m, "data_wait_pct")));
+		fmt_num(c, sizeof(c), "%.1f", num(m, "data_wait_pct")),
+		fmt_num(d, sizeof(d), "%.2f", num(m, "tflops")),
+		fmt_num(e, sizeof(e), "%.1f", 100 * num(m, "mfu")),
+		fmt_num(f, sizeof(f), "%.3f", num(m, "energy_j_per_image")));
 	rep_table_end(r, str(stage, "result"));
 	sum_head(s, "end-to-end training on the data: %.1f img/s, data wait %.1f%% of the step (train)",
 		 num(m, "img_s"), num(m, "data_wait_pct"));

@@ -787,6 +787,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		if (step == start + warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
+			if (obs && obs->timed && (rc = obs->timed(obs->user, 1)) < 0)
+				goto out;
 			t_timed = gp_now_s();
 			cpu_mark_now(&cpu0);
 		}
@@ -894,6 +896,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	double t_end = gp_now_s();
 	cpu_mark_now(&cpu1);
 	cpu_load_between(&cpu0, &cpu1, &res->cpu);
+	if (obs && obs->timed && ((rc = net_wait(net)) < 0 || (rc = obs->timed(obs->user, 0)) < 0))
+		goto out;
 	if (done - start <= warmup) /* stopped in the warmup: time every step */
 		t_timed = t0, warmup = 0;
 	int timed = done - (int)start - warmup;
@@ -912,6 +916,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	res->img_s = (double)o->batch * k * world * 1e3 / res->ms_per_step;
 	res->img_s_per_rank = res->img_s / world;
 	res->params = net->params_count;
+	res->fwd_macs_per_image = net_total_macs(net) / o->batch;
 	res->plan = net->plan;
 	res->mem = net->mem;
 	if (log)

@@ -138,6 +138,11 @@ struct train_result {
 	 * and whether SIGINT or SIGTERM stopped this one early (GP_EINTR) */
 	int resumed_step, resumed_epoch;
 	int interrupted;
+	double fwd_macs_per_image;   /* the model's forward multiply-accumulates per image */
+	/* Energy this rank's GPU used over the timed steps (J, 0 when unknown) and their
+	 * wall time (s): filled by whoever observes the timed steps with an energy counter
+	 * (cmd/, through the observer's timed callback), never by the loop. */
+	double energy_j, energy_s;
 	struct train_log_point *log; /* with keep_log: n_log points; train_result_free */
 	int n_log;
 	/* Runs given in epochs, or with validation: one summary per epoch

@@ -193,3 +193,14 @@ int nvmlDeviceGetSamples(struct fake_device *h, int type, unsigned long long las
 	*count = n;
 	return n ? 0 : 6; /* NVML_ERROR_NOT_FOUND */
 }
+
+/* Device 0's energy counter starts at 5,000,000 mJ and grows by 250,000 mJ (250 J) per
+ * reading; device 1 does not count energy (a pre-Volta GPU). */
+int nvmlDeviceGetTotalEnergyConsumption(struct fake_device *h, unsigned long long *mj)
+{
+	static unsigned long long readings;
+	if (h->index != 0)
+		return 3; /* NVML_ERROR_NOT_SUPPORTED */
+	*mj = 5000000ULL + 250000ULL * readings++;
+	return 0;
+}
