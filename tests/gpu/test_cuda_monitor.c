@@ -60,3 +60,57 @@ TEST(cuda_monitor_gpm_fields_on_hopper)
 	struct test_pixel_counts pc;
 	test_check_png(path, 1280, 880, &pc);
 }
+
+/* workers and profile show GPM's means beside their own figures on Hopper: over a
+ * worker count's training steps (workers.json runs[].gpm and the table's columns) and
+ * over profile's unprofiled steps (result.json measurements.gpm). Training ran, so
+ * the SMs were busy some of the time. */
+TEST(cuda_workers_and_profile_gpm_on_hopper)
+{
+	char why[256], cmd[2048], path[700], data[600], wdir[600], pdir[600];
+	static char out[65536];
+	if (!cuda_available(why, sizeof(why)))
+		SKIP("no CUDA device");
+	struct cudaDeviceProp prop;
+	if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+		SKIP("cudaGetDeviceProperties failed");
+	if (prop.major < 9)
+		SKIP("GPM needs Hopper (compute capability 9.0) or newer");
+	snprintf(data, sizeof(data), "%s/gpm_jpegs", test_tmpdir());
+	snprintf(wdir, sizeof(wdir), "%s/gpm_workers", test_tmpdir());
+	snprintf(pdir, sizeof(pdir), "%s/gpm_profile", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out '%s' --classes 2 --images 256 --size 64x64 && "
+		 "%s workers --data '%s' --workers 2 --steps 20 --model resnet18 --size 64 --batch 32 "
+		 "--device cuda --out '%s'", test_bin(), data, test_bin(), data, wdir);
+	int rc = test_run(cmd, out, sizeof(out));
+	printf("%s", out);
+	CHECK_MSG(rc == 0, "workers failed (%d): %.3000s", rc, out);
+	CHECK(strstr(out, "SM active %") != NULL);
+	snprintf(path, sizeof(path), "%s/workers.json", wdir);
+	json_t *doc = json_load_file(path, 0, NULL);
+	CHECK(doc != NULL);
+	if (doc) {
+		json_t *run = json_array_get(json_object_get(json_object_get(doc, "measurements"), "runs"), 0);
+		json_t *sm = json_object_get(json_object_get(run, "gpm"), "sm_activity_pct");
+		CHECK_MSG(json_is_number(sm) && json_number_value(sm) > 0 && json_number_value(sm) <= 100,
+			  "workers' SM activity %g", json_number_value(sm));
+		json_decref(doc);
+	}
+	snprintf(cmd, sizeof(cmd), "%s profile --model resnet18 --size 64 --batch 32 --classes 10 "
+		 "--steps 2 --baseline-steps 10 --device cuda --out '%s'", test_bin(), pdir);
+	rc = test_run(cmd, out, sizeof(out));
+	printf("%s", out);
+	CHECK_MSG(rc == 0, "profile failed (%d): %.3000s", rc, out);
+	CHECK(strstr(out, "GPM over the 10 unprofiled steps: SM activity") != NULL);
+	snprintf(path, sizeof(path), "%s/result.json", pdir);
+	doc = json_load_file(path, 0, NULL);
+	CHECK(doc != NULL);
+	if (doc) {
+		json_t *gpm = json_object_get(json_object_get(doc, "measurements"), "gpm");
+		json_t *sm = json_object_get(gpm, "sm_activity_pct");
+		CHECK_MSG(json_is_number(sm) && json_number_value(sm) > 0 && json_number_value(sm) <= 100,
+			  "profile's SM activity %g", json_number_value(sm));
+		CHECK_EQ_INT(json_integer_value(json_object_get(gpm, "steps")), 10);
+		json_decref(doc);
+	}
+}
