@@ -226,8 +226,8 @@ int cmd_monitor(int argc, char **argv)
 		/* Samples at t0 + i * interval, none past the duration. */
 		double due = t0 + i * interval;
 		if (duration > 0 && due - t0 > duration + 1e-9) {
-			ended = "duration";
 			sleep_until(t0 + duration, 0); /* end on time, not at the next sample */
+			ended = monitor_stop ? "signal" : "duration";
 			break;
 		}
 		if (i && sleep_until(due, pid)) {
