@@ -533,8 +533,9 @@ TEST(monitor_duration_ends_on_time_with_summary_and_chart)
 	int rc = test_run(cmd, out, sizeof(out));
 	double wall = gp_now_s() - t0;
 	CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
-	/* samples at 0, 0.3, 0.6, 0.9, then the wait to 1.0 s */
-	CHECK_MSG(wall >= 1.0 && wall < 3.0, "took %.2f s", wall);
+	/* samples at 0, 0.3, 0.6, 0.9, then the wait to 1.0 s; the upper bound leaves room
+	 * for starting gpuperf on a loaded machine (an idle one takes about 1.1 s) */
+	CHECK_MSG(wall >= 1.0 && wall < 8.0, "took %.2f s", wall);
 	CHECK(strstr(out, "ended by: duration") != NULL);
 	CHECK(strstr(out, "verdict: healthy") != NULL); /* the fake: 87 %, steady, 61 C */
 	json_t *doc;
@@ -602,23 +603,29 @@ TEST(monitor_pid_follows_a_process_until_it_exits)
 		SKIP(why);
 	char cmd[2048], out[8192];
 	const char *dir = test_tmpdir();
-	snprintf(cmd, sizeof(cmd), "sleep 0.8 & p=$!; FAKE_NVML_PID=$p GPUPERF_NVML_LIB='%s' "
-		 "%s monitor --pid $p --interval 0.1 --out '%s'", lib, test_bin(), dir);
-	double t0 = gp_now_s();
+	/* The followed process is killed 0.6 s after monitor printed its header, so that a
+	 * slow start on a loaded machine does not eat the run. */
+	snprintf(cmd, sizeof(cmd), "sleep 30 & p=$!; FAKE_NVML_PID=$p GPUPERF_NVML_LIB='%s' "
+		 "timeout 20 %s monitor --pid $p --interval 0.1 --out '%s' > '%s/log' 2>&1 & m=$!; "
+		 "while ! grep -q 'clock events' '%s/log'; do sleep 0.05; done; sleep 0.6; kill $p; "
+		 "wait $m; rc=$?; cat '%s/log'; exit $rc", lib, test_bin(), dir, dir, dir, dir);
 	int rc = test_run(cmd, out, sizeof(out));
-	double wall = gp_now_s() - t0;
 	CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
-	CHECK_MSG(wall >= 0.7 && wall < 3.0, "took %.2f s", wall);
 	CHECK_MSG(strstr(out, "ended by: process exited") != NULL, "%s", out);
 	json_t *doc;
 	json_t *m = load_measurements(dir, &doc);
 	if (!m)
 		return;
 	json_t *samples = json_object_get(m, "samples");
-	CHECK_MSG(json_array_size(samples) >= 5, "%zu samples", json_array_size(samples));
+	/* 0.1 s apart for 0.6 s at least */
+	CHECK_MSG(json_array_size(samples) >= 4, "%zu samples", json_array_size(samples));
 	json_t *first = json_array_get(samples, 0);
 	CHECK_NEAR(json_number_value(json_object_get(first, "pid_mem_mib")), 2048, 1e-9);
 	CHECK_NEAR(json_number_value(json_object_get(first, "pid_sm_pct")), 55, 1e-9);
+	json_t *ps = json_object_get(json_object_get(m, "summary"), "pid");
+	CHECK_NEAR(json_number_value(json_object_get(ps, "mem_peak_mib")), 2048, 1e-9);
+	CHECK_NEAR(json_number_value(json_object_get(ps, "sm_share_mean_pct")), 55, 1e-9);
+	CHECK(strstr(out, "memory peak 2048 MiB, SM share mean 55.0 %") != NULL);
 	json_decref(doc);
 	test_check_bad("monitor --pid 2147483647", "--pid 2147483647: no such process");
 }

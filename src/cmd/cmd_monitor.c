@@ -309,6 +309,27 @@ int cmd_monitor(int argc, char **argv)
 	free(s);
 	free(g);
 	monitor_summary_print(stdout, &sum);
+	/* The followed process: its own memory peak and mean SM share. */
+	double pid_peak = NAN, pid_sm = NAN;
+	if (pid) {
+		double sm_sum = 0;
+		int sm_n = 0;
+		for (int i = 0; i < n; i++) {
+			if (isfinite(rows[i].proc_mem_mib))
+				pid_peak = isfinite(pid_peak) ? fmax(pid_peak, rows[i].proc_mem_mib)
+							      : rows[i].proc_mem_mib;
+			if (isfinite(rows[i].proc_sm_pct)) {
+				sm_sum += rows[i].proc_sm_pct;
+				sm_n++;
+			}
+		}
+		if (sm_n)
+			pid_sm = sm_sum / sm_n;
+		char a[32], b[32];
+		printf("process %d: memory peak %s MiB, SM share mean %s %%\n", pid,
+		       fmt_num(a, sizeof(a), pid_peak, "%.0f", "n/a"),
+		       fmt_num(b, sizeof(b), pid_sm, "%.1f", "n/a"));
+	}
 	printf("ended by: %s\n", ended);
 
 	res = result_new("monitor", argc, argv);
@@ -325,6 +346,11 @@ int cmd_monitor(int argc, char **argv)
 			    json_pack("{s:O, s:o, s:s, s:b, s:o}", "samples", samples, "summary",
 				      monitor_summary_json(&sum), "ended_by", ended, "gpm", gpm != NULL,
 				      "gpm_unavailable", gpm ? json_null() : json_string(gpm_note)));
+	if (pid)
+		json_object_set_new(json_object_get(json_object_get(res, "measurements"), "summary"),
+				    "pid", json_pack("{s:i, s:o, s:o}", "pid", pid, "mem_peak_mib",
+						     result_real(pid_peak), "sm_share_mean_pct",
+						     result_real(pid_sm)));
 	char path[4096];
 	if ((rc = result_write(res, out, "monitor", path, sizeof(path))) < 0)
 		goto out;
