@@ -307,9 +307,10 @@ TEST(monitor_sigterm_writes_samples)
 		SKIP(why);
 	char cmd[2048], out[8192], res[700];
 	const char *dir = test_tmpdir();
-	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --interval 0.05 --out '%s' "
-		 "> '%s/log' & pid=$!; sleep 0.6; kill -TERM $pid; wait $pid",
-		 lib, test_bin(), dir, dir);
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --interval 0.05 --duration 30 "
+		 "--out '%s' > '%s/log' & pid=$!; while ! grep -q 'clock events' '%s/log'; "
+		 "do sleep 0.05; done; sleep 0.3; kill -TERM $pid; wait $pid",
+		 lib, test_bin(), dir, dir, dir);
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	snprintf(res, sizeof(res), "%s/monitor.json", dir);
 	json_error_t e;
@@ -569,9 +570,13 @@ TEST(monitor_sigint_ends_with_a_summary)
 		SKIP(why);
 	char cmd[2048], out[8192], log[700];
 	const char *dir = test_tmpdir();
-	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --interval 0.05 --out '%s' "
-		 "> '%s/log' 2>&1 & pid=$!; sleep 0.6; kill -INT $pid; wait $pid",
-		 lib, test_bin(), dir, dir);
+	/* The signal goes once monitor has printed its header: its handler is in place
+	 * then (before it, a background job ignores SIGINT, and a loaded machine can take
+	 * longer than any fixed sleep to get there); --duration 30 ends a stuck run. */
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --interval 0.05 --duration 30 "
+		 "--out '%s' > '%s/log' 2>&1 & pid=$!; while ! grep -q 'clock events' '%s/log'; "
+		 "do sleep 0.05; done; sleep 0.3; kill -INT $pid; wait $pid",
+		 lib, test_bin(), dir, dir, dir);
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	snprintf(log, sizeof(log), "%s/log", dir);
 	char *text = NULL;
