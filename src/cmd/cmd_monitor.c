@@ -190,8 +190,10 @@ int cmd_monitor(int argc, char **argv)
 	out = run_dir;
 	/* GPM is a bonus: where the GPU or driver lacks it, say why once and go on. */
 	char gpm_note[300] = "";
-	if (nvml_gpm_open(dev, &gpm) < 0)
+	if (nvml_gpm_open(dev, &gpm) < 0) {
 		snprintf(gpm_note, sizeof(gpm_note), "%s", gp_errmsg());
+		gp_error_clear();
+	}
 	printf("%s (driver %s), %.0f MiB, power limit %.0f W%s\n", info.name, info.driver_version,
 	       info.mem_total_bytes / GP_MIB, info.power_limit_mw / 1000.0,
 	       count || duration > 0 || pid ? "" : "; Ctrl-C to stop");
@@ -256,6 +258,7 @@ int cmd_monitor(int argc, char **argv)
 			/* A failing read (a reset, MIG enabled meanwhile) ends the GPM figures,
 			 * not the run. */
 			printf("no more GPM figures: %s\n", gp_errmsg());
+			gp_error_clear();
 			gpm_ok = 0;
 		}
 		r->proc_mem_mib = r->proc_sm_pct = NAN;
