@@ -749,3 +749,23 @@ TEST(monitor_verdict_from_a_scripted_run)
 	CHECK(strstr(out, "50 % of samples under 10 %") != NULL);
 	CHECK(strstr(out, "mean 250.0 W, 36 % of the 700 W limit") != NULL);
 }
+
+/* A driver without the GPM symbols (before 520): the reader says so, monitor goes on
+ * without the figures. */
+TEST(monitor_without_gpm_symbols)
+{
+	const char *why;
+	if (!fake_nvml_build(&why))
+		SKIP(why);
+	char lib[600], cmd[2048], out[8192];
+	const char *dir = test_tmpdir();
+	snprintf(lib, sizeof(lib), "%s/libnvidia-ml-nogpm.so.1", dir);
+	snprintf(cmd, sizeof(cmd), "cc -shared -fPIC -O1 -DFAKE_NO_GPM -o '%s' " FAKE_SRC
+		 " && ! nm -D '%s' | grep -q nvmlGpm", lib, lib);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "building the fake without GPM: %s", out);
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --count 2 --interval 0.02 --out '%s/run'",
+		 lib, test_bin(), dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "no GPM figures: NVML lacks the GPM functions") != NULL, "%s", out);
+	CHECK(strstr(out, "verdict: healthy") != NULL);
+}

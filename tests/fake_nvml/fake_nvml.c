@@ -213,6 +213,7 @@ int nvmlDeviceGetProcessUtilization(struct fake_device *h, struct fake_proc_util
 	return 0;
 }
 
+#ifndef FAKE_NO_GPM /* -DFAKE_NO_GPM: a driver from before GPM (no symbols at all) */
 /* GPM, with the layouts of NVIDIA's nvml.h (see src/gpu/nvml.c). A sample holds a
  * serial number; metrics between two samples are canned, per metric id. */
 struct fake_gpm_sample {
@@ -295,6 +296,7 @@ int nvmlGpmMetricsGet(struct fake_gpm_get *g)
 	}
 	return 0;
 }
+#endif
 
 /* Process FAKE_PID_BASE + i uses (i + 1) MiB; the calling process uses 1536 MiB. The
  * base lies above Linux's largest pid (2^22), so the caller's own pid never collides
