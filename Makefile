@@ -93,7 +93,7 @@ MAIN_SRC := src/cmd/main.c
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(MAIN_SRC),$(LIB_SRC))) $(LIB_OBJ_CU)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build
+.PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build fusion-bench
 ifeq ($(WITH_MPI),1)
   MPI_PLUGIN := $(BUILD)/libgpuperf_mpi.so
 endif
@@ -138,6 +138,19 @@ $(BUILD)/%.o: %.cu
 	@echo "  NVCC    $<"
 	@$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 
+# Benchmark programs (llm.c's dev/cuda/): one comparison of kernel paths each, outside
+# the product and outside `all`. fusion_bench: cuDNN's runtime fusion (backend API)
+# against separate convolution and batch-norm kernels (docs/dev/fusion.md).
+FUSION_BENCH_OBJ := $(BUILD)/tools/dev/fusion_bench.o $(BUILD)/tools/dev/fusion_kernels.o
+fusion-bench: $(BUILD)/fusion_bench
+$(BUILD)/fusion_bench: $(FUSION_BENCH_OBJ)
+ifneq ($(WITH_CUDA),1)
+	$(error fusion-bench needs nvcc and cuDNN (CUDA_HOME=$(CUDA_HOME)))
+endif
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcudart \
+		-lstdc++ -lm
+
 test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests $(MPI_PLUGIN)
 	GPUPERF_BIN=$(BUILD)/gpuperf ./$(BUILD)/gpuperf_tests
 
@@ -176,5 +189,5 @@ bundle: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests $(MPI_PLUGIN)
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cmd/main.d \
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cmd/main.d $(FUSION_BENCH_OBJ:.o=.d) \
 	 $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/%.d)

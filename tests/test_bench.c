@@ -10,6 +10,8 @@
 #include <jansson.h>
 
 #include "test.h"
+#include "report/bench_report.h"
+#include "report/result.h"
 
 static char *slurp(const char *path)
 {
@@ -117,6 +119,51 @@ TEST(bench_cpu_quick_run_folder_and_report)
 	char *md = slurp(path);
 	CHECK(md && strstr(md, "## Summary") && strstr(md, "### Findings") &&
 	      strstr(md, "_from compare/compare.json_") && strstr(md, "| simple_cnn |"));
+	free(md);
+}
+
+/* A bench run on a host with several GPUs has a scale stage: the report gives its
+ * table, chart and the efficiency at the largest count in the summary (the stage's
+ * result is hand-made here; on a GPU host `scale` writes it). */
+TEST(bench_report_has_the_scale_stage)
+{
+	const char *src = bench_dir();
+	char dir[600], cmd[2400], out[4096], path[800];
+	if (!src)
+		return;
+	snprintf(dir, sizeof(dir), "%s/bscale", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s && mkdir -p %s/scale", dir, src, dir, dir);
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	snprintf(path, sizeof(path), "%s/scale/scale.json", dir);
+	json_t *runs = json_pack("[{s:i, s:f, s:f, s:f, s:f, s:f}, {s:i, s:f, s:f, s:f, s:f, s:f}]",
+				 "gpus", 1, "img_s", 5700.0, "img_s_per_gpu", 5700.0, "efficiency", 1.0,
+				 "ms_per_step", 44.9, "exposed_comm_ms", 0.0,
+				 "gpus", 8, "img_s", 38000.0, "img_s_per_gpu", 4750.0, "efficiency",
+				 0.8333, "ms_per_step", 53.9, "exposed_comm_ms", 6.2);
+	json_t *res = json_pack("{s:s, s:s, s:{s:s}, s:{s:o}}", "schema", RESULT_SCHEMA, "command",
+				"scale", "settings", "model", "resnet50", "measurements", "runs", runs);
+	CHECK_EQ_INT(json_dump_file(res, path, 0), 0);
+	json_decref(res);
+	snprintf(path, sizeof(path), "%s/bench.json", dir);
+	json_t *b = json_load_file(path, 0, NULL);
+	CHECK(b);
+	if (!b)
+		return;
+	json_array_append_new(json_object_get(json_object_get(b, "measurements"), "stages"),
+			      json_pack("{s:s, s:s, s:s, s:f}", "stage", "scale", "status", "ok",
+					"result", "scale/scale.json", "seconds", 60.0));
+	CHECK_EQ_INT(json_dump_file(b, path, 0), 0);
+	json_decref(b);
+	CHECK_EQ_INT(bench_report_write(dir), 0);
+	snprintf(path, sizeof(path), "%s/report.md", dir);
+	char *md = slurp(path);
+	CHECK(md);
+	if (!md)
+		return;
+	CHECK(strstr(md, "## Data parallel over the GPUs (scale)"));
+	CHECK_MSG(strstr(md, "| 8 | 38000.0 | 4750.0 | 83.3% | 53.90 | 6.20 |"), "%s", md);
+	CHECK(strstr(md, "resnet50 on 8 GPUs: 38000.0 img/s, 83.3% scaling efficiency (scale)"));
+	CHECK(strstr(md, "data parallel loses 17% to communication"));
 	free(md);
 }
 

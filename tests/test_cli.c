@@ -115,6 +115,15 @@ TEST(cli_menu_runs_the_chosen_command)
 	CHECK(strstr(out, "$ gpuperf info --model resnet18 --batch 32") != NULL);
 	CHECK(strstr(out, "parameters            11689512") != NULL);
 	CHECK(strstr(out, "no choice '42'") != NULL);
+	/* bench's yes/no questions: another answer is asked again; y gives the flag,
+	 * n leaves it out (a missing --data folder fails before any stage runs) */
+	snprintf(cmd, sizeof(cmd), "printf '10\\nmaybe\\ny\\n/nonexistent/x\\nn\\n"
+		 "bench\\nn\\n/nonexistent/y\\ny\\nq\\n' | %s menu 2>&1", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK(strstr(out, "y or n [y]: ") != NULL);
+	CHECK_MSG(strstr(out, "$ gpuperf bench --quick --data /nonexistent/x\n") != NULL, "%s", out);
+	CHECK(strstr(out, "$ gpuperf bench --data /nonexistent/y --torch\n") != NULL);
+	CHECK(strstr(out, "--data '/nonexistent/y'") != NULL);
 	/* plain gpuperf without a terminal prints the usage, not the menu */
 	snprintf(cmd, sizeof(cmd), "%s < /dev/null", test_bin());
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);

@@ -90,8 +90,8 @@ TEST(decode_resolve_without_nvjpeg)
 	char why[300];
 	if (decode_gpu_probe(why, sizeof(why))) {
 		CHECK_EQ_INT(decode_resolve(DECODE_GPU, 0, "train", &use_gpu), GP_EINVAL);
-		CHECK_MSG(strstr(gp_errmsg(), "train does not take GPU-decoded batches"), "%s",
-			  gp_errmsg());
+		CHECK_MSG(strstr(gp_errmsg(), "train decodes on the GPU only from a folder of JPEG "
+				  "files onto a CUDA device"), "%s", gp_errmsg());
 		CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 0, "train", &use_gpu), 0);
 		CHECK_EQ_INT(use_gpu, 0);
 	} else {
@@ -105,6 +105,11 @@ TEST(decode_gpu_option_is_one_clear_line)
 {
 	nvjpeg_point_at(MISSING_NVJPEG);
 	test_check_bad("train --model simple_cnn --decode gpu --steps 1", "--decode gpu");
+	test_check_bad("train --model simple_cnn --data tests/data/bad --decode gpu --steps 1",
+		       "--decode gpu needs");
+	test_check_bad("workers --data tests/data/bad --decode gpu --steps 1", "--decode gpu needs");
+	test_check_bad("profile --data tests/data/bad --decode gpu", "--decode gpu needs");
+	test_check_bad("advise --data tests/data/bad --decode gpu", "--decode gpu needs");
 	test_check_bad("workers --data tests/data/bad --decode gpu", "--decode gpu");
 	test_check_bad("profile --decode gpu", "--decode gpu");
 	test_check_bad("advise --decode gpu", "--decode gpu");

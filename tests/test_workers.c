@@ -10,6 +10,7 @@
 
 #include "report/result.h"
 #include "test.h"
+#include "cmd/workers_rule.h"
 
 /* 24 small JPEGs in 3 classes under dir/ds; returns 0 on success. */
 static int make_dataset(char *ds, size_t cap)
@@ -247,4 +248,31 @@ TEST(advise_measures_each_candidate)
 	}
 	CHECK(saw_batch);
 	json_decref(j);
+}
+
+/* The recommendation on hand-made rows (cmd/workers_rule.h): throughput first, then
+ * GPU utilization within 2 points of the fastest run, then CPU cost. */
+TEST(workers_recommend_weighs_util_and_cpu)
+{
+	int best;
+	/* nothing but throughput measured: the fewest workers within 5% of the best */
+	struct workers_row a[] = { { 0, 100, 0, 0, -1 }, { 2, 180, 0, 0, -1 },
+				   { 4, 198, 0, 0, -1 }, { 8, 200, 0, 0, -1 } };
+	CHECK_EQ_INT(workers_recommend(a, 4, &best), 2);
+	CHECK_EQ_INT(best, 3);
+	/* 4 workers are within 5% in img/s but leave the GPU 10 points less busy */
+	struct workers_row b[] = { { 4, 198, 1, 80, 5 }, { 8, 200, 1, 90, 9 } };
+	CHECK_EQ_INT(workers_recommend(b, 2, &best), 1);
+	/* within 2 points and far cheaper: the fewer workers */
+	struct workers_row c[] = { { 4, 196, 1, 88.5, 6 }, { 8, 200, 1, 90, 11 } };
+	CHECK_EQ_INT(workers_recommend(c, 2, &best), 0);
+	/* fewer workers but much more CPU (decoding in the training thread and spinning):
+	 * the cheaper run wins; within 25% of it, the fewer workers again */
+	struct workers_row d[] = { { 0, 199, 1, 90, 8 }, { 4, 200, 1, 90, 4 } };
+	CHECK_EQ_INT(workers_recommend(d, 2, &best), 1);
+	d[0].cpu_cores = 4.9;
+	CHECK_EQ_INT(workers_recommend(d, 2, &best), 0);
+	/* utilization measured for one run only: not compared */
+	struct workers_row e[] = { { 2, 197, 0, 0, 3 }, { 8, 200, 1, 95, 3.5 } };
+	CHECK_EQ_INT(workers_recommend(e, 2, &best), 0);
 }

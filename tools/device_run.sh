@@ -2,8 +2,10 @@
 # Run on the GPU machine from the repository root, with build/bundle carried:
 #   bash tools/device_run.sh STAGE...   (logs under $OUT, or /tmp/gpuperf_out)
 # Stages: info, tests, gputests, parity, paritycpu, speed, speed32, compare, maxbatch,
-# maxbatchre (with --recompute), torchmaxbatch, loader, gpudecode (--decode gpu: the GPU
-# decode tests, then loader img/s against the CPU path at 16 workers), profile, workers, kprof (kernel
+# maxbatchre (with --recompute), torchmaxbatch, loader, gpudecode (issue 21's goals in one
+# call: the GPU decode tests; loader --decode gpu, and the CPU path at 16 workers against
+# torchvision's; train resnet50 and mobilenet_v2 bf16 batch 256 synthetic against JPEGs
+# decoded on the GPU; workers --decode gpu at task 3's settings; a summary), profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
@@ -14,6 +16,9 @@
 # dp (data parallel with one GPU through NCCL: tests, train --nproc 1, scale, dist-check),
 # dist (the process group's tests and NCCL over a group of one: dist-check --device
 # cuda; two CPU ranks; two ranks asking for a GPU each on a one-GPU host: one line).
+# tta (time to accuracy: dataset make --difficulty on this machine, then tools/tta.sh:
+# gpuperf and PyTorch resnet18, TTA_SEEDS seeds each; the run folder as $OUT/tta.tgz,
+# its summary.md and chart beside; about 4 to 5 minutes on one H100, docs/training.md),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -75,10 +80,27 @@ for s in "$@"; do
 		stage torch_loader 300 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100 ;;
 	gpudecode)
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
-		TAIL=40 stage gpudecode_tests 300 build/bundle/gpuperf_tests gpu_decode gpu_loader
-		stage loader_gpu 300 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100
-		stage loader_gpu_bf16 300 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100 --precision bf16
-		stage loader_cpu16 300 $BIN loader --data /tmp/gp_ds --decode cpu --batch 256 --batches 100 --workers 16 ;;
+		TAIL=40 stage gpudecode_tests 200 build/bundle/gpuperf_tests gpu_decode gpu_loader gpu_batch
+		stage loader_gpu_bf16 90 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100 --precision bf16
+		stage loader_cpu16 90 $BIN loader --data /tmp/gp_ds --decode cpu --batch 64 --batches 100 --workers 16
+		stage torch_loader16 150 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 16 --batches 100
+		for m in resnet50 mobilenet_v2; do
+			stage "train_${m}_synthetic" 120 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40
+			stage "train_${m}_gpudecode" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --data /tmp/gp_ds --decode gpu
+		done
+		stage workers_gpudecode 150 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --steps 100 --device cuda --decode gpu --overwrite --out /tmp/gp_work_gpu
+		# issue 21, item 5: the lines each goal is read from
+		echo "=== gpudecode summary"
+		grep -h "GPU against CPU\|worst at\|decode + augment,\|logits:" "$OUT/gpudecode_tests.log"
+		grep -hE "^ +(gpu|16) " "$OUT/loader_gpu_bf16.log" "$OUT/loader_cpu16.log"
+		grep -h "img/s" "$OUT/torch_loader16.log" | tail -2
+		for m in resnet50 mobilenet_v2; do
+			for k in synthetic gpudecode; do
+				printf '%s %s: ' $m $k; grep -h "^done:" "$OUT/train_${m}_$k.log"
+				grep -h "^cpu:\|^data:\|^decode:" "$OUT/train_${m}_$k.log"
+			done
+		done
+		grep -h "gpu decode\|decoded on the GPU" "$OUT/workers_gpudecode.log" ;;
 	profile)
 		stage profile 300 $BIN profile --model mobilenet_v2 --batch 64 --steps 20 --device cuda --overwrite --out /tmp/gp_prof
 		cp /tmp/gp_prof/profile_report.md /tmp/gp_prof/stage_breakdown.png "$OUT/" 2>/dev/null
@@ -183,6 +205,14 @@ for s in "$@"; do
 		modes=$(echo ${REGRESS_PRECISIONS:-fp32 tf32 bf16} | sed 's/bf16/amp_bf16_cl/; s/fp16/amp_fp16_cl/; s/ /,/g')
 		TAIL=0 stage regress_torch 400 python3 $TB train --models $(echo ${REGRESS_MODELS:-resnet50 resnet18 mobilenet_v2} | tr ' ' ,) --modes $modes --batch 256 --iters 30
 		python3 tools/regress_table.py "$OUT" ;;
+	tta)
+		# 10 classes of glyphs (--difficulty 2) at 160x160: TTA_IMAGES in all, 1/6 of them val
+		rm -rf /tmp/gp_tta /tmp/gp_tta_run
+		stage tta_data 120 $BIN dataset make --out /tmp/gp_tta --classes 10 --images ${TTA_IMAGES:-18000} --val-fraction ${TTA_VAL_FRACTION:-0.1667} --size 160x160 --difficulty ${TTA_DIFFICULTY:-2} --seed 1
+		TAIL=40 stage tta ${TTA_TIMEOUT:-480} bash tools/tta.sh $BIN /tmp/gp_tta /tmp/gp_tta_run
+		tar czf "$OUT/tta.tgz" -C /tmp gp_tta_run
+		cp /tmp/gp_tta_run/summary.md "$OUT/tta_summary.md" 2>/dev/null
+		cp /tmp/gp_tta_run/val_top1_vs_time.png "$OUT/tta_val_top1_vs_time.png" 2>/dev/null ;;
 	*) echo "unknown stage $s" ;;
 	esac
 done

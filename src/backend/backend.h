@@ -23,6 +23,14 @@ struct backend_ops {
 	 * once. x and labels must stay valid until the next stage_batch or net_wait. */
 	int (*stage_batch)(struct net *net, const float *x, const int32_t *labels);
 	int (*take_staged)(struct net *net);
+	/* Optional (a GPU backend): the step's input as this backend holds it, *dtype
+	 * GP_F32 (NCHW) or the 16-bit type of mixed precision, *nhwc its layout; and a
+	 * batch already in the device's memory, in that format or as float NCHW (labels
+	 * on the host), copied into it, returning when the copy is done (x may be
+	 * overwritten then). */
+	int (*input_format)(struct net *net, enum gp_dtype *dtype, int *nhwc);
+	int (*set_batch_device)(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
+				const int32_t *labels);
 	int (*forward_node)(struct net *net, int i, int training);
 	int (*loss)(struct net *net, double *loss, int *correct);
 	int (*backward_node)(struct net *net, int i);

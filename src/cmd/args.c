@@ -188,6 +188,12 @@ void args_print_help(const char *usage, const struct opt *opts)
 	}
 }
 
+int args_data_is_files(const char *data)
+{
+	return data && strcmp(data, "synthetic") && strncmp(data, "synthetic:", 10) &&
+	       strncmp(data, "cifar10:", 8);
+}
+
 int args_decode_pick(const char *value, int can_take_gpu, const char *cmd, int *use_gpu)
 {
 	enum decode_mode mode;

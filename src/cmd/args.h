@@ -118,5 +118,7 @@ int args_parse_int_list(const char *opt_name, const char *s, struct int_list *ou
 /* --decode's value for command cmd: parse it and resolve it (decode_resolve), so
  * `--decode gpu` where it cannot run is one error line before any work. */
 int args_decode_pick(const char *value, int can_take_gpu, const char *cmd, int *use_gpu);
+/* Is a --data spec a folder of image files (not synthetic, not CIFAR-10)? */
+int args_data_is_files(const char *data);
 
 #endif

@@ -73,7 +73,7 @@ int cmd_advise(int argc, char **argv)
 		OPT_SIZE(&size),
 		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&base.workers, "data-loader threads (0)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (gpu where it can run)"),
 		/* a measurement needs a step beyond its untimed warm-up */
 		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2, ARGS_MAX_STEPS },
 		OPT_DEVICE(&device),
@@ -98,8 +98,8 @@ int cmd_advise(int argc, char **argv)
 	else if (base.workers)
 		return gp_error(GP_EINVAL, "--workers needs --data DIR or cifar10:DIR");
 	GP_TRY(model_name_check(base.model));
-	int decode_gpu;
-	GP_TRY(args_decode_pick(decode, 0, "advise", &decode_gpu));
+	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
+				"advise", &base.decode_gpu));
 	GP_TRY(train_pick_device(device, &base.backend, 0));
 	GP_TRY(train_parse_precision(precision, &base.precision));
 	char run_dir[4096];
@@ -120,7 +120,8 @@ int cmd_advise(int argc, char **argv)
 	const struct train_result *b = &t[0].r;
 	/* diagnose: each rule carries the number that triggered it */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	if (has_data && b->data_wait_pct >= 10) {
+	/* more workers: only where they decode (--decode gpu has no worker threads) */
+	if (has_data && !base.decode_gpu && b->data_wait_pct >= 10) {
 		int w = base.workers ? 2 * base.workers : 2;
 		for (int k = 0; k < 2 && w <= 2 * cores && n < ADVISE_MAX; k++, w *= 2) {
 			t[n].o = base;

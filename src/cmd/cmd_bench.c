@@ -59,7 +59,9 @@ struct bench_sizes {
 	int workers_steps, workers_batch, train_steps, train_workers;
 	int profile_batch, profile_steps;
 	int torch_iters;
+	int scale_steps; /* steps per GPU count of the scale stage (GPU only) */
 	double b_info, b_compare, b_amp, b_maxbatch, b_workers, b_train, b_profile, b_torch;
+	double b_scale; /* per GPU count */
 };
 
 static const struct bench_sizes bench_gpu = {
@@ -68,8 +70,9 @@ static const struct bench_sizes bench_gpu = {
 	.maxbatch_confirm = 5, .maxbatch_start = 8,
 	.workers_list = "0,2,4,8", .workers_steps = 100, .workers_batch = 64, .train_steps = 200,
 	.train_workers = 8, .profile_batch = 64, .profile_steps = 20, .torch_iters = 30,
+	.scale_steps = 60,
 	.b_info = 3, .b_compare = 90, .b_amp = 240, .b_maxbatch = 180, .b_workers = 150,
-	.b_train = 60, .b_profile = 60, .b_torch = 240,
+	.b_train = 60, .b_profile = 60, .b_torch = 240, .b_scale = 40,
 };
 static const struct bench_sizes bench_gpu_quick = {
 	.models = "resnet50,resnet18", .compare_batch = 64, .compare_steps = 30,
@@ -77,8 +80,9 @@ static const struct bench_sizes bench_gpu_quick = {
 	.maxbatch_confirm = 2, .maxbatch_start = 64,
 	.workers_list = "0,8", .workers_steps = 30, .workers_batch = 64, .train_steps = 50,
 	.train_workers = 8, .profile_batch = 64, .profile_steps = 10, .torch_iters = 10,
+	.scale_steps = 30,
 	.b_info = 3, .b_compare = 25, .b_amp = 50, .b_maxbatch = 45, .b_workers = 20,
-	.b_train = 10, .b_profile = 20, .b_torch = 60,
+	.b_train = 10, .b_profile = 20, .b_torch = 110, .b_scale = 20,
 };
 static const struct bench_sizes bench_cpu = {
 	.models = "simple_cnn,mobilenet_v2", .size = 32, .compare_batch = 16, .compare_steps = 20,
@@ -205,7 +209,7 @@ static const char *torch_mode(const char *precision)
 
 static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *models_opt,
 		      const char *precisions, const char *data, int torch, const char *device,
-		      int repeat)
+		      int repeat, int gpus)
 {
 	char models[8][32], list[512], size_arg[32] = "";
 	int n_models;
@@ -308,6 +312,24 @@ static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *
 	if (*size_arg)
 		ARG("%s", size_arg);
 	GP_TRY(stage_out(b, s, device));
+
+	/* data parallel over every GPU of the host: 1, 2, 4, ... and the count itself */
+	if (b->cuda && gpus > 1) {
+		char counts[64] = "1";
+		int n_counts = 1;
+		for (int g = 2; g < gpus; g *= 2, n_counts++)
+			snprintf(counts + strlen(counts), sizeof(counts) - strlen(counts), ",%d", g);
+		snprintf(counts + strlen(counts), sizeof(counts) - strlen(counts), ",%d", gpus);
+		n_counts++;
+		NEW("scale", z->b_scale * n_counts, "scale.json");
+		ARG("scale");
+		ARG("--model=%s", amp_model);
+		ARG("--gpus=%s", counts);
+		ARG("--steps=%d", z->scale_steps);
+		if (*size_arg)
+			ARG("%s", size_arg);
+		GP_TRY(stage_out(b, s, device));
+	}
 
 	if (torch) {
 		/* the yardstick beside compare (fp32, its batch) and beside amp (each
@@ -740,7 +762,10 @@ int cmd_bench(int argc, char **argv)
 		snprintf(b.dir, sizeof(b.dir), "%s", out ? out : "results/bench_<timestamp>");
 	else
 		GP_TRY(result_dir_prepare("bench", "bench", out, overwrite, b.dir, sizeof(b.dir)));
-	if ((rc = bench_plan(&b, z, models, precisions, data, torch_ok, child_device, repeat)) < 0)
+	struct gp_devinfo di;
+	devinfo_query(&di);
+	if ((rc = bench_plan(&b, z, models, precisions, data, torch_ok, child_device, repeat,
+			     b.cuda ? di.gpu_count : 0)) < 0)
 		goto done;
 	if (torch && !torch_ok) {
 		struct bench_stage *s = stage_new(&b, "torch", 0, "torch.json");

@@ -1,6 +1,7 @@
 /* gpuperf dataset make: a synthetic ImageFolder of real JPEGs whose texture
  * (oriented stripes, colours, shapes) depends on the class, so decoding costs
- * what real photos cost and a model can tell the classes apart. */
+ * what real photos cost and a model can tell the classes apart; --difficulty
+ * draws glyphs to find instead (data/glyphs.h), for runs that must learn. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -19,12 +20,15 @@
 #include "core/file.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
+#include "data/glyphs.h"
 #include "data/image.h"
 #include "report/result.h"
 
 struct make_job {
 	const char *out_dir;
 	int classes, images, w, h, quality, threads;
+	int difficulty; /* 0: class textures; 1..3: glyphs to find (data/glyphs.h) */
+	double val_fraction; /* > 0: out_dir/train and out_dir/val */
 	uint64_t seed;
 	atomic_int next, done;
 	atomic_llong bytes;
@@ -97,17 +101,40 @@ static void texture_draw(uint8_t *rgb, int w, int h, int c, int classes, struct 
 	}
 }
 
+/* How many of class c's images go to val/: its share, rounded, at least one when
+ * there is a share at all (a class absent from val/ would shift the labels). */
+static int class_images(const struct make_job *j, int c)
+{
+	return j->images / j->classes + (c < j->images % j->classes);
+}
+
+static int class_val_images(const struct make_job *j, int c)
+{
+	if (j->val_fraction <= 0)
+		return 0;
+	int n = (int)lround(j->val_fraction * class_images(j, c));
+	return n < 1 ? 1 : n;
+}
+
 static int image_write(struct make_job *j, int i, uint8_t *rgb)
 {
 	struct rng r;
 	int c = i % j->classes;
 	rng_seed(&r, j->seed, (uint64_t)i);
-	texture_draw(rgb, j->w, j->h, c, j->classes, &r);
+	if (j->difficulty > 0)
+		glyph_image_draw(rgb, j->w, j->h, c, j->classes, j->difficulty, &r);
+	else
+		texture_draw(rgb, j->w, j->h, c, j->classes, &r);
 	uint8_t *jpeg;
 	size_t len;
 	GP_TRY(image_encode_jpeg(rgb, j->w, j->h, j->quality, &jpeg, &len));
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/class_%03d/img_%07d.jpg", j->out_dir, c, i);
+	/* a class's first images (i / classes counts them) go to val/ */
+	if (j->val_fraction > 0)
+		snprintf(path, sizeof(path), "%s/%s/class_%03d/img_%07d.jpg", j->out_dir,
+			 i / j->classes < class_val_images(j, c) ? "val" : "train", c, i);
+	else
+		snprintf(path, sizeof(path), "%s/class_%03d/img_%07d.jpg", j->out_dir, c, i);
 	int rc = atomic_file_write(path, jpeg, len);
 	if (rc == 0)
 		atomic_fetch_add(&j->bytes, (long long)len);
@@ -142,10 +169,14 @@ static void *make_worker(void *arg)
 static int dataset_make(struct make_job *j)
 {
 	char path[4096];
-	for (int c = 0; c < j->classes; c++) {
-		snprintf(path, sizeof(path), "%s/class_%03d", j->out_dir, c);
-		GP_TRY(dir_make(path));
-	}
+	for (int c = 0; c < j->classes; c++)
+		for (int s = 0; s < (j->val_fraction > 0 ? 2 : 1); s++) {
+			if (j->val_fraction > 0)
+				snprintf(path, sizeof(path), "%s/%s/class_%03d", j->out_dir, s ? "val" : "train", c);
+			else
+				snprintf(path, sizeof(path), "%s/class_%03d", j->out_dir, c);
+			GP_TRY(dir_make(path));
+		}
 	pthread_t tids[64];
 	int started = 0;
 	double t0 = gp_now_s();
@@ -177,16 +208,24 @@ static int dataset_make(struct make_job *j)
 	printf("wrote %d images in %d classes to %s: %.1f MB (%.1f KB per image) in %.2f s\n",
 	       j->images, j->classes, j->out_dir, bytes / 1e6, bytes / 1e3 / j->images,
 	       gp_now_s() - t0);
+	if (j->val_fraction > 0) {
+		int val = 0;
+		for (int c = 0; c < j->classes; c++)
+			val += class_val_images(j, c);
+		printf("split: %d images in %s/train, %d in %s/val\n", j->images - val, j->out_dir, val,
+		       j->out_dir);
+	}
 	return 0;
 }
 
 int cmd_dataset(int argc, char **argv)
 {
 	const char *out = NULL, *size = "500x375";
-	int classes = 10, images = 100, quality = 90, help = 0;
+	int classes = 10, images = 100, quality = 90, difficulty = 0, help = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int threads = ncpu > 0 ? (ncpu < 64 ? (int)ncpu : 64) : 1;
 	long long seed = 1;
+	double val_fraction = 0;
 	const struct opt opts[] = {
 		{ "out", OPT_PATH, &out, "folder to write (created)", 0 },
 		OPT_CLASSES(&classes, "classes (default 10)"),
@@ -194,12 +233,19 @@ int cmd_dataset(int argc, char **argv)
 		{ "size", OPT_STR, &size, "WxH (default 500x375)", 0 },
 		OPT_SEED(&seed, "random seed (default 1)"),
 		{ "quality", OPT_INT, &quality, "JPEG quality 1..100 (default 90)", 1, 100 },
+		{ "difficulty", OPT_INT, &difficulty,
+		  "0: class-coloured textures (default, told apart at a glance); 1..3: a "
+		  "glyph to find, random pose and colours, clutter and distractors from 2 on",
+		  0, GLYPH_DIFFICULTY_MAX },
+		{ "val-fraction", OPT_DOUBLE, &val_fraction, "share of each class written to DIR/val, the rest to "
+		  "DIR/train (default 0: one ImageFolder)", .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_EXCL },
 		{ "threads", OPT_INT, &threads, "threads (default: all cores, at most 64)", 1, 64 },
 		OPT_HELP(&help),
 		OPT_END(),
 	};
 	const char *usage = "gpuperf dataset make --out DIR --classes C --images N "
-			    "[--size WxH] [--seed S] [--quality Q]";
+			    "[--size WxH] [--seed S] [--quality Q] [--difficulty 0..3] "
+			    "[--val-fraction F]";
 	if (argc < 2 || strcmp(argv[1], "make") != 0) {
 		if (argc >= 2 && !strcmp(argv[1], "--help")) {
 			args_print_help(usage, opts);
@@ -222,11 +268,20 @@ int cmd_dataset(int argc, char **argv)
 	if (sscanf(size, "%dx%d%c", &w, &h, &extra) != 2 || w < 1 || h < 1 || w > 16384 ||
 	    h > 16384)
 		return gp_error(GP_EINVAL, "--size: '%s' is not WxH (like 500x375)", size);
-	GP_TRY(path_dir_prepare(out));
+	if (difficulty > 0 && classes > GLYPH_CLASSES_MAX)
+		return gp_error(GP_EINVAL, "--difficulty %d draws at most %d classes (got --classes %d)",
+				difficulty, GLYPH_CLASSES_MAX, classes);
 	struct make_job j = {
 		.out_dir = out, .classes = classes, .images = images, .w = w, .h = h,
 		.quality = quality, .threads = threads < 64 ? threads : 64,
-		.seed = (uint64_t)seed,
+		.seed = (uint64_t)seed, .difficulty = difficulty,
+		.val_fraction = val_fraction,
 	};
+	/* both halves need every class, or their labels would not line up */
+	for (int c = 0; val_fraction > 0 && c < classes; c++)
+		if (class_images(&j, c) - class_val_images(&j, c) < 1)
+			return gp_error(GP_EINVAL, "--val-fraction %g of %d images in %d classes leaves class %d "
+					"no training image (give more --images)", val_fraction, images, classes, c);
+	GP_TRY(path_dir_prepare(out));
 	return dataset_make(&j);
 }

@@ -8,6 +8,7 @@
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
+#include "core/cpuload.h"
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
@@ -17,12 +18,24 @@
 struct loader_run {
 	double img_s, wait_ms_mean, total_ms;
 	struct loader_stats st;
+	struct cpu_load cpu; /* over the same clock */
 };
+
+/* The CPU columns of a row: this process's cores busy, the machine's busy share. */
+static void print_cpu(const struct cpu_load *c)
+{
+	if (c->machine_pct >= 0)
+		printf(" %9.1f %9.0f\n", c->proc_cores, c->machine_pct);
+	else
+		printf(" %9.1f %9s\n", c->proc_cores, "n/a");
+}
 
 static int loader_measure(struct dataset *ds, const struct loader_config *cfg,
 			  int batches, struct loader_run *out)
 {
 	struct loader *l;
+	struct cpu_mark m0, m1;
+	cpu_mark_now(&m0);
 	double t0 = gp_now_ms(), wait_ms = 0;
 	long images = 0;
 	GP_TRY(loader_create(ds, cfg, &l));
@@ -39,6 +52,8 @@ static int loader_measure(struct dataset *ds, const struct loader_config *cfg,
 	out->total_ms = gp_now_ms() - t0;
 	out->img_s = images / (out->total_ms / 1e3);
 	out->wait_ms_mean = wait_ms / batches;
+	cpu_mark_now(&m1);
+	cpu_load_between(&m0, &m1, &out->cpu);
 	loader_get_stats(l, &out->st);
 out_destroy:
 	loader_destroy(l);
@@ -52,6 +67,8 @@ static int loader_measure_gpu(struct dataset *ds, const struct gpu_loader_config
 			      char *backend, size_t cap)
 {
 	struct gpu_loader *l;
+	struct cpu_mark m0, m1;
+	cpu_mark_now(&m0);
 	double t0 = gp_now_ms();
 	long images = 0;
 	GP_TRY(gpu_loader_create(ds, cfg, &l));
@@ -67,6 +84,8 @@ static int loader_measure_gpu(struct dataset *ds, const struct gpu_loader_config
 	out->total_ms = gp_now_ms() - t0;
 	out->img_s = images / (out->total_ms / 1e3);
 	out->wait_ms_mean = out->total_ms / batches;
+	cpu_mark_now(&m1);
+	cpu_load_between(&m0, &m1, &out->cpu);
 	gpu_loader_get_stats(l, &out->st, gs);
 out_destroy:
 	gpu_loader_destroy(l);
@@ -130,8 +149,8 @@ int cmd_loader(int argc, char **argv)
 	printf("loader: %s, %d images, %d classes, batch %d, size %d, %s, %d batches per run\n",
 	       data, dataset_count(ds), dataset_classes(ds), batch, size,
 	       eval ? "eval" : "train", batches);
-	printf("%8s %10s %12s %14s %8s %12s\n", "workers", "img/s", "total ms",
-	       "wait ms/batch", "skipped", "decode gain");
+	printf("%8s %10s %12s %14s %8s %12s %9s %9s\n", "workers", "img/s", "total ms",
+	       "wait ms/batch", "skipped", "decode gain", "CPU cores", "machine %");
 	int rc = 0;
 	if (use_gpu) {
 		struct gpu_loader_config gc = {
@@ -144,8 +163,9 @@ int cmd_loader(int argc, char **argv)
 		char backend[32];
 		rc = loader_measure_gpu(ds, &gc, batches, &run, &gs, backend, sizeof(backend));
 		if (rc == 0) {
-			printf("%8s %10.1f %12.1f %14.2f %8ld %11.2fx\n", "gpu", run.img_s,
+			printf("%8s %10.1f %12.1f %14.2f %8ld %11.2fx", "gpu", run.img_s,
 			       run.total_ms, run.wait_ms_mean, run.st.skipped_corrupt, 1.0);
+			print_cpu(&run.cpu);
 			long made = gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback;
 			printf("gpu decode (%s backend): %ld by the JPEG engines, %ld by CUDA, %ld on "
 			       "the CPU, %ld corrupt; decode %.1f ms, augment %.1f ms, reading %.1f ms "
@@ -168,8 +188,9 @@ int cmd_loader(int argc, char **argv)
 			break;
 		double gain = run.st.decoded_pixels > 0
 				      ? run.st.full_pixels / run.st.decoded_pixels : 1.0;
-		printf("%8d %10.1f %12.1f %14.2f %8ld %11.2fx\n", workers.v[i], run.img_s,
+		printf("%8d %10.1f %12.1f %14.2f %8ld %11.2fx", workers.v[i], run.img_s,
 		       run.total_ms, run.wait_ms_mean, run.st.skipped_corrupt, gain);
+		print_cpu(&run.cpu);
 	}
 	dataset_close(ds);
 	return rc;

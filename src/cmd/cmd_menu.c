@@ -26,6 +26,7 @@ struct menu_field {
 	/* The values it takes, listed after the prompt (a table's, core/names.h); NULL
 	 * where the prompt says enough. */
 	const char *(*choices)(int i);
+	int yes_no; /* a flag without a value: asked as y/n, "--flag" on y */
 };
 
 struct menu_item {
@@ -48,6 +49,7 @@ struct menu_item {
 #define FG(flag, prompt, def) { flag, prompt, def, NULL, 1, NULL }
 #define FL(flag, prompt, def, choices) { flag, prompt, def, NULL, 0, choices }
 #define FGL(flag, prompt, def, choices) { flag, prompt, def, NULL, 1, choices }
+#define FYN(flag, prompt, def) { flag, prompt, def, NULL, 0, NULL, 1 }
 
 static const struct menu_item items[] = {
 	{ "1", "a model's layers, parameters, MACs and training memory", "info", cmd_info,
@@ -87,6 +89,11 @@ static const struct menu_item items[] = {
 	  { F("model", "model", "resnet50"), F("batches", "batch sizes", "64,128,256"),
 	    F("steps", "steps per run", "30") },
 	  "fp16 and bf16 training needs a CUDA GPU" },
+	{ "10", "benchmark this machine: every question, one HTML report", "bench", cmd_bench,
+	  { FYN("quick", "the short suite (y/n)", "y"),
+	    F("data", "ImageFolder for workers and training (empty: leave them out)", ""),
+	    FYN("torch", "PyTorch beside, where it is installed (y/n)", "n") },
+	  NULL },
 };
 
 /* One line from in, without its newline; 0 at end of input. */
@@ -150,6 +157,12 @@ static int run_item(const struct menu_item *it, int gpu, FILE *in, FILE *out)
 		fflush(out);
 		if (!read_line(in, values[f], sizeof(values[f])))
 			return 0;
+		while (fd->yes_no && values[f][0] && !strchr("yYnN", values[f][0])) {
+			fprintf(out, "  y or n [%s]: ", def);
+			fflush(out);
+			if (!read_line(in, values[f], sizeof(values[f])))
+				return 0;
+		}
 		if (!values[f][0])
 			snprintf(values[f], sizeof(values[f]), "%s", def);
 		if (!strcmp(values[f], MENU_MAKE_DATA) &&
@@ -160,6 +173,11 @@ static int run_item(const struct menu_item *it, int gpu, FILE *in, FILE *out)
 		if (!values[f][0])
 			continue;
 		snprintf(flags[f], sizeof(flags[f]), "--%s", fd->flag);
+		if (fd->yes_no) {
+			if (values[f][0] == 'y' || values[f][0] == 'Y')
+				argv[argc++] = flags[f];
+			continue;
+		}
 		argv[argc++] = flags[f];
 		argv[argc++] = values[f];
 	}

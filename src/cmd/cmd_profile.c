@@ -117,7 +117,7 @@ int cmd_profile(int argc, char **argv)
 		OPT_SEED(&seed, "seed for initialization and data (0)"),
 		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&workers, "data-loader threads with --data (4)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (gpu where it can run)"),
 		{ "record-shapes", OPT_FLAG, &record_shapes, "record each layer's input shapes (the op table by layer shows them)" },
 		{ "sort", OPT_STR, &sort, "op tables by gpu or cpu time (gpu when kernels ran)", .choices = analysis_sort_name_at },
 		OPT_OUT(&out, "the trace, logs, charts, report and result.json", "profile"),
@@ -140,9 +140,9 @@ int cmd_profile(int argc, char **argv)
 	if (baseline < 0)
 		baseline = o.steps;
 	GP_TRY(model_name_check(o.model)); /* before the plan is printed */
-	int decode_gpu;
-	GP_TRY(args_decode_pick(decode, 0, "profile", &decode_gpu));
 	GP_TRY(analysis_sort_check(sort));
+	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
+				"profile", &o.decode_gpu));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	o.seed = (uint64_t)seed;

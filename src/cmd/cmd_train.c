@@ -13,6 +13,7 @@
 #include "cmd/launch.h"
 #include "cmd/cmds.h"
 #include "cmd/train_json.h"
+#include "cmd/train_scalars.h"
 #include "core/error.h"
 #include "nn/models.h"
 #include "train/trainer.h"
@@ -25,7 +26,7 @@
  * ratio, which compares each window with the unprofiled steps before it. */
 static int train_run_profiled(struct train_opts *o, const struct int_list *epochs, int steps,
 			      const char *out, const char *precision, int argc, char **argv,
-			      struct train_result *res)
+			      struct train_scalars *scalars, struct train_result *res)
 {
 	int epoch_steps = o->epoch_steps > 0 ? o->epoch_steps : o->steps;
 	int active = steps > 0 && steps < epoch_steps ? steps : epoch_steps;
@@ -54,7 +55,7 @@ static int train_run_profiled(struct train_opts *o, const struct int_list *epoch
 	if (!s.settings)
 		return gp_error(GP_ENOMEM, "cannot build the settings");
 	struct train_observer ob = profile_session_observer(&s);
-	o->observer = &ob;
+	o->observer = scalars ? train_scalars_observer(scalars, &ob) : &ob;
 	int rc = train_run(o, res, stdout);
 	o->observer = NULL;
 	profile_session_free(&s);
@@ -219,6 +220,8 @@ int cmd_train(int argc, char **argv)
 	o.classes = 0;
 	long long seed = 0;
 	int epochs = 0, epoch_steps = 0, profile_steps = 0;
+	const char *val_data = NULL, *tensorboard = NULL;
+	o.eval_every = 1;
 	/* the recipe's options; negative: not given (defaults depend on the optimizer) */
 	const char *optimizer = "sgd", *schedule = "constant", *betas = NULL;
 	double eps = -1, warmup_factor = -1, gamma = -1;
@@ -268,8 +271,14 @@ int cmd_train(int argc, char **argv)
 		{ "dropout", OPT_DOUBLE, &o.dropout, "override the model's dropout probability (0 disables)", 0, 0, .min_d = 0, .max_d = 1, .range = OPT_MIN_INCL | OPT_MAX_EXCL },
 		OPT_SEED(&seed, "seed for initialization and data (0)"),
 		OPT_DATA(&data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR"),
+		{ "val-data", OPT_PATH, &val_data, "validation set (DIR or cifar10:DIR; default: --data's val/ beside "
+		  "train/, or CIFAR-10's test batch)", 0 },
+		{ "eval-every", OPT_INT, &o.eval_every, "validate every N epochs and after the last (1; 0: never)", 0,
+		  1000000 },
+		{ "tensorboard", OPT_PATH, &tensorboard, "TensorBoard scalars into this folder (default: "
+		  "tensorboard/ in the run folder, beside train_log.csv and train_epochs.csv)", 0 },
 		OPT_WORKERS(&o.workers, "data-loader threads (0: decode in the training thread)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (gpu where it can run)"),
 		OPT_PREFETCH(&o.prefetch, "batches in flight per loader worker (2)"),
 		{ "load", OPT_PATH, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_PATH, &save, "save weights after training", 0 },
@@ -304,6 +313,11 @@ int cmd_train(int argc, char **argv)
 	if (synthetic && (o.workers || o.prefetch))
 		return gp_error(GP_EINVAL, "--workers and --prefetch need --data DIR or cifar10:DIR");
 	o.data = data;
+	o.val_data = val_data;
+	if (val_data && !o.eval_every)
+		return gp_error(GP_EINVAL, "--val-data with --eval-every 0: nothing would read it");
+	if (tensorboard && repeat > 1)
+		return gp_error(GP_EINVAL, "--tensorboard and --repeat cannot go together (one run's scalars)");
 	GP_TRY(train_parse_recipe(&o, optimizer, schedule, betas, eps, warmup_epochs, warmup_factor,
 				  lr_step, gamma));
 	if (epochs > 0 && warmup_epochs >= epochs)
@@ -328,8 +342,8 @@ int cmd_train(int argc, char **argv)
 						profile_epochs.v[i]);
 	}
 	GP_TRY(model_name_check(o.model));
-	int decode_gpu;
-	GP_TRY(args_decode_pick(decode, 0, "train", &decode_gpu));
+	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"), "train",
+				&o.decode_gpu));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));
@@ -370,14 +384,39 @@ int cmd_train(int argc, char **argv)
 	}
 	struct train_result res = { 0 };
 	json_t *repeat_json = NULL;
+	/* the scalars of one run, written by rank 0: beside train.json unless told */
+	struct train_scalars scalars, *sc = NULL;
+	if (rc == 0 && rank0 && repeat == 1) {
+		char tb[4096];
+		snprintf(tb, sizeof(tb), "%s/tensorboard", dir);
+		if ((rc = train_scalars_open(&scalars, tensorboard ? tensorboard : tb, dir)) < 0) {
+			dist_abort(o.dist, gp_errmsg());
+			dist_close(o.dist);
+			return rc;
+		}
+		sc = &scalars;
+	}
 	o.keep_log = 1;
 	if (repeat > 1)
 		rc = train_run_repeated(&o, repeat, &res, &repeat_json, rank0 ? stdout : NULL);
-	else if (!profile_epochs.n)
+	else if (!profile_epochs.n) {
+		o.observer = sc ? train_scalars_observer(sc, NULL) : NULL;
 		rc = train_run(&o, &res, rank0 ? stdout : NULL);
-	else
+		o.observer = NULL;
+	} else {
 		rc = train_run_profiled(&o, &profile_epochs, profile_steps, dir, precision, argc,
-					argv, &res);
+					argv, sc, &res);
+	}
+	/* the scalars so far also when training stopped part-way */
+	if (sc) {
+		char why[1024];
+		snprintf(why, sizeof(why), "%s", gp_errmsg());
+		int rc_sc = train_scalars_close(sc);
+		if (rc < 0)
+			gp_error(rc, "%s", why);
+		else
+			rc = rc_sc;
+	}
 	if (rc < 0)
 		dist_abort(o.dist, gp_errmsg());
 	dist_close(o.dist);

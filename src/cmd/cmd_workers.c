@@ -13,6 +13,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "cmd/train_json.h"
+#include "cmd/workers_rule.h"
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "gpu/nvml.h"
@@ -23,7 +24,6 @@
 #include "report/table.h"
 
 #define WORKERS_IDLE_PCT 10.0  /* a sample under this counts as idle (as the chart draws it) */
-#define WORKERS_NEAR_BEST 0.95 /* "as good as the best": within 5% of its img/s */
 #define DRIVER_POLL_S 1.0      /* the driver keeps a short buffer: fetch it this often */
 
 /* Utilization samples, t_s from the start of the run. */
@@ -34,6 +34,7 @@ struct util_series {
 
 struct workers_run {
 	int workers;
+	int decode_gpu; /* made on the GPU (--decode gpu): no worker threads */
 	struct train_result res;
 	struct util_series sampler, driver;
 	const struct util_series *util; /* the denser of the two, NULL without samples */
@@ -203,19 +204,40 @@ static void run_summarize(struct workers_run *r)
 	r->idle_share = (double)idle / u->n;
 }
 
-/* The fewest workers whose throughput is within 5% of the best. */
-static int recommend(const struct workers_run *runs, int n, int *best_i)
+int workers_recommend(const struct workers_row *r, int n, int *best_i)
 {
-	int rec = -1;
 	*best_i = 0;
 	for (int i = 1; i < n; i++)
-		if (runs[i].res.img_s > runs[*best_i].res.img_s)
+		if (r[i].img_s > r[*best_i].img_s)
 			*best_i = i;
-	for (int i = 0; i < n; i++)
-		if (runs[i].res.img_s >= WORKERS_NEAR_BEST * runs[*best_i].res.img_s &&
-		    (rec < 0 || runs[i].workers < runs[rec].workers))
+	const struct workers_row *b = &r[*best_i];
+	unsigned char ok[ARGS_LIST_MAX];
+	double cheapest = -1;
+	for (int i = 0; i < n && i < ARGS_LIST_MAX; i++) {
+		ok[i] = r[i].img_s >= WORKERS_NEAR_BEST * b->img_s &&
+			(!r[i].util_ok || !b->util_ok ||
+			 r[i].mean_util >= b->mean_util - WORKERS_UTIL_POINTS);
+		if (ok[i] && r[i].cpu_cores >= 0 && (cheapest < 0 || r[i].cpu_cores < cheapest))
+			cheapest = r[i].cpu_cores;
+	}
+	int rec = -1;
+	for (int i = 0; i < n && i < ARGS_LIST_MAX; i++) {
+		if (!ok[i] || (cheapest >= 0 && r[i].cpu_cores > WORKERS_CPU_SLACK * cheapest))
+			continue;
+		if (rec < 0 || r[i].workers < r[rec].workers)
 			rec = i;
-	return rec;
+	}
+	return rec >= 0 ? rec : *best_i;
+}
+
+static int recommend(const struct workers_run *runs, int n, int *best_i)
+{
+	struct workers_row rows[ARGS_LIST_MAX];
+	for (int i = 0; i < n; i++)
+		rows[i] = (struct workers_row){ runs[i].workers, runs[i].res.img_s,
+						runs[i].util != NULL, runs[i].mean_util,
+						runs[i].res.cpu.proc_cores };
+	return workers_recommend(rows, n, best_i);
 }
 
 static json_t *real_or_null(int ok, double v)
@@ -240,14 +262,18 @@ static json_t *run_json(const struct workers_run *r)
 			    "tensor_activity_pct", result_real(r->gpm.tensor_util_pct),
 			    "dram_bw_util_pct", result_real(r->gpm.dram_bw_util_pct))
 		: json_null();
-	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i}",
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i, s:o, "
+			 "s:o, s:s}",
 		"workers", r->workers, "gpm", gpm, "samples", samples,
 		"mean_util", real_or_null(ok, r->mean_util), "std_util", real_or_null(ok, r->std_util),
 		"idle_share", real_or_null(ok, r->idle_share), "total_s", result_real(t->total_s),
 		"img_s", result_real(t->img_s), "data_wait_ms", result_real(t->data_wait_ms),
 		"util_source", ok ? json_string(r->util_source) : json_null(),
 		"data_wait_pct", result_real(t->data_wait_pct), "copy_ms", result_real(t->copy_ms),
-		"skipped_corrupt", (json_int_t)t->skipped_corrupt, "steps", t->steps);
+		"skipped_corrupt", (json_int_t)t->skipped_corrupt, "steps", t->steps,
+		"cpu_cores", result_real(t->cpu.proc_cores),
+		"machine_cpu_pct", real_or_null(t->cpu.machine_pct >= 0, t->cpu.machine_pct),
+		"decode", r->decode_gpu ? "gpu" : "cpu");
 }
 
 static json_t *result_build(int argc, char **argv, const struct workers_run *runs, int n, int rec,
@@ -291,7 +317,7 @@ static void gpm_cell(char *buf, size_t cap, double v)
 static int table_fill(struct table *t, const struct workers_run *runs, int n)
 {
 	static const char *cols[] = { "workers", "GPU util %", "std %", "idle %", "samples",
-		"total s", "img/s", "data wait ms", "wait % of step" };
+		"total s", "img/s", "data wait ms", "wait % of step", "CPU cores", "machine CPU %" };
 	static const char *gpm_cols[] = { "SM active %", "tensor %", "DRAM bw %" };
 	int any_gpm = 0;
 	for (int i = 0; i < n; i++)
@@ -309,6 +335,10 @@ static int table_fill(struct table *t, const struct workers_run *runs, int n)
 			snprintf(idle, sizeof(idle), "%.1f", 100 * r->idle_share);
 			snprintf(ns, sizeof(ns), "%d %s", r->util->n, r->util_source);
 		}
+		char wk[16], mach[32] = "n/a";
+		snprintf(wk, sizeof(wk), r->decode_gpu ? "gpu decode" : "%d", r->workers);
+		if (r->res.cpu.machine_pct >= 0)
+			snprintf(mach, sizeof(mach), "%.0f", r->res.cpu.machine_pct);
 		char sm[32] = "n/a", tc[32] = "n/a", dram[32] = "n/a";
 		if (r->has_gpm) {
 			gpm_cell(sm, sizeof(sm), r->gpm.sm_util_pct);
@@ -316,15 +346,16 @@ static int table_fill(struct table *t, const struct workers_run *runs, int n)
 			gpm_cell(dram, sizeof(dram), r->gpm.dram_bw_util_pct);
 		}
 		if (any_gpm)
-			GP_TRY(table_add_row(t, "%d\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%s\t%s\t%s",
-					     r->workers, mean, sd, idle, ns, r->res.total_s,
-					     r->res.img_s, r->res.data_wait_ms,
-					     r->res.data_wait_pct, sm, tc, dram));
+			GP_TRY(table_add_row(t, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.1f\t%s"
+					     "\t%s\t%s\t%s",
+					     wk, mean, sd, idle, ns, r->res.total_s, r->res.img_s,
+					     r->res.data_wait_ms, r->res.data_wait_pct,
+					     r->res.cpu.proc_cores, mach, sm, tc, dram));
 		else
-			GP_TRY(table_add_row(t, "%d\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f",
-					     r->workers, mean, sd, idle, ns, r->res.total_s,
-					     r->res.img_s, r->res.data_wait_ms,
-					     r->res.data_wait_pct));
+			GP_TRY(table_add_row(t, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.1f\t%s",
+					     wk, mean, sd, idle, ns, r->res.total_s, r->res.img_s,
+					     r->res.data_wait_ms, r->res.data_wait_pct,
+					     r->res.cpu.proc_cores, mach));
 	}
 	return 0;
 }
@@ -394,7 +425,8 @@ int cmd_workers(int argc, char **argv)
 		OPT_DATA(&data, "dataset: DIR (ImageFolder) or cifar10:DIR (required)"),
 		OPT_BATCH(&batch, "batch size (64)"),
 		OPT_WORKER_LIST(&workers, "worker counts to try (0,2,4,8)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded (cpu; gpu is measured by `loader` for now)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (one run per worker count) | gpu "
+			   "(one run, nvJPEG + GPU augmentation; --workers does not apply) | auto"),
 		OPT_STEPS(&steps, "training steps per worker count (100)"),
 		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		OPT_PREFETCH(&prefetch, "batches in flight per worker (2)"),
@@ -423,8 +455,11 @@ int cmd_workers(int argc, char **argv)
 	enum precision prec;
 	GP_TRY(model_name_check(model));
 	int decode_gpu;
-	GP_TRY(args_decode_pick(decode, 0, "workers", &decode_gpu));
+	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
+				"workers", &decode_gpu));
 	GP_TRY(train_pick_device(device, &backend, 0));
+	if (decode_gpu) /* one run: the GPU path has no worker threads to count */
+		workers = (struct int_list){ 1, { 0 } };
 	GP_TRY(train_parse_precision(precision, &prec));
 	char run_dir[4096];
 	GP_TRY(result_dir_prepare("workers", "workers", out_dir, overwrite, run_dir, sizeof(run_dir)));
@@ -463,6 +498,8 @@ int cmd_workers(int argc, char **argv)
 		o.data = data;
 		o.workers = workers.v[i];
 		o.prefetch = prefetch;
+		o.decode_gpu = decode_gpu;
+		r->decode_gpu = decode_gpu;
 		r->workers = workers.v[i];
 		struct workers_watch w = { .run = r, .nvml = nvml_ok, .batch = batch,
 					   .interval_s = interval_s };
@@ -486,6 +523,8 @@ int cmd_workers(int argc, char **argv)
 		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
 		"device", train_device_name(backend),
 		"precision", train_precision_name(prec));
+	if (settings)
+		json_object_set_new(settings, "decode", json_string(decode_gpu ? "gpu" : "cpu"));
 	json_t *list = json_array();
 	for (int i = 0; settings && list && i < workers.n; i++)
 		json_array_append_new(list, json_integer(workers.v[i]));
@@ -504,13 +543,20 @@ int cmd_workers(int argc, char **argv)
 	printf("\n");
 	table_print(&t, stdout);
 	reading_print(runs, workers.n, best_i);
-	if (rec == best_i)
-		printf("recommended: %d workers, the fastest (%.0f img/s), and no fewer workers "
-		       "come within 5%% of it\n", runs[rec].workers, runs[rec].res.img_s);
+	if (decode_gpu)
+		printf("decoded on the GPU: the process kept %.1f CPU cores busy (no worker "
+		       "threads to recommend)\n", runs[0].res.cpu.proc_cores);
+	else if (rec == best_i)
+		printf("recommended: %d workers, the fastest (%.0f img/s, %.1f CPU cores busy), and "
+		       "no fewer workers come within 5%% of it at as busy a GPU and no more CPU\n",
+		       runs[rec].workers, runs[rec].res.img_s, runs[rec].res.cpu.proc_cores);
 	else
-		printf("recommended: %d workers, the fewest within 5%% of the best throughput "
-		       "(%.0f img/s against %.0f img/s with %d workers)\n", runs[rec].workers,
-		       runs[rec].res.img_s, runs[best_i].res.img_s, runs[best_i].workers);
+		printf("recommended: %d workers: within 5%% of the best throughput (%.0f img/s "
+		       "against %.0f with %d workers) and 2 points of its GPU utilization, at %.1f "
+		       "CPU cores busy against %.1f (fewest workers whose CPU cost is within 25%% "
+		       "of the cheapest such run)\n", runs[rec].workers, runs[rec].res.img_s,
+		       runs[best_i].res.img_s, runs[best_i].workers, runs[rec].res.cpu.proc_cores,
+		       runs[best_i].res.cpu.proc_cores);
 	printf("\nwrote %s\n", path);
 	if (csv && (rc = csv_write(&t, out_dir)) < 0)
 		goto cleanup;

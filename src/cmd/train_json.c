@@ -4,6 +4,7 @@
  * memory as NVML sees it. */
 #include "cmd/train_json.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -14,6 +15,45 @@
 #include "ops/cuda/device.h"
 #endif
 #include "report/result.h"
+
+/* Per-epoch summaries as "history" (the keys the PyTorch side of the time-to-accuracy
+ * recipe writes too; val_* null for epochs not validated), with "best_val_top1" and
+ * "final_val_top1" (null without validation), and the validation set's size. */
+static int train_history_json(json_t *j, const struct train_result *r)
+{
+	json_t *h = json_array();
+	double best_v = NAN, final_v = NAN;
+	int validated = 0;
+	if (!h)
+		return gp_error(GP_ENOMEM, "out of memory writing the history");
+	for (int i = 0; i < r->n_history; i++) {
+		const struct train_epoch_summary *e = &r->history[i];
+		json_t *v = e->has_val ? NULL : json_null();
+		json_t *row = json_pack("{s:i, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+			"epoch", e->epoch, "step", (json_int_t)e->step, "time_s", result_real(e->time_s),
+			"lr", result_real(e->lr), "train_loss", result_real(e->train_loss),
+			"train_top1", result_real(e->train_top1),
+			"val_loss", v ? json_incref(v) : result_real(e->val_loss),
+			"val_top1", v ? json_incref(v) : result_real(e->val_top1),
+			"val_top5", v ? json_incref(v) : result_real(e->val_top5),
+			"val_img_s", v ? json_incref(v) : result_real(e->val_img_s),
+			"img_s", result_real(e->img_s), "data_wait_pct", result_real(e->data_wait_pct));
+		if (!row || json_array_append_new(h, row) < 0) {
+			json_decref(h);
+			return gp_error(GP_ENOMEM, "out of memory writing the history");
+		}
+		if (e->has_val) {
+			final_v = e->val_top1;
+			best_v = e->val_top1 > best_v || isnan(best_v) ? e->val_top1 : best_v;
+			validated = 1;
+		}
+	}
+	json_object_set_new(j, "history", h);
+	json_object_set_new(j, "best_val_top1", validated ? result_real(best_v) : json_null());
+	json_object_set_new(j, "final_val_top1", validated ? result_real(final_v) : json_null());
+	json_object_set_new(j, "val_images", r->val_images ? json_integer(r->val_images) : json_null());
+	return 0;
+}
 
 json_t *train_result_json(const struct train_opts *o, const struct train_result *r)
 {
@@ -40,6 +80,10 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 							    "accuracy", result_real(r->log[i].accuracy),
 							    "lr", result_real(r->log[i].lr)));
 		json_object_set_new(j, "log", lg ? lg : json_null());
+	}
+	if (j && r->history && train_history_json(j, r) < 0) {
+		json_decref(j);
+		j = NULL;
 	}
 	if (j && o->backend == BACKEND_CUDA)
 		json_object_set_new(j, "layout", json_string(train_layout_name(
@@ -71,11 +115,16 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 	}
 	/* A run on a dataset also says where its data came from and what it cost. */
 	if (j && train_uses_dataset(o)) {
-		json_t *d = json_pack("{s:o, s:i, s:i, s:i, s:o, s:o, s:o, s:I}", "data", result_string(o->data),
+		json_t *d = json_pack("{s:o, s:i, s:i, s:i, s:o, s:o, s:o, s:I, s:s, s:o, s:o}",
+			"data", result_string(o->data),
 			"classes", r->classes, "workers", o->workers, "batches_per_epoch", r->batches_per_epoch,
 			"data_wait_ms", result_real(r->data_wait_ms), "copy_ms", result_real(r->copy_ms),
 			"data_wait_pct", result_real(r->data_wait_pct),
-			"skipped_corrupt", (json_int_t)r->skipped_corrupt);
+			"skipped_corrupt", (json_int_t)r->skipped_corrupt,
+			"decode", o->decode_gpu ? "gpu" : "cpu",
+			"cpu_cores", result_real(r->cpu.proc_cores),
+			"machine_cpu_pct", r->cpu.machine_pct >= 0 ? result_real(r->cpu.machine_pct)
+								   : json_null());
 		if (!d || json_object_update(j, d) < 0) {
 			json_decref(j);
 			j = NULL;

@@ -5,5 +5,8 @@
 
 double gp_now_s(void);  /* CLOCK_MONOTONIC seconds */
 double gp_now_ms(void); /* CLOCK_MONOTONIC milliseconds */
+/* CLOCK_REALTIME seconds since the Unix epoch: for timestamps others read
+ * (TensorBoard's events), never for durations. */
+double gp_wall_s(void);
 
 #endif

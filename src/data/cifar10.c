@@ -75,6 +75,13 @@ out_close:
 	return rc;
 }
 
+int cifar10_has_test_batch(const char *dir)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/test_batch.bin", dir);
+	return access(path, F_OK) == 0;
+}
+
 int cifar10_open(struct dataset *ds, const char *dir)
 {
 	ds->kind = DATASET_CIFAR10;

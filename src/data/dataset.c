@@ -35,6 +35,15 @@ int dataset_open(const char *spec, int train, int size, struct dataset **out)
 	return 0;
 }
 
+int dataset_has_val_split(const char *spec)
+{
+	if (!strncmp(spec, "cifar10:", 8))
+		return cifar10_has_test_batch(spec + 8);
+	if (!strcmp(spec, "synthetic") || !strncmp(spec, "synthetic:", 10))
+		return 0;
+	return imagefolder_has_split(spec);
+}
+
 int dataset_count(const struct dataset *ds) { return ds->count; }
 int dataset_classes(const struct dataset *ds) { return ds->classes; }
 int dataset_size(const struct dataset *ds) { return ds->size; }

@@ -12,6 +12,10 @@
 struct dataset;
 
 int dataset_open(const char *spec, int train, int size, struct dataset **out);
+/* Does spec name a validation split beside its training one, which dataset_open
+ * with train 0 reads? A folder holding train/ and val/ (val/), CIFAR-10 with its test
+ * batch; not a plain ImageFolder, CIFAR-10 without test_batch.bin, nor synthetic data. */
+int dataset_has_val_split(const char *spec);
 int dataset_count(const struct dataset *ds);
 int dataset_classes(const struct dataset *ds);
 const char *dataset_class_name(const struct dataset *ds, int label);

@@ -20,9 +20,13 @@ struct dataset {
 	uint64_t synthetic_seed;
 };
 
+/* Does root hold train/ and val/ (then train mode reads one, eval mode the other)? */
+int imagefolder_has_split(const char *root);
 int imagefolder_open(struct dataset *ds, const char *dir);
 int imagefolder_load(const struct dataset *ds, struct image_ctx *ctx, int index,
 		     uint64_t seed, float *out, struct sample_cost *cost);
+/* Is DIR/test_batch.bin there (what eval mode reads)? */
+int cifar10_has_test_batch(const char *dir);
 int cifar10_open(struct dataset *ds, const char *dir);
 int cifar10_load(const struct dataset *ds, struct image_ctx *ctx, int index,
 		 uint64_t seed, float *out);

@@ -62,10 +62,9 @@ int decode_resolve(enum decode_mode mode, int can_take_gpu, const char *cmd, int
 	if (!ok)
 		return gp_error(GP_EINVAL, "--decode gpu needs a CUDA GPU and nvJPEG: %s", why);
 	if (!can_take_gpu)
-		return gp_error(GP_EINVAL, "--decode gpu: %s does not take GPU-decoded batches "
-				"%s", cmd, strcmp(cmd, "loader") ? "yet (issue 21); `gpuperf loader "
-				"--decode gpu` measures that path" : "of synthetic or CIFAR-10 data "
-				"(give a folder of JPEG files)");
+		return gp_error(GP_EINVAL, "--decode gpu: %s decodes on the GPU only from a folder of "
+				"JPEG files%s (not synthetic or CIFAR-10 data)", cmd,
+				strcmp(cmd, "loader") ? " onto a CUDA device" : "");
 	*use_gpu = 1;
 	return 0;
 }

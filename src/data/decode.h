@@ -17,10 +17,12 @@ int decode_mode_parse(const char *s, enum decode_mode *out);
  * (then unloaded); else 0 with the reason in why. */
 int decode_gpu_probe(char *why, size_t cap);
 /* The choice for a command: *use_gpu 0 or 1. gpu where decode_gpu_probe says no, or
- * where the command cannot take GPU-made batches (can_take_gpu 0: a training
- * command for now, or data that is not files), is GP_EINVAL
- * with one line naming why, so the command stops before any work (exit 2). auto
- * never fails: it takes gpu only where both hold. */
+ * where the command cannot take GPU-made batches (can_take_gpu 0: data that is not
+ * files, or a training run off the GPU), is GP_EINVAL with one line naming why, so
+ * the command stops before any work (exit 2). auto never fails: it takes gpu exactly
+ * where both hold (a CUDA GPU, nvJPEG, a folder of image files, a GPU run); nvJPEG
+ * on an H100 or A100 outruns the 16 cores beside it (docs/data.md), so it does not
+ * measure first. */
 int decode_resolve(enum decode_mode mode, int can_take_gpu, const char *cmd, int *use_gpu);
 
 #endif

@@ -39,6 +39,8 @@ struct gpu_decode_stats {
 	long cuda_decoded;  /* nvJPEG's CUDA backend */
 	long cpu_fallback;  /* nvJPEG refused it (or a PNG): decoded on the CPU */
 	long failed;        /* no decoder could: corrupt */
+	long nvjpeg_chroma; /* of the hardware/CUDA counts: RGB with nvJPEG's own chroma
+			     * upsampling (the batched call refused planes), not TurboJPEG's */
 	double decode_ms, augment_ms; /* wall time of the two stages, synchronized */
 };
 

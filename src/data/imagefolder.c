@@ -193,6 +193,15 @@ static int split_root(const struct dataset *ds, const char *root, char **split)
 	return rc;
 }
 
+int imagefolder_has_split(const char *root)
+{
+	char *train = path_join(root, "train"), *val = path_join(root, "val");
+	int yes = train && val && is_dir(train) && is_dir(val);
+	free(train);
+	free(val);
+	return yes;
+}
+
 int imagefolder_open(struct dataset *ds, const char *dir)
 {
 	struct stat st;

@@ -47,6 +47,14 @@ enum {
 	NVJPEG_OUTPUT_RGBI = 5,
 };
 
+/* nvjpegChromaSubsampling_t, as nvjpegGetImageInfo reports it. */
+enum {
+	NVJPEG_CSS_444 = 0,
+	NVJPEG_CSS_422 = 1,
+	NVJPEG_CSS_420 = 2,
+	NVJPEG_CSS_GRAY = 6,
+};
+
 /* NVJPEG_MAX_COMPONENT and nvjpegImage_t (docs 2.2.9): four channel pointers, then
  * four pitches, as size_t. */
 #define NVJPEG_MAX_COMPONENT 4

@@ -480,6 +480,27 @@ int net_stage_batch(struct net *net, const float *x, const int32_t *labels)
 	return 0;
 }
 
+int net_input_format(struct net *net, enum gp_dtype *dtype, int *nhwc)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	const struct backend_ops *ops = net_backend(net);
+	if (!ops->input_format)
+		return gp_error(GP_EINVAL, "the %s backend takes no batch from GPU memory", ops->name);
+	return ops->input_format(net, dtype, nhwc);
+}
+
+int net_set_batch_device(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
+			 const int32_t *labels)
+{
+	if (!net->bk)
+		return gp_error(GP_EINVAL, "net is not set up");
+	const struct backend_ops *ops = net_backend(net);
+	if (!ops->set_batch_device)
+		return gp_error(GP_EINVAL, "the %s backend takes no batch from GPU memory", ops->name);
+	return ops->set_batch_device(net, x, dtype, nhwc, labels);
+}
+
 /* Take in a staged batch before the step that uses it. */
 static int take_staged(struct net *net)
 {

@@ -55,6 +55,15 @@ int net_set_batch_data(struct net *net, const float *x, const int32_t *labels);
  * while the previous step computes; x should be pinned). x and labels must stay valid
  * until the next net_stage_batch returns or net_wait does. */
 int net_stage_batch(struct net *net, const float *x, const int32_t *labels);
+/* Batches made on the GPU (`--decode gpu`): the format the step's input has on the
+ * device (GP_F32 NCHW, or GP_BF16/GP_F16 in NHWC or NCHW under mixed precision), and
+ * a device batch copied in (labels on the host): in that format as it is, or as
+ * float NCHW converted on the way. Returns when copied, which waits for the previous
+ * step to be done with its input. GP_EINVAL on a backend without device input (CPU)
+ * or for another format. */
+int net_input_format(struct net *net, enum gp_dtype *dtype, int *nhwc);
+int net_set_batch_device(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
+			 const int32_t *labels);
 int net_forward(struct net *net, int training);
 /* Loss of the last forward against the labels; also seeds the logits gradient.
  * loss may be NULL: a GPU backend then does not wait for the value.

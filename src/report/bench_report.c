@@ -447,6 +447,48 @@ static void section_train(struct rep *r, struct summary *s, json_t *stage, json_
 		 num(m, "img_s"), num(m, "data_wait_pct"));
 }
 
+/* Data parallel over the host's GPUs: throughput, per-GPU rate and scaling efficiency
+ * by GPU count; the summary names the efficiency at the largest count. */
+static void section_scale(struct rep *r, struct summary *s, json_t *stage, json_t *res)
+{
+	json_t *runs = json_object_get(meas(res), "runs"), *run;
+	struct rep_table t;
+	size_t i;
+	struct html_bar bars[16];
+	char labels[16][32];
+	int n = 0;
+	const char *model = str(json_object_get(res, "settings"), "model");
+	rep_table_begin(r, &t, "GPUs\timg/s\timg/s per GPU\tscaling efficiency\tms/step\t"
+			"exposed communication (ms)");
+	json_array_foreach(runs, i, run) {
+		char a[32], b[32], c[32], d[32], e[32];
+		rep_row(r, &t, "%.0f\t%s\t%s\t%s\t%s\t%s", num(run, "gpus"),
+			fmt_num(a, sizeof(a), "%.1f", num(run, "img_s")),
+			fmt_num(b, sizeof(b), "%.1f", num(run, "img_s_per_gpu")),
+			fmt_num(c, sizeof(c), "%.1f%%", 100 * num(run, "efficiency")),
+			fmt_num(d, sizeof(d), "%.2f", num(run, "ms_per_step")),
+			fmt_num(e, sizeof(e), "%.2f", num(run, "exposed_comm_ms")));
+		if (n < 16) {
+			snprintf(labels[n], sizeof(labels[n]), "%.0f GPUs", num(run, "gpus"));
+			bars[n] = (struct html_bar){ labels[n], num(run, "img_s"), 0 };
+			n++;
+		}
+	}
+	rep_table_end(r, str(stage, "result"));
+	if (n > 0)
+		rep_chart(r, "training throughput by GPU count", "img/s", "%.0f", bars, n,
+			  str(stage, "result"), "scale/scaling.png");
+	if (n > 1) {
+		json_t *last = json_array_get(runs, json_array_size(runs) - 1);
+		sum_head(s, "%s on %.0f GPUs: %.1f img/s, %.1f%% scaling efficiency (scale)", model,
+			 num(last, "gpus"), num(last, "img_s"), 100 * num(last, "efficiency"));
+		if (num(last, "efficiency") < 0.9)
+			sum_find(s, 1, "data parallel loses %.0f%% to communication and stragglers on "
+				 "%.0f GPUs: see the scale table's exposed communication (scale)",
+				 100 * (1 - num(last, "efficiency")), num(last, "gpus"));
+	}
+}
+
 static void section_profile(struct rep *r, struct summary *s, json_t *stage, json_t *res)
 {
 	json_t *m = meas(res), *an = json_object_get(m, "analysis");
@@ -694,6 +736,9 @@ static int report_build(const char *dir, json_t *bench, FILE *md, FILE *html)
 		} else if (stage_is(st, "train")) {
 			rep_h(&body, 2, name, "End-to-end training on the data (train)");
 			section_train(&body, &s, st, res);
+		} else if (stage_is(st, "scale")) {
+			rep_h(&body, 2, name, "Data parallel over the GPUs (scale)");
+			section_scale(&body, &s, st, res);
 		} else if (stage_is(st, "profile")) {
 			rep_h(&body, 2, name, "Where the time goes (profile)");
 			section_profile(&body, &s, st, res);

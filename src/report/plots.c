@@ -539,3 +539,85 @@ int plots_draw(json_t *result, const char *out_dir)
 	}
 	return gp_error(GP_EUNSUPPORTED, "no charts for results of '%s'", command);
 }
+
+/* A train result's per-epoch history: at the top level (train.json) or, in older
+ * or other writers' documents, under "measurements". NULL when there is none. */
+static json_t *history_of(json_t *result)
+{
+	json_t *h = json_object_get(result, "history");
+	if (!json_is_array(h))
+		h = json_object_get(json_object_get(result, "measurements"), "history");
+	return json_is_array(h) ? h : NULL;
+}
+
+/* One line per run: engine (gpuperf unless the result says otherwise, as
+ * tests/torch/tta.py's "pytorch" does) and seed; gpuperf's runs in blue,
+ * PyTorch's in orange, dashed, so that seeds of one engine read as one family. */
+int plots_draw_history(json_t *const *results, const char *const *names, int n,
+		       const char *path)
+{
+	if (n < 1 || n > CHART_MAX_LINES)
+		return gp_error(GP_EINVAL, "a history chart takes 1 to %d runs (got %d)",
+				CHART_MAX_LINES, n);
+	struct chart_figure *fig = chart_figure_new(1, 1, 800, 500,
+						    "validation top-1 against wall time");
+	if (!fig)
+		return gp_error(GP_ENOMEM, "no memory for a chart");
+	struct chart_panel *p = chart_figure_panel(fig, 0);
+	chart_panel_set_labels(p, "wall time since the run began (s)", "val top-1 (%)");
+	int rc = 0, others = 0;
+	double t_max = 0;
+	for (int i = 0; i < n && rc == 0; i++) {
+		json_t *hist = history_of(results[i]);
+		size_t len = json_array_size(hist), k = 0;
+		double *x = malloc((len ? len : 1) * sizeof(double));
+		double *y = malloc((len ? len : 1) * sizeof(double));
+		if (!x || !y) {
+			rc = gp_error(GP_ENOMEM, "no memory for %zu epochs", len);
+		} else {
+			for (size_t e = 0; e < len; e++) {
+				json_t *h = json_array_get(hist, e);
+				json_t *t = json_object_get(h, "time_s"), *a = json_object_get(h, "val_top1");
+				if (!json_is_number(a)) /* an epoch without validation */
+					continue;
+				if (!json_is_number(t)) {
+					rc = gp_error(GP_EFORMAT, "%s: epoch %zu has val_top1 but no time_s",
+						      names[i], e + 1);
+					break;
+				}
+				x[k] = json_number_value(t);
+				y[k++] = json_number_value(a);
+			}
+			if (rc == 0 && k == 0)
+				rc = gp_error(GP_EFORMAT, "%s: no validated epoch in \"history\" (a run "
+					      "with --epochs and a val/ split has them)", names[i]);
+		}
+		if (rc == 0) {
+			const char *engine = json_string_value(json_object_get(results[i], "engine"));
+			json_t *seed = json_object_get(json_object_get(results[i], "settings"), "seed");
+			char label[CHART_LABEL_MAX];
+			int torch = engine && !strcmp(engine, "pytorch");
+			struct chart_line_style st = { .markers = 1, .dashed = torch };
+			if (!engine || !strcmp(engine, "gpuperf"))
+				st.color = CHART_BLUE;
+			else
+				st.color = torch ? CHART_ORANGE : chart_palette(2 + others++);
+			if (json_is_integer(seed))
+				snprintf(label, sizeof(label), "%s seed %lld", engine ? engine : "gpuperf",
+					 (long long)json_integer_value(seed));
+			else
+				snprintf(label, sizeof(label), "%s", engine ? engine : names[i]);
+			for (size_t e = 0; e < k; e++)
+				t_max = x[e] > t_max ? x[e] : t_max;
+			rc = chart_panel_add_line(p, x, y, (int)k, st, label);
+		}
+		free(x);
+		free(y);
+	}
+	if (rc == 0) {
+		chart_panel_set_x_range(p, 0, t_max > 0 ? t_max * 1.02 : 1);
+		rc = chart_figure_save(fig, path);
+	}
+	chart_figure_free(fig);
+	return rc;
+}

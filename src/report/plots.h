@@ -13,4 +13,12 @@ int plots_draw(json_t *result, const char *out_dir);
  * when the command has no charts. */
 const char *plots_chart_name(const char *command);
 
+/* The chart of val top-1 against wall time (time_s) for several train results,
+ * one line per run (docs/training.md, time to accuracy): results[i] is a train.json
+ * with a "history" (gpuperf's, or tests/torch/tta.py's with "engine": "pytorch"),
+ * names[i] where it came from (for messages). Written to path (.png, .svg, .pdf). */
+#define PLOTS_HISTORY_CHART "val_top1_vs_time.png"
+int plots_draw_history(json_t *const *results, const char *const *names, int n,
+		       const char *path);
+
 #endif

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/timeutil.h"
 
 /* The event file is written whole at close (atomic_file), as every output is. */
 struct tb_writer {
@@ -106,12 +107,6 @@ static void pb_float(struct pbuf *p, int field, float v)
 	pb_fixed(p, field, 5, &v, 4);
 }
 
-static double wall_time_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* One TFRecord: length, masked CRC of the length, data, masked CRC of the data. */
 static int record_write(struct tb_writer *w, const struct pbuf *p)
@@ -154,7 +149,7 @@ int tb_writer_open(struct tb_writer **out, const char *logdir)
 		goto free_w;
 	w->f = w->af.f;
 	struct pbuf p = { .n = 0 };
-	pb_double(&p, 1, wall_time_s());
+	pb_double(&p, 1, gp_wall_s());
 	pb_bytes(&p, 3, "brain.Event:2", 13);
 	rc = record_write(w, &p);
 	if (rc < 0)
@@ -170,6 +165,11 @@ free_w:
 
 int tb_add_scalar(struct tb_writer *w, const char *tag, double value, long long step)
 {
+	return tb_add_scalar_at(w, tag, value, step, gp_wall_s());
+}
+
+int tb_add_scalar_at(struct tb_writer *w, const char *tag, double value, long long step, double wall_time)
+{
 	size_t tag_len = strlen(tag);
 	if (tag_len > 512)
 		return gp_error(GP_EINVAL, "tensorboard: tag too long: '%.40s...'", tag);
@@ -177,7 +177,7 @@ int tb_add_scalar(struct tb_writer *w, const char *tag, double value, long long 
 	pb_bytes(&val, 1, tag, tag_len);
 	pb_float(&val, 2, (float)value);
 	pb_bytes(&sum, 1, val.b, val.n);
-	pb_double(&ev, 1, wall_time_s());
+	pb_double(&ev, 1, wall_time);
 	pb_tag(&ev, 2, 0);
 	pb_varint(&ev, (uint64_t)step);
 	pb_bytes(&ev, 5, sum.b, sum.n);

@@ -12,6 +12,9 @@ struct tb_writer;
  * with the "brain.Event:2" version record; the file appears, complete, at close. */
 int tb_writer_open(struct tb_writer **out, const char *logdir);
 int tb_add_scalar(struct tb_writer *w, const char *tag, double value, long long step);
+/* The same with the event's wall time (seconds since the epoch) given: for scalars
+ * kept and written later, TensorBoard's relative-time axis reads when they happened. */
+int tb_add_scalar_at(struct tb_writer *w, const char *tag, double value, long long step, double wall_time);
 /* Write the file into place; the writer is freed even on error. */
 int tb_writer_close(struct tb_writer *w);
 /* The path of the event file (valid until close). */

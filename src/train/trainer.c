@@ -9,17 +9,20 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/cpuload.h"
 #include "core/error.h"
 #include "core/names.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
 #include "dist/dist.h"
+#include "data/gpu_loader.h"
 #include "data/loader.h"
 #include "gpu/devinfo.h"
 #include "backend/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
+#include "train/evaluate.h"
 #ifdef GP_HAVE_CUDA
 #include "data/pinned.h"
 #endif
@@ -152,13 +155,40 @@ int train_run(const struct train_opts *o, struct train_result *res, FILE *log)
 	return train_run_observed(o, NULL, res, log);
 }
 
-/* A dataset and its loader, for a run that reads a new batch every step. */
+/* --- the batch source ---------------------------------------------------------------
+ * A dataset and its loader, for a run that reads a new batch every step: the CPU
+ * loader (ld), or with --decode gpu the GPU loader (gl), whose batches nvJPEG decodes
+ * and a kernel augments on the net's GPU in the net's input format; and the
+ * validation set (read by a CPU loader of its own at each validation). */
 struct train_data {
-	struct dataset *ds;
+	struct dataset *ds, *val;
 	struct loader *ld;
+	struct gpu_loader *gl;
+	enum gp_dtype gl_dtype; /* the GPU batches' format: the net's, or float NCHW */
+	int gl_nhwc;
 	struct batch *held; /* staged batch whose host memory the copy may still read */
 	double wait_ms_total, copy_ms_total;
 };
+
+static int train_data_on(const struct train_data *d)
+{
+	return d->ld || d->gl;
+}
+
+/* A GPU batch into the net. The loop "waits" for the decode of the next batch, which
+ * runs while the GPU still computes the step before; the copy in waits for that step
+ * to end, so its time is not counted as data time. */
+static int train_gpu_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
+{
+	struct gpu_batch b;
+	double t0 = gp_now_s();
+	GP_TRY(gpu_loader_next(d->gl, &b));
+	double ms = 1e3 * (gp_now_s() - t0);
+	d->wait_ms_total += ms;
+	if (wait_ns)
+		*wait_ns = (int64_t)(ms * 1e6);
+	return net_set_batch_device(net, b.x, d->gl_dtype, d->gl_nhwc, b.labels);
+}
 
 int train_uses_dataset(const struct train_opts *o)
 {
@@ -171,6 +201,8 @@ int train_uses_dataset(const struct train_opts *o)
  * waits for that). Adds how long the loop waited and how long staging took. */
 static int train_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
 {
+	if (d->gl)
+		return train_gpu_data_next(d, net, wait_ns);
 	struct batch *b = NULL;
 	int rc = loader_next(d->ld, &b);
 	if (rc < 0)
@@ -202,11 +234,73 @@ static int train_data_open(const struct train_opts *o, int size, struct train_da
 	return 0;
 }
 
+/* The validation set, when the run validates (o->eval_every > 0): --val-data, else
+ * the training spec's own split, else none. --val-data is opened before the training
+ * set, so that a wrong one is the run's first and only line; the split after it, so
+ * that the data layer's note on the layout names the training half. */
+static int train_val_open(const struct train_opts *o, int size, struct train_data *d)
+{
+	const char *spec = o->val_data;
+	if (o->eval_every <= 0)
+		return 0;
+	if (!spec && train_uses_dataset(o) && dataset_has_val_split(o->data))
+		spec = o->data;
+	if (!spec)
+		return 0;
+	int rc = dataset_open(spec, 0, size, &d->val);
+	if (rc < 0 && o->val_data) {
+		char why[1024];
+		snprintf(why, sizeof(why), "%s", gp_errmsg());
+		return gp_error(rc, "--val-data: %s", why);
+	}
+	return rc;
+}
+
+/* Its classes must be the training set's, name for name (a class missing from val/
+ * would shift every label after it), or fit the net's for synthetic training data. */
+static int train_val_check(const struct train_opts *o, int classes, struct train_data *d)
+{
+	const char *spec = o->val_data ? o->val_data : o->data;
+	int have = dataset_classes(d->val);
+	if (have > classes)
+		return gp_error(GP_EINVAL, "validation set '%s' has %d classes, the net %d", spec, have, classes);
+	if (d->ds && have != dataset_classes(d->ds))
+		return gp_error(GP_EINVAL, "validation set '%s' has %d classes, the training set %d", spec, have,
+				dataset_classes(d->ds));
+	for (int c = 0; d->ds && c < have; c++)
+		if (strcmp(dataset_class_name(d->val, c), dataset_class_name(d->ds, c)))
+			return gp_error(GP_EINVAL, "validation set '%s': class %d is '%s', in the training set '%s'",
+					spec, c, dataset_class_name(d->val, c), dataset_class_name(d->ds, c));
+	return 0;
+}
+
 /* Start the loader and settle the step count (epochs win over steps). Batch
  * buffers are pinned on the CUDA backend so the copy in runs at full speed. */
 static int train_data_start(const struct train_opts *o, int size, struct train_data *d,
-			    int *steps, struct train_result *res)
+			    struct net *net, int *steps, struct train_result *res)
 {
+	if (o->decode_gpu) {
+		/* straight into the net's 16-bit NHWC input where it takes one, else floats */
+		GP_TRY(net_input_format(net, &d->gl_dtype, &d->gl_nhwc));
+		enum gpu_batch_layout layout = GPU_BATCH_NCHW_F32;
+		if (d->gl_nhwc && d->gl_dtype == GP_BF16)
+			layout = GPU_BATCH_NHWC_BF16;
+		else if (d->gl_nhwc && d->gl_dtype == GP_F16)
+			layout = GPU_BATCH_NHWC_F16;
+		if (layout == GPU_BATCH_NCHW_F32) {
+			d->gl_dtype = GP_F32;
+			d->gl_nhwc = 0;
+		}
+		if (dist_world(o->dist) > 1)
+			return gp_error(GP_EINVAL, "--decode gpu does not shard a dataset over ranks "
+					"yet: use --decode cpu with data parallelism");
+		struct gpu_loader_config gc = { .batch = o->batch, .size = size, .train = 1,
+						.drop_last = 1, .seed = o->seed, .device = o->device,
+						.layout = layout };
+		GP_TRY(gpu_loader_create(d->ds, &gc, &d->gl));
+		res->batches_per_epoch = gpu_loader_batches_per_epoch(d->gl);
+		goto epochs;
+	}
 #ifdef GP_HAVE_CUDA
 	if (o->backend == BACKEND_CUDA)
 		GP_TRY(data_use_pinned_memory());
@@ -220,6 +314,7 @@ static int train_data_start(const struct train_opts *o, int size, struct train_d
 	};
 	GP_TRY(loader_create(d->ds, &lc, &d->ld));
 	res->batches_per_epoch = loader_batches_per_epoch(d->ld);
+epochs:
 	if (o->epochs > 0) {
 		long long n = (long long)o->epochs * res->batches_per_epoch;
 		if (n > 1000000000)
@@ -372,11 +467,70 @@ void train_result_free(struct train_result *res)
 	free(res->log);
 	res->log = NULL;
 	res->n_log = 0;
+	free(res->history);
+	res->history = NULL;
+	res->n_history = 0;
+}
+
+/* What an epoch has gathered so far: the loss and hits of the steps whose loss was
+ * read (images: theirs), the images it trained on (all ranks), when it began, and
+ * the data wait at that moment. */
+struct epoch_acc {
+	double loss_sum, correct, images, trained;
+	int reads;
+	double t0, wait_ms0;
+};
+
+/* Validate (when this epoch is due), fill the epoch's summary, print its line and
+ * tell the observer. t_epoch_end: when its last step ended; *val_s gets the time
+ * validation took. */
+static int train_epoch_end(const struct train_opts *o, const struct train_observer *obs, struct net *net,
+			   struct train_data *data, int epoch, int n_epochs, long step, double lr,
+			   const struct epoch_acc *ea, double t_run0, double t_epoch_end, struct train_result *res,
+			   double *val_s, FILE *log)
+{
+	struct train_epoch_summary *e = &res->history[res->n_history];
+	int every = o->eval_every > 0 ? o->eval_every : 1;
+	double train_s = t_epoch_end - ea->t0;
+	*val_s = 0;
+	*e = (struct train_epoch_summary){ .epoch = epoch + 1, .step = step, .lr = lr };
+	e->train_loss = ea->reads ? ea->loss_sum / ea->reads : NAN;
+	e->train_top1 = ea->images > 0 ? 100.0 * ea->correct / ea->images : NAN;
+	if (data->val && ((epoch + 1) % every == 0 || epoch + 1 == n_epochs)) {
+		struct eval_opts eo = { .workers = o->workers, .prefetch = o->prefetch, .seed = o->seed };
+		struct eval_result r;
+		GP_TRY(evaluate_net(net, data->val, &eo, &r));
+		e->has_val = 1;
+		e->val_images = r.counts.images;
+		e->val_loss = r.loss;
+		e->val_top1 = r.top1;
+		e->val_top5 = r.top5;
+		e->val_img_s = r.img_s;
+		*val_s = r.seconds;
+	}
+	double wait_ms = data->wait_ms_total + data->copy_ms_total - ea->wait_ms0;
+	e->img_s = train_s > 0 ? ea->trained / train_s : 0;
+	e->data_wait_pct = train_s > 0 ? 100 * wait_ms / (1e3 * train_s) : 0;
+	e->time_s = gp_now_s() - t_run0;
+	res->n_history++;
+	if (log) {
+		fprintf(log, "epoch %3d/%d  train loss %7.4f top-1 %5.1f%%  ", e->epoch, n_epochs, e->train_loss, e->train_top1);
+		if (e->has_val)
+			fprintf(log, "val loss %7.4f top-1 %5.1f%% top-5 %5.1f%%  ", e->val_loss, e->val_top1,
+				e->val_top5);
+		else
+			fprintf(log, "val %-34s", "-");
+		fprintf(log, "lr %9.3e  %7.1f img/s  data %4.1f%%  %7.1f s\n", e->lr, e->img_s, e->data_wait_pct,
+			e->time_s);
+		fflush(log);
+	}
+	return obs && obs->on_epoch ? obs->on_epoch(obs->user, net, e) : 0;
 }
 
 int train_run_observed(const struct train_opts *o, const struct train_observer *obs,
 		       struct train_result *res, FILE *log)
 {
+	double t_run0 = gp_now_s();
 	if (!obs)
 		obs = o->observer;
 	memset(res, 0, sizeof(*res));
@@ -393,12 +547,18 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	mo.dropout = o->dropout;
 	if (o->size)
 		mo.size = o->size;
+	if (o->val_data && (rc = train_val_open(o, mo.size, &data)) < 0)
+		goto out;
 	if (train_uses_dataset(o)) {
 		if ((rc = train_data_open(o, mo.size, &data, &classes)) < 0)
 			goto out;
 	} else if (!classes) {
 		classes = 1000;
 	}
+	if (!o->val_data && (rc = train_val_open(o, mo.size, &data)) < 0)
+		goto out;
+	if (data.val && (rc = train_val_check(o, classes, &data)) < 0)
+		goto out;
 	mo.classes = classes;
 	res->classes = classes;
 	int rank = dist_rank(o->dist), world = dist_world(o->dist);
@@ -427,7 +587,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		net_enable_loss_scaling(net);
 	res->mem_after_setup = net->mem;
 	if (data.ds) {
-		if ((rc = train_data_start(o, mo.size, &data, &steps, res)) < 0)
+		if ((rc = train_data_start(o, mo.size, &data, net, &steps, res)) < 0)
 			goto out;
 	} else {
 		rc = train_synthetic_batch(o->batch * world, 3, mo.size, mo.size, classes, o->seed, &x,
@@ -473,6 +633,18 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		rc = gp_error(GP_ENOMEM, "cannot allocate the log of %d steps", steps);
 		goto out;
 	}
+	/* A run in epochs, or one that validates, sums up each epoch; one in epochs over a
+	 * dataset reads the loss of every step for the epoch's means (as torchvision's
+	 * reference reads loss.item() at each step), others (the synthetic batch, whose
+	 * epochs the profiler windows) at the logged steps and each epoch's last. */
+	int per_epoch = o->epochs > 0 || data.val, read_every = o->epochs > 0 && data.ds;
+	int n_epochs = (steps + epoch_steps - 1) / epoch_steps;
+	if (per_epoch && !(res->history = calloc((size_t)n_epochs, sizeof(*res->history)))) {
+		rc = gp_error(GP_ENOMEM, "cannot allocate the history of %d epochs", n_epochs);
+		goto out;
+	}
+	if (data.val)
+		res->val_images = dataset_count(data.val);
 	if (log) {
 		fprintf(log, "training %s on %s (%s), batch %d, %dx%d, %d steps, ", o->model,
 			train_device_name(o->backend), train_precision_name(o->precision), o->batch, mo.size,
@@ -488,20 +660,35 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "data parallel: %d ranks (%s), batch %d per rank, %d in all%s\n",
 				world, dist_transport_name(o->dist), o->batch, o->batch * world,
 				o->sync_bn ? ", synchronized batch norm" : "");
-		if (data.ds)
+		if (data.ld)
 			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, %d workers\n",
 				o->data, dataset_count(data.ds), dataset_classes(data.ds),
 				res->batches_per_epoch, o->workers);
+		else if (data.gl)
+			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, decoded "
+				"and augmented on the GPU (%s %s batches)\n", o->data,
+				dataset_count(data.ds), dataset_classes(data.ds), res->batches_per_epoch,
+				dtype_name(data.gl_dtype), data.gl_nhwc ? "NHWC" : "NCHW");
+		if (data.val)
+			fprintf(log, "validation: %d images every %d epochs and after the last, eval mode, "
+				"batches of %d (the last padded)\n", dataset_count(data.val),
+				o->eval_every > 0 ? o->eval_every : 1, o->batch);
 	}
 	const struct train_observer *ob = obs && (obs->step_begin || obs->stage || obs->step_end) ? obs : NULL;
-	double t0 = gp_now_s(), t_timed = t0;
+	double t0 = gp_now_s(), t_timed = t0, val_timed_s = 0;
+	struct epoch_acc ea = { .t0 = t0 };
+	struct cpu_mark cpu0, cpu1; /* CPU load over the timed steps, as their rate */
+	cpu_mark_now(&cpu0);
 	for (int step = 0; step < steps; step++) {
 		if (step == warmup) {
 			if ((rc = net_wait(net)) < 0)
 				goto out;
 			t_timed = gp_now_s();
+			cpu_mark_now(&cpu0);
 		}
-		int want_loss = step == 0 || step == steps - 1 || (step + 1) % every == 0;
+		int epoch_last = (step + 1) % epoch_steps == 0 || step == steps - 1;
+		int want_line = step == 0 || step == steps - 1 || (step + 1) % every == 0;
+		int want_loss = want_line || (per_epoch && (read_every || epoch_last));
 		double loss = 0;
 		int correct = 0;
 		if (ob && ob->step_begin &&
@@ -510,12 +697,12 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		struct sgd_args sgd = train_step_args(o, &sched, k, step);
 		res->last_lr = sgd.lr;
 		if (ob)
-			rc = train_step_observed(net, &sgd, k, ob, data.ld ? &data : NULL, x, labels,
+			rc = train_step_observed(net, &sgd, k, ob, train_data_on(&data) ? &data : NULL, x, labels,
 						 want_loss ? &loss : NULL, want_loss ? &correct : NULL);
 		else if (k > 1)
-			rc = train_step_accum(net, &sgd, k, data.ld ? &data : NULL, want_loss ? &loss : NULL,
+			rc = train_step_accum(net, &sgd, k, train_data_on(&data) ? &data : NULL, want_loss ? &loss : NULL,
 					      want_loss ? &correct : NULL);
-		else if (!data.ld || (rc = train_data_next(&data, net, NULL)) == 0)
+		else if (!train_data_on(&data) || (rc = train_data_next(&data, net, NULL)) == 0)
 			rc = net_train_step(net, &sgd, want_loss ? &loss : NULL, want_loss ? &correct : NULL);
 		if (rc < 0)
 			goto out;
@@ -535,32 +722,60 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				"(try a smaller --lr); results record it as null\n",
 				isnan(loss) ? "NaN" : "infinite", step + 1);
 		}
+		double images = (double)o->batch * k;
+		ea.trained += images * world;
 		if (want_loss) {
 			res->last_loss = loss;
-			double el = gp_now_s() - t0;
-			double images = (double)o->batch * k;
+			ea.loss_sum += loss;
+			ea.correct += correct;
+			ea.images += images * world;
+			ea.reads++;
+		}
+		if (want_line) {
+			double train_el = gp_now_s() - t0 - res->val_s; /* validation left out */
+			struct train_log_point pt = {
+				step + 1, loss, correct / (images * world), sgd.lr,
+				.img_s = train_el > 0 ? (step + 1) * images * world / train_el : 0,
+				.data_wait_pct = train_el > 0 ? (data.wait_ms_total + data.copy_ms_total) /
+								 (10 * train_el) : 0,
+				.mem_bytes = net->mem.total_bytes,
+			};
 			if (res->log)
-				res->log[res->n_log++] = (struct train_log_point){ step + 1, loss,
-										   correct / (images * world), sgd.lr };
+				res->log[res->n_log++] = pt;
+			if (obs && obs->on_log && (rc = obs->on_log(obs->user, net, &pt)) < 0)
+				goto out;
 			if (log) {
 				fprintf(log, "step %5d/%d  loss %8.4f  acc %5.1f%%  lr %9.3e  %7.1f img/s  %6.1f ms/step  eta %5.1f s\n",
 					step + 1, steps, loss, 100.0 * correct / (images * world), sgd.lr,
-					(step + 1) * images * world / el, 1e3 * el / (step + 1),
-					el / (step + 1) * (steps - step - 1));
+					pt.img_s, 1e3 * train_el / (step + 1), train_el / (step + 1) * (steps - step - 1));
 				fflush(log);
 			}
 		}
 		if (obs && obs->after_step &&
 		    (rc = obs->after_step(obs->user, net, step + 1, steps, gp_now_s() - t0)) < 0)
 			goto out;
+		if (per_epoch && epoch_last) {
+			double val_s = 0;
+			rc = train_epoch_end(o, obs, net, &data, step / epoch_steps, n_epochs, step + 1,
+					     sgd.lr, &ea, t_run0, gp_now_s(), res, &val_s, log);
+			res->val_s += val_s;
+			if (step >= warmup)
+				val_timed_s += val_s;
+			if (rc < 0)
+				goto out;
+			ea = (struct epoch_acc){ .t0 = gp_now_s(),
+						 .wait_ms0 = data.wait_ms_total + data.copy_ms_total };
+		}
 	}
 	double t_end = gp_now_s();
+	cpu_mark_now(&cpu1);
+	cpu_load_between(&cpu0, &cpu1, &res->cpu);
 	int timed = steps - warmup;
 	res->steps = steps;
 	res->timed_steps = timed;
 	res->total_s = t_end - t0;
-	res->ms_per_step = 1e3 * (t_end - t_timed) / timed;
-	if (data.ld)
+	res->ms_per_step = 1e3 * (t_end - t_timed - val_timed_s) / timed;
+	if (train_data_on(&data))
 		res->data_wait_ms = (data.wait_ms_total + data.copy_ms_total) / steps;
 	if ((rc = gather_rank_times(o->dist, res)) < 0)
 		goto out;
@@ -575,14 +790,29 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 	if (log)
 		fprintf(log, "done: %.1f img/s, %.2f ms/step over the last %d steps; loss %.4f -> %.4f\n",
 			res->img_s, res->ms_per_step, timed, res->first_loss, res->last_loss);
-	if (data.ld) {
+	if (log) {
+		fprintf(log, "cpu: this process kept %.1f cores busy", res->cpu.proc_cores);
+		if (res->cpu.machine_pct >= 0)
+			fprintf(log, "; the machine %.0f%% of its %d cores (%.1f busy)",
+				res->cpu.machine_pct, res->cpu.cores, res->cpu.machine_cores);
+		fputc('\n', log);
+	}
+	if (train_data_on(&data)) {
 		struct loader_stats st;
-		loader_get_stats(data.ld, &st);
+		struct gpu_decode_stats gs;
+		if (data.gl)
+			gpu_loader_get_stats(data.gl, &st, &gs);
+		else
+			loader_get_stats(data.ld, &st);
+		if (data.gl && log)
+			fprintf(log, "decode: on the GPU, nvJPEG %s backend: %ld hardware, %ld CUDA, "
+				"%ld on the CPU (nvJPEG refused them)\n", gpu_loader_backend(data.gl),
+				gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback);
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;
 		res->copy_ms = data.copy_ms_total / steps;
-		res->data_wait_pct = res->total_s > 0 ? 100 * res->data_wait_ms * steps /
-							(1e3 * res->total_s) : 0;
+		res->data_wait_pct = res->total_s > res->val_s ? 100 * res->data_wait_ms * steps /
+							(1e3 * (res->total_s - res->val_s)) : 0;
 		if (log)
 			fprintf(log, "data: %.2f ms per step waiting for batches (%.1f%% of step time, "
 				"copy in %.2f ms), %ld corrupt images skipped\n", res->data_wait_ms,
@@ -610,7 +840,9 @@ out:
 		loader_release(data.ld, data.held);
 	}
 	loader_destroy(data.ld);
+	gpu_loader_destroy(data.gl);
 	dataset_close(data.ds);
+	dataset_close(data.val);
 	free(x);
 	free(labels);
 	net_free(net);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/cpuload.h"
 #include "nn/net.h"
 #include "nn/observer.h"
 #include "train/schedule.h"
@@ -37,7 +38,15 @@ struct train_opts {
 	 * train mode at the model's input size, a new batch every step. classes 0
 	 * then means the dataset's class count (1000 for the fixed batch). */
 	const char *data;
+	/* Validation (evaluate.h): val_data is a dataset spec read in eval mode; NULL
+	 * takes data's own split where it has one (DIR/val beside DIR/train, CIFAR-10's
+	 * test batch), else none. Every eval_every epochs (0: 1) and after the last. */
+	const char *val_data;
+	int eval_every;
 	int workers;  /* loader threads (0: decode in the training thread) */
+	/* 1: decode and augment on the GPU (data/gpu_loader.h; --decode gpu, resolved by
+	 * the command), workers and prefetch unused */
+	int decode_gpu;
 	int prefetch; /* batches in flight per worker (0: 2) */
 	/* An epoch is epoch_steps steps (0: one pass over the dataset, or steps for
 	 * synthetic data); epochs > 0 trains that many epochs instead of steps. */
@@ -55,10 +64,33 @@ struct train_opts {
 };
 
 #define TRAIN_MAX_RANKS 1024
-/* One logged step: its loss (mean over its micro-batches), accuracy and rate. */
+/* One logged step: its loss (mean over its micro-batches), accuracy and rate; the
+ * speed (img/s of all ranks) and data wait (% of the time) since the run's first
+ * step, and the memory the backend holds (bytes, its own count). */
 struct train_log_point {
 	int step; /* from 1 */
 	double loss, accuracy, lr;
+	double img_s, data_wait_pct;
+	size_t mem_bytes;
+};
+
+/* One epoch's summary, what the per-epoch line, train.json's "history" and the
+ * observers' on_epoch see. train_* are means over the epoch's steps (the loss is
+ * read at every step of a run given in epochs, at logged steps otherwise);
+ * has_val says whether this epoch was validated (else val_* are 0). */
+struct train_epoch_summary {
+	int epoch;       /* from 1 */
+	long step;       /* optimizer steps done by its end */
+	double time_s;   /* wall time since train_run began (set-up, data and validation
+			  * included) at the end of this epoch, after its validation */
+	double lr;       /* the rate of its last step */
+	double train_loss, train_top1;           /* top-1 in percent */
+	int has_val;
+	long val_images; /* images validated: every one of the set, once */
+	double val_loss, val_top1, val_top5;     /* plain cross-entropy; percent */
+	double val_img_s;
+	double img_s;          /* training images per second over the epoch (all ranks) */
+	double data_wait_pct;  /* share of the epoch's training time waiting for data */
 };
 
 struct train_result {
@@ -78,6 +110,8 @@ struct train_result {
 	 * data_wait_pct is data_wait_ms as a share of the mean step time. */
 	int batches_per_epoch;
 	double data_wait_ms, copy_ms, data_wait_pct;
+	/* CPU load over the timed steps: this process's cores busy and the machine's */
+	struct cpu_load cpu;
 	long images, skipped_corrupt;
 	/* Data parallelism: ranks, each rank's mean step time and data wait (ms) in rank
 	 * order, and the slowest rank. ms_per_step is the slowest rank's, img_s the total
@@ -94,6 +128,12 @@ struct train_result {
 	double last_lr;              /* the rate of the last step */
 	struct train_log_point *log; /* with keep_log: n_log points; train_result_free */
 	int n_log;
+	/* Runs given in epochs, or with validation: one summary per epoch
+	 * (train_result_free); val_images is the validation set's size (0: none). */
+	struct train_epoch_summary *history;
+	int n_history;
+	long val_images;
+	double val_s;  /* wall time spent validating, left out of ms_per_step */
 };
 
 void train_result_free(struct train_result *res);

@@ -378,6 +378,48 @@ static int cuda_take_staged(struct net *net)
 	CUDA_TRY(cudaEventRecord(b->stage_free, s));
 	return convert_input(net);
 }
+static int cuda_input_format(struct net *net, enum gp_dtype *dtype, int *nhwc)
+{
+	struct backend_state *b = net->bk;
+	*dtype = b->amp ? b->ht : GP_F32;
+	*nhwc = b->amp && b->nhwc;
+	return 0;
+}
+
+/* On the compute stream, after the previous step (its backward reads the input):
+ * a batch in the net's own 16-bit format straight into the 16-bit input (no
+ * conversion), a float NCHW one into the float input (converted under mixed
+ * precision). Waiting for the copy lets the caller's decoder reuse x for the next
+ * batch at once; the gap it leaves on the GPU is the copy itself. */
+static int cuda_set_batch_device(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
+				 const int32_t *labels)
+{
+	GP_TRY(bind_device(net));
+	struct backend_state *b = net->bk;
+	for (int i = 0; i < net->batch; i++)
+		if (labels[i] < 0 || labels[i] >= net->classes)
+			return gp_error(GP_EINVAL, "label %d of sample %d is not a class of %d",
+					labels[i], i, net->classes);
+	enum gp_dtype native;
+	int native_nhwc;
+	cuda_input_format(net, &native, &native_nhwc);
+	int as_is = dtype == native && (dtype == GP_F32 || nhwc == native_nhwc);
+	if (!as_is && (dtype != GP_F32 || nhwc))
+		return gp_error(GP_EINVAL, "device batch in %s %s for a net that takes %s %s",
+				dtype_name(dtype), nhwc ? "NHWC" : "NCHW", dtype_name(native),
+				native_nhwc ? "NHWC" : "NCHW");
+	cudaStream_t s = b->ctx->stream;
+	GP_TRY(side_join(net));
+	int direct16 = as_is && b->amp;
+	void *dst = direct16 ? b->input_h : (void *)b->input;
+	size_t bytes = direct16 ? b->input_h_bytes : b->input_bytes;
+	CUDA_TRY(cudaMemcpyAsync(dst, x, bytes, cudaMemcpyDeviceToDevice, s));
+	GP_TRY(cuda_copy_h2d(b->ctx, b->labels, labels, b->labels_bytes));
+	if (!direct16)
+		GP_TRY(convert_input(net));
+	return cuda_ctx_sync(b->ctx);
+}
+
 /* A node's 16-bit output or gradient as float NCHW on the host. */
 static int act16_to_host(struct net *net, const void *src, struct shape sh, float *dst)
 {
@@ -439,6 +481,8 @@ const struct backend_ops backend_cuda_ops = {
 	.set_batch_data = cuda_set_batch_data,
 	.stage_batch = cuda_stage_batch,
 	.take_staged = cuda_take_staged,
+	.input_format = cuda_input_format,
+	.set_batch_device = cuda_set_batch_device,
 	.forward_node = cuda_forward_node,
 	.loss = cuda_loss,
 	.backward_node = cuda_backward_node,

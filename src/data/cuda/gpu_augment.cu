@@ -105,6 +105,40 @@ __global__ void augment_kernel(const gpu_augment_item *items, int size, float3 s
 	}
 }
 
+/* One thread per image pixel of one item (blockIdx.y). */
+__global__ void ycc_kernel(const gpu_ycc_item *items)
+{
+	const gpu_ycc_item &it = items[blockIdx.y];
+	long p = (long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (p >= (long)it.w * it.h)
+		return;
+	int x = (int)(p % it.w), y = (int)(p / it.w);
+	unsigned char *o = it.dst + (size_t)y * it.dst_pitch + (size_t)x * 3;
+	if (!it.cb.p) {
+		unsigned char v = it.y[(size_t)y * it.y_pitch + x];
+		o[0] = o[1] = o[2] = v;
+		return;
+	}
+	uint8_t rgb[3];
+	ycc_pixel(it.y, it.y_pitch, &it.cb, &it.cr, x, y, rgb);
+	o[0] = rgb[0];
+	o[1] = rgb[1];
+	o[2] = rgb[2];
+}
+
+extern "C" int gpu_ycc_launch(const gpu_ycc_item *items_dev, int n, long max_pixels,
+			      void *stream)
+{
+	if (n <= 0 || max_pixels <= 0)
+		return 0;
+	if (n > 65535)
+		return gp_error(GP_EINVAL, "gpu ycc: %d images in one launch (at most 65535)", n);
+	dim3 block(256), grid((unsigned)((max_pixels + 255) / 256), (unsigned)n);
+	ycc_kernel<<<grid, block, 0, (cudaStream_t)stream>>>(items_dev);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 extern "C" int gpu_augment_launch(const gpu_augment_item *items_dev, int n, int size,
 				  enum gpu_batch_layout layout, const float mean[3],
 				  const float std[3], void *out, void *stream)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "data/gpu_decode.h"
+#include "data/ycc.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +30,22 @@ struct gpu_augment_item {
 int gpu_augment_launch(const struct gpu_augment_item *items_dev, int n, int size,
 		       enum gpu_batch_layout layout, const float mean[3], const float std[3],
 		       void *out, void *stream);
+
+/* One image decoded by nvJPEG as planes (NVJPEG_OUTPUT_YUV, or NVJPEG_OUTPUT_Y for a
+ * grey JPEG: cb.p NULL), to become interleaved RGB at dst as TurboJPEG makes it. */
+struct gpu_ycc_item {
+	const unsigned char *y;
+	size_t y_pitch;
+	struct ycc_plane cb, cr;
+	int w, h;
+	unsigned char *dst;
+	size_t dst_pitch;
+};
+
+/* Chroma upsampling and colour conversion (data/ycc.h) of n items already on the
+ * device, on stream; max_pixels: the largest w x h among them. */
+int gpu_ycc_launch(const struct gpu_ycc_item *items_dev, int n, long max_pixels,
+		   void *stream);
 
 #ifdef __cplusplus
 }

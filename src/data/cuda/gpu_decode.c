@@ -1,5 +1,9 @@
-/* nvJPEG batched decoding into one device staging area, then one augmentation launch.
- * The hardware backend is tried first (A100/H100 JPEG engines); where the handle
+/* nvJPEG batched decoding into one device staging area, then two launches: chroma
+ * upsampling and colour conversion as TurboJPEG does them (data/ycc.h), then the
+ * augmentation. nvJPEG is asked for the planes (NVJPEG_OUTPUT_YUV), not RGB, because
+ * its own upsampling repeats chroma samples where TurboJPEG filters them: off by up
+ * to 65/255 at sharp colour edges on the H100, against 0 with the planes finished
+ * here. The hardware backend is tried first (A100/H100 JPEG engines); where the handle
  * cannot be made (no engines) the batched call runs on the CUDA backend. Files are
  * decoded strictly (NVJPEG_FLAGS_BITSTREAM_STRICT), so that a truncated file fails
  * here as libjpeg's warning fails it on the CPU, and goes to the CPU decoder, which
@@ -36,12 +40,21 @@ struct gpu_decoder {
 
 	unsigned char *staging;    /* decoded RGB of the whole batch, device */
 	size_t staging_cap;
+	unsigned char *yuv;        /* nvJPEG's planes of the whole batch, device */
+	size_t yuv_cap;
+	int batched_fmt;           /* NVJPEG_OUTPUT_YUV, or RGBI where the batched call refuses it */
+	int yuv_batch_failures;    /* whole batched calls with planes that failed */
+	struct gpu_ycc_item *ycc_host, *ycc_dev;
 	void *out;                 /* the batch buffer, device */
 	struct gpu_augment_item *items_host, *items_dev;
 
 	/* per item of the running batch */
 	size_t *offset;
+	size_t *yuv_offset;
 	int *route;                /* ROUTE_* */
+	int *fmt;                  /* NVJPEG_OUTPUT_YUV, or _Y for a grey JPEG */
+	int (*chroma)[4];          /* cw, ch, hs, vs of a YUV item */
+	unsigned char *planar;     /* 1: decoded as planes, to be converted */
 	const unsigned char **bat_data;
 	size_t *bat_len;
 	struct nvjpeg_image *bat_img;
@@ -118,6 +131,7 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 	d->size = size;
 	d->layout = layout;
 	d->batched_n = -1;
+	d->batched_fmt = NVJPEG_OUTPUT_YUV;
 	int rc = nvjpeg_open(&d->nj);
 	if (rc < 0) {
 		free(d);
@@ -125,14 +139,18 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 	}
 	size_t n = (size_t)max_batch;
 	d->offset = calloc(n, sizeof(*d->offset));
+	d->yuv_offset = calloc(n, sizeof(*d->yuv_offset));
 	d->route = calloc(n, sizeof(*d->route));
+	d->fmt = calloc(n, sizeof(*d->fmt));
+	d->chroma = calloc(n, sizeof(*d->chroma));
+	d->planar = calloc(n, 1);
 	d->bat_data = calloc(n, sizeof(*d->bat_data));
 	d->bat_len = calloc(n, sizeof(*d->bat_len));
 	d->bat_img = calloc(n, sizeof(*d->bat_img));
 	d->bat_item = calloc(n, sizeof(*d->bat_item));
 	d->errmsg = calloc(n, sizeof(*d->errmsg));
-	if (!d->offset || !d->route || !d->bat_data || !d->bat_len || !d->bat_img ||
-	    !d->bat_item || !d->errmsg) {
+	if (!d->offset || !d->yuv_offset || !d->route || !d->fmt || !d->chroma || !d->planar ||
+	    !d->bat_data || !d->bat_len || !d->bat_img || !d->bat_item || !d->errmsg) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -144,7 +162,9 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 					gpu_batch_elem_bytes(layout)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->items_host,
-					    n * sizeof(*d->items_host)))) < 0)
+					    n * sizeof(*d->items_host)))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->ycc_host, n * sizeof(*d->ycc_host)))) < 0)
 		goto fail;
 	if ((rc = handles_create(d)) < 0)
 		goto fail;
@@ -180,18 +200,85 @@ static int staging_reserve(struct gpu_decoder *d, const struct gpu_decode_item *
 	return 0;
 }
 
+/* Room for one plane of item i: a full-size one, even for subsampled chroma. nvJPEG's
+ * documents give the chroma planes their subsampled size, which is what ycc.h reads;
+ * the room beyond it costs 1.5 bytes a pixel and guards the next image against a
+ * decoder that would write more. */
+static size_t plane_room(const struct gpu_decode_item *it)
+{
+	return align_up((size_t)it->w * it->h, 256);
+}
+
+/* Bytes of item i's planes: Y, then Cb and Cr for a YUV item. */
+static size_t planes_bytes(const struct gpu_decoder *d, const struct gpu_decode_item *it, int i)
+{
+	return (d->fmt[i] == NVJPEG_OUTPUT_YUV ? 3 : 1) * plane_room(it);
+}
+
+/* Room for the planes of the items nvJPEG decodes (after route_items). */
+static int yuv_reserve(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+{
+	size_t total = 0;
+	for (int i = 0; i < n; i++) {
+		d->yuv_offset[i] = total;
+		if (d->route[i] == ROUTE_BATCHED || d->route[i] == ROUTE_SINGLE)
+			total += planes_bytes(d, &items[i], i);
+	}
+	if (total <= d->yuv_cap)
+		return 0;
+	CUDA_TRY(cudaStreamSynchronize(d->stream));
+	cudaFree(d->yuv);
+	d->yuv = NULL;
+	d->yuv_cap = 0;
+	size_t cap = total + total / 4;
+	CUDA_TRY(cudaMalloc((void **)&d->yuv, cap));
+	d->yuv_cap = cap;
+	return 0;
+}
+
+/* Where nvJPEG writes item i in format fmt: its planes, or (RGBI) its RGB staging. */
 static struct nvjpeg_image item_image(struct gpu_decoder *d, const struct gpu_decode_item *it,
-				      int i)
+				      int i, int fmt)
 {
 	struct nvjpeg_image img;
 	memset(&img, 0, sizeof(img));
-	img.channel[0] = d->staging + d->offset[i];
-	img.pitch[0] = (size_t)it->w * 3;
+	if (fmt == NVJPEG_OUTPUT_RGBI) {
+		img.channel[0] = d->staging + d->offset[i];
+		img.pitch[0] = (size_t)it->w * 3;
+		return img;
+	}
+	img.channel[0] = d->yuv + d->yuv_offset[i];
+	img.pitch[0] = (size_t)it->w;
+	if (fmt == NVJPEG_OUTPUT_YUV) {
+		img.channel[1] = img.channel[0] + plane_room(it);
+		img.channel[2] = img.channel[1] + plane_room(it);
+		img.pitch[1] = img.pitch[2] = (size_t)d->chroma[i][0];
+	}
 	return img;
 }
 
+/* The chroma layout that ycc.h finishes as TurboJPEG does: 4:4:4, 4:2:2 (h2v1) and
+ * 4:2:0 (h2v2), with plane sizes as libjpeg rounds them; 0 for any other. */
+static int chroma_layout(int css, int w, int h, const int *ws, const int *hs, int *out)
+{
+	int sx = css == NVJPEG_CSS_444 ? 1 : css == NVJPEG_CSS_422 || css == NVJPEG_CSS_420 ? 2 : 0;
+	int sy = css == NVJPEG_CSS_420 ? 2 : 1;
+	if (!sx)
+		return 0;
+	int cw = (w + sx - 1) / sx, ch = (h + sy - 1) / sy;
+	if (ws[1] != cw || hs[1] != ch || ws[2] != cw || hs[2] != ch)
+		return 0;
+	out[0] = cw;
+	out[1] = ch;
+	out[2] = sx;
+	out[3] = sy;
+	return 1;
+}
+
 /* Which decoder takes each item: nvJPEG only for a JPEG whose header it reads with
- * the size TurboJPEG read; the batched call only for what it supports. */
+ * the size TurboJPEG read and whose chroma ycc.h finishes (else TurboJPEG, for its
+ * pixels: 4:4:0 and 4:1:1 are rare); the batched call only for what it supports,
+ * and not for a grey JPEG (one output format per batched call: planes of three). */
 static void route_items(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -199,10 +286,18 @@ static void route_items(struct gpu_decoder *d, const struct gpu_decode_item *ite
 		int nc = 0, css = 0, ws[NVJPEG_MAX_COMPONENT] = { 0 }, hs[NVJPEG_MAX_COMPONENT] = { 0 };
 		d->errmsg[i][0] = 0;
 		d->route[i] = ROUTE_CPU;
+		d->fmt[i] = NVJPEG_OUTPUT_YUV;
 		if (it->kind != IMAGE_JPEG ||
 		    d->nj->nvjpegGetImageInfo(d->h, it->data, it->len_bytes, &nc, &css, ws, hs) !=
 			    NVJPEG_STATUS_SUCCESS ||
 		    ws[0] != it->w || hs[0] != it->h || (nc != 1 && nc != 3))
+			continue;
+		if (nc == 1 || css == NVJPEG_CSS_GRAY) {
+			d->fmt[i] = NVJPEG_OUTPUT_Y;
+			d->route[i] = ROUTE_SINGLE;
+			continue;
+		}
+		if (!chroma_layout(css, it->w, it->h, ws, hs, d->chroma[i]))
 			continue;
 		d->route[i] = ROUTE_BATCHED;
 		if (d->hw) {
@@ -227,14 +322,23 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 			continue;
 		d->bat_data[nb] = items[i].data;
 		d->bat_len[nb] = items[i].len_bytes;
-		d->bat_img[nb] = item_image(d, &items[i], i);
+		d->bat_img[nb] = item_image(d, &items[i], i, d->batched_fmt);
 		d->bat_item[nb++] = i;
 	}
 	if (nb == 0)
 		return 0;
 	int status = NVJPEG_STATUS_SUCCESS;
 	if (d->batched_n != nb) {
-		status = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1, NVJPEG_OUTPUT_RGBI);
+		status = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1, d->batched_fmt);
+		if (status != NVJPEG_STATUS_SUCCESS && d->batched_fmt == NVJPEG_OUTPUT_YUV) {
+			/* planes refused: nvJPEG's RGB (its chroma upsampling), counted */
+			d->batched_fmt = NVJPEG_OUTPUT_RGBI;
+			for (int k = 0; k < nb; k++)
+				d->bat_img[k] = item_image(d, &items[d->bat_item[k]], d->bat_item[k],
+							   d->batched_fmt);
+			status = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1,
+								      d->batched_fmt);
+		}
 		d->batched_n = status == NVJPEG_STATUS_SUCCESS ? nb : -1;
 	}
 	if (status == NVJPEG_STATUS_SUCCESS)
@@ -248,6 +352,12 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 			d->stats.hw_decoded += nb;
 		else
 			d->stats.cuda_decoded += nb;
+		for (int k = 0; k < nb; k++)
+			d->planar[d->bat_item[k]] = d->batched_fmt != NVJPEG_OUTPUT_RGBI;
+		if (d->batched_fmt == NVJPEG_OUTPUT_RGBI)
+			d->stats.nvjpeg_chroma += nb;
+		else
+			d->yuv_batch_failures = 0;
 		return 0;
 	}
 	if (status == NVJPEG_STATUS_ALLOCATOR_FAILURE)
@@ -256,6 +366,11 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 	d->batched_n = -1; /* the docs ask for a new initialization after a failure */
 	for (int k = 0; k < nb; k++)
 		d->route[d->bat_item[k]] = ROUTE_SINGLE;
+	/* Whole batched calls failing again and again with planes, while one bad file
+	 * fails only its own batch: the engines take planes at initialization but not at
+	 * decode. Then speed wins over TurboJPEG's chroma, and the count says so. */
+	if (d->batched_fmt == NVJPEG_OUTPUT_YUV && ++d->yuv_batch_failures >= 3)
+		d->batched_fmt = NVJPEG_OUTPUT_RGBI;
 	return 0;
 }
 
@@ -264,10 +379,9 @@ static int decode_single(struct gpu_decoder *d, const struct gpu_decode_item *it
 	for (int i = 0; i < n; i++) {
 		if (d->route[i] != ROUTE_SINGLE)
 			continue;
-		struct nvjpeg_image img = item_image(d, &items[i], i);
+		struct nvjpeg_image img = item_image(d, &items[i], i, d->fmt[i]);
 		int status = d->nj->nvjpegDecode(d->h_single, d->st_single, items[i].data,
-						 items[i].len_bytes, NVJPEG_OUTPUT_RGBI, &img,
-						 d->stream);
+						 items[i].len_bytes, d->fmt[i], &img, d->stream);
 		if (status == NVJPEG_STATUS_SUCCESS &&
 		    cudaStreamSynchronize(d->stream) != cudaSuccess)
 			status = NVJPEG_STATUS_EXECUTION_FAILED;
@@ -275,6 +389,7 @@ static int decode_single(struct gpu_decoder *d, const struct gpu_decode_item *it
 			return nj_check(status, "nvjpegDecode");
 		if (status == NVJPEG_STATUS_SUCCESS) {
 			d->stats.cuda_decoded++;
+			d->planar[i] = 1;
 		} else {
 			cudaGetLastError();
 			d->route[i] = ROUTE_CPU;
@@ -307,6 +422,40 @@ static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items
 	return 0;
 }
 
+/* Items decoded as planes become RGB in their staging place, TurboJPEG's way. */
+static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+{
+	int m = 0;
+	long max_pixels = 0;
+	for (int i = 0; i < n; i++) {
+		if (!d->planar[i] || d->route[i] == ROUTE_FAILED || d->route[i] == ROUTE_CPU)
+			continue;
+		const struct gpu_decode_item *it = &items[i];
+		struct nvjpeg_image img = item_image(d, it, i, d->fmt[i]);
+		struct gpu_ycc_item *y = &d->ycc_host[m++];
+		memset(y, 0, sizeof(*y));
+		y->y = img.channel[0];
+		y->y_pitch = img.pitch[0];
+		if (d->fmt[i] == NVJPEG_OUTPUT_YUV) {
+			const int *c = d->chroma[i];
+			y->cb = (struct ycc_plane){ img.channel[1], img.pitch[1], c[0], c[1], c[2], c[3] };
+			y->cr = y->cb;
+			y->cr.p = img.channel[2];
+		}
+		y->w = it->w;
+		y->h = it->h;
+		y->dst = d->staging + d->offset[i];
+		y->dst_pitch = (size_t)it->w * 3;
+		if ((long)it->w * it->h > max_pixels)
+			max_pixels = (long)it->w * it->h;
+	}
+	if (m == 0)
+		return 0;
+	CUDA_TRY(cudaMemcpyAsync(d->ycc_dev, d->ycc_host, (size_t)m * sizeof(*d->ycc_dev),
+				 cudaMemcpyHostToDevice, d->stream));
+	return gpu_ycc_launch(d->ycc_dev, m, max_pixels, d->stream);
+}
+
 int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, int n,
 		    unsigned char *failed)
 {
@@ -321,10 +470,13 @@ int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, 
 	double t0 = gp_now_ms();
 	GP_TRY(staging_reserve(d, items, n));
 	route_items(d, items, n);
+	GP_TRY(yuv_reserve(d, items, n));
+	memset(d->planar, 0, (size_t)n);
 	GP_TRY(decode_batched(d, items, n));
 	GP_TRY(decode_single(d, items, n));
 	GP_TRY(decode_cpu(d, items, n));
 	double t1 = gp_now_ms();
+	GP_TRY(planes_to_rgb(d, items, n));
 	int m = 0;
 	for (int i = 0; i < n; i++) {
 		failed[i] = d->route[i] == ROUTE_FAILED;
@@ -392,6 +544,9 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 		nvjpeg_close();
 	}
 	cudaFree(d->staging);
+	cudaFree(d->yuv);
+	cudaFree(d->ycc_dev);
+	cudaFreeHost(d->ycc_host);
 	cudaFree(d->out);
 	cudaFree(d->items_dev);
 	cudaFreeHost(d->items_host);
@@ -399,7 +554,11 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 		cudaStreamDestroy(d->stream);
 	image_ctx_free(&d->cpu);
 	free(d->offset);
+	free(d->yuv_offset);
 	free(d->route);
+	free(d->fmt);
+	free(d->chroma);
+	free(d->planar);
 	free(d->bat_data);
 	free(d->bat_len);
 	free(d->bat_img);

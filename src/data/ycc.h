@@ -1,0 +1,95 @@
+/* libjpeg-turbo's last two decoding steps, as integer arithmetic that both the CPU
+ * (tests) and the GPU (data/cuda/gpu_augment.cu) compile: "fancy" chroma upsampling
+ * (a triangle filter, 3/4 of the nearer chroma sample and 1/4 of the farther, per
+ * axis, with libjpeg's rounding biases) and the fixed-point YCbCr -> RGB conversion
+ * (16 fraction bits, each table entry rounded as libjpeg rounds it).
+ *
+ * Why: nvJPEG (its hardware engines at least) upsamples chroma by repeating each
+ * sample, so at a sharp colour edge its RGB differs from TurboJPEG's by up to a
+ * quarter of the chroma step (65/255 measured on `dataset make`'s images). Asking
+ * nvJPEG for the planes (NVJPEG_OUTPUT_YUV) and finishing here gives TurboJPEG's
+ * pixels wherever the two IDCTs agree (tests/test_ycc.c checks this header against
+ * TurboJPEG bit for bit). */
+#ifndef GP_DATA_YCC_H
+#define GP_DATA_YCC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define YCC_FN static inline __host__ __device__
+#else
+#define YCC_FN static inline
+#endif
+
+/* One chroma plane of a decoded JPEG: cw x ch samples, pitch bytes a row, covering
+ * the image at hs x vs image pixels a sample (1 or 2 on each axis). */
+struct ycc_plane {
+	const uint8_t *p;
+	size_t pitch;
+	int cw, ch, hs, vs;
+};
+
+YCC_FN int ycc_clampi(int v, int lo, int hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The chroma value at image pixel (x, y). libjpeg works row by row: vertically the
+ * nearer row counts 3, the farther 1 (the row above for an even output row, below
+ * for an odd one, edge rows repeated); horizontally the same on the column sums,
+ * with biases 8 (left half) and 7 (right half) before the shift by 4. The edge
+ * columns' special cases of libjpeg equal this with the neighbour clamped. Only
+ * h2v1 is done with its own weights (biases 1 and 2, shift 2). */
+YCC_FN int ycc_chroma_at(const struct ycc_plane *c, int x, int y)
+{
+	int i = x / c->hs, r = y / c->vs;
+	if (c->hs == 1 && c->vs == 1)
+		return c->p[(size_t)r * c->pitch + i];
+	int in = ycc_clampi((x & 1) ? i + 1 : i - 1, 0, c->cw - 1);
+	if (c->vs == 1) {
+		const uint8_t *row = c->p + (size_t)r * c->pitch;
+		return (3 * row[i] + row[in] + ((x & 1) ? 2 : 1)) >> 2;
+	}
+	int rn = ycc_clampi((y & 1) ? r + 1 : r - 1, 0, c->ch - 1);
+	const uint8_t *near = c->p + (size_t)r * c->pitch, *far = c->p + (size_t)rn * c->pitch;
+	int this_sum = 3 * near[i] + far[i], next_sum = 3 * near[in] + far[in];
+	return (3 * this_sum + next_sum + ((x & 1) ? 7 : 8)) >> 4;
+}
+
+#define YCC_SCALEBITS 16
+#define YCC_ONE_HALF (1 << (YCC_SCALEBITS - 1))
+/* FIX(x) of libjpeg: x in 16.16 fixed point, rounded. */
+#define YCC_FIX_1_40200 91881
+#define YCC_FIX_1_77200 116130
+#define YCC_FIX_0_71414 46802
+#define YCC_FIX_0_34414 22554
+
+/* An arithmetic right shift (libjpeg's RIGHT_SHIFT: floor for negatives). */
+YCC_FN int ycc_shift(int v)
+{
+	return v >= 0 ? v >> YCC_SCALEBITS : -((-v + (1 << YCC_SCALEBITS) - 1) >> YCC_SCALEBITS);
+}
+
+/* ycc_rgb_convert of jdcolor.c: red and blue from rounded table entries, green
+ * from the two unrounded products plus one half, then clamped to 0..255. */
+YCC_FN void ycc_to_rgb(int y, int cb, int cr, uint8_t *rgb)
+{
+	int xb = cb - 128, xr = cr - 128;
+	int r = y + ycc_shift(YCC_FIX_1_40200 * xr + YCC_ONE_HALF);
+	int g = y + ycc_shift(-YCC_FIX_0_34414 * xb + YCC_ONE_HALF - YCC_FIX_0_71414 * xr);
+	int b = y + ycc_shift(YCC_FIX_1_77200 * xb + YCC_ONE_HALF);
+	rgb[0] = (uint8_t)ycc_clampi(r, 0, 255);
+	rgb[1] = (uint8_t)ycc_clampi(g, 0, 255);
+	rgb[2] = (uint8_t)ycc_clampi(b, 0, 255);
+}
+
+/* Pixel (x, y) of a decoded 3-component JPEG from its planes. */
+YCC_FN void ycc_pixel(const uint8_t *yp, size_t y_pitch, const struct ycc_plane *cb,
+		      const struct ycc_plane *cr, int x, int y, uint8_t *rgb)
+{
+	ycc_to_rgb(yp[(size_t)y * y_pitch + x], ycc_chroma_at(cb, x, y), ycc_chroma_at(cr, x, y),
+		   rgb);
+}
+
+#endif
