@@ -544,6 +544,7 @@ static const struct numopt numopts[] = {
 	{ "advise --device cpu", "batch", 'i' }, { "advise --device cpu", "size", 'i' },
 	{ "advise --device cpu", "workers", 'i' }, { "advise --device cpu", "steps", 'i' },
 	{ "monitor", "interval", 'd' }, { "monitor", "count", 'i' }, { "monitor", "gpu", 'i' },
+	{ "monitor", "duration", 'd' }, { "monitor", "pid", 'i' },
 	{ "dataset make --out ds", "classes", 'i' }, { "dataset make --out ds", "images", 'i' },
 	{ "dataset make --out ds", "seed", 's' }, { "dataset make --out ds", "quality", 'i' },
 	{ "dataset make --out ds", "threads", 'i' },

@@ -2,17 +2,95 @@
  * profiler (torch.profiler's wait/warmup/active schedule) and write the trace,
  * TensorBoard scalars, the analysis, two charts and a result JSON. With --data DIR the
  * loader's wait for each batch is recorded in the data stage. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
+#include "cmd/train_json.h"
 #include "core/error.h"
+#include "gpu/nvml.h"
 #include "report/analysis.h"
 #include "report/result.h"
 #include "nn/models.h"
 #include "train/trainer.h"
 #include "report/profiler.h"
+
+/* GPM (Hopper on) over the unprofiled, timed steps: what the SMs, tensor cores and
+ * DRAM did while nothing but training ran. It wraps the profile session's observer;
+ * both the step before the first timed one and the last timed one end with the
+ * device idle (the session synchronizes), so the GPM interval covers their work. */
+struct gpm_watch {
+	struct train_observer inner;
+	int first, last; /* the timed steps: [first, last] */
+	int step, cuda;
+	struct nvml_gpm *gpm;
+	struct nvml_gpm_metrics m;
+	int have;
+};
+
+static int gw_step_begin(void *user, struct net *net, int epoch, int step_in_epoch, int step)
+{
+	struct gpm_watch *g = user;
+	g->step = step;
+	if (g->cuda && step == g->first && !g->gpm && nvml_open() == 0) {
+		size_t bytes;
+		int dev = 0;
+		if (train_process_gpu_mem(&bytes, &dev) < 0)
+			dev = 0; /* not found by pid (containers): NVML's first GPU */
+		if (nvml_gpm_open(dev, &g->gpm) < 0)
+			g->gpm = NULL; /* no GPM here: the summary leaves it out */
+		nvml_close();      /* the reader holds its own reference */
+		gp_error_clear();
+	}
+	return g->inner.step_begin(g->inner.user, net, epoch, step_in_epoch, step);
+}
+
+static int gw_stage(void *user, enum train_stage stage, int begin)
+{
+	struct gpm_watch *g = user;
+	return g->inner.stage(g->inner.user, stage, begin);
+}
+
+static int gw_step_end(void *user, struct net *net, int64_t data_wait_ns)
+{
+	struct gpm_watch *g = user;
+	int rc = g->inner.step_end(g->inner.user, net, data_wait_ns);
+	if (g->gpm && g->step == g->last) {
+		g->have = nvml_gpm_read(g->gpm, &g->m) == 0;
+		gp_error_clear();
+		nvml_gpm_close(g->gpm);
+		g->gpm = NULL;
+	}
+	return rc;
+}
+
+/* Add GPM's figures to the result the session wrote and print them. */
+static int gpm_report(const struct gpm_watch *g, const char *dir, int steps)
+{
+	char path[4200];
+	json_t *res;
+	if (!g->have)
+		return 0;
+	printf("GPM over the %d unprofiled steps: SM activity %.1f %%, tensor activity %.1f %%, "
+	       "DRAM bandwidth %.1f %%\n", steps, g->m.sm_util_pct, g->m.tensor_util_pct,
+	       g->m.dram_bw_util_pct);
+	snprintf(path, sizeof(path), "%s/result.json", dir);
+	GP_TRY(result_read(path, &res));
+	json_t *gpm = json_pack("{s:i, s:o, s:o, s:o, s:o}", "steps", steps, "sm_activity_pct",
+				result_real(g->m.sm_util_pct), "sm_occupancy_pct",
+				result_real(g->m.sm_occupancy_pct), "tensor_activity_pct",
+				result_real(g->m.tensor_util_pct), "dram_bw_util_pct",
+				result_real(g->m.dram_bw_util_pct));
+	int rc = gpm ? 0 : gp_error(GP_ENOMEM, "out of memory adding GPM to the result");
+	if (rc == 0 && json_object_set_new(json_object_get(res, "measurements"), "gpm", gpm) < 0)
+		rc = gp_error(GP_EFORMAT, "%s has no measurements object", path);
+	if (rc == 0)
+		rc = json_write_atomic(res, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	json_decref(res);
+	return rc;
+}
 
 int cmd_profile(int argc, char **argv)
 {
@@ -98,7 +176,11 @@ int cmd_profile(int argc, char **argv)
 		json_object_set_new(s.settings, "workers", json_integer(workers));
 	if (!s.settings)
 		return gp_error(GP_ENOMEM, "cannot build the settings");
-	struct train_observer ob = profile_session_observer(&s);
+	struct gpm_watch gw = { .inner = profile_session_observer(&s), .first = wait,
+				.last = wait + baseline - 1, .step = -1,
+				.cuda = o.backend == BACKEND_CUDA };
+	struct train_observer ob = { .step_begin = gw_step_begin, .stage = gw_stage,
+				     .step_end = gw_step_end, .user = &gw };
 	int total = wait + baseline + warmup + o.steps;
 	o.steps = total;
 	o.warmup = 0;
@@ -110,9 +192,12 @@ int cmd_profile(int argc, char **argv)
 	       baseline, warmup, w->active);
 	struct train_result res;
 	int rc = train_run(&o, &res, NULL);
+	nvml_gpm_close(gw.gpm); /* a run that failed before the last timed step */
 	profile_session_free(&s);
 	json_decref(s.settings);
 	if (rc == 0 && s.windows_written != 1)
 		rc = gp_error(GP_EINVAL, "profile: the recorded window did not complete");
+	if (rc == 0)
+		rc = gpm_report(&gw, w->dir, baseline);
 	return rc;
 }

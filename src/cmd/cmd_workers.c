@@ -40,6 +40,10 @@ struct workers_run {
 	const struct util_series *util; /* the denser of the two, NULL without samples */
 	const char *util_source;        /* "sampler" or "driver" */
 	double mean_util, std_util, idle_share;
+	/* GPM's means over the training steps (Hopper on): what the SMs, tensor cores and
+	 * DRAM did, where utilization only says a kernel ran */
+	struct nvml_gpm_metrics gpm;
+	int has_gpm;
 };
 
 /* What the training observer needs while one worker count runs. */
@@ -50,6 +54,7 @@ struct workers_watch {
 	int batch;
 	double interval_s;
 	struct nvml_sampler *sampler;
+	struct nvml_gpm *gpm; /* NULL where the GPU has no GPM */
 	double t_start, t_end, t_polled;
 	unsigned long long driver_ts_us;
 	int driver_ok;   /* the driver's buffered samples are still worth asking for */
@@ -125,14 +130,23 @@ static int watch_after_setup(void *user, struct net *net)
 		gp_error_clear();
 		w->sampler = NULL;
 	}
+	/* GPM is a bonus: without it the table's GPM columns are left out. */
+	if (nvml_gpm_open(w->dev, &w->gpm) < 0) {
+		gp_error_clear();
+		w->gpm = NULL;
+	}
 	return 0;
 }
 
 static int watch_after_step(void *user, struct net *net, int step, int steps, double elapsed_s)
 {
 	struct workers_watch *w = user;
-	if (step == steps)
+	if (step == steps) {
 		w->t_end = gp_now_s();
+		if (w->gpm && nvml_gpm_read(w->gpm, &w->run->gpm) == 0)
+			w->run->has_gpm = 1;
+		gp_error_clear();
+	}
 	if (w->nvml && (step == steps || gp_now_s() - w->t_polled >= DRIVER_POLL_S))
 		GP_TRY(watch_poll_driver(w));
 	int quarter = steps / 4 > 0 ? steps / 4 : 1;
@@ -149,6 +163,8 @@ static int watch_stop_sampler(struct workers_watch *w)
 {
 	struct nvml_sample *s = NULL;
 	int n = 0, rc;
+	nvml_gpm_close(w->gpm);
+	w->gpm = NULL;
 	if (!w->sampler)
 		return 0;
 	if (nvml_sampler_stop(w->sampler, &s, &n) < 0) {
@@ -240,9 +256,15 @@ static json_t *run_json(const struct workers_run *r)
 			json_decref(samples);
 			return NULL;
 		}
-	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i, s:o, "
+	json_t *gpm = r->has_gpm
+		? json_pack("{s:o, s:o, s:o, s:o}", "sm_activity_pct", result_real(r->gpm.sm_util_pct),
+			    "sm_occupancy_pct", result_real(r->gpm.sm_occupancy_pct),
+			    "tensor_activity_pct", result_real(r->gpm.tensor_util_pct),
+			    "dram_bw_util_pct", result_real(r->gpm.dram_bw_util_pct))
+		: json_null();
+	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i, s:o, "
 			 "s:o, s:s}",
-		"workers", r->workers, "samples", samples,
+		"workers", r->workers, "gpm", gpm, "samples", samples,
 		"mean_util", real_or_null(ok, r->mean_util), "std_util", real_or_null(ok, r->std_util),
 		"idle_share", real_or_null(ok, r->idle_share), "total_s", result_real(t->total_s),
 		"img_s", result_real(t->img_s), "data_wait_ms", result_real(t->data_wait_ms),
@@ -284,12 +306,26 @@ fail_gpu_taken:
 	return NULL;
 }
 
+static void gpm_cell(char *buf, size_t cap, double v)
+{
+	if (isfinite(v))
+		snprintf(buf, cap, "%.1f", v);
+	else
+		snprintf(buf, cap, "n/a");
+}
+
 static int table_fill(struct table *t, const struct workers_run *runs, int n)
 {
 	static const char *cols[] = { "workers", "GPU util %", "std %", "idle %", "samples",
 		"total s", "img/s", "data wait ms", "wait % of step", "CPU cores", "machine CPU %" };
+	static const char *gpm_cols[] = { "SM active %", "tensor %", "DRAM bw %" };
+	int any_gpm = 0;
+	for (int i = 0; i < n; i++)
+		any_gpm |= runs[i].has_gpm;
 	for (size_t c = 0; c < sizeof(cols) / sizeof(cols[0]); c++)
 		GP_TRY(table_add_col(t, cols[c], TABLE_RIGHT));
+	for (size_t c = 0; any_gpm && c < sizeof(gpm_cols) / sizeof(gpm_cols[0]); c++)
+		GP_TRY(table_add_col(t, gpm_cols[c], TABLE_RIGHT));
 	for (int i = 0; i < n; i++) {
 		const struct workers_run *r = &runs[i];
 		char mean[32] = "n/a", sd[32] = "n/a", idle[32] = "n/a", ns[48] = "n/a";
@@ -303,10 +339,23 @@ static int table_fill(struct table *t, const struct workers_run *runs, int n)
 		snprintf(wk, sizeof(wk), r->decode_gpu ? "gpu decode" : "%d", r->workers);
 		if (r->res.cpu.machine_pct >= 0)
 			snprintf(mach, sizeof(mach), "%.0f", r->res.cpu.machine_pct);
-		GP_TRY(table_add_row(t, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.1f\t%s",
-				     wk, mean, sd, idle, ns, r->res.total_s, r->res.img_s,
-				     r->res.data_wait_ms, r->res.data_wait_pct, r->res.cpu.proc_cores,
-				     mach));
+		char sm[32] = "n/a", tc[32] = "n/a", dram[32] = "n/a";
+		if (r->has_gpm) {
+			gpm_cell(sm, sizeof(sm), r->gpm.sm_util_pct);
+			gpm_cell(tc, sizeof(tc), r->gpm.tensor_util_pct);
+			gpm_cell(dram, sizeof(dram), r->gpm.dram_bw_util_pct);
+		}
+		if (any_gpm)
+			GP_TRY(table_add_row(t, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.1f\t%s"
+					     "\t%s\t%s\t%s",
+					     wk, mean, sd, idle, ns, r->res.total_s, r->res.img_s,
+					     r->res.data_wait_ms, r->res.data_wait_pct,
+					     r->res.cpu.proc_cores, mach, sm, tc, dram));
+		else
+			GP_TRY(table_add_row(t, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.2f\t%.1f\t%.1f\t%s",
+					     wk, mean, sd, idle, ns, r->res.total_s, r->res.img_s,
+					     r->res.data_wait_ms, r->res.data_wait_pct,
+					     r->res.cpu.proc_cores, mach));
 	}
 	return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -73,6 +74,54 @@ struct nvml_raw_sample {
 	union nvml_value v;
 };
 
+/* nvmlProcessUtilizationSample_t: one process's share of the SMs and memory
+ * controller over the driver's last sampling period. */
+struct nvml_process_util {
+	unsigned pid;
+	unsigned long long ts_us;
+	unsigned sm_util, mem_util, enc_util, dec_util;
+};
+
+/* ---- GPM declarations ------------------------------------------------------------
+ * Copied by hand from NVIDIA's nvml.h (NVML 12.2.140, as vendored in NVIDIA/go-nvml
+ * gen/nvml/nvml.h, "GPM Enums" and "GPM Structs"): the metric ids, the version
+ * constants and the layouts of nvmlGpmMetric_t, nvmlGpmMetricsGet_t and
+ * nvmlGpmSupport_t. nvmlGpmSample_t is an opaque pointer. The header's
+ * metrics[NVML_GPM_METRIC_MAX] array has grown between releases (98, then 210,
+ * 333) while the version stayed 1; the library reads numMetrics entries, so a
+ * shorter array of our own is what every release accepts. */
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRIC_SM_UTIL 2         /* % of SMs busy */
+#define NVML_GPM_METRIC_SM_OCCUPANCY 3    /* % of warps active vs the maximum */
+#define NVML_GPM_METRIC_ANY_TENSOR_UTIL 5 /* % of time any tensor pipe was busy */
+#define NVML_GPM_METRIC_HMMA_TENSOR_UTIL 7 /* % of time the FP16/BF16/TF32 pipe was */
+#define NVML_GPM_METRIC_DRAM_BW_UTIL 10   /* % of peak DRAM bandwidth */
+#define NVML_GPM_OUR_METRICS 5
+
+struct nvml_gpm_sample_opaque;
+
+struct nvml_gpm_metric {
+	unsigned metric_id;
+	int nvml_return; /* nvmlReturn_t: the value is valid only when 0 */
+	double value;
+	struct {
+		char *short_name, *long_name, *unit;
+	} info;
+};
+
+struct nvml_gpm_metrics_get {
+	unsigned version;
+	unsigned num_metrics;
+	struct nvml_gpm_sample_opaque *sample1, *sample2;
+	struct nvml_gpm_metric metrics[NVML_GPM_OUR_METRICS];
+};
+
+struct nvml_gpm_support {
+	unsigned version;
+	unsigned is_supported_device;
+};
+
 /* Members carry the NVML symbol names so that NVML_CALL's recorded text reads as
  * the NVML call it is. */
 struct nvml_api {
@@ -104,6 +153,14 @@ struct nvml_api {
 	int (*nvmlDeviceGetSamples)(nvml_device, int, unsigned long long, int *, unsigned *,
 				    struct nvml_raw_sample *);
 	int (*nvmlDeviceGetTotalEnergyConsumption)(nvml_device, unsigned long long *);
+	int (*nvmlDeviceGetProcessUtilization)(nvml_device, struct nvml_process_util *,
+					       unsigned *, unsigned long long);
+	/* GPM (GPU performance monitoring, Hopper on): declared with the GPM block below */
+	int (*nvmlGpmQueryDeviceSupport)(nvml_device, struct nvml_gpm_support *);
+	int (*nvmlGpmSampleAlloc)(struct nvml_gpm_sample_opaque **);
+	int (*nvmlGpmSampleFree)(struct nvml_gpm_sample_opaque *);
+	int (*nvmlGpmSampleGet)(nvml_device, struct nvml_gpm_sample_opaque *);
+	int (*nvmlGpmMetricsGet)(struct nvml_gpm_metrics_get *);
 };
 
 #define SYM(name, required) { #name, offsetof(struct nvml_api, name), required }
@@ -137,6 +194,12 @@ static const struct {
 	SYM(nvmlDeviceGetComputeRunningProcesses_v2, 0),
 	SYM(nvmlDeviceGetSamples, 0),
 	SYM(nvmlDeviceGetTotalEnergyConsumption, 0),
+	SYM(nvmlDeviceGetProcessUtilization, 0),
+	SYM(nvmlGpmQueryDeviceSupport, 0),
+	SYM(nvmlGpmSampleAlloc, 0),
+	SYM(nvmlGpmSampleFree, 0),
+	SYM(nvmlGpmSampleGet, 0),
+	SYM(nvmlGpmMetricsGet, 0),
 };
 
 static pthread_mutex_t nvml_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -587,4 +650,151 @@ int nvml_sampler_stop(struct nvml_sampler *s, struct nvml_sample **samples, int 
 	nvml_close();
 	free(s);
 	return rc;
+}
+
+int nvml_process_util(int dev, unsigned pid, unsigned long long *last_ts_us,
+		      unsigned *sm_pct, unsigned *mem_pct)
+{
+	nvml_device h;
+	struct nvml_process_util *samples = NULL;
+	unsigned count = 0;
+	int rc;
+
+	GP_TRY(nvml_handle(dev, &h));
+	if (!nvml.nvmlDeviceGetProcessUtilization)
+		return gp_error(GP_EUNSUPPORTED, "NVML lacks nvmlDeviceGetProcessUtilization");
+	/* A first call with no buffer asks how many samples there are. */
+	rc = nvml.nvmlDeviceGetProcessUtilization(h, NULL, &count, *last_ts_us);
+	if (rc == NVML_ERROR_NOT_FOUND || (rc == NVML_SUCCESS && count == 0))
+		return gp_error(GP_ENOTFOUND, "no utilization samples for process %u yet", pid);
+	if (rc != NVML_ERROR_INSUFFICIENT_SIZE && rc != NVML_SUCCESS)
+		return NVML_CALL(rc);
+	count += 8; /* processes may start between the two calls */
+	samples = calloc(count, sizeof(*samples));
+	if (!samples)
+		return gp_error(GP_ENOMEM, "no memory for %u NVML process samples", count);
+	rc = nvml.nvmlDeviceGetProcessUtilization(h, samples, &count, *last_ts_us);
+	if (rc == NVML_ERROR_NOT_FOUND) {
+		rc = gp_error(GP_ENOTFOUND, "no utilization samples for process %u yet", pid);
+		goto free_samples;
+	}
+	if ((rc = NVML_CALL(rc)) < 0)
+		goto free_samples;
+	/* The driver keeps one sample per process and period; the newest for pid wins. */
+	unsigned long long newest = 0;
+	rc = gp_error(GP_ENOTFOUND, "no utilization samples for process %u yet", pid);
+	for (unsigned i = 0; i < count; i++) {
+		if (samples[i].ts_us > *last_ts_us && samples[i].ts_us > newest)
+			newest = samples[i].ts_us; /* every process's, to advance the cursor */
+		if (samples[i].pid != pid)
+			continue;
+		*sm_pct = samples[i].sm_util;
+		*mem_pct = samples[i].mem_util;
+		rc = 0;
+	}
+	if (newest)
+		*last_ts_us = newest;
+free_samples:
+	free(samples);
+	return rc;
+}
+
+/* ---- GPM: GPU performance monitoring ---------------------------------------------
+ * Two GPM samples are counter snapshots; nvmlGpmMetricsGet turns a pair into the mean
+ * of each metric over the time between them. A reader keeps the previous snapshot, so
+ * that every read covers the interval since the one before (since open for the first). */
+struct nvml_gpm {
+	nvml_device h;
+	int dev;
+	struct nvml_gpm_sample_opaque *prev, *cur;
+};
+
+void nvml_gpm_close(struct nvml_gpm *g)
+{
+	if (!g)
+		return;
+	if (g->prev)
+		nvml.nvmlGpmSampleFree(g->prev);
+	if (g->cur)
+		nvml.nvmlGpmSampleFree(g->cur);
+	free(g);
+	nvml_close();
+}
+
+int nvml_gpm_open(int dev, struct nvml_gpm **out)
+{
+	struct nvml_gpm *g;
+	int rc;
+
+	*out = NULL;
+	GP_TRY(nvml_open());
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		nvml_close();
+		return gp_error(GP_ENOMEM, "no memory for the GPM reader");
+	}
+	g->dev = dev;
+	if ((rc = nvml_handle(dev, &g->h)) < 0)
+		goto fail;
+	if (!nvml.nvmlGpmQueryDeviceSupport || !nvml.nvmlGpmSampleAlloc ||
+	    !nvml.nvmlGpmSampleFree || !nvml.nvmlGpmSampleGet || !nvml.nvmlGpmMetricsGet) {
+		rc = gp_error(GP_EUNSUPPORTED, "NVML lacks the GPM functions (driver before 520)");
+		goto fail;
+	}
+	struct nvml_gpm_support support = { NVML_GPM_SUPPORT_VERSION, 0 };
+	int nrc = nvml.nvmlGpmQueryDeviceSupport(g->h, &support);
+	if (nrc == NVML_SUCCESS && !support.is_supported_device)
+		nrc = NVML_ERROR_NOT_SUPPORTED;
+	if (nrc == NVML_ERROR_NOT_SUPPORTED) {
+		rc = gp_error(GP_EUNSUPPORTED, "GPU %d does not offer GPM metrics (Hopper and "
+			      "newer data-center GPUs do)", dev);
+		goto fail;
+	}
+	if ((rc = NVML_CALL(nrc)) < 0)
+		goto fail;
+	if ((rc = NVML_CALL(nvml.nvmlGpmSampleAlloc(&g->prev))) < 0 ||
+	    (rc = NVML_CALL(nvml.nvmlGpmSampleAlloc(&g->cur))) < 0 ||
+	    (rc = NVML_CALL(nvml.nvmlGpmSampleGet(g->h, g->prev))) < 0)
+		goto fail;
+	*out = g;
+	return 0;
+fail:
+	nvml_gpm_close(g);
+	return rc;
+}
+
+int nvml_gpm_read(struct nvml_gpm *g, struct nvml_gpm_metrics *out)
+{
+	static const unsigned ids[NVML_GPM_OUR_METRICS] = {
+		NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY,
+		NVML_GPM_METRIC_ANY_TENSOR_UTIL, NVML_GPM_METRIC_HMMA_TENSOR_UTIL,
+		NVML_GPM_METRIC_DRAM_BW_UTIL,
+	};
+	double *dst[NVML_GPM_OUR_METRICS] = {
+		&out->sm_util_pct, &out->sm_occupancy_pct, &out->tensor_util_pct,
+		&out->hmma_util_pct, &out->dram_bw_util_pct,
+	};
+	struct nvml_gpm_metrics_get mg;
+
+	for (int i = 0; i < NVML_GPM_OUR_METRICS; i++)
+		*dst[i] = NAN;
+	GP_TRY(NVML_CALL(nvml.nvmlGpmSampleGet(g->h, g->cur)));
+	memset(&mg, 0, sizeof(mg));
+	mg.version = NVML_GPM_METRICS_GET_VERSION;
+	mg.num_metrics = NVML_GPM_OUR_METRICS;
+	mg.sample1 = g->prev;
+	mg.sample2 = g->cur;
+	for (int i = 0; i < NVML_GPM_OUR_METRICS; i++)
+		mg.metrics[i].metric_id = ids[i];
+	int rc = NVML_CALL(nvml.nvmlGpmMetricsGet(&mg));
+	/* The newest snapshot starts the next interval, whatever this one gave. */
+	struct nvml_gpm_sample_opaque *t = g->prev;
+	g->prev = g->cur;
+	g->cur = t;
+	GP_TRY(rc);
+	/* A metric the device cannot give stays NaN; the others are still good. */
+	for (int i = 0; i < NVML_GPM_OUR_METRICS; i++)
+		if (mg.metrics[i].nvml_return == NVML_SUCCESS)
+			*dst[i] = mg.metrics[i].value;
+	return 0;
 }

@@ -55,6 +55,13 @@ int nvml_util_samples(int dev, unsigned long long *last_ts_us, double *pct, doub
  * GP_EUNSUPPORTED where the library or device does not count it. */
 int nvml_energy_mj(int dev, unsigned long long *mj);
 
+/* Process pid's share of the SMs and of the memory controller (%) in the driver's
+ * newest sampling period after *last_ts_us (0: any), which advances. GP_ENOTFOUND
+ * when the driver has no sample for pid (no context, or idle since), GP_EUNSUPPORTED
+ * where the library or device does not offer per-process figures. */
+int nvml_process_util(int dev, unsigned pid, unsigned long long *last_ts_us,
+		      unsigned *sm_pct, unsigned *mem_pct);
+
 /* "sw_power_cap,hw_slowdown" for a reason mask, "none" for 0; returns buf. */
 const char *nvml_throttle_reason_str(unsigned long long mask, char *buf, size_t cap);
 
@@ -65,5 +72,27 @@ int nvml_sampler_start(struct nvml_sampler **out, int dev, double interval_s);
 /* Stop the thread and hand over what it recorded (the caller frees *samples).
  * Returns the first sampling error, if any, after handing the samples over. */
 int nvml_sampler_stop(struct nvml_sampler *s, struct nvml_sample **samples, int *n);
+
+/* ---- GPM: GPU performance monitoring (Hopper and newer) --------------------------
+ * What DCGM's profiling metrics give, from NVML alone: each figure is the mean over
+ * the interval between two reads; NaN when the device could not give that metric. */
+struct nvml_gpm_metrics {
+	double sm_util_pct;      /* SM activity: % of SMs busy (DCGM's SM_ACTIVE) */
+	double sm_occupancy_pct; /* % of warps resident vs the maximum */
+	double tensor_util_pct;  /* any tensor-core pipe busy (DCGM's TENSOR_ACTIVE) */
+	double hmma_util_pct;    /* the FP16/BF16/TF32 tensor pipe */
+	double dram_bw_util_pct; /* % of peak DRAM bandwidth (DCGM's DRAM_ACTIVE) */
+};
+
+struct nvml_gpm;
+
+/* Start a GPM reader on dev (takes an nvml_open reference and the first snapshot).
+ * GP_EUNSUPPORTED, with the reason, where the library lacks GPM or the device does
+ * not support it: callers show no GPM figures then. */
+int nvml_gpm_open(int dev, struct nvml_gpm **out);
+/* The metrics over the interval since the previous read (since open for the first):
+ * open at the start of a piece of work and read at its end for its means. */
+int nvml_gpm_read(struct nvml_gpm *g, struct nvml_gpm_metrics *out);
+void nvml_gpm_close(struct nvml_gpm *g);
 
 #endif

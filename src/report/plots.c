@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/names.h"
 #include "ops/graph.h"
+#include "report/monitor_report.h"
 #include "report/chart.h"
 #include "report/result.h"
 
@@ -506,6 +507,7 @@ static const struct {
 	{ "maxbatch", "batch_size_memory_usage.png", plot_maxbatch },
 	{ "workers", "gpu_utilization_comparison.png", plot_workers },
 	{ "amp", "amp_speedup.png", plot_amp },
+	{ "monitor", "monitor.png", monitor_plot },
 };
 
 const char *plots_chart_name(const char *command)
