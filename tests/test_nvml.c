@@ -469,7 +469,13 @@ TEST(nvml_gpm_metrics_through_the_fake)
 	CHECK_MSG(nvml_gpm_open(0, &g) == 0, "%s", gp_errmsg());
 	if (g) {
 		struct nvml_gpm_metrics m;
+		/* under 100 ms after the last sample: no interval to read yet (the H100
+		 * gave SM activity 0 and bandwidth NaN for 70 ms) */
+		CHECK_EQ_INT(nvml_gpm_read(g, &m), GP_ENOTFOUND);
+		CHECK_MSG(strstr(gp_errmsg(), "GPM needs 100 ms between samples") != NULL, "%s", gp_errmsg());
+		CHECK(isnan(m.sm_util_pct));
 		for (int k = 0; k < 2; k++) { /* each read pairs the newest two samples */
+			usleep(110000);
 			CHECK_MSG(nvml_gpm_read(g, &m) == 0, "%s", gp_errmsg());
 			CHECK_NEAR(m.sm_util_pct, 62.5, 1e-12);
 			CHECK_NEAR(m.sm_occupancy_pct, 31.25, 1e-12);
@@ -647,7 +653,7 @@ TEST(monitor_csv_has_a_row_per_sample)
 	char cmd[2048], out[8192], csv[700];
 	const char *dir = test_tmpdir();
 	snprintf(csv, sizeof(csv), "%s/sub/samples.csv", dir);
-	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --count 3 --interval 0.02 "
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --count 3 --interval 0.12 "
 		 "--out '%s/run' --csv '%s'", lib, test_bin(), dir, csv);
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	char *text = NULL;
@@ -692,7 +698,7 @@ TEST(monitor_gpm_figures_present_and_absent)
 		SKIP(why);
 	char cmd[2048], out[8192], dir2[600];
 	const char *dir = test_tmpdir();
-	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --count 3 --interval 0.02 --out '%s/on'",
+	snprintf(cmd, sizeof(cmd), "GPUPERF_NVML_LIB='%s' %s monitor --count 3 --interval 0.12 --out '%s/on'",
 		 lib, test_bin(), dir);
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	CHECK(strstr(out, "SM activity 62.5 %, SM occupancy 31.2 %, tensor activity 41.5 %, "

@@ -254,7 +254,10 @@ int cmd_monitor(int argc, char **argv)
 		/* The first row has no GPM interval behind it yet (the reader opened
 		 * microseconds before); each later one covers the interval since the last. */
 		r->gpm = (struct nvml_gpm_metrics){ NAN, NAN, NAN, NAN, NAN };
-		if (gpm_ok && i > 0 && nvml_gpm_read(gpm, &r->gpm) < 0) {
+		int gpm_rc = gpm_ok && i > 0 ? nvml_gpm_read(gpm, &r->gpm) : 0;
+		if (gpm_rc == GP_ENOTFOUND) {
+			gp_error_clear(); /* samples under 100 ms apart: GPM every few rows */
+		} else if (gpm_rc < 0) {
 			/* A failing read (a reset, MIG enabled meanwhile) ends the GPM figures,
 			 * not the run. */
 			printf("no more GPM figures: %s\n", gp_errmsg());

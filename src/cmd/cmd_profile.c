@@ -28,6 +28,7 @@ struct gpm_watch {
 	struct nvml_gpm *gpm;
 	struct nvml_gpm_metrics m;
 	int have;
+	char why[256]; /* why there are no figures, when the read failed */
 };
 
 static int gw_step_begin(void *user, struct net *net, int epoch, int step_in_epoch, int step)
@@ -59,6 +60,8 @@ static int gw_step_end(void *user, struct net *net, int64_t data_wait_ns)
 	int rc = g->inner.step_end(g->inner.user, net, data_wait_ns);
 	if (g->gpm && g->step == g->last) {
 		g->have = nvml_gpm_read(g->gpm, &g->m) == 0;
+		if (!g->have) /* said in the summary: the steps were too short, say */
+			snprintf(g->why, sizeof(g->why), "%s", gp_errmsg());
 		gp_error_clear();
 		nvml_gpm_close(g->gpm);
 		g->gpm = NULL;
@@ -71,8 +74,12 @@ static int gpm_report(const struct gpm_watch *g, const char *dir, int steps)
 {
 	char path[4200];
 	json_t *res;
-	if (!g->have)
+	if (!g->have) {
+		if (*g->why)
+			printf("GPM over the %d unprofiled steps: none (%s; more --baseline-steps "
+			       "give an interval long enough)\n", steps, g->why);
 		return 0;
+	}
 	printf("GPM over the %d unprofiled steps: SM activity %.1f %%, tensor activity %.1f %%, "
 	       "DRAM bandwidth %.1f %%\n", steps, g->m.sm_util_pct, g->m.tensor_util_pct,
 	       g->m.dram_bw_util_pct);

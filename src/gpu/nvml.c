@@ -707,7 +707,13 @@ struct nvml_gpm {
 	nvml_device h;
 	int dev;
 	struct nvml_gpm_sample_opaque *prev, *cur;
+	double t_prev; /* when prev was taken (gp_now_s) */
 };
+
+/* NVML's GPM counters refresh internally: two samples closer than 100 ms give zeros
+ * (and 0/0 for bandwidth), so a shorter interval is not read at all (nvmlGpmMetricsGet's
+ * documentation). */
+#define NVML_GPM_MIN_INTERVAL_S 0.1
 
 void nvml_gpm_close(struct nvml_gpm *g)
 {
@@ -756,6 +762,7 @@ int nvml_gpm_open(int dev, struct nvml_gpm **out)
 	    (rc = NVML_CALL(nvml.nvmlGpmSampleAlloc(&g->cur))) < 0 ||
 	    (rc = NVML_CALL(nvml.nvmlGpmSampleGet(g->h, g->prev))) < 0)
 		goto fail;
+	g->t_prev = gp_now_s();
 	*out = g;
 	return 0;
 fail:
@@ -778,7 +785,12 @@ int nvml_gpm_read(struct nvml_gpm *g, struct nvml_gpm_metrics *out)
 
 	for (int i = 0; i < NVML_GPM_OUR_METRICS; i++)
 		*dst[i] = NAN;
+	double now = gp_now_s();
+	if (now - g->t_prev < NVML_GPM_MIN_INTERVAL_S)
+		return gp_error(GP_ENOTFOUND, "GPM needs %.0f ms between samples, these are %.0f ms apart",
+				1e3 * NVML_GPM_MIN_INTERVAL_S, 1e3 * (now - g->t_prev));
 	GP_TRY(NVML_CALL(nvml.nvmlGpmSampleGet(g->h, g->cur)));
+	g->t_prev = now;
 	memset(&mg, 0, sizeof(mg));
 	mg.version = NVML_GPM_METRICS_GET_VERSION;
 	mg.num_metrics = NVML_GPM_OUR_METRICS;

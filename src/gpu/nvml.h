@@ -91,7 +91,9 @@ struct nvml_gpm;
  * not support it: callers show no GPM figures then. */
 int nvml_gpm_open(int dev, struct nvml_gpm **out);
 /* The metrics over the interval since the previous read (since open for the first):
- * open at the start of a piece of work and read at its end for its means. */
+ * open at the start of a piece of work and read at its end for its means. An interval
+ * under 100 ms (NVML's counters refresh no faster) is GP_ENOTFOUND, nothing read: the
+ * next read covers the longer interval. */
 int nvml_gpm_read(struct nvml_gpm *g, struct nvml_gpm_metrics *out);
 void nvml_gpm_close(struct nvml_gpm *g);
 

@@ -97,11 +97,11 @@ TEST(cuda_workers_and_profile_gpm_on_hopper)
 		json_decref(doc);
 	}
 	snprintf(cmd, sizeof(cmd), "%s profile --model resnet18 --size 64 --batch 32 --classes 10 "
-		 "--steps 2 --baseline-steps 10 --device cuda --out '%s'", test_bin(), pdir);
+		 "--steps 2 --baseline-steps 60 --device cuda --out '%s'", test_bin(), pdir);
 	rc = test_run(cmd, out, sizeof(out));
 	printf("%s", out);
 	CHECK_MSG(rc == 0, "profile failed (%d): %.3000s", rc, out);
-	CHECK(strstr(out, "GPM over the 10 unprofiled steps: SM activity") != NULL);
+	CHECK(strstr(out, "GPM over the 60 unprofiled steps: SM activity") != NULL);
 	snprintf(path, sizeof(path), "%s/result.json", pdir);
 	doc = json_load_file(path, 0, NULL);
 	CHECK(doc != NULL);
@@ -110,7 +110,7 @@ TEST(cuda_workers_and_profile_gpm_on_hopper)
 		json_t *sm = json_object_get(gpm, "sm_activity_pct");
 		CHECK_MSG(json_is_number(sm) && json_number_value(sm) > 0 && json_number_value(sm) <= 100,
 			  "profile's SM activity %g", json_number_value(sm));
-		CHECK_EQ_INT(json_integer_value(json_object_get(gpm, "steps")), 10);
+		CHECK_EQ_INT(json_integer_value(json_object_get(gpm, "steps")), 60);
 		json_decref(doc);
 	}
 }
