@@ -138,8 +138,17 @@ static int train_write_result(const struct train_opts *o, const struct train_res
 		goto out;
 	train_mfu_print(stdout, &mfu, o->precision, o->backend == BACKEND_CUDA);
 	json_object_set(res, "measurements", m);
-	json_t *settings = json_pack("{s:s, s:i, s:i, s:s}", "model", o->model, "batch", o->batch, "steps",
-				     r->steps, "data", o->data ? o->data : "synthetic");
+	/* what the run was, so that a result says how to repeat it */
+	json_t *settings = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:I, s:i, s:o, s:o}",
+				     "model", o->model, "device", train_device_name(o->backend),
+				     "precision", train_precision_name(o->precision),
+				     "layout", train_layout_name(o->layout), "batch", o->batch,
+				     "size", o->size, "steps", r->steps, "epochs", o->epochs,
+				     "data", o->data ? o->data : "synthetic", "workers", o->workers,
+				     "decode", o->decode_gpu ? "gpu" : "cpu", "seed", (json_int_t)o->seed,
+				     "eval_every", o->eval_every,
+				     "checkpoint_dir", o->checkpoint_dir ? json_string(o->checkpoint_dir) : json_null(),
+				     "resume", o->resume ? json_string(o->resume) : json_null());
 	json_t *recipe = train_recipe_json(o);
 	if (!settings || !recipe || json_object_update(settings, recipe) < 0) {
 		json_decref(settings);
