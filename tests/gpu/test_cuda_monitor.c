@@ -80,7 +80,7 @@ TEST(cuda_workers_and_profile_gpm_on_hopper)
 	snprintf(wdir, sizeof(wdir), "%s/gpm_workers", test_tmpdir());
 	snprintf(pdir, sizeof(pdir), "%s/gpm_profile", test_tmpdir());
 	snprintf(cmd, sizeof(cmd), "%s dataset make --out '%s' --classes 2 --images 256 --size 64x64 && "
-		 "%s workers --data '%s' --workers 2 --steps 20 --model resnet18 --size 64 --batch 32 "
+		 "%s workers --data '%s' --workers 2 --steps 100 --model resnet18 --size 64 --batch 32 "
 		 "--device cuda --out '%s'", test_bin(), data, test_bin(), data, wdir);
 	int rc = test_run(cmd, out, sizeof(out));
 	printf("%s", out);
