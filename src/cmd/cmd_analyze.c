@@ -15,6 +15,7 @@
 #include "cmd/cmds.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/sort.h"
 #include "report/analysis.h"
 #include "report/chrome_trace.h"
 #include "report/mem_report.h"
@@ -233,7 +234,7 @@ static int epoch_dirs(const char *dir, char ***names, size_t *n)
 	}
 	closedir(d);
 	if (*n > 1)
-		qsort(*names, *n, sizeof(**names), name_cmp);
+		gp_qsort(*names, *n, sizeof(**names), name_cmp);
 	return rc;
 }
 

@@ -17,7 +17,7 @@ static int link_cmp(const void *a, const void *b)
 static uint64_t link_find(const struct trace_corr_link *l, size_t n, uint64_t corr)
 {
 	struct trace_corr_link key = { corr, 0 };
-	const struct trace_corr_link *e = corr ? bsearch(&key, l, n, sizeof(*l), link_cmp) : NULL;
+	const struct trace_corr_link *e = corr ? gp_bsearch(&key, l, n, sizeof(*l), link_cmp) : NULL;
 	return e ? e->external_id : 0;
 }
 
@@ -61,7 +61,7 @@ static const struct trace_range *op_by_ext(const struct trace *t, const struct o
 					   size_t n, uint64_t ext)
 {
 	struct op_ext key = { ext, 0 };
-	const struct op_ext *e = bsearch(&key, by_ext, n, sizeof(*by_ext), ext_cmp);
+	const struct op_ext *e = gp_bsearch(&key, by_ext, n, sizeof(*by_ext), ext_cmp);
 	return e ? &t->ranges[e->idx] : NULL;
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/sort.h"
 #include "core/timeutil.h"
 
 #define WALK_DEPTH_MAX 32
@@ -163,7 +164,7 @@ static int find_classes(struct dataset *ds, const char *root)
 		return rc;
 	if (ds->classes == 0)
 		return gp_error(GP_EFORMAT, "dataset folder '%s' has no class sub-folders", root);
-	qsort(ds->class_names, ds->classes, sizeof(char *), str_cmp);
+	gp_qsort(ds->class_names, ds->classes, sizeof(char *), str_cmp);
 	return 0;
 }
 
@@ -235,7 +236,7 @@ int imagefolder_open(struct dataset *ds, const char *dir)
 		free(dir);
 		if (rc < 0)
 			goto out_list;
-		qsort(all.v + first, all.n - first, sizeof(*all.v), file_entry_cmp);
+		gp_qsort(all.v + first, all.n - first, sizeof(*all.v), file_entry_cmp);
 		int32_t *l = realloc(labels, sizeof(*l) * all.n);
 		if (!l) {
 			rc = gp_error(GP_ENOMEM, "out of memory listing images");

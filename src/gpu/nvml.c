@@ -3,6 +3,7 @@
  * lack are optional: the counter they feed reads as 0. */
 #include "gpu/nvml.h"
 
+#include "core/sort.h"
 #include "core/tuning.h"
 
 #include <dlfcn.h>
@@ -474,7 +475,7 @@ int nvml_util_samples(int dev, unsigned long long *last_ts_us, double *pct, doub
 	rc = NVML_CALL(rc);
 	if (rc < 0)
 		goto free_raw;
-	qsort(raw, count, sizeof(*raw), raw_sample_by_time);
+	gp_qsort(raw, count, sizeof(*raw), raw_sample_by_time);
 
 	/* NVML stamps samples with wall-clock microseconds; map them onto the
 	 * monotonic clock that nvml_sample uses, through one pair of readings. */

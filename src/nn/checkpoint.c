@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/sort.h"
 
 /* Tensor data goes between memory and file with memcpy, which keeps the file's byte
  * order only on a little-endian host (every machine this tool targets). */
@@ -317,7 +318,7 @@ static int offsets_check(const struct ckpt_file *cf)
 		return gp_error(GP_ENOMEM, "out of memory reading '%s'", cf->path);
 	for (int i = 0; i < cf->n_tensors; i++)
 		order[i] = &cf->tensors[i];
-	qsort(order, cf->n_tensors, sizeof(*order), by_offsets);
+	gp_qsort(order, cf->n_tensors, sizeof(*order), by_offsets);
 	for (int i = 0; i < cf->n_tensors && !rc; i++) {
 		if (order[i]->begin < covered)
 			rc = gp_error(GP_EFORMAT, "'%s': entries '%s' and '%s' overlap "

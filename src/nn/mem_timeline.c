@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/sort.h"
 
 static const char *const cat_names[MTL_NCAT] = {
 	"weights", "gradients", "optimizer", "input", "activations", "activation_gradients",
@@ -132,7 +133,7 @@ int net_mem_timeline(const struct net *net, struct mem_timeline *out)
 		x->first_step = pt_t->first_step;
 		x->last_step = pt_t->last_step;
 	}
-	qsort(all, (size_t)m, sizeof(*all), tensor_cmp_desc);
+	gp_qsort(all, (size_t)m, sizeof(*all), tensor_cmp_desc);
 	out->n_top = m < MEM_TL_TOP ? m : MEM_TL_TOP;
 	memcpy(out->top, all, (size_t)out->n_top * sizeof(*all));
 	free(all);

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/sort.h"
 #include "core/error.h"
+#include "core/sort.h"
 
 static int id_cmp(const void *a, const void *b)
 {
@@ -18,7 +18,7 @@ static int id_cmp(const void *a, const void *b)
 long id_find(const struct id_entry *tab, size_t n, uint64_t id)
 {
 	struct id_entry key = { id, 0 };
-	const struct id_entry *e = bsearch(&key, tab, n, sizeof(*tab), id_cmp);
+	const struct id_entry *e = gp_bsearch(&key, tab, n, sizeof(*tab), id_cmp);
 	return e ? (long)e->idx : -1;
 }
 

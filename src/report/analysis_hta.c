@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/sort.h"
 #include "core/error.h"
+#include "core/sort.h"
 #include "report/analysis.h"
 #include "report/result.h"
 
@@ -175,7 +175,7 @@ int analysis_hta_run(const struct trace *t, struct analysis *a)
 	for (size_t i = 0; i < t->n_gpu; i++) {
 		const struct trace_gpu *g = &t->gpu[i];
 		struct corr_ix key = { g->correlation, 0 };
-		const struct corr_ix *e = g->correlation ? bsearch(&key, rt, n_rt, sizeof(*rt),
+		const struct corr_ix *e = g->correlation ? gp_bsearch(&key, rt, n_rt, sizeof(*rt),
 								    corr_ix_cmp)
 							 : NULL;
 		if (!e || t->ranges[e->idx].start_ns >= last_start)

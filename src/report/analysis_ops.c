@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/sort.h"
 #include "core/error.h"
+#include "core/sort.h"
 
 /* The category of an op type (ops/ops.h's names), its rows' labels by phase. */
 static const struct {
@@ -267,7 +267,7 @@ int op_tables(const struct trace *t, const struct attrib *at, const signed char 
 		if (r->cat != TRACE_CPU_OP)
 			continue;
 		struct name_layer key = { r->name, NULL };
-		const struct name_layer *e = bsearch(&key, names, n_names, sizeof(*names),
+		const struct name_layer *e = gp_bsearch(&key, names, n_names, sizeof(*names),
 						     name_layer_cmp);
 		double ms = (r->end_ns - r->start_ns) / 1e6;
 		int st = attrib_stage_at(at, r->start_ns);
@@ -285,7 +285,7 @@ int op_tables(const struct trace *t, const struct attrib *at, const signed char 
 		struct opacc *o;
 		if (op >= 0) {
 			struct name_layer key = { t->ranges[op].name, NULL };
-			const struct name_layer *e = bsearch(&key, names, n_names, sizeof(*names),
+			const struct name_layer *e = gp_bsearch(&key, names, n_names, sizeof(*names),
 							     name_layer_cmp);
 			o = &acc[e - names];
 			const char *type = op_type_label(e->layer, e->name);

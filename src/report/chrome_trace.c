@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/sort.h"
 #include "report/trace_event.h"
 
 /* One line of traceEvents, sorted by time before writing. */
@@ -53,7 +54,7 @@ static int corr_cmp(const void *a, const void *b)
 static long corr_find(const struct corr_entry *tab, size_t n, uint64_t c)
 {
 	struct corr_entry key = { c, 0 };
-	const struct corr_entry *e = bsearch(&key, tab, n, sizeof(*tab), corr_cmp);
+	const struct corr_entry *e = gp_bsearch(&key, tab, n, sizeof(*tab), corr_cmp);
 	return e ? (long)e->range : -1;
 }
 
@@ -355,7 +356,7 @@ static int events_build(struct writer *w, struct ev **out, size_t *n_out)
 	}
 	for (size_t i = 0; i < t->n_mem; i++)
 		ev[n++] = (struct ev){ t->mem[i].ts_ns, EV_MEM, i, 0 };
-	qsort(ev, n, sizeof(*ev), ev_cmp);
+	gp_qsort(ev, n, sizeof(*ev), ev_cmp);
 	*out = ev;
 	*n_out = n;
 	return 0;
@@ -370,7 +371,7 @@ static int corr_build(struct writer *w)
 	for (size_t i = 0; i < t->n_ranges; i++)
 		if (t->ranges[i].cat == TRACE_CUDA_RUNTIME && t->ranges[i].correlation)
 			w->corr[w->n_corr++] = (struct corr_entry){ t->ranges[i].correlation, i };
-	qsort(w->corr, w->n_corr, sizeof(*w->corr), corr_cmp);
+	gp_qsort(w->corr, w->n_corr, sizeof(*w->corr), corr_cmp);
 	return 0;
 }
 
@@ -646,7 +647,7 @@ static int steps_fill_data_wait(struct trace *t)
 		if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, "data"))
 			d[n++] = (struct span){ r->start_ns, r->end_ns };
 	}
-	qsort(d, n, sizeof(*d), span_cmp);
+	gp_qsort(d, n, sizeof(*d), span_cmp);
 	for (size_t i = 0; i < t->n_steps; i++) {
 		struct trace_step *s = &t->steps[i];
 		if (s->data_wait_ns >= 0)

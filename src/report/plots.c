@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/names.h"
+#include "core/sort.h"
 #include "ops/graph.h"
 #include "report/monitor_report.h"
 #include "report/chart.h"
@@ -86,7 +87,7 @@ static int plot_maxbatch(json_t *m, const char *path)
 			goto free_all;
 	}
 	gp_error_clear();
-	qsort(t, n, sizeof(*t), trial_by_batch);
+	gp_qsort(t, n, sizeof(*t), trial_by_batch);
 	for (size_t i = 0; i < n; i++) {
 		if (t[i].ok) {
 			x_ok[n_ok] = t[i].batch;
@@ -320,7 +321,7 @@ static int pairs_sort(double *x, double *y, int n)
 		return gp_error(GP_ENOMEM, "no memory to sort %d points", n);
 	for (int i = 0; i < n; i++)
 		v[i] = (struct xy){ x[i], y[i], i };
-	qsort(v, n, sizeof(*v), xy_by_x);
+	gp_qsort(v, n, sizeof(*v), xy_by_x);
 	for (int i = 0; i < n; i++) {
 		x[i] = v[i].x;
 		y[i] = v[i].y;
