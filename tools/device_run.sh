@@ -206,9 +206,9 @@ for s in "$@"; do
 		TAIL=0 stage regress_torch 400 python3 $TB train --models $(echo ${REGRESS_MODELS:-resnet50 resnet18 mobilenet_v2} | tr ' ' ,) --modes $modes --batch 256 --iters 30
 		python3 tools/regress_table.py "$OUT" ;;
 	tta)
-		# 10 classes of glyphs (--difficulty 2) at 160x160: TTA_IMAGES in all, 1/6 of them val
+		# 10 classes of glyphs (--difficulty 1: s9's H100 runs, docs/training.md) at 160x160: TTA_IMAGES in all, 1/6 of them val
 		rm -rf /tmp/gp_tta /tmp/gp_tta_run
-		stage tta_data 120 $BIN dataset make --out /tmp/gp_tta --classes 10 --images ${TTA_IMAGES:-18000} --val-fraction ${TTA_VAL_FRACTION:-0.1667} --size 160x160 --difficulty ${TTA_DIFFICULTY:-2} --seed 1
+		stage tta_data 120 $BIN dataset make --out /tmp/gp_tta --classes 10 --images ${TTA_IMAGES:-18000} --val-fraction ${TTA_VAL_FRACTION:-0.1667} --size 160x160 --difficulty ${TTA_DIFFICULTY:-1} --seed 1
 		TAIL=40 stage tta ${TTA_TIMEOUT:-480} bash tools/tta.sh $BIN /tmp/gp_tta /tmp/gp_tta_run
 		tar czf "$OUT/tta.tgz" -C /tmp gp_tta_run
 		cp /tmp/gp_tta_run/summary.md "$OUT/tta_summary.md" 2>/dev/null
