@@ -27,6 +27,8 @@ struct image_ctx {
 	size_t pix_cap_bytes;
 	float *tmp;
 	size_t tmp_cap_bytes;
+	void *coef; /* the resampler's coefficient tables */
+	size_t coef_cap_bytes;
 };
 
 int image_ctx_init(struct image_ctx *c);
