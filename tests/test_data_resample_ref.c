@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <turbojpeg.h>
+
+#include "core/error.h"
 #include "core/rng.h"
 #include "data/image.h"
 #include "data/transform.h"
@@ -167,5 +170,108 @@ TEST(data_resample_matches_scalar_reference)
 	free(want);
 	image_jpeg_free(jpeg);
 	free(pic);
+	image_ctx_free(&ctx);
+}
+
+/* Encode pic with TurboJPEG at a chroma subsampling (TJSAMP_*), optionally progressive. */
+static uint8_t *jpeg_make(const uint8_t *pic, int w, int h, int samp, int progressive,
+			  size_t *len)
+{
+	tjhandle tj = tjInitCompress();
+	unsigned char *buf = NULL;
+	unsigned long n = 0;
+	int rc = tjCompress2(tj, pic, w, 0, h, TJPF_RGB, &buf, &n, samp, 90,
+			     progressive ? TJFLAG_PROGRESSIVE : 0);
+	tjDestroy(tj);
+	*len = n;
+	return rc < 0 ? NULL : buf;
+}
+
+/* The region decode the loader uses gives, where the resampler reads, the full
+ * decode's pixels bit for bit, and so the same batch: for every chroma layout, at
+ * full and reduced scales, train and eval geometries. */
+TEST(data_region_decode_matches_full)
+{
+	int w = 500, h = 375;
+	uint8_t *pic = textured_picture(w, h);
+	static const int samps[] = { TJSAMP_420, TJSAMP_422, TJSAMP_444, TJSAMP_GRAY, TJSAMP_440 };
+	struct image_ctx full_ctx, reg_ctx;
+	CHECK_EQ_INT(image_ctx_init(&full_ctx), 0);
+	CHECK_EQ_INT(image_ctx_init(&reg_ctx), 0);
+	float *got = malloc(sizeof(float) * 3 * 224 * 224), *want = malloc(sizeof(float) * 3 * 224 * 224);
+	int compared = 0, differ = 0, pix_differ = 0, cropped = 0;
+	for (int v = 0; v < 6; v++) {
+		size_t len;
+		uint8_t *jpeg = jpeg_make(pic, w, h, v < 5 ? samps[v] : TJSAMP_420, v == 5, &len);
+		CHECK(jpeg != NULL);
+		for (int i = 0; i < 48; i++) {
+			int train = i % 3 != 0, size = i % 4 == 1 ? 64 : 224;
+			struct sample_geometry g;
+			sample_geometry_make(train, size, sample_seed(11, v, i), w, h, &g);
+			int sw = w, sh = h;
+			if (i % 5)
+				image_pick_scale(w, h, g.need_w, g.need_h, &sw, &sh);
+			struct resample_box box = g.box;
+			resample_box_scale(&g.box, w, h, sw, sh, &box);
+			struct image full, reg;
+			CHECK_EQ_INT(image_decode(&full_ctx, jpeg, len, IMAGE_JPEG, sw, sh, &full), 0);
+			int reach[4], ox, oy;
+			image_resample_reach(&box, size, size, reach);
+			CHECK_EQ_INT(image_decode_region(&reg_ctx, jpeg, len, sw, sh, reach, &reg,
+							 &ox, &oy), 0);
+			cropped += reg.w < sw || reg.h < sh;
+			for (int y = reach[1]; y < reach[3]; y++)
+				pix_differ += memcmp(full.pix + ((size_t)y * sw + reach[0]) * 3,
+						     reg.pix + ((size_t)(y - oy) * reg.w + reach[0] - ox) * 3,
+						     (size_t)(reach[2] - reach[0]) * 3) != 0;
+			CHECK_EQ_INT(image_resample_chw(&full_ctx, &full, &box, size, size, g.flip,
+							imagenet_mean, imagenet_std, want), 0);
+			struct resample_box moved = box;
+			moved.x0 -= ox;
+			moved.x1 -= ox;
+			moved.wx0 -= ox;
+			moved.wx1 -= ox;
+			moved.y0 -= oy;
+			moved.y1 -= oy;
+			moved.wy0 -= oy;
+			moved.wy1 -= oy;
+			CHECK_EQ_INT(image_resample_chw(&reg_ctx, &reg, &moved, size, size, g.flip,
+							imagenet_mean, imagenet_std, got), 0);
+			differ += memcmp(got, want, sizeof(float) * 3 * size * size) != 0;
+			compared++;
+		}
+		/* Cut short, the file fails whatever part is asked for, as a full decode does. */
+		int top[4] = { 0, 0, 64, 32 };
+		struct image reg;
+		int ox, oy;
+		CHECK_EQ_INT(image_decode_region(&reg_ctx, jpeg, len * 2 / 3, w, h, top, &reg, &ox, &oy),
+			     -4);
+		CHECK_MSG(strstr(gp_errmsg(), "Premature end of JPEG file") != NULL, "%s", gp_errmsg());
+		gp_error_clear();
+		tjFree(jpeg);
+	}
+	CHECK_EQ_INT(compared, 288);
+	CHECK(cropped > 200); /* most decodes were partial */
+	CHECK_EQ_INT(pix_differ, 0);
+	CHECK_EQ_INT(differ, 0);
+	free(got);
+	free(want);
+	free(pic);
+	image_ctx_free(&full_ctx);
+	image_ctx_free(&reg_ctx);
+}
+
+/* A region whose reach leaves the decoded pixels is refused, not read past. */
+TEST(data_resample_refuses_reads_outside_image)
+{
+	uint8_t pix[4 * 4 * 3] = { 0 };
+	struct image img = { pix, 4, 4 };
+	struct resample_box b = { 0, 0, 8, 8, 0, 0, 8, 8 };
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	float out[3 * 2 * 2];
+	CHECK_EQ_INT(image_resample_chw(&ctx, &img, &b, 2, 2, 0, imagenet_mean, imagenet_std, out),
+		     GP_EINVAL);
+	gp_error_clear();
 	image_ctx_free(&ctx);
 }

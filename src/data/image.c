@@ -2,11 +2,14 @@
 
 #include <cairo.h>
 #include <errno.h>
+#include <setjmp.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
+/* after stdio.h, which it needs */
+#include <jpeglib.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -24,10 +27,14 @@ int image_ctx_init(struct image_ctx *c)
 	return 0;
 }
 
+struct jpeg_state;
+static void jpeg_state_free(struct jpeg_state *s);
+
 void image_ctx_free(struct image_ctx *c)
 {
 	if (c->tj)
 		tjDestroy(c->tj);
+	jpeg_state_free(c->jpeg);
 	free(c->file);
 	free(c->pix);
 	free(c->tmp);
@@ -234,6 +241,148 @@ int image_decode(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 	return 0;
 }
 
+/* libjpeg's own API for the region decode (TurboJPEG 2.1 has no cropping call):
+ * one decompressor per thread, errors by longjmp, and any warning fatal as
+ * tjDecompress2's return value makes it. */
+struct jpeg_state {
+	struct jpeg_decompress_struct d;
+	struct jpeg_error_mgr err;
+	jmp_buf jb;
+	char msg[JMSG_LENGTH_MAX];
+};
+
+static void jpeg_state_free(struct jpeg_state *s)
+{
+	if (!s)
+		return;
+	jpeg_destroy_decompress(&s->d);
+	free(s);
+}
+
+static void jpeg_fail_exit(j_common_ptr ci)
+{
+	struct jpeg_state *s = (struct jpeg_state *)ci->client_data;
+	(*ci->err->format_message)(ci, s->msg);
+	longjmp(s->jb, 1);
+}
+
+/* A warning (a truncated file: "Premature end of JPEG file") fails the decode as
+ * it fails tjDecompress2, with the same message. Trace messages are dropped. */
+static void jpeg_fail_warning(j_common_ptr ci, int level)
+{
+	if (level < 0)
+		jpeg_fail_exit(ci);
+}
+
+static int jpeg_state_get(struct image_ctx *c, struct jpeg_state **out)
+{
+	if (!c->jpeg) {
+		struct jpeg_state *s = calloc(1, sizeof(struct jpeg_state));
+		if (!s)
+			return gp_error(GP_ENOMEM, "out of memory for a JPEG decompressor");
+		s->d.err = jpeg_std_error(&s->err);
+		s->err.error_exit = jpeg_fail_exit;
+		s->err.emit_message = jpeg_fail_warning;
+		s->d.client_data = s;
+		jpeg_create_decompress(&s->d);
+		c->jpeg = s;
+	}
+	*out = c->jpeg;
+	return 0;
+}
+
+/* Pixels around the region that are decoded and thrown away: the fancy chroma
+ * upsampling treats the first and last decoded column and row as edges, so a
+ * region's border differs from the same pixels in a full decode (by up to 1 pixel
+ * at 4:2:0 in practice; 0 fails test data_region_decode_matches_full, 2 passes);
+ * 8 leaves room for any chroma layout and scale. */
+#define REGION_MARGIN 8
+
+int image_decode_region(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
+			int scaled_w, int scaled_h, const int want[4], struct image *out,
+			int *off_x, int *off_y)
+{
+	struct jpeg_state *got = NULL;
+	GP_TRY(jpeg_state_get(c, &got));
+	struct jpeg_state *volatile s = got; /* read again after a longjmp */
+	/* The scaling factor tjDecompress2 would take for scaled_w x scaled_h: the
+	 * first (largest) in TurboJPEG's list whose size fits. */
+	int n;
+	tjscalingfactor *sf = tjGetScalingFactors(&n);
+	if (setjmp(s->jb)) {
+		jpeg_abort_decompress(&s->d);
+		return gp_error(GP_EFORMAT, "%s", s->msg);
+	}
+	jpeg_mem_src(&s->d, data, (unsigned long)len_bytes);
+	jpeg_read_header(&s->d, TRUE);
+	int i = 0, w = (int)s->d.image_width, h = (int)s->d.image_height;
+	while (sf && i < n && (TJSCALED(w, sf[i]) > scaled_w || TJSCALED(h, sf[i]) > scaled_h))
+		i++;
+	if (!sf || i == n || TJSCALED(w, sf[i]) != scaled_w || TJSCALED(h, sf[i]) != scaled_h) {
+		jpeg_abort_decompress(&s->d);
+		return gp_error(GP_EINVAL, "no TurboJPEG scale gives %dx%d from %dx%d", scaled_w,
+				scaled_h, w, h);
+	}
+	/* What tjDecompress2(..., TJPF_RGB, 0) sets: RGB out, the scale; the accurate
+	 * integer DCT and fancy upsampling are libjpeg's defaults. */
+	s->d.out_color_space = JCS_EXT_RGB;
+	s->d.scale_num = (unsigned)sf[i].num;
+	s->d.scale_denom = (unsigned)sf[i].denom;
+	jpeg_start_decompress(&s->d);
+	int x0 = want[0] - REGION_MARGIN, y0 = want[1] - REGION_MARGIN;
+	int x1 = want[2] + REGION_MARGIN, y1 = want[3] + REGION_MARGIN;
+	x0 = x0 < 0 ? 0 : x0;
+	y0 = y0 < 0 ? 0 : y0;
+	x1 = x1 > scaled_w ? scaled_w : x1;
+	y1 = y1 > scaled_h ? scaled_h : y1;
+	JDIMENSION cx = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+	if (cx > 0 || (int)cw < scaled_w)
+		jpeg_crop_scanline(&s->d, &cx, &cw); /* cx moves left to an iMCU edge */
+	size_t row_bytes = (size_t)s->d.output_width * 3;
+	if (buffer_reserve((void **)&c->pix, &c->pix_cap_bytes,
+			   row_bytes * (y1 - y0 + 1)) < 0) {
+		jpeg_abort_decompress(&s->d);
+		return -1;
+	}
+	/* Skipped rows are still entropy-decoded (a sequential JPEG has no other way
+	 * through), so a broken file fails here as it fails a full decode. */
+	if (y0 > 0)
+		jpeg_skip_scanlines(&s->d, (JDIMENSION)y0);
+	while ((int)s->d.output_scanline < y1) {
+		JSAMPROW row = c->pix + row_bytes * (s->d.output_scanline - y0);
+		jpeg_read_scanlines(&s->d, &row, 1);
+	}
+	/* Skipping to the very end would mark the image done without parsing the rest
+	 * (libjpeg-turbo's shortcut), and a truncated file would pass: skip to the last
+	 * row and decode that one into the spare row. */
+	if (s->d.output_scanline < s->d.output_height) {
+		jpeg_skip_scanlines(&s->d, s->d.output_height - 1 - s->d.output_scanline);
+		JSAMPROW row = c->pix + row_bytes * (y1 - y0);
+		jpeg_read_scanlines(&s->d, &row, 1);
+	}
+	jpeg_finish_decompress(&s->d);
+	out->pix = c->pix;
+	out->w = (int)s->d.output_width;
+	out->h = y1 - y0;
+	*off_x = (int)cx;
+	*off_y = y0;
+	return 0;
+}
+
+void image_resample_reach(const struct resample_box *b, int out_w, int out_h, int reach[4])
+{
+	/* A tap sits within the filter's support (the scale, at least 1) of the box,
+	 * and inside the window; one pixel more each side covers the rounding. */
+	double sx = (b->x1 - b->x0) / out_w, sy = (b->y1 - b->y0) / out_h;
+	double px = sx > 1 ? sx : 1, py = sy > 1 ? sy : 1;
+	int x0 = (int)floor(b->x0 - px) - 1, y0 = (int)floor(b->y0 - py) - 1;
+	int x1 = (int)ceil(b->x1 + px) + 1, y1 = (int)ceil(b->y1 + py) + 1;
+	reach[0] = x0 < b->wx0 ? b->wx0 : x0;
+	reach[1] = y0 < b->wy0 ? b->wy0 : y0;
+	reach[2] = x1 > b->wx1 ? b->wx1 : x1;
+	reach[3] = y1 > b->wy1 ? b->wy1 : y1;
+}
+
 /* One axis of PIL's resampling coefficients (precompute_coeffs with the bilinear
  * filter): output i reads in[lo[i] .. lo[i] + cnt[i]) with weights w[i * k ..]. */
 struct axis_coeffs {
@@ -351,11 +500,23 @@ int image_resample_chw(struct image_ctx *c, const struct image *img,
 		row0 = ay.lo[y] < row0 ? ay.lo[y] : row0;
 		row1 = ay.lo[y] + ay.cnt[y] > row1 ? ay.lo[y] + ay.cnt[y] : row1;
 	}
+	/* Columns of the window that some output column reads. */
+	int col0 = ax.lo[0], col1 = ax.lo[0] + ax.cnt[0];
+	for (int x = 0; x < out_w; x++) {
+		col0 = ax.lo[x] < col0 ? ax.lo[x] : col0;
+		col1 = ax.lo[x] + ax.cnt[x] > col1 ? ax.lo[x] + ax.cnt[x] : col1;
+	}
+	/* img may be a region of the picture (image_decode_region), with the window
+	 * reaching past it: only what is read must be inside. */
+	if (b->wx0 + col0 < 0 || b->wx0 + col1 > img->w || b->wy0 + row0 < 0 ||
+	    b->wy0 + row1 > img->h)
+		return gp_error(GP_EINVAL, "resampling reads outside the %dx%d decoded image",
+				img->w, img->h);
 	/* tmp holds the filtered rows (RGB interleaved, padded to whole vectors), then
 	 * one source row as floats (padded to 16 plus the 4th lane of the last pixel's
 	 * load), then one output row's accumulators. */
 	size_t row_floats = (size_t)out_w * 3, stride = (row_floats + 3) / 4 * 4 + 4;
-	size_t src_bytes = (size_t)win_w * 3, src_floats = (src_bytes + 15) / 16 * 16 + 16;
+	size_t src_bytes = (size_t)(col1 - col0) * 3, src_floats = (src_bytes + 15) / 16 * 16 + 16;
 	GP_TRY(buffer_reserve((void **)&c->tmp, &c->tmp_cap_bytes,
 			      sizeof(float) * (stride * (row1 - row0 + 1) + src_floats)));
 	float *fsrc = c->tmp + stride * (row1 - row0), *acc = fsrc + src_floats;
@@ -364,7 +525,7 @@ int image_resample_chw(struct image_ctx *c, const struct image *img,
 	uint8_t tail[32];
 	size_t body = src_bytes / 16 * 16;
 	for (int r = row0; r < row1; r++) {
-		const uint8_t *src = img->pix + ((size_t)(b->wy0 + r) * img->w + b->wx0) * 3;
+		const uint8_t *src = img->pix + ((ptrdiff_t)(b->wy0 + r) * img->w + b->wx0 + col0) * 3;
 		float *t = c->tmp + (size_t)(r - row0) * stride;
 		bytes_to_floats(src, body, fsrc);
 		memset(tail, 0, sizeof(tail));
@@ -372,7 +533,7 @@ int image_resample_chw(struct image_ctx *c, const struct image *img,
 		bytes_to_floats(tail, 16, fsrc + body);
 		for (int x = 0; x < out_w; x++) {
 			const float *w = ax.w + (size_t)x * ax.k;
-			const float *s = fsrc + (size_t)ax.lo[x] * 3;
+			const float *s = fsrc + (size_t)(ax.lo[x] - col0) * 3;
 			v4f a = { 0, 0, 0, 0 };
 			for (int k = 0; k < ax.cnt[x]; k++)
 				a += w[k] * load4(s + 3 * k);
