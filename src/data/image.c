@@ -545,11 +545,6 @@ int image_resample_chw(struct image_ctx *c, const struct image *img,
 		scale[ch] = 1.0f / (255.0f * std[ch]);
 		shift[ch] = -mean[ch] / std[ch];
 	}
-	v4f sc4[3], sh4[3];
-	for (int l = 0; l < 12; l++) {
-		sc4[l / 4][l % 4] = scale[l % 3];
-		sh4[l / 4][l % 4] = shift[l % 3];
-	}
 	size_t plane = (size_t)out_w * out_h;
 	for (int y = 0; y < out_h; y++) {
 		const float *w = ay.w + (size_t)y * ay.k;
@@ -560,16 +555,43 @@ int image_resample_chw(struct image_ctx *c, const struct image *img,
 			for (size_t i = 0; i < row_floats; i += 4)
 				store4(acc + i, load4(acc + i) + wk * load4(t + i));
 		}
-		/* Normalize in place (v * scale + shift, per channel: the lanes' channels
-		 * cycle with a period of three vectors), then scatter to the planes. */
-		for (size_t i = 0; i < row_floats; i += 4)
-			store4(acc + i, load4(acc + i) * sc4[i / 4 % 3] + sh4[i / 4 % 3]);
 		float *o0 = out + (size_t)y * out_w, *o1 = o0 + plane, *o2 = o1 + plane;
-		for (int x = 0; x < out_w; x++) {
+		int x = 0;
+#if defined(__SSE2__)
+		/* Four pixels at a time: split R, G, B with shuffles, normalize each
+		 * (the same multiply and add per value), store four in a row. */
+		for (; x + 4 <= out_w; x += 4) {
+			__m128 a = _mm_loadu_ps(acc + 3 * x), bb = _mm_loadu_ps(acc + 3 * x + 4);
+			__m128 cc = _mm_loadu_ps(acc + 3 * x + 8);
+			__m128 r = _mm_shuffle_ps(_mm_shuffle_ps(a, a, _MM_SHUFFLE(3, 3, 0, 0)),
+						  _mm_shuffle_ps(bb, cc, _MM_SHUFFLE(1, 1, 2, 2)),
+						  _MM_SHUFFLE(2, 0, 2, 0));
+			__m128 g = _mm_shuffle_ps(_mm_shuffle_ps(a, bb, _MM_SHUFFLE(0, 0, 1, 1)),
+						  _mm_shuffle_ps(bb, cc, _MM_SHUFFLE(2, 2, 3, 3)),
+						  _MM_SHUFFLE(2, 0, 2, 0));
+			__m128 bl = _mm_shuffle_ps(_mm_shuffle_ps(a, bb, _MM_SHUFFLE(1, 1, 2, 2)),
+						   _mm_shuffle_ps(cc, cc, _MM_SHUFFLE(3, 3, 0, 0)),
+						   _MM_SHUFFLE(2, 0, 2, 0));
+			r = _mm_add_ps(_mm_mul_ps(r, _mm_set1_ps(scale[0])), _mm_set1_ps(shift[0]));
+			g = _mm_add_ps(_mm_mul_ps(g, _mm_set1_ps(scale[1])), _mm_set1_ps(shift[1]));
+			bl = _mm_add_ps(_mm_mul_ps(bl, _mm_set1_ps(scale[2])), _mm_set1_ps(shift[2]));
+			if (flip) {
+				int ox = out_w - 4 - x;
+				_mm_storeu_ps(o0 + ox, _mm_shuffle_ps(r, r, _MM_SHUFFLE(0, 1, 2, 3)));
+				_mm_storeu_ps(o1 + ox, _mm_shuffle_ps(g, g, _MM_SHUFFLE(0, 1, 2, 3)));
+				_mm_storeu_ps(o2 + ox, _mm_shuffle_ps(bl, bl, _MM_SHUFFLE(0, 1, 2, 3)));
+			} else {
+				_mm_storeu_ps(o0 + x, r);
+				_mm_storeu_ps(o1 + x, g);
+				_mm_storeu_ps(o2 + x, bl);
+			}
+		}
+#endif
+		for (; x < out_w; x++) {
 			int ox = flip ? out_w - 1 - x : x;
-			o0[ox] = acc[3 * x];
-			o1[ox] = acc[3 * x + 1];
-			o2[ox] = acc[3 * x + 2];
+			o0[ox] = acc[3 * x] * scale[0] + shift[0];
+			o1[ox] = acc[3 * x + 1] * scale[1] + shift[1];
+			o2[ox] = acc[3 * x + 2] * scale[2] + shift[2];
 		}
 	}
 	return 0;
