@@ -46,7 +46,7 @@ ifneq ($(FUZZ),0)
   WITH_MPI := 0
 endif
 
-PKGS := jansson cairo libturbojpeg openblas zlib
+PKGS := jansson cairo libturbojpeg libjpeg openblas zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 

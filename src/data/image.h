@@ -9,6 +9,8 @@
 
 #include "data/transform.h"
 
+struct jpeg_state;
+
 enum image_kind { IMAGE_JPEG = 0, IMAGE_PNG };
 
 /* Interleaved 8-bit RGB. */
@@ -27,6 +29,9 @@ struct image_ctx {
 	size_t pix_cap_bytes;
 	float *tmp;
 	size_t tmp_cap_bytes;
+	void *coef; /* the resampler's coefficient tables */
+	struct jpeg_state *jpeg; /* libjpeg's decompressor, for region decodes */
+	size_t coef_cap_bytes;
 };
 
 int image_ctx_init(struct image_ctx *c);
@@ -52,6 +57,19 @@ void image_pick_scale(int w, int h, double need_w, double need_h, int *scaled_w,
  * for a broken file (warnings such as a truncated file included). */
 int image_decode(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
 		 enum image_kind kind, int scaled_w, int scaled_h, struct image *out);
+
+/* Decode only what a resample reads: the JPEG at scaled_w x scaled_h (a size
+ * image_pick_scale gives), but only rows and columns around want (x0, y0, x1, y1
+ * of the scaled image, from image_resample_reach), into c->pix. *out is that
+ * region and (*off_x, *off_y) its corner in the scaled image. Inside want the
+ * pixels are those of image_decode's full decode, bit for bit; the rows outside
+ * are still parsed, so a broken file fails as it fails there. JPEG only. */
+int image_decode_region(struct image_ctx *c, const uint8_t *data, size_t len_bytes,
+			int scaled_w, int scaled_h, const int want[4], struct image *out,
+			int *off_x, int *off_y);
+/* The pixels image_resample_chw can read for box b at out_w x out_h: x0, y0, x1, y1
+ * (ends excluded), inside the box's window. */
+void image_resample_reach(const struct resample_box *b, int out_w, int out_h, int reach[4]);
 
 /* Resample box b of img to out_w x out_h, mirror it if flip, and write
  * (v / 255 - mean) / std as CHW floats. Bilinear; when shrinking, the triangle

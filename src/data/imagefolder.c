@@ -267,8 +267,8 @@ out_list:
 	return rc;
 }
 
-/* Read, decode at the smallest scale the crop allows, then crop, resize, flip and
- * normalize in one resampling pass. */
+/* Read, decode at the smallest scale the crop allows and only the region the
+ * resample reads, then crop, resize, flip and normalize in one resampling pass. */
 int imagefolder_load(const struct dataset *ds, struct image_ctx *ctx, int index,
 		     uint64_t seed, float *out, struct sample_cost *cost)
 {
@@ -286,15 +286,32 @@ int imagefolder_load(const struct dataset *ds, struct image_ctx *ctx, int index,
 	int sw = w, sh = h;
 	if (kind == IMAGE_JPEG && ds->scaled_decode)
 		image_pick_scale(w, h, g.need_w, g.need_h, &sw, &sh);
-	struct image img;
-	GP_TRY(image_decode(ctx, ctx->file, len, kind, sw, sh, &img));
-	cost->decode_ms = gp_now_ms() - t0;
-	cost->decoded_pixels = (double)img.w * img.h;
-	cost->full_pixels = (double)w * h;
-	if (img.w != w || img.h != h) {
+	if (sw != w || sh != h) {
 		struct resample_box full = box;
-		resample_box_scale(&full, w, h, img.w, img.h, &box);
+		resample_box_scale(&full, w, h, sw, sh, &box);
 	}
+	struct image img;
+	if (kind == IMAGE_JPEG) {
+		/* Decode only the rows and columns the resample reads; the box moves with
+		 * the region by whole pixels, which leaves its coefficients bit-identical. */
+		int reach[4], ox, oy;
+		image_resample_reach(&box, ds->size, ds->size, reach);
+		GP_TRY(image_decode_region(ctx, ctx->file, len, sw, sh, reach, &img, &ox, &oy));
+		box.x0 -= ox;
+		box.x1 -= ox;
+		box.wx0 -= ox;
+		box.wx1 -= ox;
+		box.y0 -= oy;
+		box.y1 -= oy;
+		box.wy0 -= oy;
+		box.wy1 -= oy;
+	} else {
+		GP_TRY(image_decode(ctx, ctx->file, len, kind, sw, sh, &img));
+	}
+	cost->decode_ms = gp_now_ms() - t0;
+	/* The decode scale's pixels (the "decode gain"), not the region's. */
+	cost->decoded_pixels = kind == IMAGE_JPEG ? (double)sw * sh : (double)img.w * img.h;
+	cost->full_pixels = (double)w * h;
 	return image_resample_chw(ctx, &img, &box, ds->size, ds->size, flip,
 				  imagenet_mean, imagenet_std, out);
 }
