@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
 	build-essential pkg-config libjansson-dev libopenblas-dev libcairo2-dev \
-	libturbojpeg0-dev zlib1g-dev fonts-dejavu-core python3 python3-pip clang \
+	libturbojpeg0-dev libjpeg-dev zlib1g-dev fonts-dejavu-core python3 python3-pip clang \
 	libopenmpi-dev openmpi-bin >/dev/null
 # libFuzzer's runtime for `make fuzz`: a package of its own in newer LLVM packaging
 # (Debian 12, Ubuntu 24.04); older releases ship it in libclang-common, which clang
