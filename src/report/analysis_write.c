@@ -119,6 +119,18 @@ static void md_oprows(FILE *f, const struct analysis *a, const char *title,
 		fprintf(f, "\n%d more rows in analysis.json.\n", n - max);
 }
 
+/* The text table's row i: step i, or the mean after the last; starts the line with
+ * its label and total and returns the row. */
+static const struct analysis_step *step_row_begin(FILE *f, const struct analysis *a, int i)
+{
+	const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
+	if (i < a->n_steps)
+		fprintf(f, "  %6d %9.3f", s->step, s->dur_ms);
+	else
+		fprintf(f, "  %6s %9.3f", "mean", s->dur_ms);
+	return s;
+}
+
 static json_t *oprows_json(const struct analysis *a, const struct analysis_oprow *r, int n)
 {
 	json_t *arr = json_array();
@@ -168,11 +180,7 @@ void analysis_print(const struct analysis *a, FILE *f)
 		fprintf(f, " %8s", analysis_part_names[p]);
 	fputc('\n', f);
 	for (int i = 0; i <= a->n_steps; i++) {
-		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
-		if (i < a->n_steps)
-			fprintf(f, "  %6d %9.3f", s->step, s->dur_ms);
-		else
-			fprintf(f, "  %6s %9.3f", "mean", s->dur_ms);
+		const struct analysis_step *s = step_row_begin(f, a, i);
 		for (int p = 0; p < PART_COUNT; p++)
 			fprintf(f, " %8.3f", s->part_ms[p]);
 		fputc('\n', f);
@@ -183,11 +191,7 @@ void analysis_print(const struct analysis *a, FILE *f)
 		fprintf(f, " %9.9s", d == DSTAGE_COMM ? "comm" : analysis_dstage_names[d]);
 	fputc('\n', f);
 	for (int i = 0; i <= a->n_steps; i++) {
-		const struct analysis_step *s = i < a->n_steps ? &a->steps[i] : &a->mean;
-		if (i < a->n_steps)
-			fprintf(f, "  %6d %9.3f", s->step, s->dur_ms);
-		else
-			fprintf(f, "  %6s %9.3f", "mean", s->dur_ms);
+		const struct analysis_step *s = step_row_begin(f, a, i);
 		for (int d = 0; d < DSTAGE_COUNT; d++)
 			fprintf(f, " %9.3f", s->device_ms[d]);
 		fputc('\n', f);
