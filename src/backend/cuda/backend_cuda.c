@@ -95,12 +95,17 @@ static void cuda_teardown(struct net *net)
 		return;
 	struct cuda_ctx *ctx = b->ctx;
 	cuda_device_bind(ctx->device);
-	/* first: a kernel waiting for a rank that failed ends only when NCCL aborts */
+	/* The step's graph goes before NCCL's communicator: since NCCL 2.26 a communicator
+	 * that a live graph captured (two ranks or more) waits in finalize and abort alike
+	 * until that graph is destroyed, so the other order hangs at the end of every
+	 * captured data-parallel run. A graph still in flight is freed when it completes. */
+	if (b->step_exec)
+		cudaGraphExecDestroy(b->step_exec);
+	b->step_exec = NULL;
+	/* then: a kernel waiting for a rank that failed ends only when NCCL aborts */
 	cuda_dp_teardown(net);
 	cudaStreamSynchronize(ctx->stream);
 	cudaStreamSynchronize(ctx->side_stream); /* an error may have left side work unjoined */
-	if (b->step_exec)
-		cudaGraphExecDestroy(b->step_exec);
 	if (b->copy_stream) {
 		cudaStreamSynchronize(b->copy_stream);
 		cudaStreamDestroy(b->copy_stream);
