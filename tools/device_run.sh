@@ -19,6 +19,8 @@
 # tta (time to accuracy: dataset make --difficulty on this machine, then tools/tta.sh:
 # gpuperf and PyTorch resnet18, TTA_SEEDS seeds each; the run folder as $OUT/tta.tgz,
 # its summary.md and chart beside; about 4 to 5 minutes on one H100, docs/training.md),
+# decodeacc (issue 21 item 6: the tta recipe, gpuperf alone, --decode gpu against cpu,
+# TTA_SEEDS seeds each; tools/dev/decode_acc.py sums it up),
 # scale19 (several GPUs: the 2-GPU equivalence tests, scale bf16/fp32 beside torchrun
 # torch_ddp.py at each count, scale --transport socket; the run folders as $OUT/scale19.tgz),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
@@ -194,6 +196,19 @@ for s in "$@"; do
 		stage dp_toomany 30 $BIN train --model resnet50 --device cuda --nproc 9
 		n=$(nvidia-smi -L | wc -l)
 		[ "$n" -ge 2 ] && stage dp_torch 300 torchrun --nproc-per-node "$n" tools/torch_ddp.py --model resnet50 --precision bf16 --batch 256 ;;
+	decodeacc)
+		# issue 21 item 6: the time-to-accuracy recipe (tools/tta.sh, gpuperf alone) with
+		# --decode gpu and with --decode cpu on the same files; final val top-1 per seed,
+		# medians and their difference (bar: 1 point); both histories in one chart
+		rm -rf /tmp/gp_da /tmp/gp_da_gpu /tmp/gp_da_cpu
+		stage da_data 120 $BIN dataset make --out /tmp/gp_da --classes 10 --images ${TTA_IMAGES:-18000} --val-fraction ${TTA_VAL_FRACTION:-0.1667} --size 160x160 --difficulty ${TTA_DIFFICULTY:-1} --seed 1
+		for dec in gpu cpu; do
+			TAIL=12 TTA_TORCH=0 TTA_DECODE=$dec stage da_$dec ${TTA_TIMEOUT:-240} bash tools/tta.sh $BIN /tmp/gp_da /tmp/gp_da_$dec
+		done
+		$BIN plot /tmp/gp_da_gpu/gpuperf_s*/train.json /tmp/gp_da_cpu/gpuperf_s*/train.json --out /tmp/gp_da_gpu > /dev/null 2>&1
+		cp /tmp/gp_da_gpu/val_top1_vs_time.png "$OUT/decodeacc_val_top1_vs_time.png" 2>/dev/null
+		python3 tools/dev/decode_acc.py /tmp/gp_da_gpu /tmp/gp_da_cpu | tee "$OUT/decodeacc_summary.txt"
+		tar czf "$OUT/decodeacc.tgz" -C /tmp gp_da_gpu gp_da_cpu ;;
 	scale19)
 		# issue 19 on a host of several GPUs (all of them, 1,2,4,...): the two-GPU
 		# equivalence tests, scale in bf16 and fp32 beside torchrun tools/torch_ddp.py

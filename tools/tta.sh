@@ -11,7 +11,10 @@
 # resnet18, TTA_SIZE 128, TTA_BATCH 256, TTA_EPOCHS 16, SGD momentum 0.9 with TTA_LR 0.2
 # and weight decay TTA_WD 5e-5, cosine per epoch after TTA_WARMUP 2 linear warmup epochs,
 # label smoothing TTA_LS 0.1, bf16 (channels-last), TTA_WORKERS 16 loader workers,
-# validation every epoch; gpuperf decodes with TTA_DECODE (auto: nvJPEG where it is). Exit status: that of the summary (0 when it was written).
+# validation every epoch; gpuperf decodes with TTA_DECODE (auto: nvJPEG where it is).
+# TTA_TORCH=0 runs gpuperf alone (no PyTorch, no summary: issue 21's accuracy of
+# --decode gpu against cpu compares two such folders). Exit status: that of the
+# summary (0 when it was written; with TTA_TORCH=0, 0 when every gpuperf run finished).
 set -u
 if [ $# -ne 3 ]; then
 	echo "usage: bash tools/tta.sh GPUPERF_BIN DATA_DIR RUN_DIR" >&2
@@ -39,6 +42,7 @@ for s in ${TTA_SEEDS:-1 2 3}; do
 		> "$RUN/gpuperf_s$s.log" 2>&1
 	echo "rc=$?"; tail -n 3 "$RUN/gpuperf_s$s.log"
 	[ -f "$RUN/gpuperf_s$s/train.json" ] && gp+=("$RUN/gpuperf_s$s/train.json")
+	[ "${TTA_TORCH:-1}" = 0 ] && continue
 	echo "=== pytorch seed $s ($(date +%T))"
 	python3 "$HERE/tests/torch/tta.py" --model "$MODEL" --device "$DEVICE" \
 		--precision "$PRECISION" --data "$DATA" --epochs "$EPOCHS" --batch "$BATCH" \
@@ -48,6 +52,11 @@ for s in ${TTA_SEEDS:-1 2 3}; do
 	echo "rc=$?"; tail -n 3 "$RUN/pytorch_s$s.log"
 	[ -f "$RUN/pytorch_s$s/train.json" ] && pt+=("$RUN/pytorch_s$s/train.json")
 done
+if [ "${TTA_TORCH:-1}" = 0 ]; then
+	n=$(echo ${TTA_SEEDS:-1 2 3} | wc -w)
+	[ ${#gp[@]} -eq "$n" ] || { echo "tta.sh: ${#gp[@]} of $n gpuperf runs finished: see $RUN/*.log" >&2; exit 1; }
+	exit 0
+fi
 if [ ${#gp[@]} -eq 0 ] || [ ${#pt[@]} -eq 0 ]; then
 	echo "tta.sh: no finished run of gpuperf (${#gp[@]}) or of PyTorch (${#pt[@]}): see $RUN/*.log" >&2
 	exit 1
