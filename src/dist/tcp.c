@@ -581,12 +581,14 @@ int tcp_open(struct dist *d, const struct dist_env *env)
 	if (env->master_port < 1 || env->master_port > 65535)
 		return gp_error(GP_EINVAL, "MASTER_PORT=%d is out of range (1 to 65535)",
 				env->master_port);
+	/* every descriptor reads "none" before anything can fail: dist_close closes
+	 * those that are set */
 	d->fd = malloc((size_t)d->world * sizeof(int));
+	for (int r = 0; d->fd && r < d->world; r++)
+		d->fd[r] = -1;
 	d->send_left = calloc((size_t)d->world, sizeof(size_t));
 	if (!d->fd || !d->send_left)
 		return gp_error(GP_ENOMEM, "out of memory");
-	for (int r = 0; r < d->world; r++)
-		d->fd[r] = -1;
 	if (d->rank == 0 && (!(d->scratch = malloc(DIST_CHUNK)) ||
 			     !(d->owed = calloc((size_t)d->world, 1))))
 		return gp_error(GP_ENOMEM, "out of memory");
