@@ -207,20 +207,41 @@ TEST(gpu_loader_refuses_what_it_cannot_decode)
 	dataset_close(ds);
 }
 
-/* A CPU stand-in for nvJPEG: TurboJPEG at full size and image.c's resampler, into a
- * host batch, failing where libjpeg fails. */
+/* A CPU stand-in for nvJPEG: TurboJPEG at full size and image.c's resampler, into
+ * host batches, failing where libjpeg fails. With fail_batch >= 0, the run that
+ * starts batch fail_batch (the fail_batch-th with a whole batch of items: a
+ * replacement run has fewer) fails as a CUDA error would. */
 struct cpu_decoder {
 	struct image_ctx ctx;
-	float *out;
-	int size;
+	float *out[GPU_LOADER_OUTPUTS];
+	int size, batch;
+	int fail_batch, full_runs;
 	char why[16][160];
 };
 
-static int cpu_decoder_run(void *self, const struct gpu_decode_item *items, int n,
+static int cpu_decoder_init(struct cpu_decoder *c, int batch, int size)
+{
+	*c = (struct cpu_decoder){ .size = size, .batch = batch, .fail_batch = -1 };
+	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+		if (!(c->out[k] = calloc((size_t)batch * 3 * size * size, sizeof(float))))
+			return GP_ENOMEM;
+	return image_ctx_init(&c->ctx);
+}
+
+static void cpu_decoder_free(struct cpu_decoder *c)
+{
+	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+		free(c->out[k]);
+	image_ctx_free(&c->ctx);
+}
+
+static int cpu_decoder_run(void *self, int output, const struct gpu_decode_item *items, int n,
 			   unsigned char *failed)
 {
 	struct cpu_decoder *c = self;
 	size_t sample = (size_t)3 * c->size * c->size;
+	if (n == c->batch && c->full_runs++ == c->fail_batch)
+		return gp_error(GP_EDEVICE, "injected failure at batch %d", c->fail_batch);
 	for (int i = 0; i < n; i++) {
 		struct image img;
 		const struct gpu_decode_item *it = &items[i];
@@ -232,7 +253,7 @@ static int cpu_decoder_run(void *self, const struct gpu_decode_item *items, int 
 		GP_TRY(rc);
 		GP_TRY(image_resample_chw(&c->ctx, &img, &it->geo.box, c->size, c->size,
 					  it->geo.flip, imagenet_mean, imagenet_std,
-					  c->out + sample * it->dst));
+					  c->out[output] + sample * it->dst));
 	}
 	return 0;
 }
@@ -242,9 +263,9 @@ static const char *cpu_decoder_error(void *self, int i)
 	return ((struct cpu_decoder *)self)->why[i];
 }
 
-static void *cpu_decoder_output(void *self)
+static void *cpu_decoder_output(void *self, int output)
 {
-	return ((struct cpu_decoder *)self)->out;
+	return ((struct cpu_decoder *)self)->out[output];
 }
 
 /* With the CPU stand-in, the GPU loader's batches are the CPU loader's, bit for bit
@@ -258,9 +279,8 @@ TEST(gpu_loader_order_and_replacements_match_cpu_loader)
 		if (test_failed())
 			return;
 		dataset_set_scaled_decode(ds, 0);
-		struct cpu_decoder cd = { .size = 16 };
-		CHECK_EQ_INT(image_ctx_init(&cd.ctx), 0);
-		cd.out = calloc(4 * 3 * 16 * 16, sizeof(float));
+		struct cpu_decoder cd;
+		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
 		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
 						  cpu_decoder_output };
 		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
@@ -296,8 +316,7 @@ TEST(gpu_loader_order_and_replacements_match_cpu_loader)
 		CHECK(!strcmp(gpu_loader_backend(gl), "caller's"));
 		gpu_loader_destroy(gl);
 		loader_destroy(cl);
-		free(cd.out);
-		image_ctx_free(&cd.ctx);
+		cpu_decoder_free(&cd);
 		dataset_close(ds);
 	}
 }

@@ -156,9 +156,9 @@ TEST(gpu_decode_matches_cpu_path)
 	float *cpu = malloc(sizeof(float) * floats), *gpu = malloc(sizeof(float) * floats);
 	uint16_t *h16 = malloc(2 * floats);
 	struct gpu_decoder *d32 = NULL, *d16 = NULL;
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NCHW_F32, &d32) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NCHW_F32, 1, &d32) == 0, "%s",
 		  gp_errmsg());
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NHWC_BF16, &d16) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NHWC_BF16, 1, &d16) == 0, "%s",
 		  gp_errmsg());
 	if (test_failed())
 		goto out;
@@ -175,15 +175,15 @@ TEST(gpu_decode_matches_cpu_path)
 							items[i].geo.flip, imagenet_mean, imagenet_std,
 							cpu + (size_t)i * 3 * SIZE * SIZE), 0);
 		}
-		CHECK_MSG(gpu_decoder_run(d32, items, N_FILES, failed) == 0, "%s", gp_errmsg());
-		CHECK_MSG(gpu_decoder_run(d16, items, N_FILES, failed) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_decoder_run(d32, 0, items, N_FILES, failed) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_decoder_run(d16, 0, items, N_FILES, failed) == 0, "%s", gp_errmsg());
 		if (test_failed())
 			goto out;
 		for (int i = 0; i < N_FILES; i++)
 			CHECK_EQ_INT(failed[i], 0);
-		CHECK(cudaMemcpy(gpu, gpu_decoder_output(d32), sizeof(float) * floats,
+		CHECK(cudaMemcpy(gpu, gpu_decoder_output(d32, 0), sizeof(float) * floats,
 				 cudaMemcpyDeviceToHost) == cudaSuccess);
-		CHECK(cudaMemcpy(h16, gpu_decoder_output(d16), 2 * floats,
+		CHECK(cudaMemcpy(h16, gpu_decoder_output(d16, 0), 2 * floats,
 				 cudaMemcpyDeviceToHost) == cudaSuccess);
 		struct diff df;
 		diff_255(gpu, cpu, N_FILES, SIZE, &df);
@@ -318,13 +318,13 @@ TEST(gpu_decode_throughput)
 	const enum gpu_batch_layout layouts[2] = { GPU_BATCH_NCHW_F32, GPU_BATCH_NHWC_BF16 };
 	for (int li = 0; li < 2; li++) {
 		struct gpu_decoder *d = NULL;
-		CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, layouts[li], &d) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, layouts[li], 1, &d) == 0, "%s", gp_errmsg());
 		if (test_failed())
 			break;
-		CHECK_EQ_INT(gpu_decoder_run(d, items, BATCH, failed), 0); /* warm-up */
+		CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0); /* warm-up */
 		double t0 = gp_now_ms();
 		for (int r = 0; r < REPS; r++)
-			CHECK_EQ_INT(gpu_decoder_run(d, items, BATCH, failed), 0);
+			CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
 		double ms = gp_now_ms() - t0;
 		struct gpu_decode_stats st;
 		gpu_decoder_get_stats(d, &st);
@@ -382,9 +382,9 @@ TEST(gpu_batch_into_net_matches_host_batch)
 	      *l_dev32 = malloc(sizeof(float) * nl), *l_dev16 = malloc(sizeof(float) * nl);
 	CHECK_EQ_INT(model_build("resnet18", &mo, &net), 0);
 	CHECK_MSG(net && net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NCHW_F32, &d32) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NCHW_F32, 1, &d32) == 0, "%s",
 		  gp_errmsg());
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NHWC_BF16, &d16) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NHWC_BF16, 1, &d16) == 0, "%s",
 		  gp_errmsg());
 	if (test_failed())
 		goto out;
@@ -392,21 +392,21 @@ TEST(gpu_batch_into_net_matches_host_batch)
 	int nhwc;
 	CHECK_EQ_INT(net_input_format(net, &dt, &nhwc), 0);
 	CHECK(dt == GP_BF16 && nhwc == 1);
-	CHECK_EQ_INT(gpu_decoder_run(d32, items, N_FILES, failed), 0);
-	CHECK_EQ_INT(gpu_decoder_run(d16, items, N_FILES, failed), 0);
-	CHECK(cudaMemcpy(host, gpu_decoder_output(d32), sizeof(float) * nf,
+	CHECK_EQ_INT(gpu_decoder_run(d32, 0, items, N_FILES, failed), 0);
+	CHECK_EQ_INT(gpu_decoder_run(d16, 0, items, N_FILES, failed), 0);
+	CHECK(cudaMemcpy(host, gpu_decoder_output(d32, 0), sizeof(float) * nf,
 			 cudaMemcpyDeviceToHost) == cudaSuccess);
 	CHECK_EQ_INT(net_set_batch_data(net, host, labels), 0);
 	CHECK_EQ_INT(net_forward(net, 0), 0);
 	CHECK_EQ_INT(net_logits_to_host(net, l_host), 0);
-	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d32), GP_F32, 0, labels), 0);
+	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d32, 0), GP_F32, 0, labels), 0);
 	CHECK_EQ_INT(net_forward(net, 0), 0);
 	CHECK_EQ_INT(net_logits_to_host(net, l_dev32), 0);
-	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16), GP_BF16, 1, labels), 0);
+	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16, 0), GP_BF16, 1, labels), 0);
 	CHECK_EQ_INT(net_forward(net, 0), 0);
 	CHECK_EQ_INT(net_logits_to_host(net, l_dev16), 0);
 	/* a format the net does not take is refused */
-	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16), GP_F16, 1, labels),
+	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16, 0), GP_F16, 1, labels),
 		     GP_EINVAL);
 	double worst32 = 0, worst16 = 0, scale = 0;
 	for (size_t k = 0; k < nl; k++) {
