@@ -433,7 +433,7 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 		int e = pthread_create(&l->decoder, NULL, decoder_main, l);
 		if (e != 0) {
 			pthread_mutex_unlock(&l->mu);
-			return gp_error(GP_ENOMEM, "cannot start the gpu loader's decode thread: %s",
+			return gp_error(GP_ENOMEM, "cannot start the gpu loader's thread: %s",
 					strerror(e));
 		}
 		l->decoding = 1;

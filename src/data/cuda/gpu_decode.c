@@ -424,8 +424,9 @@ static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items
 			continue;
 		}
 		GP_TRY(rc);
-		CUDA_TRY(cudaMemcpyAsync(d->staging + d->offset[i], img.pix,
-					 (size_t)img.w * img.h * 3, cudaMemcpyHostToDevice, d->stream));
+		size_t bytes = (size_t)img.w * img.h * 3;
+		CUDA_TRY(cudaMemcpyAsync(d->staging + d->offset[i], img.pix, bytes,
+					 cudaMemcpyHostToDevice, d->stream));
 		d->stats.cpu_fallback++;
 	}
 	return 0;
