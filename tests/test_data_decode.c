@@ -3,6 +3,7 @@
  * `--decode gpu`, and the sample geometry that both decode paths share. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -207,20 +208,41 @@ TEST(gpu_loader_refuses_what_it_cannot_decode)
 	dataset_close(ds);
 }
 
-/* A CPU stand-in for nvJPEG: TurboJPEG at full size and image.c's resampler, into a
- * host batch, failing where libjpeg fails. */
+/* A CPU stand-in for nvJPEG: TurboJPEG at full size and image.c's resampler, into
+ * host batches, failing where libjpeg fails. With fail_batch >= 0, the run that
+ * starts batch fail_batch (the fail_batch-th with a whole batch of items: a
+ * replacement run has fewer) fails as a CUDA error would. */
 struct cpu_decoder {
 	struct image_ctx ctx;
-	float *out;
-	int size;
+	float *out[GPU_LOADER_OUTPUTS];
+	int size, batch;
+	int fail_batch, full_runs;
 	char why[16][160];
 };
 
-static int cpu_decoder_run(void *self, const struct gpu_decode_item *items, int n,
+static int cpu_decoder_init(struct cpu_decoder *c, int batch, int size)
+{
+	*c = (struct cpu_decoder){ .size = size, .batch = batch, .fail_batch = -1 };
+	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+		if (!(c->out[k] = calloc((size_t)batch * 3 * size * size, sizeof(float))))
+			return GP_ENOMEM;
+	return image_ctx_init(&c->ctx);
+}
+
+static void cpu_decoder_free(struct cpu_decoder *c)
+{
+	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+		free(c->out[k]);
+	image_ctx_free(&c->ctx);
+}
+
+static int cpu_decoder_run(void *self, int output, const struct gpu_decode_item *items, int n,
 			   unsigned char *failed)
 {
 	struct cpu_decoder *c = self;
 	size_t sample = (size_t)3 * c->size * c->size;
+	if (n == c->batch && c->full_runs++ == c->fail_batch)
+		return gp_error(GP_EDEVICE, "injected failure at batch %d", c->fail_batch);
 	for (int i = 0; i < n; i++) {
 		struct image img;
 		const struct gpu_decode_item *it = &items[i];
@@ -232,7 +254,7 @@ static int cpu_decoder_run(void *self, const struct gpu_decode_item *items, int 
 		GP_TRY(rc);
 		GP_TRY(image_resample_chw(&c->ctx, &img, &it->geo.box, c->size, c->size,
 					  it->geo.flip, imagenet_mean, imagenet_std,
-					  c->out + sample * it->dst));
+					  c->out[output] + sample * it->dst));
 	}
 	return 0;
 }
@@ -242,9 +264,9 @@ static const char *cpu_decoder_error(void *self, int i)
 	return ((struct cpu_decoder *)self)->why[i];
 }
 
-static void *cpu_decoder_output(void *self)
+static void *cpu_decoder_output(void *self, int output)
 {
-	return ((struct cpu_decoder *)self)->out;
+	return ((struct cpu_decoder *)self)->out[output];
 }
 
 /* With the CPU stand-in, the GPU loader's batches are the CPU loader's, bit for bit
@@ -258,9 +280,8 @@ TEST(gpu_loader_order_and_replacements_match_cpu_loader)
 		if (test_failed())
 			return;
 		dataset_set_scaled_decode(ds, 0);
-		struct cpu_decoder cd = { .size = 16 };
-		CHECK_EQ_INT(image_ctx_init(&cd.ctx), 0);
-		cd.out = calloc(4 * 3 * 16 * 16, sizeof(float));
+		struct cpu_decoder cd;
+		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
 		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
 						  cpu_decoder_output };
 		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
@@ -296,8 +317,181 @@ TEST(gpu_loader_order_and_replacements_match_cpu_loader)
 		CHECK(!strcmp(gpu_loader_backend(gl), "caller's"));
 		gpu_loader_destroy(gl);
 		loader_destroy(cl);
-		free(cd.out);
-		image_ctx_free(&cd.ctx);
+		cpu_decoder_free(&cd);
 		dataset_close(ds);
 	}
+}
+
+/* The decode thread runs ahead of the caller: a held batch must stay as it was while
+ * the thread writes the next one (so two buffers, never the held one), and the
+ * counts are those of the delivered batches only. Each batch is checked against the
+ * CPU loader after the thread has had time to decode ahead. */
+TEST(gpu_loader_thread_keeps_held_batch_and_counts_delivered)
+{
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0);
+	enum { FLOATS = 4 * 3 * 16 * 16 };
+	struct cpu_decoder cd;
+	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
+	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+					  cpu_decoder_output };
+	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
+				    .train = 1, .seed = 7 };
+	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 7 };
+	struct loader *cl = NULL;
+	struct gpu_loader *gl = NULL;
+	CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
+	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+	static float copy[FLOATS];
+	void *prev = NULL;
+	long images = 0;
+	for (int b = 0; !test_failed() && b < 8; b++) {
+		struct batch *cb;
+		struct gpu_batch gb;
+		CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+		if (test_failed())
+			break;
+		CHECK_MSG(gb.x != prev, "batch %d: in the buffer of the batch before", b);
+		prev = gb.x;
+		memcpy(copy, gb.x, sizeof(copy));
+		struct timespec nap = { 0, 30 * 1000 * 1000 }; /* the thread decodes b + 1 */
+		nanosleep(&nap, NULL);
+		CHECK_MSG(!memcmp(copy, gb.x, sizeof(float) * 3 * 16 * 16 * gb.n),
+			  "batch %d: overwritten while held", b);
+		CHECK_MSG(!memcmp(gb.x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
+			  "batch %d: pixels differ from the CPU loader's", b);
+		CHECK_MSG(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n),
+			  "batch %d: labels differ", b);
+		CHECK_EQ_INT(gb.epoch, cb->epoch);
+		CHECK_EQ_INT(gb.index, cb->index);
+		images += gb.n;
+		struct loader_stats cs, gs;
+		struct gpu_decode_stats dst;
+		loader_get_stats(cl, &cs);
+		gpu_loader_get_stats(gl, &gs, &dst);
+		CHECK_MSG(gs.images == images, "batch %d: %ld images counted, %ld delivered", b,
+			  gs.images, images);
+		CHECK_EQ_INT(gs.skipped_corrupt, cs.skipped_corrupt);
+		loader_release(cl, cb);
+	}
+	gpu_loader_destroy(gl);
+	loader_destroy(cl);
+	cpu_decoder_free(&cd);
+	dataset_close(ds);
+}
+
+/* A resumed run starts at the batch it asks for, whatever the thread decoded ahead in
+ * the run before: batches 3.. of a loader started at 3 are the CPU loader's. */
+TEST(gpu_loader_thread_resumes_at_start_batch)
+{
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0);
+	struct cpu_decoder cd;
+	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
+	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+					  cpu_decoder_output };
+	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
+				    .train = 1, .seed = 42, .start_batch = 3 };
+	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42,
+					.start_batch = 3 };
+	struct loader *cl = NULL;
+	struct gpu_loader *gl = NULL;
+	CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
+	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+	for (int b = 0; !test_failed() && b < 4; b++) {
+		struct batch *cb;
+		struct gpu_batch gb;
+		CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+		if (test_failed())
+			break;
+		CHECK_EQ_INT(gb.epoch * 2 + gb.index, 3 + b);
+		CHECK_EQ_INT(gb.epoch, cb->epoch);
+		CHECK_EQ_INT(gb.index, cb->index);
+		CHECK_MSG(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n),
+			  "batch %d: labels differ", 3 + b);
+		CHECK_MSG(!memcmp(gb.x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
+			  "batch %d: pixels differ", 3 + b);
+		loader_release(cl, cb);
+	}
+	gpu_loader_destroy(gl);
+	loader_destroy(cl);
+	cpu_decoder_free(&cd);
+	dataset_close(ds);
+}
+
+/* A failure of the decoder (a CUDA error on the GPU) in the thread comes back at the
+ * batch it was making, not before: batches 0 and 1 arrive, batch 2 is the error, and
+ * so is every call after; destroy then joins the stopped thread. */
+TEST(gpu_loader_thread_error_reaches_its_batch)
+{
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 0, 16, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0);
+	struct cpu_decoder cd;
+	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
+	cd.fail_batch = 2;
+	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+					  cpu_decoder_output };
+	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 0, .seed = 42 };
+	struct gpu_loader *gl = NULL;
+	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+	struct gpu_batch gb;
+	for (int b = 0; !test_failed() && b < 2; b++) {
+		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "batch %d: %s", b, gp_errmsg());
+		CHECK_EQ_INT(gb.index, b);
+	}
+	for (int again = 0; !test_failed() && again < 2; again++) {
+		CHECK_EQ_INT(gpu_loader_next(gl, &gb), GP_EDEVICE);
+		CHECK_MSG(strstr(gp_errmsg(), "injected failure at batch 2"), "got '%s'",
+			  gp_errmsg());
+	}
+	struct loader_stats gs;
+	struct gpu_decode_stats dst;
+	gpu_loader_get_stats(gl, &gs, &dst);
+	CHECK_EQ_INT(gs.images, 8);
+	gpu_loader_destroy(gl);
+	cpu_decoder_free(&cd);
+	dataset_close(ds);
+}
+
+/* destroy joins the thread wherever it is: never started, decoding ahead right after
+ * the first batch, or waiting for a buffer to come back mid-epoch. ASan finds what
+ * such an exit would leak. */
+TEST(gpu_loader_thread_destroy_at_any_point)
+{
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0);
+	for (int batches = 0; !test_failed() && batches < 4; batches++) {
+		struct cpu_decoder cd;
+		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
+		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+						  cpu_decoder_output };
+		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 3 };
+		struct gpu_loader *gl = NULL;
+		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		for (int b = 0; !test_failed() && b < batches; b++) {
+			struct gpu_batch gb;
+			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+		}
+		if (batches == 3) {
+			struct timespec nap = { 0, 20 * 1000 * 1000 }; /* blocked on a buffer */
+			nanosleep(&nap, NULL);
+		}
+		gpu_loader_destroy(gl);
+		cpu_decoder_free(&cd);
+	}
+	dataset_close(ds);
 }

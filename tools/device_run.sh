@@ -89,8 +89,8 @@ for s in "$@"; do
 		stage loader_cpu16 90 $BIN loader --data /tmp/gp_ds --decode cpu --batch 64 --batches 100 --workers 16
 		stage torch_loader16 150 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 16 --batches 100
 		for m in resnet50 mobilenet_v2; do
-			stage "train_${m}_synthetic" 120 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40
-			stage "train_${m}_gpudecode" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --data /tmp/gp_ds --decode gpu
+			stage "train_${m}_synthetic" 120 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60
+			stage "train_${m}_gpudecode" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60 --data /tmp/gp_ds --decode gpu
 		done
 		stage workers_gpudecode 150 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --steps 100 --device cuda --decode gpu --overwrite --out /tmp/gp_work_gpu
 		# issue 21, item 5: the lines each goal is read from

@@ -61,7 +61,7 @@ out_destroy:
 }
 
 /* --decode gpu: the same clock, batches made by nvJPEG and the augmentation kernel
- * (the files read in this thread; data/gpu_loader.h). */
+ * (in the loader's decode thread, the files read by its reader; data/gpu_loader.h). */
 static int loader_measure_gpu(struct dataset *ds, const struct gpu_loader_config *cfg,
 			      int batches, struct loader_run *out, struct gpu_decode_stats *gs,
 			      char *backend, size_t cap)

@@ -47,19 +47,22 @@ struct gpu_decode_stats {
 struct gpu_decoder;
 
 /* A decoder on CUDA device `device` for batches of up to max_batch samples of
- * size x size; allocates its batch buffer (gpu_decoder_output). GP_ENODEV without
- * a GPU or nvJPEG, with the reason. */
+ * size x size; allocates `outputs` batch buffers (gpu_decoder_output), so that one
+ * batch can be written while the net still copies in another. All its work runs
+ * on its own non-blocking stream, so a thread of its own may decode while the net
+ * computes. GP_ENODEV without a GPU or nvJPEG, with the reason. */
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
-		       struct gpu_decoder **out);
-/* Decode and augment n items into the batch buffer at their dst; returns when the
- * buffer is written. failed[i] = 1 for an item no decoder could decode (its dst
- * left unwritten; gpu_decoder_error(d, i) says why), else 0. Errors other than a
- * bad file (CUDA, allocation) are returned. */
-int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, int n,
-		    unsigned char *failed);
+		       int outputs, struct gpu_decoder **out);
+/* Decode and augment n items into batch buffer `output` at their dst; returns when
+ * the buffer is written (its stream synchronized, not the device). failed[i] = 1
+ * for an item no decoder could decode (its dst left unwritten; gpu_decoder_error(d,
+ * i) says why), else 0. Errors other than a bad file (CUDA, allocation) are
+ * returned. One thread at a time. */
+int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
+		    int n, unsigned char *failed);
 const char *gpu_decoder_error(const struct gpu_decoder *d, int i);
-/* The device batch buffer, max_batch samples in the decoder's layout. */
-void *gpu_decoder_output(const struct gpu_decoder *d);
+/* Device batch buffer `output`, max_batch samples in the decoder's layout. */
+void *gpu_decoder_output(const struct gpu_decoder *d, int output);
 /* "hardware" or "cuda": the backend of the batched call. */
 const char *gpu_decoder_backend(const struct gpu_decoder *d);
 void gpu_decoder_get_stats(const struct gpu_decoder *d, struct gpu_decode_stats *out);

@@ -5,19 +5,19 @@
 #include "core/error.h"
 
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
-		       struct gpu_decoder **out)
+		       int outputs, struct gpu_decoder **out)
 {
 	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
 }
 
-int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, int n,
-		    unsigned char *failed)
+int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
+		    int n, unsigned char *failed)
 {
 	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
 }
 
 const char *gpu_decoder_error(const struct gpu_decoder *d, int i) { return ""; }
-void *gpu_decoder_output(const struct gpu_decoder *d) { return 0; }
+void *gpu_decoder_output(const struct gpu_decoder *d, int output) { return 0; }
 const char *gpu_decoder_backend(const struct gpu_decoder *d) { return "none"; }
 void gpu_decoder_get_stats(const struct gpu_decoder *d, struct gpu_decode_stats *out)
 {

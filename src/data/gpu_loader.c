@@ -1,6 +1,7 @@
 #include "data/gpu_loader.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,28 +35,54 @@ struct gpu_set {
 	char errmsg[512];
 };
 
+/* A batch buffer of the decoder and what goes with it: free, being written by the
+ * decode thread, ready for the caller, or held by it (after gpu_loader_next until
+ * its next call). */
+struct gpu_slot {
+	long seq;        /* the batch it holds, ready or held; -1 free or being written */
+	int n, epoch, index;
+	int32_t *labels;
+	struct loader_stats st;      /* of this batch: counted when delivered */
+	struct gpu_decode_stats gst;
+};
+
 struct gpu_loader {
 	struct dataset *ds;
 	struct gpu_loader_config cfg;
 	int per_epoch, count;
-	long seq;
+	long seq;        /* the batch gpu_loader_next returns next */
 	int32_t *perm;  /* used by one reader at a time */
 	int perm_epoch;
 	atomic_uchar *bad; /* per dataset sample: found corrupt (warned once) */
 	struct gpu_decoder *dec; /* owned; NULL with a caller's decoder */
 	struct gpu_loader_decoder ops;
 	struct gpu_set set[2];
-	pthread_t reader;
+	pthread_t reader;  /* started and joined by the decode thread */
 	int reading;
 	unsigned char *failed;
-	int32_t *labels;
-	struct loader_stats st;
+
+	/* Between the decode thread and the caller, under mu: the slots' seq, stop and
+	 * the error. The rest of a slot belongs to whoever its state gives it to. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int sync_made;
+	pthread_t decoder;
+	int decoding;
+	int stop;
+	long err_seq;      /* the batch the decode thread failed on, -1 none */
+	int err_rc;
+	char errmsg[512];
+	struct gpu_slot slot[GPU_LOADER_OUTPUTS];
+	int held;          /* the slot the caller holds, -1 none */
+
+	struct loader_stats st;       /* over delivered batches */
+	struct gpu_decode_stats gst;
 };
 
-static int nvjpeg_run(void *self, const struct gpu_decode_item *items, int n,
+static int nvjpeg_run(void *self, int output, const struct gpu_decode_item *items, int n,
 		      unsigned char *failed)
 {
-	return gpu_decoder_run(self, items, n, failed);
+	return gpu_decoder_run(self, output, items, n, failed);
 }
 
 static const char *nvjpeg_error(void *self, int i)
@@ -63,9 +90,9 @@ static const char *nvjpeg_error(void *self, int i)
 	return gpu_decoder_error(self, i);
 }
 
-static void *nvjpeg_output(void *self)
+static void *nvjpeg_output(void *self, int output)
 {
-	return gpu_decoder_output(self);
+	return gpu_decoder_output(self, output);
 }
 
 static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
@@ -95,10 +122,29 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	l->perm = malloc(sizeof(*l->perm) * count);
 	l->bad = calloc(count, sizeof(*l->bad));
 	l->failed = calloc(cfg->batch, 1);
-	l->labels = calloc(cfg->batch, sizeof(*l->labels));
-	if (!l->perm || !l->bad || !l->failed || !l->labels) {
+	l->err_seq = -1;
+	l->held = -1;
+	if (!l->perm || !l->bad || !l->failed) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
+	}
+	if (pthread_mutex_init(&l->mu, NULL) != 0) {
+		rc = gp_error(GP_ENOMEM, "cannot make the gpu loader's mutex");
+		goto fail;
+	}
+	if (pthread_cond_init(&l->cv, NULL) != 0) {
+		pthread_mutex_destroy(&l->mu);
+		rc = gp_error(GP_ENOMEM, "cannot make the gpu loader's condition variable");
+		goto fail;
+	}
+	l->sync_made = 1;
+	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++) {
+		l->slot[k].seq = -1;
+		l->slot[k].labels = calloc(cfg->batch, sizeof(*l->slot[k].labels));
+		if (!l->slot[k].labels) {
+			rc = gp_error(GP_ENOMEM, "out of memory");
+			goto fail;
+		}
 	}
 	for (int k = 0; k < 2; k++) {
 		struct gpu_set *set = &l->set[k];
@@ -116,7 +162,8 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	if (dec) {
 		l->ops = *dec;
 	} else {
-		rc = gpu_decoder_create(cfg->device, cfg->batch, cfg->size, cfg->layout, &l->dec);
+		rc = gpu_decoder_create(cfg->device, cfg->batch, cfg->size, cfg->layout,
+					GPU_LOADER_OUTPUTS, &l->dec);
 		if (rc < 0)
 			goto fail;
 		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
@@ -253,35 +300,63 @@ static void stats_add(struct loader_stats *to, struct loader_stats *from)
 	memset(from, 0, sizeof(*from));
 }
 
-int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
+static void decode_stats_add(struct gpu_decode_stats *to, const struct gpu_decode_stats *from)
 {
-	long seq = l->seq;
+	to->hw_decoded += from->hw_decoded;
+	to->cuda_decoded += from->cuda_decoded;
+	to->cpu_fallback += from->cpu_fallback;
+	to->failed += from->failed;
+	to->nvjpeg_chroma += from->nvjpeg_chroma;
+	to->decode_ms += from->decode_ms;
+	to->augment_ms += from->augment_ms;
+}
+
+/* What the decoder counted since `before`: the counts of one batch. */
+static void decode_stats_since(const struct gpu_decode_stats *now,
+			       const struct gpu_decode_stats *before, struct gpu_decode_stats *d)
+{
+	d->hw_decoded = now->hw_decoded - before->hw_decoded;
+	d->cuda_decoded = now->cuda_decoded - before->cuda_decoded;
+	d->cpu_fallback = now->cpu_fallback - before->cpu_fallback;
+	d->failed = now->failed - before->failed;
+	d->nvjpeg_chroma = now->nvjpeg_chroma - before->nvjpeg_chroma;
+	d->decode_ms = now->decode_ms - before->decode_ms;
+	d->augment_ms = now->augment_ms - before->augment_ms;
+}
+
+/* Make batch seq into slot k (decode thread): its files (read ahead by the reader
+ * thread, which then starts on seq + 1), decoded into buffer k; what no decoder could
+ * read is replaced and the replacements decoded, until every position holds an
+ * image. The batch's counts go into the slot, to be added when it is delivered. */
+static int batch_make(struct gpu_loader *l, long seq, int k)
+{
 	struct gpu_set *set = &l->set[seq % 2], *next = &l->set[(seq + 1) % 2];
+	struct gpu_slot *slot = &l->slot[k];
+	struct gpu_decode_stats before = { 0 }, after = { 0 };
 	reader_join(l);
 	if (set->seq != seq) {
 		if (set->want == seq && set->rc < 0)
 			return gp_error(set->rc, "%s", set->errmsg);
 		GP_TRY(set_fill(l, set, seq));
 	}
-	/* the next batch's files are read while this one decodes */
 	next->want = seq + 1;
 	next->rc = 0;
 	next->seq = -1;
 	if (pthread_create(&l->reader, NULL, reader_main, next) == 0)
 		l->reading = 1;
-	/* Decode; what no decoder could read is replaced and the replacements decoded,
-	 * until every position holds an image. */
+	if (l->dec)
+		gpu_decoder_get_stats(l->dec, &before);
 	int pending = set->n;
 	struct gpu_decode_item *items = set->items;
 	while (pending > 0) {
-		GP_TRY(l->ops.run(l->ops.self, items, pending, l->failed));
+		GP_TRY(l->ops.run(l->ops.self, k, items, pending, l->failed));
 		int k_next = 0;
-		for (int k = 0; k < pending; k++) {
-			if (!l->failed[k])
+		for (int i = 0; i < pending; i++) {
+			if (!l->failed[i])
 				continue;
-			int dst = items[k].dst;
+			int dst = items[i].dst;
 			struct gpu_sample *s = &set->samples[dst];
-			warn_bad(l, s->idx, l->ops.error(l->ops.self, k));
+			warn_bad(l, s->idx, l->ops.error(l->ops.self, i));
 			GP_TRY(sample_replace(l, set, s));
 			struct gpu_decode_item it = { .dst = dst };
 			GP_TRY(sample_prepare(l, set, s, &it));
@@ -289,17 +364,100 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 		}
 		pending = k_next;
 	}
+	if (l->dec)
+		gpu_decoder_get_stats(l->dec, &after);
+	decode_stats_since(&after, &before, &slot->gst);
 	for (int i = 0; i < set->n; i++)
-		l->labels[i] = dataset_label(l->ds, set->samples[i].idx);
+		slot->labels[i] = dataset_label(l->ds, set->samples[i].idx);
 	set->st.images += set->n;
-	stats_add(&l->st, &set->st);
+	memset(&slot->st, 0, sizeof(slot->st));
+	stats_add(&slot->st, &set->st);
+	slot->n = set->n;
+	slot->epoch = set->epoch;
+	slot->index = set->index;
 	set->seq = -1;
+	return 0;
+}
+
+/* The decode thread: batches in order from the first the caller asks for, each into
+ * the slot of its number once the caller has handed that slot back; stops at stop or
+ * at its first error, which the caller finds at that batch. Signals go to the other
+ * threads (the trainer's SIGINT handler), not to a read here. */
+static void *decoder_main(void *arg)
+{
+	struct gpu_loader *l = arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	for (long seq = l->seq;; seq++) {
+		int k = (int)(seq % GPU_LOADER_OUTPUTS);
+		pthread_mutex_lock(&l->mu);
+		while (!l->stop && l->slot[k].seq != -1)
+			pthread_cond_wait(&l->cv, &l->mu);
+		int stop = l->stop;
+		pthread_mutex_unlock(&l->mu);
+		if (stop)
+			break;
+		int rc = batch_make(l, seq, k);
+		pthread_mutex_lock(&l->mu);
+		if (rc < 0) {
+			l->err_rc = rc;
+			l->err_seq = seq;
+			snprintf(l->errmsg, sizeof(l->errmsg), "%s", gp_errmsg());
+		} else {
+			l->slot[k].seq = seq;
+		}
+		pthread_cond_broadcast(&l->cv);
+		pthread_mutex_unlock(&l->mu);
+		if (rc < 0)
+			break;
+	}
+	reader_join(l);
+	return NULL;
+}
+
+/* Hand back the slot the caller holds, wait for batch l->seq (the time the caller
+ * blocks is its data wait) and hold its slot in turn. The decode thread starts at the
+ * first call, not at create, so that it does not compete with the net's set-up. */
+int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
+{
+	long seq = l->seq;
+	int k = (int)(seq % GPU_LOADER_OUTPUTS);
+	pthread_mutex_lock(&l->mu);
+	if (l->held >= 0) {
+		l->slot[l->held].seq = -1;
+		l->held = -1;
+		pthread_cond_broadcast(&l->cv);
+	}
+	if (!l->decoding) {
+		int e = pthread_create(&l->decoder, NULL, decoder_main, l);
+		if (e != 0) {
+			pthread_mutex_unlock(&l->mu);
+			return gp_error(GP_ENOMEM, "cannot start the gpu loader's thread: %s",
+					strerror(e));
+		}
+		l->decoding = 1;
+	}
+	while (l->slot[k].seq != seq && l->err_seq != seq)
+		pthread_cond_wait(&l->cv, &l->mu);
+	if (l->slot[k].seq != seq) {
+		char why[sizeof(l->errmsg)];
+		int rc = l->err_rc;
+		snprintf(why, sizeof(why), "%s", l->errmsg);
+		pthread_mutex_unlock(&l->mu);
+		return gp_error(rc, "%s", why);
+	}
+	l->held = k;
+	pthread_mutex_unlock(&l->mu);
+	struct gpu_slot *slot = &l->slot[k];
+	stats_add(&l->st, &slot->st);
+	decode_stats_add(&l->gst, &slot->gst);
 	l->seq++;
-	out->x = l->ops.output(l->ops.self);
-	out->labels = l->labels;
-	out->n = set->n;
-	out->epoch = set->epoch;
-	out->index = set->index;
+	out->x = l->ops.output(l->ops.self, k);
+	out->labels = slot->labels;
+	out->n = slot->n;
+	out->epoch = slot->epoch;
+	out->index = slot->index;
 	return 0;
 }
 
@@ -312,10 +470,7 @@ void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,
 			  struct gpu_decode_stats *gs)
 {
 	*st = l->st;
-	if (l->dec)
-		gpu_decoder_get_stats(l->dec, gs);
-	else
-		*gs = (struct gpu_decode_stats){ 0 };
+	*gs = l->gst;
 }
 
 const char *gpu_loader_backend(const struct gpu_loader *l)
@@ -327,6 +482,13 @@ void gpu_loader_destroy(struct gpu_loader *l)
 {
 	if (!l)
 		return;
+	if (l->decoding) {
+		pthread_mutex_lock(&l->mu);
+		l->stop = 1;
+		pthread_cond_broadcast(&l->cv);
+		pthread_mutex_unlock(&l->mu);
+		pthread_join(l->decoder, NULL);
+	}
 	reader_join(l);
 	gpu_decoder_destroy(l->dec);
 	for (int k = 0; k < 2; k++) {
@@ -338,8 +500,13 @@ void gpu_loader_destroy(struct gpu_loader *l)
 		free(set->samples);
 		free(set->items);
 	}
+	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+		free(l->slot[k].labels);
+	if (l->sync_made) {
+		pthread_cond_destroy(&l->cv);
+		pthread_mutex_destroy(&l->mu);
+	}
 	free(l->failed);
-	free(l->labels);
 	free(l->perm);
 	free((void *)l->bad);
 	free(l);

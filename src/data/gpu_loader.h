@@ -2,9 +2,9 @@
  * draws the sample's geometry from the same seed as the CPU loader (so the crops and
  * flips are the same), nvJPEG decodes and one kernel augments into a device batch
  * (data/gpu_decode.h). Sample order, replacement of corrupt files and the counts
- * follow loader.h. One thread reads the next batch's files while the current one
- * decodes; decoding itself is synchronous (gpu_loader_next returns with the batch
- * written). */
+ * follow loader.h. A decode thread runs one batch ahead of the caller, into the
+ * decoder's other batch buffer and on its own stream, so that decoding overlaps the
+ * training step; a reader thread reads the files of the batch after that one. */
 #ifndef GP_DATA_GPU_LOADER_H
 #define GP_DATA_GPU_LOADER_H
 
@@ -26,7 +26,7 @@ struct gpu_loader_config {
 };
 
 struct gpu_batch {
-	void *x;         /* device: n samples in the layout asked for */
+	void *x;         /* device: n samples in the layout asked for, written */
 	int32_t *labels; /* host, n */
 	int n;
 	int epoch, index;
@@ -38,26 +38,41 @@ struct gpu_loader;
  * a GPU or nvJPEG. */
 int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
 		      struct gpu_loader **out);
-/* What turns read files into the batch buffer: the nvJPEG decoder (gpu_decode.h) for
+/* Batch buffers the loader cycles through: the caller holds one while the decode
+ * thread writes the next. */
+#define GPU_LOADER_OUTPUTS 2
+
+/* What turns read files into a batch buffer: the nvJPEG decoder (gpu_decode.h) for
  * gpu_loader_create; a test puts a CPU decoder in its place to check the order,
- * replacements and counts on a machine without a GPU. */
+ * replacements, counts and the decode thread on a machine without a GPU. It has
+ * GPU_LOADER_OUTPUTS buffers; run and error are called from the decode thread only. */
 struct gpu_loader_decoder {
 	void *self;
 	/* as gpu_decoder_run */
-	int (*run)(void *self, const struct gpu_decode_item *items, int n, unsigned char *failed);
+	int (*run)(void *self, int output, const struct gpu_decode_item *items, int n,
+		   unsigned char *failed);
 	const char *(*error)(void *self, int i);
-	void *(*output)(void *self);
+	void *(*output)(void *self, int output);
 };
 
 /* gpu_loader_create with another decoder, which the caller keeps and frees. */
 int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
 			   const struct gpu_loader_decoder *dec, struct gpu_loader **out);
-/* The next batch, in order, endless; its x stays valid until the next call. */
+/* The next batch, in order, endless; blocks until the decode thread has it written.
+ * Its x and labels stay valid until the next call, and nothing may read x after it
+ * (net_set_batch_device returns with the copy done): the next call hands x's buffer
+ * back to the decode thread. An error of the decode thread (a batch with no valid
+ * image, CUDA, memory) comes back at the call for the batch it was making, and at
+ * every call after. */
 int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out);
 int gpu_loader_batches_per_epoch(const struct gpu_loader *l);
+/* Counts over the batches delivered so far (not those decoded ahead); gs is zero
+ * with a caller's decoder. */
 void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,
 			  struct gpu_decode_stats *gs);
 const char *gpu_loader_backend(const struct gpu_loader *l);
+/* Stops the threads (the decode thread ends the batch it is on) and frees all; the
+ * batch last returned becomes invalid. */
 void gpu_loader_destroy(struct gpu_loader *l);
 
 #endif

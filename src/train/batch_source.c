@@ -20,9 +20,10 @@ int train_data_on(const struct train_data *d)
 	return d->ld || d->gl;
 }
 
-/* A GPU batch into the net. The loop "waits" for the decode of the next batch, which
- * runs while the GPU still computes the step before; the copy in waits for that step
- * to end, so its time is not counted as data time. */
+/* A GPU batch into the net. The loop waits for the loader's decode thread, which
+ * made the batch while the GPU computed the step before; the copy in waits for that
+ * step to end, so its time is not counted as data time. net_set_batch_device returns
+ * with the copy done, which is what lets the loader reuse the buffer at the next call. */
 static int train_gpu_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
 {
 	struct gpu_batch b;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -156,9 +157,9 @@ TEST(gpu_decode_matches_cpu_path)
 	float *cpu = malloc(sizeof(float) * floats), *gpu = malloc(sizeof(float) * floats);
 	uint16_t *h16 = malloc(2 * floats);
 	struct gpu_decoder *d32 = NULL, *d16 = NULL;
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NCHW_F32, &d32) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NCHW_F32, 1, &d32) == 0, "%s",
 		  gp_errmsg());
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NHWC_BF16, &d16) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, SIZE, GPU_BATCH_NHWC_BF16, 1, &d16) == 0, "%s",
 		  gp_errmsg());
 	if (test_failed())
 		goto out;
@@ -175,15 +176,15 @@ TEST(gpu_decode_matches_cpu_path)
 							items[i].geo.flip, imagenet_mean, imagenet_std,
 							cpu + (size_t)i * 3 * SIZE * SIZE), 0);
 		}
-		CHECK_MSG(gpu_decoder_run(d32, items, N_FILES, failed) == 0, "%s", gp_errmsg());
-		CHECK_MSG(gpu_decoder_run(d16, items, N_FILES, failed) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_decoder_run(d32, 0, items, N_FILES, failed) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_decoder_run(d16, 0, items, N_FILES, failed) == 0, "%s", gp_errmsg());
 		if (test_failed())
 			goto out;
 		for (int i = 0; i < N_FILES; i++)
 			CHECK_EQ_INT(failed[i], 0);
-		CHECK(cudaMemcpy(gpu, gpu_decoder_output(d32), sizeof(float) * floats,
+		CHECK(cudaMemcpy(gpu, gpu_decoder_output(d32, 0), sizeof(float) * floats,
 				 cudaMemcpyDeviceToHost) == cudaSuccess);
-		CHECK(cudaMemcpy(h16, gpu_decoder_output(d16), 2 * floats,
+		CHECK(cudaMemcpy(h16, gpu_decoder_output(d16, 0), 2 * floats,
 				 cudaMemcpyDeviceToHost) == cudaSuccess);
 		struct diff df;
 		diff_255(gpu, cpu, N_FILES, SIZE, &df);
@@ -318,13 +319,13 @@ TEST(gpu_decode_throughput)
 	const enum gpu_batch_layout layouts[2] = { GPU_BATCH_NCHW_F32, GPU_BATCH_NHWC_BF16 };
 	for (int li = 0; li < 2; li++) {
 		struct gpu_decoder *d = NULL;
-		CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, layouts[li], &d) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, layouts[li], 1, &d) == 0, "%s", gp_errmsg());
 		if (test_failed())
 			break;
-		CHECK_EQ_INT(gpu_decoder_run(d, items, BATCH, failed), 0); /* warm-up */
+		CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0); /* warm-up */
 		double t0 = gp_now_ms();
 		for (int r = 0; r < REPS; r++)
-			CHECK_EQ_INT(gpu_decoder_run(d, items, BATCH, failed), 0);
+			CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
 		double ms = gp_now_ms() - t0;
 		struct gpu_decode_stats st;
 		gpu_decoder_get_stats(d, &st);
@@ -382,9 +383,9 @@ TEST(gpu_batch_into_net_matches_host_batch)
 	      *l_dev32 = malloc(sizeof(float) * nl), *l_dev16 = malloc(sizeof(float) * nl);
 	CHECK_EQ_INT(model_build("resnet18", &mo, &net), 0);
 	CHECK_MSG(net && net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NCHW_F32, &d32) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NCHW_F32, 1, &d32) == 0, "%s",
 		  gp_errmsg());
-	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NHWC_BF16, &d16) == 0, "%s",
+	CHECK_MSG(gpu_decoder_create(0, N_FILES, S, GPU_BATCH_NHWC_BF16, 1, &d16) == 0, "%s",
 		  gp_errmsg());
 	if (test_failed())
 		goto out;
@@ -392,21 +393,21 @@ TEST(gpu_batch_into_net_matches_host_batch)
 	int nhwc;
 	CHECK_EQ_INT(net_input_format(net, &dt, &nhwc), 0);
 	CHECK(dt == GP_BF16 && nhwc == 1);
-	CHECK_EQ_INT(gpu_decoder_run(d32, items, N_FILES, failed), 0);
-	CHECK_EQ_INT(gpu_decoder_run(d16, items, N_FILES, failed), 0);
-	CHECK(cudaMemcpy(host, gpu_decoder_output(d32), sizeof(float) * nf,
+	CHECK_EQ_INT(gpu_decoder_run(d32, 0, items, N_FILES, failed), 0);
+	CHECK_EQ_INT(gpu_decoder_run(d16, 0, items, N_FILES, failed), 0);
+	CHECK(cudaMemcpy(host, gpu_decoder_output(d32, 0), sizeof(float) * nf,
 			 cudaMemcpyDeviceToHost) == cudaSuccess);
 	CHECK_EQ_INT(net_set_batch_data(net, host, labels), 0);
 	CHECK_EQ_INT(net_forward(net, 0), 0);
 	CHECK_EQ_INT(net_logits_to_host(net, l_host), 0);
-	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d32), GP_F32, 0, labels), 0);
+	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d32, 0), GP_F32, 0, labels), 0);
 	CHECK_EQ_INT(net_forward(net, 0), 0);
 	CHECK_EQ_INT(net_logits_to_host(net, l_dev32), 0);
-	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16), GP_BF16, 1, labels), 0);
+	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16, 0), GP_BF16, 1, labels), 0);
 	CHECK_EQ_INT(net_forward(net, 0), 0);
 	CHECK_EQ_INT(net_logits_to_host(net, l_dev16), 0);
 	/* a format the net does not take is refused */
-	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16), GP_F16, 1, labels),
+	CHECK_EQ_INT(net_set_batch_device(net, gpu_decoder_output(d16, 0), GP_F16, 1, labels),
 		     GP_EINVAL);
 	double worst32 = 0, worst16 = 0, scale = 0;
 	for (size_t k = 0; k < nl; k++) {
@@ -447,4 +448,102 @@ TEST(gpu_decode_train_runs)
 	CHECK_MSG(strstr(out, "(BF16 NHWC batches)"), "%s", out);
 	CHECK_MSG(strstr(out, "\ncpu: this process kept "), "%s", out);
 	CHECK_MSG(!strstr(out, "nan") && !strstr(out, "inf "), "%s", out);
+}
+
+/* The loader's decode thread against the decoder called directly (the synchronous
+ * path) on the same files and geometry: each batch bit for bit, over two epochs. And
+ * what `train --decode gpu` relies on: a held batch stays as it was while the thread
+ * decodes the next on the GPU, and once net_set_batch_device has returned, the
+ * buffer may go back to the thread (the next gpu_loader_next) while the net computes
+ * on its copy: the logits are those of the same pixels given from the host. */
+TEST(gpu_loader_thread_matches_decoder_run)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { S = 64, B = 4, BATCHES = 8, SEED = 9 };
+	const char *dir = folder_make();
+	struct dataset *ds = NULL;
+	struct image_ctx ctx;
+	struct files f;
+	CHECK_EQ_INT(dataset_open(dir, 1, S, &ds), 0);
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	if (test_failed())
+		return;
+	files_read(ds, &ctx, &f);
+	struct model_opts mo = model_defaults("resnet18");
+	mo.size = S;
+	mo.batch = B;
+	mo.classes = 2;
+	struct net *net = NULL;
+	struct gpu_decoder *ref = NULL;
+	struct gpu_loader *gl = NULL;
+	struct gpu_loader_config gc = { .batch = B, .size = S, .train = 1, .drop_last = 1,
+					.seed = SEED, .layout = GPU_BATCH_NCHW_F32 };
+	enum { NF = B * 3 * S * S, NL = B * 2 };
+	static float held[NF], later[NF], want[NF], prev[NF];
+	float l_dev[NL], l_host[NL];
+	int32_t prev_labels[B], perm[N_FILES];
+	CHECK_EQ_INT(model_build("resnet18", &mo, &net), 0);
+	CHECK_MSG(net && net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
+	CHECK_MSG(gpu_decoder_create(0, B, S, GPU_BATCH_NCHW_F32, 1, &ref) == 0, "%s",
+		  gp_errmsg());
+	CHECK_MSG(gpu_loader_create(ds, &gc, &gl) == 0, "%s", gp_errmsg());
+	for (int b = 0; !test_failed() && b < BATCHES; b++) {
+		struct gpu_batch gb;
+		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+		if (test_failed())
+			break;
+		CHECK_EQ_INT(gb.n, B);
+		CHECK_EQ_INT(gb.epoch * (N_FILES / B) + gb.index, b);
+		/* the batch before was staged and handed back: the net's copy of it is whole */
+		if (b > 0) {
+			CHECK_EQ_INT(net_forward(net, 0), 0);
+			CHECK_EQ_INT(net_logits_to_host(net, l_dev), 0);
+			CHECK_EQ_INT(net_set_batch_data(net, prev, prev_labels), 0);
+			CHECK_EQ_INT(net_forward(net, 0), 0);
+			CHECK_EQ_INT(net_logits_to_host(net, l_host), 0);
+			CHECK_MSG(!memcmp(l_dev, l_host, sizeof(l_dev)),
+				  "batch %d: the net's copy changed after the buffer went back", b - 1);
+		}
+		CHECK(cudaMemcpy(held, gb.x, sizeof(held), cudaMemcpyDeviceToHost) == cudaSuccess);
+		struct timespec nap = { 0, 50 * 1000 * 1000 }; /* the thread decodes b + 1 */
+		nanosleep(&nap, NULL);
+		CHECK(cudaMemcpy(later, gb.x, sizeof(later), cudaMemcpyDeviceToHost) == cudaSuccess);
+		CHECK_MSG(!memcmp(held, later, sizeof(held)), "batch %d: overwritten while held", b);
+		/* the same batch from the decoder itself */
+		struct gpu_decode_item items[B];
+		unsigned char failed[B];
+		loader_epoch_order(SEED, 1, N_FILES, gb.epoch, perm);
+		for (int i = 0; i < B; i++) {
+			int k = perm[gb.index * B + i];
+			items[i] = (struct gpu_decode_item){ .data = f.data[k], .len_bytes = f.len[k],
+							     .kind = f.kind[k], .w = f.w[k],
+							     .h = f.h[k], .dst = i };
+			sample_geometry_make(1, S, sample_seed(SEED, gb.epoch, k), f.w[k], f.h[k],
+					     &items[i].geo);
+			CHECK_EQ_INT(gb.labels[i], dataset_label(ds, k));
+		}
+		CHECK_EQ_INT(gpu_decoder_run(ref, 0, items, B, failed), 0);
+		CHECK(cudaMemcpy(want, gpu_decoder_output(ref, 0), sizeof(want),
+				 cudaMemcpyDeviceToHost) == cudaSuccess);
+		CHECK_MSG(!memcmp(held, want, sizeof(held)),
+			  "batch %d: the thread's pixels differ from the decoder's", b);
+		CHECK_EQ_INT(net_set_batch_device(net, gb.x, GP_F32, 0, gb.labels), 0);
+		memcpy(prev, held, sizeof(prev));
+		memcpy(prev_labels, gb.labels, sizeof(prev_labels));
+	}
+	struct loader_stats st;
+	struct gpu_decode_stats gs;
+	gpu_loader_get_stats(gl, &st, &gs);
+	printf("    %ld images delivered: %ld hardware, %ld CUDA, %ld CPU; decode %.1f ms, "
+	       "augment %.1f ms\n", st.images, gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback,
+	       gs.decode_ms, gs.augment_ms);
+	CHECK_EQ_INT(st.images, BATCHES * B);
+	CHECK_EQ_INT(gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback, BATCHES * B);
+	gpu_loader_destroy(gl);
+	gpu_decoder_destroy(ref);
+	net_free(net);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
 }

@@ -45,7 +45,8 @@ struct gpu_decoder {
 	int batched_fmt;           /* NVJPEG_OUTPUT_YUV, or RGBI where the batched call refuses it */
 	int yuv_batch_failures;    /* whole batched calls with planes that failed */
 	struct gpu_ycc_item *ycc_host, *ycc_dev;
-	void *out;                 /* the batch buffer, device */
+	void **out;                /* the batch buffers, device */
+	int outputs;
 	struct gpu_augment_item *items_host, *items_dev;
 
 	/* per item of the running batch */
@@ -113,11 +114,11 @@ static int handles_create(struct gpu_decoder *d)
 }
 
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
-		       struct gpu_decoder **out)
+		       int outputs, struct gpu_decoder **out)
 {
-	if (max_batch < 1 || max_batch > 65535 || size < 1)
-		return gp_error(GP_EINVAL, "gpu decoder: batch 1..65535 and size >= 1 (got %d, %d)",
-				max_batch, size);
+	if (max_batch < 1 || max_batch > 65535 || size < 1 || outputs < 1 || outputs > 8)
+		return gp_error(GP_EINVAL, "gpu decoder: batch 1..65535, size >= 1 and 1..8 "
+				"outputs (got %d, %d, %d)", max_batch, size, outputs);
 	int n_dev = 0;
 	if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device < 0 || device >= n_dev) {
 		cudaGetLastError();
@@ -149,18 +150,23 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 	d->bat_img = calloc(n, sizeof(*d->bat_img));
 	d->bat_item = calloc(n, sizeof(*d->bat_item));
 	d->errmsg = calloc(n, sizeof(*d->errmsg));
-	if (!d->offset || !d->yuv_offset || !d->route || !d->fmt || !d->chroma || !d->planar ||
-	    !d->bat_data || !d->bat_len || !d->bat_img || !d->bat_item || !d->errmsg) {
+	d->out = calloc(outputs, sizeof(*d->out));
+	if (!d->out || !d->offset || !d->yuv_offset || !d->route || !d->fmt || !d->chroma ||
+	    !d->planar || !d->bat_data || !d->bat_len || !d->bat_img || !d->bat_item ||
+	    !d->errmsg) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
 	}
 	if ((rc = image_ctx_init(&d->cpu)) < 0)
 		goto fail;
 	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
-	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMalloc(&d->out, n * 3 * size * size *
-					gpu_batch_elem_bytes(layout)))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
+	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking))) < 0)
+		goto fail;
+	for (; d->outputs < outputs; d->outputs++)
+		if ((rc = CUDA_CHECK(cudaMalloc(&d->out[d->outputs], n * 3 * size * size *
+						gpu_batch_elem_bytes(layout)))) < 0)
+			goto fail;
+	if ((rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->items_host,
 					    n * sizeof(*d->items_host)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0 ||
@@ -398,7 +404,10 @@ static int decode_single(struct gpu_decoder *d, const struct gpu_decode_item *it
 	return 0;
 }
 
-/* TurboJPEG (or cairo) at full size, then up to the item's staging place. */
+/* TurboJPEG (or cairo) at full size, then up to the item's staging place. The copy
+ * goes on the decoder's stream: a plain cudaMemcpy would run on the legacy default
+ * stream and wait for the net's work. From pageable memory it returns once the
+ * pixels are staged, so img.pix may be reused for the next item. */
 static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -415,8 +424,9 @@ static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items
 			continue;
 		}
 		GP_TRY(rc);
-		CUDA_TRY(cudaMemcpy(d->staging + d->offset[i], img.pix, (size_t)img.w * img.h * 3,
-				    cudaMemcpyHostToDevice));
+		size_t bytes = (size_t)img.w * img.h * 3;
+		CUDA_TRY(cudaMemcpyAsync(d->staging + d->offset[i], img.pix, bytes,
+					 cudaMemcpyHostToDevice, d->stream));
 		d->stats.cpu_fallback++;
 	}
 	return 0;
@@ -456,12 +466,14 @@ static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *it
 	return gpu_ycc_launch(d->ycc_dev, m, max_pixels, d->stream);
 }
 
-int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, int n,
-		    unsigned char *failed)
+int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
+		    int n, unsigned char *failed)
 {
 	if (n < 0 || n > d->max_batch)
 		return gp_error(GP_EINVAL, "gpu decoder: %d items for a batch of %d", n,
 				d->max_batch);
+	if (output < 0 || output >= d->outputs)
+		return gp_error(GP_EINVAL, "gpu decoder: output %d of %d", output, d->outputs);
 	for (int i = 0; i < n; i++)
 		if (items[i].dst < 0 || items[i].dst >= d->max_batch)
 			return gp_error(GP_EINVAL, "gpu decoder: item %d goes to sample %d of %d", i,
@@ -496,7 +508,7 @@ int gpu_decoder_run(struct gpu_decoder *d, const struct gpu_decode_item *items, 
 		CUDA_TRY(cudaMemcpyAsync(d->items_dev, d->items_host, (size_t)m * sizeof(*d->items_dev),
 					 cudaMemcpyHostToDevice, d->stream));
 		GP_TRY(gpu_augment_launch(d->items_dev, m, d->size, d->layout, imagenet_mean,
-					  imagenet_std, d->out, d->stream));
+					  imagenet_std, d->out[output], d->stream));
 		CUDA_TRY(cudaStreamSynchronize(d->stream));
 	}
 	d->stats.decode_ms += t1 - t0;
@@ -509,9 +521,9 @@ const char *gpu_decoder_error(const struct gpu_decoder *d, int i)
 	return i >= 0 && i < d->max_batch ? d->errmsg[i] : "";
 }
 
-void *gpu_decoder_output(const struct gpu_decoder *d)
+void *gpu_decoder_output(const struct gpu_decoder *d, int output)
 {
-	return d->out;
+	return output >= 0 && output < d->outputs ? d->out[output] : NULL;
 }
 
 const char *gpu_decoder_backend(const struct gpu_decoder *d)
@@ -547,7 +559,9 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 	cudaFree(d->yuv);
 	cudaFree(d->ycc_dev);
 	cudaFreeHost(d->ycc_host);
-	cudaFree(d->out);
+	for (int k = 0; k < d->outputs; k++)
+		cudaFree(d->out[k]);
+	free(d->out);
 	cudaFree(d->items_dev);
 	cudaFreeHost(d->items_host);
 	if (d->stream)
