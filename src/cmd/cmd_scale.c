@@ -122,8 +122,8 @@ static int scale_chart(const struct scale_row *rows, int n, const char *path, co
 int cmd_scale(int argc, char **argv)
 {
 	const char *model = "resnet50", *device = "auto", *precision = NULL, *out = NULL;
-	const char *transport = "auto", *layout = NULL, *csv = NULL;
-	int batch = 256, steps = 60, help = 0, json = 0, overwrite = 0, sync_bn = 0, size = 0;
+	const char *transport = "auto", *layout = NULL;
+	int csv = 0, batch = 256, steps = 60, help = 0, json = 0, overwrite = 0, sync_bn = 0, size = 0;
 	int bucket_mb = 0;
 	struct int_list gpus = { 0 };
 	struct opt opts[] = {
@@ -140,7 +140,7 @@ int cmd_scale(int argc, char **argv)
 		{ "bucket-mb", OPT_INT, &bucket_mb, "gradient all-reduce bucket size in MiB (25, as DDP)", 1, 1024 },
 		OPT_OUT(&out, "scale.json, scaling.png and one train run per GPU count", "scale"),
 		OPT_OVERWRITE(&overwrite, "scale.json"),
-		OPT_CSV(&csv, "scaling"),
+		OPT_CSV(&csv, "the table (scaling.csv)"),
 		OPT_JSON(&json, "print the JSON summary"),
 		OPT_HELP(&help),
 		OPT_END(),
@@ -197,8 +197,6 @@ int cmd_scale(int argc, char **argv)
 	if (nccl_socket && backend != BACKEND_CUDA)
 		return gp_error(GP_EINVAL, "--transport socket is NCCL's: it needs --device cuda");
 	char dir[4096];
-	if (csv)
-		GP_TRY(path_file_prepare(csv));
 	GP_TRY(result_dir_prepare("scale", "scale", out, overwrite, dir, sizeof(dir)));
 	if (nccl_socket) {
 		/* NCCL reads these when the ranks make their communicators */
@@ -320,7 +318,7 @@ int cmd_scale(int argc, char **argv)
 	if (gpu)
 		result_set_gpu(res, gpu);
 	json_object_set_new(res, "measurements", json_pack("{s:o}", "runs", arr));
-	char path[4096], png[4200], title[256];
+	char path[4096], png[4200], title[256], csv_path[4200] = "";
 	int rc_w = result_write(res, dir, "scale", path, sizeof(path));
 	if (rc_w == 0) {
 		snprintf(png, sizeof(png), "%s/scaling.png", dir);
@@ -329,7 +327,7 @@ int cmd_scale(int argc, char **argv)
 				   backend == BACKEND_CUDA ? "GPUs" : "ranks (CPU processes)");
 	}
 	if (rc_w == 0 && csv)
-		rc_w = table_write_csv(&t, csv);
+		rc_w = table_write_csv_in(&t, dir, "scaling.csv", csv_path, sizeof(csv_path));
 	if (rc_w == 0 && json) {
 		char *s = json_dumps(json_object_get(res, "measurements"), JSON_INDENT(2));
 		if (s)
@@ -338,6 +336,8 @@ int cmd_scale(int argc, char **argv)
 	}
 	if (rc_w == 0)
 		printf("wrote %s and %s\n", path, png);
+	if (rc_w == 0 && csv)
+		printf("wrote %s\n", csv_path);
 	json_decref(res);
 	table_free(&t);
 	for (int i = 0; i < done; i++)
