@@ -61,6 +61,7 @@ struct bench_sizes {
 	int scale_steps; /* steps per GPU count of the scale stage (GPU only) */
 	double b_info, b_compare, b_amp, b_maxbatch, b_workers, b_train, b_profile, b_torch;
 	double b_scale; /* per GPU count */
+	double b_scale_torch; /* more per GPU count with --torch: PyTorch DDP after gpuperf */
 };
 
 static const struct bench_sizes bench_gpu = {
@@ -71,7 +72,7 @@ static const struct bench_sizes bench_gpu = {
 	.train_workers = 8, .profile_batch = 64, .profile_steps = 20, .torch_iters = 30,
 	.scale_steps = 60,
 	.b_info = 3, .b_compare = 90, .b_amp = 240, .b_maxbatch = 180, .b_workers = 150,
-	.b_train = 60, .b_profile = 60, .b_torch = 240, .b_scale = 40,
+	.b_train = 60, .b_profile = 60, .b_torch = 240, .b_scale = 40, .b_scale_torch = 50,
 };
 static const struct bench_sizes bench_gpu_quick = {
 	.models = "resnet50,resnet18", .compare_batch = 64, .compare_steps = 30,
@@ -81,7 +82,7 @@ static const struct bench_sizes bench_gpu_quick = {
 	.train_workers = 8, .profile_batch = 64, .profile_steps = 10, .torch_iters = 10,
 	.scale_steps = 30,
 	.b_info = 3, .b_compare = 25, .b_amp = 50, .b_maxbatch = 45, .b_workers = 20,
-	.b_train = 10, .b_profile = 20, .b_torch = 110, .b_scale = 20,
+	.b_train = 10, .b_profile = 20, .b_torch = 110, .b_scale = 20, .b_scale_torch = 35,
 };
 static const struct bench_sizes bench_cpu = {
 	.models = "simple_cnn,mobilenet_v2", .size = 32, .compare_batch = 16, .compare_steps = 20,
@@ -320,13 +321,15 @@ static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *
 			snprintf(counts + strlen(counts), sizeof(counts) - strlen(counts), ",%d", g);
 		snprintf(counts + strlen(counts), sizeof(counts) - strlen(counts), ",%d", gpus);
 		n_counts++;
-		NEW("scale", z->b_scale * n_counts, "scale.json");
+		NEW("scale", (z->b_scale + (torch ? z->b_scale_torch : 0)) * n_counts, "scale.json");
 		ARG("scale");
 		ARG("--model=%s", amp_model);
 		ARG("--gpus=%s", counts);
 		ARG("--steps=%d", z->scale_steps);
 		if (*size_arg)
 			ARG("%s", size_arg);
+		if (torch && strcmp(amp_model, "simple_cnn"))
+			ARG("--torch"); /* PyTorch DDP after each count, the ratio beside */
 		GP_TRY(stage_out(b, s, device));
 	}
 
@@ -647,8 +650,9 @@ int cmd_bench(int argc, char **argv)
 		OPT_DATA(&data, "an ImageFolder (or cifar10:DIR): adds workers and end-to-end training"),
 		{ "precisions", OPT_STR, &precisions, "amp's precisions (GPU: fp32,tf32,fp16,bf16; "
 		  "--quick fp32,bf16; CPU: fp32)" },
-		{ "torch", OPT_FLAG, &torch, "run the PyTorch yardstick (tools/torch_baseline.py) on the "
-		  "same settings and set the ratios beside (needs python3, torch and a GPU)" },
+		{ "torch", OPT_FLAG, &torch, "run the PyTorch yardsticks (tools/torch_baseline.py; "
+		  "scale's tools/torch_ddp.py) on the same settings and set the ratios beside (needs "
+		  "python3, torch and a GPU)" },
 		{ "repeat", OPT_INT, &repeat, "train compare's models and amp's cells this many times "
 		  "each, so that diff can tell changes from noise (1)", 1, 100 },
 		OPT_DEVICE(&device),
