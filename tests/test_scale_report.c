@@ -297,3 +297,28 @@ TEST(scale_report_cli_torch_skipped_on_cpu)
 	CHECK_MSG(csv && !strstr(csv, "torch"), "%s", csv ? csv : "no scaling.csv");
 	free(csv);
 }
+
+/* A failed torchrun's log ends in its own summary between rules; the note is the
+ * rank's exception. */
+TEST(scale_report_torchrun_error_line)
+{
+	char path[600], line[200];
+	snprintf(path, sizeof(path), "%s/torch_log.txt", test_tmpdir());
+	write_text(path, "W1127 10:00:00 torch/distributed/run.py:793] Setting OMP_NUM_THREADS\n"
+		   "[rank0]: Traceback (most recent call last):\n"
+		   "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+		   "E1127 torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+		   "============================================================\n"
+		   "tools/torch_ddp.py FAILED\n"
+		   "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+		   "============================================================\n");
+	yardstick_error_line(path, line, sizeof(line));
+	CHECK_MSG(!strcmp(line, "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to "
+			  "allocate 2.00 GiB"), "%s", line);
+	write_text(path, "something went wrong\n-----\n=====\n\n");
+	yardstick_error_line(path, line, sizeof(line));
+	CHECK_MSG(!strcmp(line, "something went wrong"), "%s", line);
+	write_text(path, "");
+	yardstick_error_line(path, line, sizeof(line));
+	CHECK(!strcmp(line, ""));
+}

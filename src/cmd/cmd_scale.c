@@ -209,7 +209,7 @@ static int scale_torch_one(struct scale_torch_run *t, int n, const char *dir, do
 		snprintf(row->note, sizeof(row->note), "stopped after %.0f s", c.limit_s);
 	} else if (!child_run_ok(&c)) {
 		char last[200];
-		yardstick_last_line(log, last, sizeof(last));
+		yardstick_error_line(log, last, sizeof(last));
 		if (*last)
 			snprintf(row->note, sizeof(row->note), "%s", last);
 		else

@@ -1,5 +1,6 @@
 #include "cmd/yardstick.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -148,4 +149,27 @@ void yardstick_last_line(const char *path, char *buf, size_t cap)
 			snprintf(buf, cap, "%.*s", (int)cap - 1, line);
 	}
 	fclose(f);
+}
+
+void yardstick_error_line(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	char line[1024], any[1024] = "";
+	buf[0] = 0;
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\r\n")] = 0;
+		int word = 0;
+		for (const char *p = line; *p && !word; p++)
+			word = isalnum((unsigned char)*p);
+		if (!word)
+			continue;
+		snprintf(any, sizeof(any), "%s", line);
+		if (strstr(line, "Error:") && !strstr(line, "ChildFailedError"))
+			snprintf(buf, cap, "%.*s", (int)cap - 1, line);
+	}
+	fclose(f);
+	if (!*buf)
+		snprintf(buf, cap, "%.*s", (int)cap - 1, any);
 }

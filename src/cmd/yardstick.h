@@ -42,4 +42,10 @@ int child_run_ok(const struct child_run *c);
  * failed); "" when there is none. */
 void yardstick_last_line(const char *path, char *buf, size_t cap);
 
+/* What a failed torchrun says went wrong, from its log: the last line with an
+ * exception ("...Error: ...", not torchrun's own ChildFailedError), else the last
+ * line with a letter or digit in it (torchrun ends with rules of '=' and '-');
+ * "" when there is none. */
+void yardstick_error_line(const char *path, char *buf, size_t cap);
+
 #endif
