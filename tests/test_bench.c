@@ -125,13 +125,16 @@ TEST(bench_cpu_quick_run_folder_and_report)
 /* A bench run on a host with several GPUs has a scale stage: the report gives its
  * table, chart and the efficiency at the largest count in the summary (the stage's
  * result is hand-made here; on a GPU host `scale` writes it). */
-TEST(bench_report_has_the_scale_stage)
+/* A bench folder with a scale stage of two counts (1 and 8 GPUs); with torch, the
+ * runs carry PyTorch DDP's figures as scale --torch writes them. The report.md
+ * written, or NULL. */
+static char *bench_scale_report(const char *name, int torch)
 {
 	const char *src = bench_dir();
 	char dir[600], cmd[2400], out[4096], path[800];
 	if (!src)
-		return;
-	snprintf(dir, sizeof(dir), "%s/bscale", test_tmpdir());
+		return NULL;
+	snprintf(dir, sizeof(dir), "%s/%s", test_tmpdir(), name);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s && mkdir -p %s/scale", dir, src, dir, dir);
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	snprintf(path, sizeof(path), "%s/scale/scale.json", dir);
@@ -140,6 +143,14 @@ TEST(bench_report_has_the_scale_stage)
 				 "ms_per_step", 44.9, "exposed_comm_ms", 0.0,
 				 "gpus", 8, "img_s", 38000.0, "img_s_per_gpu", 4750.0, "efficiency",
 				 0.8333, "ms_per_step", 53.9, "exposed_comm_ms", 6.2);
+	if (torch) {
+		json_object_set_new(json_array_get(runs, 0), "torch",
+				    json_pack("{s:s, s:f, s:f}", "status", "ok", "img_s", 4500.0, "ratio",
+					      5700.0 / 4500.0));
+		json_object_set_new(json_array_get(runs, 1), "torch",
+				    json_pack("{s:s, s:f, s:f}", "status", "ok", "img_s", 30400.0, "ratio",
+					      38000.0 / 30400.0));
+	}
 	json_t *res = json_pack("{s:s, s:s, s:{s:s}, s:{s:o}}", "schema", RESULT_SCHEMA, "command",
 				"scale", "settings", "model", "resnet50", "measurements", "runs", runs);
 	CHECK_EQ_INT(json_dump_file(res, path, 0), 0);
@@ -148,7 +159,7 @@ TEST(bench_report_has_the_scale_stage)
 	json_t *b = json_load_file(path, 0, NULL);
 	CHECK(b);
 	if (!b)
-		return;
+		return NULL;
 	json_array_append_new(json_object_get(json_object_get(b, "measurements"), "stages"),
 			      json_pack("{s:s, s:s, s:s, s:f}", "stage", "scale", "status", "ok",
 					"result", "scale/scale.json", "seconds", 60.0));
@@ -158,12 +169,36 @@ TEST(bench_report_has_the_scale_stage)
 	snprintf(path, sizeof(path), "%s/report.md", dir);
 	char *md = slurp(path);
 	CHECK(md);
+	return md;
+}
+
+TEST(bench_report_has_the_scale_stage)
+{
+	char *md = bench_scale_report("bscale", 0);
 	if (!md)
 		return;
 	CHECK(strstr(md, "## Data parallel over the GPUs (scale)"));
-	CHECK_MSG(strstr(md, "| 8 | 38000.0 | 4750.0 | 83.3% | 53.90 | 6.20 |"), "%s", md);
+	CHECK_MSG(strstr(md, "| 8 | 38000.0 | 4750.0 | 83.3% | 53.90 | 6.20 |\n"), "%s", md);
 	CHECK(strstr(md, "resnet50 on 8 GPUs: 38000.0 img/s, 83.3% scaling efficiency (scale)"));
 	CHECK(strstr(md, "data parallel loses 17% to communication"));
+	CHECK(!strstr(md, "PyTorch DDP"));
+	free(md);
+}
+
+/* bench --torch passes --torch to scale: PyTorch DDP's img/s and the ratio beside
+ * each count, and the ratio at the largest count in the headline. */
+TEST(bench_report_scale_stage_with_torch)
+{
+	char *md = bench_scale_report("bscale_torch", 1);
+	if (!md)
+		return;
+	CHECK_MSG(strstr(md, "| GPUs | img/s | img/s per GPU | scaling efficiency | ms/step | "
+			 "exposed communication (ms) | PyTorch DDP img/s | gpuperf / PyTorch DDP |"),
+		  "%s", md);
+	CHECK_MSG(strstr(md, "| 1 | 5700.0 | 5700.0 | 100.0% | 44.90 | 0.00 | 4500.0 | 1.27x |"), "%s", md);
+	CHECK_MSG(strstr(md, "| 8 | 38000.0 | 4750.0 | 83.3% | 53.90 | 6.20 | 30400.0 | 1.25x |"), "%s", md);
+	CHECK_MSG(strstr(md, "resnet50 on 8 GPUs: 38000.0 img/s, 83.3% scaling efficiency, 1.25x "
+			 "PyTorch DDP's 30400.0 img/s (scale)"), "%s", md);
 	free(md);
 }
 

@@ -333,6 +333,31 @@ TEST(dp_cli_scale_cpu_ranks)
 		fclose(f);
 }
 
+/* scale --csv wrote its flag (an int) into a string pointer and crashed; the CSV is
+ * scaling.csv in the run folder, the table's columns and one row per count. */
+TEST(dp_cli_scale_csv)
+{
+	char out[16384], args[1024], path[600], tmp[400], text[4096];
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	snprintf(args, sizeof(args), "scale --model simple_cnn --device cpu --batch 2 --size 32 "
+		 "--steps 2 --gpus 1 --csv --out %s/scale", tmp);
+	int rc = run_cli(args, out, sizeof(out));
+	CHECK_MSG(rc == 0, "scale --csv exited %d: %s", rc, out);
+	snprintf(path, sizeof(path), "%s/scale/scaling.csv", tmp);
+	CHECK_MSG(strstr(out, path) != NULL, "no 'wrote %s' in: %s", path, out);
+	FILE *f = fopen(path, "rb");
+	CHECK_MSG(f != NULL, "no %s", path);
+	if (!f)
+		return;
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = 0;
+	const char *want = "GPUs,img/s,img/s/GPU,efficiency,ms/step,all-reduce ms,hidden,"
+			   "slowest rank,TFLOP/s,MFU,J/img\r\n1,";
+	CHECK_MSG(!strncmp(text, want, strlen(want)), "%s", text);
+	CHECK_EQ_INT(test_count_lines(text), 2);
+}
+
 TEST(dp_cli_bad_input_one_line)
 {
 	test_check_bad("train --model simple_cnn --device cpu --nproc 0", "--nproc must be between 1 and");

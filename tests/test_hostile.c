@@ -320,6 +320,14 @@ static const struct hcase cases[] = {
 	  "cp \"$F/train.json\" a.json && cp \"$F/train.json\" b.json" },
 	{ "plot a bench folder --out elsewhere", "plot . --out p", 2, "in place",
 	  "cp \"$F/train.json\" bench.json" },
+	{ "plot a scale result without runs", "plot s.json", 1, "\"measurements.runs\" is missing or empty",
+	  "echo '{\"schema\":\"gpuperf.result/1\",\"command\":\"scale\",\"measurements\":{\"runs\":[]}}' > s.json" },
+	{ "plot a scale result with 0 GPUs", "plot s.json", 1, "scale run 0: \"gpus\" must be 1 or more",
+	  "echo '{\"schema\":\"gpuperf.result/1\",\"command\":\"scale\",\"measurements\":{\"runs\":"
+	  "[{\"gpus\":0,\"img_s\":1,\"efficiency\":1}]}}' > s.json" },
+	{ "plot a scale result with a bad torch figure", "plot s.json --out p", 0, "scaling.png",
+	  "echo '{\"schema\":\"gpuperf.result/1\",\"command\":\"scale\",\"measurements\":{\"runs\":"
+	  "[{\"gpus\":1,\"img_s\":1,\"efficiency\":1,\"torch\":{\"status\":\"ok\",\"img_s\":\"x\"}}]}}' > s.json" },
 	/* --- diff ---------------------------------------------------------------------- */
 	{ "diff a missing run", "diff nowhere.json nowhere.json", 2, "nowhere.json" },
 	{ "diff one run", "diff r.json", 2, "which two runs", "cp \"$F/train.json\" r.json" },

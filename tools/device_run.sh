@@ -21,8 +21,8 @@
 # its summary.md and chart beside; about 4 to 5 minutes on one H100, docs/training.md),
 # decodeacc (issue 21 item 6: the tta recipe, gpuperf alone, --decode gpu against cpu,
 # TTA_SEEDS seeds each; tools/dev/decode_acc.py sums it up),
-# scale19 (several GPUs: the 2-GPU equivalence tests, scale bf16/fp32 beside torchrun
-# torch_ddp.py at each count, scale --transport socket; the run folders as $OUT/scale19.tgz),
+# scale19 (several GPUs: the 2-GPU equivalence tests, scale --torch bf16/fp32 (PyTorch
+# DDP after each count), scale --transport socket --torch; the run folders as $OUT/scale19.tgz),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -211,8 +211,9 @@ for s in "$@"; do
 		tar czf "$OUT/decodeacc.tgz" -C /tmp gp_da_gpu gp_da_cpu ;;
 	scale19)
 		# issue 19 on a host of several GPUs (all of them, 1,2,4,...): the two-GPU
-		# equivalence tests, scale in bf16 and fp32 beside torchrun tools/torch_ddp.py
-		# (the same counts, batch 256 per GPU), and scale over NCCL's socket transport
+		# equivalence tests, scale --torch in bf16 and fp32 (tools/torch_ddp.py under
+		# torchrun right after each count, the same settings, batch 256 per GPU; the
+		# ratio in the table and scale.json), and the same over NCCL's socket transport
 		n=$(nvidia-smi -L | wc -l); g=1; c=1
 		while [ $((c * 2)) -le "$n" ]; do c=$((c * 2)); g="$g,$c"; done
 		if [ -n "${SCALE_TESTS-1}" ]; then
@@ -220,13 +221,9 @@ for s in "$@"; do
 			TAIL=30 stage dp2_tests 300 build/bundle/gpuperf_tests ${SCALE_TESTS:-cuda_dp_ nccl}
 		fi
 		for p in ${SCALE_PRECISIONS:-bf16 fp32}; do
-			stage "scale_$p" 300 $BIN scale --model resnet50 --device cuda --precision $p --gpus $g --batch 256 --steps ${SCALE_STEPS:-60} --out /tmp/s19/scale_$p --overwrite
-			for k in $(echo $g | tr , ' '); do
-				TAIL=3 stage "ddp_${p}_$k" 150 torchrun --standalone --nproc-per-node $k tools/torch_ddp.py --model resnet50 --precision $p --batch 256 --steps ${SCALE_STEPS:-60}
-			done
+			TAIL=${SCALE_TAIL:-14} stage "scale_$p" ${SCALE_TIMEOUT:-540} $BIN scale --model resnet50 --device cuda --precision $p --gpus $g --batch 256 --steps ${SCALE_STEPS:-60} --torch --csv --out /tmp/s19/scale_$p --overwrite
 		done
-		[ -n "${SCALE_SOCKET-1}" ] && stage scale_bf16_socket 300 $BIN scale --model resnet50 --device cuda --precision bf16 --gpus $g --batch 256 --steps ${SCALE_STEPS:-60} --transport socket --out /tmp/s19/scale_bf16_socket --overwrite
-		grep -h '^{' "$OUT"/ddp_*.log > /tmp/s19/ddp.jsonl 2>/dev/null
+		[ -n "${SCALE_SOCKET-1}" ] && TAIL=${SCALE_TAIL:-14} stage scale_bf16_socket ${SCALE_TIMEOUT:-540} $BIN scale --model resnet50 --device cuda --precision bf16 --gpus $g --batch 256 --steps ${SCALE_STEPS:-60} --transport socket --torch --csv --out /tmp/s19/scale_bf16_socket --overwrite
 		tar czf "$OUT/scale19.tgz" -C /tmp s19 ;;
 	regress)
 		# this build against an earlier one (BASE_BIN, e.g. .carry/gpuperf_base), interleaved,

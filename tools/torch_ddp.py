@@ -4,7 +4,11 @@ one process per GPU (torchrun), synthetic data on the GPU, SGD momentum 0.9, as 
 `train` runs it.
 
     NCCL_NVLS_ENABLE=0 torchrun --nproc_per_node=N tools/torch_ddp.py \
-        [--model resnet50] [--precision fp32|tf32|fp16|bf16] [--batch 256] [--steps 60]
+        [--model resnet50] [--precision fp32|tf32|fp16|bf16] [--batch 256] [--steps 60] \
+        [--warmup 10] [--size 224] [--bucket-mb 25] [--sync-bn]
+
+`gpuperf scale --torch` runs it after each GPU count with scale's own settings (--steps
+are the timed steps there, --warmup the untimed ones before them, as train counts them).
 
 fp16/bf16 run under autocast in channels-last (as gpuperf's NHWC 16-bit path); fp16 with a
 GradScaler. Rank 0 prints one JSON line: img/s in total and per GPU, ms per step, and the
@@ -25,6 +29,8 @@ ap.add_argument("--precision", default="bf16", choices=["fp32", "tf32", "fp16", 
 ap.add_argument("--batch", type=int, default=256)
 ap.add_argument("--steps", type=int, default=60)
 ap.add_argument("--warmup", type=int, default=10)
+ap.add_argument("--size", type=int, default=224, help="image side in pixels")
+ap.add_argument("--bucket-mb", type=int, default=25, help="DDP's bucket_cap_mb")
 ap.add_argument("--sync-bn", action="store_true")
 a = ap.parse_args()
 
@@ -41,8 +47,8 @@ m = getattr(tvm, a.model)()
 if a.sync_bn:
     m = nn.SyncBatchNorm.convert_sync_batchnorm(m)
 m = m.cuda().to(memory_format=fmt)
-m = nn.parallel.DistributedDataParallel(m, device_ids=[local])
-x = torch.randn(a.batch, 3, 224, 224, device="cuda").contiguous(memory_format=fmt)
+m = nn.parallel.DistributedDataParallel(m, device_ids=[local], bucket_cap_mb=a.bucket_mb)
+x = torch.randn(a.batch, 3, a.size, a.size, device="cuda").contiguous(memory_format=fmt)
 y = torch.randint(0, 1000, (a.batch,), device="cuda")
 opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 crit = nn.CrossEntropyLoss()

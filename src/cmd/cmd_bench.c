@@ -8,19 +8,18 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
+#include "cmd/yardstick.h"
 #include "core/error.h"
 #include "core/memstat.h"
 #include "core/timeutil.h"
@@ -62,6 +61,7 @@ struct bench_sizes {
 	int scale_steps; /* steps per GPU count of the scale stage (GPU only) */
 	double b_info, b_compare, b_amp, b_maxbatch, b_workers, b_train, b_profile, b_torch;
 	double b_scale; /* per GPU count */
+	double b_scale_torch; /* more per GPU count with --torch: PyTorch DDP after gpuperf */
 };
 
 static const struct bench_sizes bench_gpu = {
@@ -72,7 +72,7 @@ static const struct bench_sizes bench_gpu = {
 	.train_workers = 8, .profile_batch = 64, .profile_steps = 20, .torch_iters = 30,
 	.scale_steps = 60,
 	.b_info = 3, .b_compare = 90, .b_amp = 240, .b_maxbatch = 180, .b_workers = 150,
-	.b_train = 60, .b_profile = 60, .b_torch = 240, .b_scale = 40,
+	.b_train = 60, .b_profile = 60, .b_torch = 240, .b_scale = 40, .b_scale_torch = 50,
 };
 static const struct bench_sizes bench_gpu_quick = {
 	.models = "resnet50,resnet18", .compare_batch = 64, .compare_steps = 30,
@@ -82,7 +82,7 @@ static const struct bench_sizes bench_gpu_quick = {
 	.train_workers = 8, .profile_batch = 64, .profile_steps = 10, .torch_iters = 10,
 	.scale_steps = 30,
 	.b_info = 3, .b_compare = 25, .b_amp = 50, .b_maxbatch = 45, .b_workers = 20,
-	.b_train = 10, .b_profile = 20, .b_torch = 110, .b_scale = 20,
+	.b_train = 10, .b_profile = 20, .b_torch = 110, .b_scale = 20, .b_scale_torch = 35,
 };
 static const struct bench_sizes bench_cpu = {
 	.models = "simple_cnn,mobilenet_v2", .size = 32, .compare_batch = 16, .compare_steps = 20,
@@ -321,13 +321,15 @@ static int bench_plan(struct bench *b, const struct bench_sizes *z, const char *
 			snprintf(counts + strlen(counts), sizeof(counts) - strlen(counts), ",%d", g);
 		snprintf(counts + strlen(counts), sizeof(counts) - strlen(counts), ",%d", gpus);
 		n_counts++;
-		NEW("scale", z->b_scale * n_counts, "scale.json");
+		NEW("scale", (z->b_scale + (torch ? z->b_scale_torch : 0)) * n_counts, "scale.json");
 		ARG("scale");
 		ARG("--model=%s", amp_model);
 		ARG("--gpus=%s", counts);
 		ARG("--steps=%d", z->scale_steps);
 		if (*size_arg)
 			ARG("%s", size_arg);
+		if (torch && strcmp(amp_model, "simple_cnn"))
+			ARG("--torch"); /* PyTorch DDP after each count, the ratio beside */
 		GP_TRY(stage_out(b, s, device));
 	}
 
@@ -564,23 +566,19 @@ static void bench_progress(const struct bench *b, int cur, double elapsed, int f
 	fflush(stdout);
 }
 
-/* The last non-empty line of a stage's log: its error line when it failed. */
-static void log_last_line(const char *path, char *buf, size_t cap)
+struct stage_tick {
+	const struct bench *b;
+	int i;
+};
+
+static void stage_tick(void *ctx, double elapsed_s)
 {
-	FILE *f = fopen(path, "r");
-	char line[1024];
-	buf[0] = 0;
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\r\n")] = 0;
-		if (*line)
-			snprintf(buf, cap, "%.*s", (int)cap - 1, line);
-	}
-	fclose(f);
+	const struct stage_tick *t = ctx;
+	if (t->b->tty)
+		bench_progress(t->b, t->i, elapsed_s, 0);
 }
 
-static int stage_run(struct bench *b, int i, double t_bench0)
+static int stage_run(struct bench *b, int i)
 {
 	struct bench_stage *s = &b->st[i];
 	char dir[4200], log[4300], out[4300];
@@ -600,56 +598,28 @@ static int stage_run(struct bench *b, int i, double t_bench0)
 			close(fd_log);
 		return gp_error(GP_EIO, "cannot write in '%s': %s", dir, strerror(err));
 	}
-	fflush(stdout);
-	double t0 = now_s();
-	pid_t pid = fork();
-	if (pid == 0) {
-		dup2(fd_out, STDOUT_FILENO);
-		dup2(fd_log, STDERR_FILENO);
-		if (s->torch) {
-			char *argv[BENCH_MAX_ARGS + 3];
-			argv[0] = "python3";
-			argv[1] = b->torch_script;
-			for (int k = 1; k <= s->argc; k++)
-				argv[k + 1] = s->argv[k];
-			execvp("python3", argv);
-		} else {
-			execv("/proc/self/exe", s->argv);
-		}
-		dprintf(STDERR_FILENO, "error: cannot run the stage: %s\n", strerror(errno));
-		_exit(127);
+	char *argv[BENCH_MAX_ARGS + 3];
+	if (s->torch) {
+		argv[0] = "python3";
+		argv[1] = b->torch_script;
+		for (int k = 1; k <= s->argc; k++)
+			argv[k + 1] = s->argv[k];
 	}
+	struct stage_tick tick = { b, i };
+	struct child_run c = {
+		.argv = s->torch ? argv : s->argv, .exec_path = s->torch ? NULL : "/proc/self/exe",
+		.fd_out = fd_out, .fd_log = fd_log,
+		.limit_s = s->budget_s * 4 > 60 ? s->budget_s * 4 : 60,
+		.tick = stage_tick, .ctx = &tick,
+	};
+	int rc = child_run(&c);
 	close(fd_log);
 	if (fd_out != fd_log)
 		close(fd_out);
-	if (pid < 0)
-		return gp_error(GP_EIO, "cannot start stage %s: %s", s->name, strerror(errno));
-	double limit = s->budget_s * 4 > 60 ? s->budget_s * 4 : 60;
-	int status = 0, killed = 0;
-	for (;;) {
-		pid_t w = waitpid(pid, &status, WNOHANG);
-		if (w == pid)
-			break;
-		if (w < 0 && errno != EINTR) {
-			status = -1;
-			break;
-		}
-		double el = now_s() - t0;
-		if (el > limit && killed == 0) {
-			kill(pid, SIGTERM);
-			killed = 1;
-		} else if (el > limit + 10 && killed == 1) {
-			kill(pid, SIGKILL);
-			killed = 2;
-		}
-		if (b->tty)
-			bench_progress(b, i, el, 0);
-		struct timespec ts = { 0, 200 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	(void)t_bench0;
-	s->seconds = now_s() - t0;
-	int ok = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (rc < 0)
+		return gp_error(rc, "stage %s: %s", s->name, gp_errmsg());
+	s->seconds = c.seconds;
+	int ok = child_run_ok(&c);
 	if (ok && access(out, R_OK) != 0) {
 		ok = 0;
 		char what[sizeof(s->result)];
@@ -657,53 +627,14 @@ static int stage_run(struct bench *b, int i, double t_bench0)
 		snprintf(s->note, sizeof(s->note), "finished without writing %s", what);
 	}
 	s->status = ok ? "ok" : "failed";
-	if (!ok && killed) {
-		snprintf(s->note, sizeof(s->note), "stopped after %.0f s (4x its %.0f s budget)", limit,
-			 s->budget_s);
+	if (!ok && c.killed) {
+		snprintf(s->note, sizeof(s->note), "stopped after %.0f s (4x its %.0f s budget)",
+			 c.limit_s, s->budget_s);
 	} else if (!ok && !*s->note) {
 		char last[400];
-		log_last_line(log, last, sizeof(last));
+		yardstick_last_line(log, last, sizeof(last));
 		snprintf(s->note, sizeof(s->note), "%s", *last ? last : "failed without a message");
 	}
-	return 0;
-}
-
-/* tools/torch_baseline.py beside the working folder, or beside the binary
- * (build/gpuperf, build/bundle/gpuperf). */
-static int torch_script_find(char *path, size_t cap)
-{
-	char exe[4096];
-	const char *rel[] = { "/../tools/torch_baseline.py", "/../../tools/torch_baseline.py",
-			      "/../../../tools/torch_baseline.py" };
-	if (access("tools/torch_baseline.py", R_OK) == 0) {
-		snprintf(path, cap, "tools/torch_baseline.py");
-		return 1;
-	}
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return 0;
-	exe[n] = 0;
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = 0;
-	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		snprintf(path, cap, "%s%s", exe, rel[i]);
-		if (access(path, R_OK) == 0)
-			return 1;
-	}
-	return 0;
-}
-
-/* Can the yardstick run here: python3 with torch, torchvision and a CUDA GPU? */
-static int torch_usable(char *why, size_t cap)
-{
-	int st = system("python3 -c 'import torch, torchvision, sys; "
-			"sys.exit(0 if torch.cuda.is_available() else 3)' >/dev/null 2>&1");
-	if (st == 0)
-		return 1;
-	snprintf(why, cap, WIFEXITED(st) && WEXITSTATUS(st) == 3
-		 ? "PyTorch sees no CUDA GPU: the yardstick was not run"
-		 : "python3 with torch and torchvision is not here: the yardstick was not run");
 	return 0;
 }
 
@@ -719,8 +650,9 @@ int cmd_bench(int argc, char **argv)
 		OPT_DATA(&data, "an ImageFolder (or cifar10:DIR): adds workers and end-to-end training"),
 		{ "precisions", OPT_STR, &precisions, "amp's precisions (GPU: fp32,tf32,fp16,bf16; "
 		  "--quick fp32,bf16; CPU: fp32)" },
-		{ "torch", OPT_FLAG, &torch, "run the PyTorch yardstick (tools/torch_baseline.py) on the "
-		  "same settings and set the ratios beside (needs python3, torch and a GPU)" },
+		{ "torch", OPT_FLAG, &torch, "run the PyTorch yardsticks (tools/torch_baseline.py; "
+		  "scale's tools/torch_ddp.py) on the same settings and set the ratios beside (needs "
+		  "python3, torch and a GPU)" },
 		{ "repeat", OPT_INT, &repeat, "train compare's models and amp's cells this many times "
 		  "each, so that diff can tell changes from noise (1)", 1, 100 },
 		OPT_DEVICE(&device),
@@ -751,10 +683,12 @@ int cmd_bench(int argc, char **argv)
 	const char *child_device = strcmp(device, "auto") ? device : NULL;
 	int rc;
 	char why[256] = "";
-	int torch_ok = torch && b.cuda && torch_usable(why, sizeof(why)) &&
-		       torch_script_find(b.torch_script, sizeof(b.torch_script));
+	int torch_ok = torch && b.cuda && yardstick_usable(why, sizeof(why)) &&
+		       yardstick_find("torch_baseline.py", b.torch_script, sizeof(b.torch_script));
 	if (torch && b.cuda && !torch_ok && !*why)
-		snprintf(why, sizeof(why), "tools/torch_baseline.py was not found: the yardstick was not run");
+		snprintf(why, sizeof(why), "tools/torch_baseline.py was not found");
+	if (torch && b.cuda && !torch_ok)
+		snprintf(why + strlen(why), sizeof(why) - strlen(why), ": the yardstick was not run");
 	if (torch && !b.cuda)
 		snprintf(why, sizeof(why), "the PyTorch yardstick runs on a CUDA GPU: not run on the CPU");
 
@@ -806,7 +740,7 @@ int cmd_bench(int argc, char **argv)
 		}
 		if (!b.tty)
 			bench_progress(&b, i, 0, 0), printf("\n");
-		if ((rc = stage_run(&b, i, t_bench0)) < 0)
+		if ((rc = stage_run(&b, i)) < 0)
 			goto done;
 		n_run++;
 		n_failed += strcmp(b.st[i].status, "ok") != 0;

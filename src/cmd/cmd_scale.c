@@ -3,24 +3,31 @@
  * scaling report: img/s in total and per GPU, efficiency against N x one GPU, step
  * time, the gradient all-reduce timed alone and how much of it backward hides, and
  * the slowest rank. Result scale.json, table, chart scaling.png (and scaling.csv with
- * --csv). */
+ * --csv). With --torch, PyTorch DDP (tools/torch_ddp.py under torchrun) runs right
+ * after each count on the same settings, and its img/s stands beside gpuperf's. */
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "cmd/dp.h"
 #include "cmd/launch.h"
 #include "cmd/train_json.h"
+#include "cmd/yardstick.h"
 #include "core/error.h"
 #include "core/names.h"
+#include "core/timeutil.h"
 #include "nn/models.h"
-#include "report/chart.h"
 #include "report/mfu.h"
+#include "report/plots.h"
 #include "report/result.h"
+#include "report/scale_report.h"
 #include "report/table.h"
 #include "train/trainer.h"
 
@@ -30,16 +37,6 @@ static const char *nccl_transport_at(int i)
 {
 	return i >= 0 && i < 2 ? nccl_transport_names[i] : NULL;
 }
-
-struct scale_row {
-	int gpus;
-	double img_s, img_s_per_gpu, ms_per_step, efficiency;
-	double allreduce_ms, exposed_ms, hidden_pct; /* hidden_pct < 0: not known */
-	int slowest_rank;
-	double slowest_ms, fastest_ms;
-	json_t *train; /* the run's measurements */
-	struct mfu mfu; /* their model FLOPs figures (all ranks together) */
-};
 
 /* One GPU count: `train` with n ranks into dir/gpus_<n>, then its measurements. */
 static int scale_one(int n, char **train_argv, int train_argc, const char *dir, struct scale_row *row)
@@ -85,46 +82,151 @@ static int scale_one(int n, char **train_argv, int train_argc, const char *dir, 
 	return 0;
 }
 
-static int scale_chart(const struct scale_row *rows, int n, const char *path, const char *title,
-		       const char *x_label)
+/* --torch: tools/torch_ddp.py under torchrun (python3 -m torch.distributed.run, the
+ * module torchrun starts, so that it is the python3 the probe found) at each count. */
+struct scale_torch_run {
+	int on;          /* --torch, and it can run here */
+	char why[256];   /* why it cannot */
+	char script[4096], version[64], nproc[16];
+	char *argv[40];  /* the count is argv[NPROC_AT] */
+	int argc;
+	const char *env[4];
+	char args[6][32];
+};
+#define NPROC_AT 5
+
+/* Decide whether the yardstick runs, and its command line: the model, precision,
+ * batch per GPU, size, steps (the same warm-up: 10% of them, at most 10, as train),
+ * bucket size and --sync-bn of gpuperf's own runs. The same checks as bench --torch,
+ * in the same order: the device, then python3 and torch, then the script. */
+static void scale_torch_plan(struct scale_torch_run *t, int cuda, const char *model,
+			     const char *precision, int batch, int size, int steps, int bucket_mb,
+			     int sync_bn, int nccl_socket)
 {
-	struct chart_figure *fig = chart_figure_new(1, 2, 0, 0, title);
-	if (!fig)
-		return gp_error(GP_ENOMEM, "cannot make the chart");
-	double x[ARGS_LIST_MAX], img[ARGS_LIST_MAX], ideal[ARGS_LIST_MAX], eff[ARGS_LIST_MAX];
-	for (int i = 0; i < n; i++) {
-		x[i] = rows[i].gpus;
-		img[i] = rows[i].img_s;
-		ideal[i] = rows[0].img_s * rows[i].gpus;
-		eff[i] = 100 * rows[i].efficiency;
+	if (!cuda)
+		snprintf(t->why, sizeof(t->why), "tools/torch_ddp.py runs on CUDA GPUs only, not with --device cpu");
+	else if (!strcmp(model, "simple_cnn"))
+		snprintf(t->why, sizeof(t->why), "torchvision has no simple_cnn");
+	else if (yardstick_usable(t->why, sizeof(t->why))) {
+		t->on = yardstick_find("torch_ddp.py", t->script, sizeof(t->script));
+		if (!t->on)
+			snprintf(t->why, sizeof(t->why), "tools/torch_ddp.py was not found");
 	}
-	struct chart_panel *p = chart_figure_panel(fig, 0);
-	chart_panel_set_title(p, "throughput");
-	chart_panel_set_labels(p, x_label, "img/s (all ranks)");
-	chart_panel_set_x_scale(p, CHART_LOG2);
-	chart_panel_add_line(p, x, ideal, n, (struct chart_line_style){ CHART_GREY, 0, 1, 0 }, "ideal (N x 1 GPU)");
-	chart_panel_add_line(p, x, img, n, (struct chart_line_style){ CHART_BLUE, 0, 0, 1 }, "measured");
-	p = chart_figure_panel(fig, 1);
-	chart_panel_set_title(p, "scaling efficiency");
-	chart_panel_set_labels(p, x_label, "efficiency (%)");
-	chart_panel_set_x_scale(p, CHART_LOG2);
-	double lo = 100;
-	for (int i = 0; i < n; i++)
-		lo = eff[i] < lo ? eff[i] : lo;
-	chart_panel_set_y_range(p, lo < 85 ? floor((lo - 5) / 10) * 10 : 80, 102);
-	chart_panel_add_hline(p, 100, CHART_GREY, 1, "ideal");
-	chart_panel_add_line(p, x, eff, n, (struct chart_line_style){ CHART_ORANGE, 0, 0, 1 }, "measured");
-	int rc = chart_figure_save(fig, path);
-	chart_figure_free(fig);
-	return rc;
+	if (!t->on)
+		return;
+	int warmup = steps / 10 < 10 ? steps / 10 : 10;
+	if (warmup >= steps)
+		warmup = steps - 1;
+	snprintf(t->args[0], sizeof(t->args[0]), "%d", batch);
+	snprintf(t->args[1], sizeof(t->args[1]), "%d", steps - warmup);
+	snprintf(t->args[2], sizeof(t->args[2]), "%d", warmup);
+	snprintf(t->args[3], sizeof(t->args[3]), "%d", size);
+	snprintf(t->args[4], sizeof(t->args[4]), "%d", bucket_mb);
+	char **v = t->argv;
+	int n = 0;
+	v[n++] = (char *)"python3";
+	v[n++] = (char *)"-m";
+	v[n++] = (char *)"torch.distributed.run";
+	v[n++] = (char *)"--standalone";
+	v[n++] = (char *)"--nproc-per-node";
+	v[n++] = t->nproc;
+	v[n++] = t->script;
+	v[n++] = (char *)"--model";
+	v[n++] = (char *)model;
+	v[n++] = (char *)"--precision";
+	v[n++] = (char *)precision;
+	v[n++] = (char *)"--batch";
+	v[n++] = t->args[0];
+	v[n++] = (char *)"--steps";
+	v[n++] = t->args[1];
+	v[n++] = (char *)"--warmup";
+	v[n++] = t->args[2];
+	if (size) {
+		v[n++] = (char *)"--size";
+		v[n++] = t->args[3];
+	}
+	if (bucket_mb) {
+		v[n++] = (char *)"--bucket-mb";
+		v[n++] = t->args[4];
+	}
+	if (sync_bn)
+		v[n++] = (char *)"--sync-bn";
+	v[n] = NULL;
+	t->argc = n;
+	/* never NVLink SHARP (NVLS): these machines keep multicast off; with --transport
+	 * socket PyTorch's NCCL takes the same path as gpuperf's ranks */
+	int e = 0;
+	t->env[e++] = "NCCL_NVLS_ENABLE=0";
+	if (nccl_socket) {
+		t->env[e++] = "NCCL_P2P_DISABLE=1";
+		t->env[e++] = "NCCL_SHM_DISABLE=1";
+	}
+	t->env[e] = NULL;
+}
+
+/* The command as a string, "N" for the count: what scale.json records. */
+static void scale_torch_command(const struct scale_torch_run *t, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	for (int i = 0; t->env[i]; i++)
+		snprintf(buf + strlen(buf), cap - strlen(buf), "%s ", t->env[i]);
+	for (int i = 0; i < t->argc; i++)
+		snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", i ? " " : "",
+			 i == NPROC_AT ? "N" : t->argv[i]);
+}
+
+/* PyTorch DDP at n GPUs into dir/gpus_<n>/torch.jsonl (its log beside); allowed 4x
+ * the time gpuperf's run at that count took, and at least 2 minutes (PyTorch's import,
+ * cuDNN's benchmark and NCCL's set-up come first). A failure is the row's note. */
+static int scale_torch_one(struct scale_torch_run *t, int n, const char *dir, double gp_seconds,
+			   struct scale_torch *row)
+{
+	char out[4300], log[4300];
+	snprintf(t->nproc, sizeof(t->nproc), "%d", n);
+	snprintf(out, sizeof(out), "%s/gpus_%d/torch.jsonl", dir, n);
+	snprintf(log, sizeof(log), "%s/gpus_%d/torch_log.txt", dir, n);
+	int fd_out = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd_log = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd_out < 0 || fd_log < 0) {
+		if (fd_out >= 0)
+			close(fd_out);
+		if (fd_log >= 0)
+			close(fd_log);
+		return gp_error(GP_EIO, "cannot write in '%s/gpus_%d'", dir, n);
+	}
+	struct child_run c = {
+		.argv = t->argv, .env = t->env, .fd_out = fd_out, .fd_log = fd_log,
+		.limit_s = 4 * gp_seconds > 120 ? 4 * gp_seconds : 120,
+	};
+	int rc = child_run(&c);
+	close(fd_out);
+	close(fd_log);
+	if (rc < 0)
+		return rc;
+	memset(row, 0, sizeof(*row));
+	row->state = SCALE_TORCH_FAILED;
+	if (c.killed) {
+		snprintf(row->note, sizeof(row->note), "stopped after %.0f s", c.limit_s);
+	} else if (!child_run_ok(&c)) {
+		char last[200];
+		yardstick_error_line(log, last, sizeof(last));
+		if (*last)
+			snprintf(row->note, sizeof(row->note), "%s", last);
+		else
+			snprintf(row->note, sizeof(row->note), "torchrun exited with status %d",
+				 WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1);
+	} else {
+		scale_torch_read(out, n, row, t->version, sizeof(t->version));
+	}
+	return 0;
 }
 
 int cmd_scale(int argc, char **argv)
 {
 	const char *model = "resnet50", *device = "auto", *precision = NULL, *out = NULL;
-	const char *transport = "auto", *layout = NULL, *csv = NULL;
-	int batch = 256, steps = 60, help = 0, json = 0, overwrite = 0, sync_bn = 0, size = 0;
-	int bucket_mb = 0;
+	const char *transport = "auto", *layout = NULL;
+	int csv = 0, batch = 256, steps = 60, help = 0, json = 0, overwrite = 0, sync_bn = 0, size = 0;
+	int bucket_mb = 0, torch = 0;
 	struct int_list gpus = { 0 };
 	struct opt opts[] = {
 		OPT_MODEL(&model, "(resnet50)"),
@@ -138,9 +240,11 @@ int cmd_scale(int argc, char **argv)
 		{ "transport", OPT_STR, &transport, "NCCL's path between GPUs: auto, or socket (no P2P or shared memory: rehearses a run across hosts)", .choices = nccl_transport_at },
 		{ "sync-bn", OPT_FLAG, &sync_bn, "batch-norm statistics over every rank (SyncBatchNorm)", 0 },
 		{ "bucket-mb", OPT_INT, &bucket_mb, "gradient all-reduce bucket size in MiB (25, as DDP)", 1, 1024 },
+		{ "torch", OPT_FLAG, &torch, "after each count, PyTorch DDP (tools/torch_ddp.py under torchrun) "
+		  "on the same settings, its img/s and the ratio beside (needs python3, torch and GPUs)", 0 },
 		OPT_OUT(&out, "scale.json, scaling.png and one train run per GPU count", "scale"),
 		OPT_OVERWRITE(&overwrite, "scale.json"),
-		OPT_CSV(&csv, "scaling"),
+		OPT_CSV(&csv, "the table (scaling.csv)"),
 		OPT_JSON(&json, "print the JSON summary"),
 		OPT_HELP(&help),
 		OPT_END(),
@@ -148,7 +252,7 @@ int cmd_scale(int argc, char **argv)
 	GP_TRY(args_parse(argc, argv, 1, opts));
 	if (help) {
 		args_print_help("gpuperf scale [--model resnet50] [--precision bf16] [--gpus 1,2,4,8] "
-				"[--batch 256] [--transport auto|socket]", opts);
+				"[--batch 256] [--transport auto|socket] [--torch]", opts);
 		return 0;
 	}
 	enum backend_kind backend;
@@ -197,8 +301,6 @@ int cmd_scale(int argc, char **argv)
 	if (nccl_socket && backend != BACKEND_CUDA)
 		return gp_error(GP_EINVAL, "--transport socket is NCCL's: it needs --device cuda");
 	char dir[4096];
-	if (csv)
-		GP_TRY(path_file_prepare(csv));
 	GP_TRY(result_dir_prepare("scale", "scale", out, overwrite, dir, sizeof(dir)));
 	if (nccl_socket) {
 		/* NCCL reads these when the ranks make their communicators */
@@ -243,19 +345,41 @@ int cmd_scale(int argc, char **argv)
 	}
 	targv[targc] = NULL;
 
+	static struct scale_torch_run tr;
+	memset(&tr, 0, sizeof(tr));
+	if (torch) {
+		scale_torch_plan(&tr, backend == BACKEND_CUDA, model, precision, batch, size, steps,
+				 bucket_mb, sync_bn, nccl_socket);
+		if (!tr.on)
+			printf("PyTorch DDP yardstick skipped: %s\n", tr.why);
+	}
 	struct scale_row rows[ARGS_LIST_MAX] = { 0 };
 	int rc = 0, done = 0;
 	printf("scale: %s %s, batch %d per GPU, GPU counts", model, precision, batch);
 	for (int i = 0; i < g.n; i++)
 		printf(" %d", g.v[i]);
-	printf("%s\n", nccl_socket ? " (NCCL over sockets)" : "");
+	printf("%s%s\n", nccl_socket ? " (NCCL over sockets)" : "", tr.on ? ", PyTorch DDP after each" : "");
 	fflush(stdout);
 	for (int i = 0; i < g.n && rc == 0; i++) {
 		printf("  %d GPU%s ...\n", g.v[i], g.v[i] == 1 ? "" : "s");
 		fflush(stdout);
+		double t0 = gp_now_s();
 		rc = scale_one(g.v[i], targv, targc, dir, &rows[i]);
-		if (rc == 0)
-			done++;
+		if (rc < 0)
+			break;
+		done++;
+		if (!tr.on)
+			continue;
+		printf("  %d GPU%s, PyTorch DDP ...\n", g.v[i], g.v[i] == 1 ? "" : "s");
+		fflush(stdout);
+		if ((rc = scale_torch_one(&tr, g.v[i], dir, gp_now_s() - t0, &rows[i].torch)) < 0)
+			break;
+		if (rows[i].torch.state == SCALE_TORCH_OK)
+			printf("  %d GPU%s: gpuperf %.1f img/s, PyTorch DDP %.1f img/s\n", g.v[i],
+			       g.v[i] == 1 ? "" : "s", rows[i].img_s, rows[i].torch.img_s);
+		else
+			printf("  PyTorch DDP at %d GPU%s failed: %s\n", g.v[i], g.v[i] == 1 ? "" : "s",
+			       rows[i].torch.note);
 	}
 	if (done == 0) {
 		result_run_dir_abandon();
@@ -264,80 +388,56 @@ int cmd_scale(int argc, char **argv)
 	char late[1024] = "";
 	if (rc < 0)
 		snprintf(late, sizeof(late), "%s", gp_errmsg());
+	int on_gpu = backend == BACKEND_CUDA;
+	scale_rows_derive(rows, done);
 	struct table t;
 	table_init(&t);
-	table_add_col(&t, "GPUs", TABLE_RIGHT);
-	table_add_col(&t, "img/s", TABLE_RIGHT);
-	table_add_col(&t, "img/s/GPU", TABLE_RIGHT);
-	table_add_col(&t, "efficiency", TABLE_RIGHT);
-	table_add_col(&t, "ms/step", TABLE_RIGHT);
-	table_add_col(&t, "all-reduce ms", TABLE_RIGHT);
-	table_add_col(&t, "hidden", TABLE_RIGHT);
-	table_add_col(&t, "slowest rank", TABLE_RIGHT);
-	table_add_col(&t, "TFLOP/s", TABLE_RIGHT);
-	table_add_col(&t, "MFU", TABLE_RIGHT);
-	table_add_col(&t, "J/img", TABLE_RIGHT);
-	json_t *arr = json_array();
-	for (int i = 0; i < done; i++) {
-		struct scale_row *r = &rows[i];
-		r->efficiency = r->img_s / (rows[0].img_s * r->gpus);
-		r->exposed_ms = r->ms_per_step - rows[0].ms_per_step;
-		if (r->exposed_ms < 0)
-			r->exposed_ms = 0;
-		r->hidden_pct = r->gpus > 1 && r->allreduce_ms > 0
-					? 100 * (1 - fmin(r->exposed_ms, r->allreduce_ms) / r->allreduce_ms) : -1;
-		char hidden[16] = "-", slow[48] = "-", ar[24] = "-";
-		if (r->gpus > 1)
-			snprintf(ar, sizeof(ar), "%.2f", r->allreduce_ms);
-		if (r->hidden_pct >= 0)
-			snprintf(hidden, sizeof(hidden), "%.0f%%", r->hidden_pct);
-		if (r->gpus > 1)
-			snprintf(slow, sizeof(slow), "%d (%.2f vs %.2f ms)", r->slowest_rank, r->slowest_ms,
-				 r->fastest_ms);
-		char mfu[32], joule[32];
-		table_add_row(&t, "%d\t%.1f\t%.1f\t%.1f%%\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s", r->gpus, r->img_s,
-			      r->img_s_per_gpu, 100 * r->efficiency, r->ms_per_step,
-			      ar, hidden, slow, r->mfu.tflops,
-			      mfu_pct_str(&r->mfu, backend == BACKEND_CUDA, mfu, sizeof(mfu)),
-			      mfu_energy_str(&r->mfu, joule, sizeof(joule)));
-		json_t *o = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:O}", "gpus", r->gpus,
-				      "img_s", result_real(r->img_s), "img_s_per_gpu", result_real(r->img_s_per_gpu),
-				      "efficiency", result_real(r->efficiency), "ms_per_step", result_real(r->ms_per_step),
-				      "allreduce_ms", result_real(r->allreduce_ms),
-				      "exposed_comm_ms", result_real(r->exposed_ms),
-				      "allreduce_hidden_pct", r->hidden_pct >= 0 ? result_real(r->hidden_pct) : json_null(),
-				      "slowest_rank", r->slowest_rank, "train", r->train);
-		mfu_json_set(o, &r->mfu);
-		json_array_append_new(arr, o);
+	int rc_w = scale_table_fill(&t, rows, done, on_gpu, tr.on);
+	json_t *arr = rc_w == 0 ? scale_runs_json(rows, done, tr.on) : NULL;
+	json_t *res = arr ? result_new("scale", argc, argv) : NULL;
+	if (rc_w == 0 && !res) {
+		json_decref(arr);
+		rc_w = gp_error(GP_ENOMEM, "no memory for the scale result");
 	}
-	table_print(&t, stdout);
-	json_t *res = result_new("scale", argc, argv);
-	json_object_set_new(res, "settings", json_pack("{s:s, s:s, s:s, s:i, s:i, s:s, s:b, s:i}", "model", model,
-			    "device", train_device_name(backend), "precision", precision, "batch_per_gpu", batch,
-			    "steps", steps, "nccl_transport", transport, "sync_bn", sync_bn,
-			    "bucket_mb", bucket_mb ? bucket_mb : 25));
-	json_t *gpu = train_gpu_json(backend, 0);
-	if (gpu)
-		result_set_gpu(res, gpu);
-	json_object_set_new(res, "measurements", json_pack("{s:o}", "runs", arr));
-	char path[4096], png[4200], title[256];
-	int rc_w = result_write(res, dir, "scale", path, sizeof(path));
+	char path[4096] = "", csv_path[4200] = "", cmd[2048], summary[512];
 	if (rc_w == 0) {
-		snprintf(png, sizeof(png), "%s/scaling.png", dir);
-		snprintf(title, sizeof(title), "%s %s, batch %d per GPU", model, precision, batch);
-		rc_w = scale_chart(rows, done, png, title,
-				   backend == BACKEND_CUDA ? "GPUs" : "ranks (CPU processes)");
-	}
-	if (rc_w == 0 && csv)
-		rc_w = table_write_csv(&t, csv);
-	if (rc_w == 0 && json) {
-		char *s = json_dumps(json_object_get(res, "measurements"), JSON_INDENT(2));
-		if (s)
-			printf("%s\n", s);
-		free(s);
+		table_print(&t, stdout);
+		json_object_set_new(res, "settings", json_pack("{s:s, s:s, s:s, s:i, s:i, s:s, s:b, s:i, s:b}",
+				    "model", model, "device", train_device_name(backend), "precision", precision,
+				    "batch_per_gpu", batch, "steps", steps, "nccl_transport", transport,
+				    "sync_bn", sync_bn, "bucket_mb", bucket_mb ? bucket_mb : 25, "torch", torch));
+		json_t *gpu = train_gpu_json(backend, 0);
+		if (gpu)
+			result_set_gpu(res, gpu);
+		json_t *m = json_pack("{s:o}", "runs", arr);
+		if (torch && tr.on) {
+			scale_torch_command(&tr, cmd, sizeof(cmd));
+			json_object_set_new(m, "pytorch", json_pack("{s:s, s:o, s:s, s:s}", "status", "ran",
+					    "torch", *tr.version ? json_string(tr.version) : json_null(),
+					    "script", tr.script, "command", cmd));
+		} else if (torch) {
+			json_object_set_new(m, "pytorch", json_pack("{s:s, s:s}", "status", "skipped",
+								  "note", tr.why));
+		}
+		json_object_set_new(res, "measurements", m);
+		rc_w = result_write(res, dir, "scale", path, sizeof(path));
 	}
 	if (rc_w == 0)
-		printf("wrote %s and %s\n", path, png);
+		rc_w = plots_draw(res, dir);
+	if (rc_w == 0 && csv)
+		rc_w = table_write_csv_in(&t, dir, "scaling.csv", csv_path, sizeof(csv_path));
+	if (rc_w == 0 && json) {
+		char *js = json_dumps(json_object_get(res, "measurements"), JSON_INDENT(2));
+		if (js)
+			printf("%s\n", js);
+		free(js);
+	}
+	if (rc_w == 0) {
+		scale_summary(rows, done, summary, sizeof(summary));
+		printf("%s\nwrote %s and %s/%s\n", summary, path, dir, plots_chart_name("scale"));
+		if (csv)
+			printf("wrote %s\n", csv_path);
+	}
 	json_decref(res);
 	table_free(&t);
 	for (int i = 0; i < done; i++)

@@ -459,8 +459,17 @@ static void section_train(struct rep *r, struct summary *s, json_t *stage, json_
 		 num(m, "img_s"), num(m, "data_wait_pct"));
 }
 
+/* PyTorch DDP's figures of a scale run (scale --torch): its "torch" object when it
+ * measured, else NULL. */
+static json_t *scale_torch_ok(json_t *run)
+{
+	json_t *t = json_object_get(run, "torch");
+	return !strcmp(str(t, "status"), "ok") ? t : NULL;
+}
+
 /* Data parallel over the host's GPUs: throughput, per-GPU rate and scaling efficiency
- * by GPU count; the summary names the efficiency at the largest count. */
+ * by GPU count, and PyTorch DDP's img/s with gpuperf's ratio where bench ran it
+ * (--torch); the summary names the efficiency at the largest count (and the ratio). */
 static void section_scale(struct rep *r, struct summary *s, json_t *stage, json_t *res)
 {
 	json_t *runs = json_object_get(meas(res), "runs"), *run;
@@ -468,18 +477,27 @@ static void section_scale(struct rep *r, struct summary *s, json_t *stage, json_
 	size_t i;
 	struct html_bar bars[16];
 	char labels[16][32];
-	int n = 0;
+	int n = 0, torch = 0;
 	const char *model = str(json_object_get(res, "settings"), "model");
-	rep_table_begin(r, &t, "GPUs\timg/s\timg/s per GPU\tscaling efficiency\tms/step\t"
-			"exposed communication (ms)");
+	json_array_foreach(runs, i, run)
+		torch |= scale_torch_ok(run) != NULL;
+	rep_table_begin(r, &t, torch ? "GPUs\timg/s\timg/s per GPU\tscaling efficiency\tms/step\t"
+				       "exposed communication (ms)\tPyTorch DDP img/s\tgpuperf / PyTorch DDP"
+				     : "GPUs\timg/s\timg/s per GPU\tscaling efficiency\tms/step\t"
+				       "exposed communication (ms)");
 	json_array_foreach(runs, i, run) {
-		char a[32], b[32], c[32], d[32], e[32];
-		rep_row(r, &t, "%.0f\t%s\t%s\t%s\t%s\t%s", num(run, "gpus"),
+		char a[32], b[32], c[32], d[32], e[32], f[32] = "-", g[32] = "-";
+		json_t *tr = scale_torch_ok(run);
+		if (tr) {
+			fmt_num(f, sizeof(f), "%.1f", num(tr, "img_s"));
+			fmt_num(g, sizeof(g), "%.2fx", num(tr, "ratio"));
+		}
+		rep_row(r, &t, "%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s", num(run, "gpus"),
 			fmt_num(a, sizeof(a), "%.1f", num(run, "img_s")),
 			fmt_num(b, sizeof(b), "%.1f", num(run, "img_s_per_gpu")),
 			fmt_num(c, sizeof(c), "%.1f%%", 100 * num(run, "efficiency")),
 			fmt_num(d, sizeof(d), "%.2f", num(run, "ms_per_step")),
-			fmt_num(e, sizeof(e), "%.2f", num(run, "exposed_comm_ms")));
+			fmt_num(e, sizeof(e), "%.2f", num(run, "exposed_comm_ms")), f, g);
 		if (n < 16) {
 			snprintf(labels[n], sizeof(labels[n]), "%.0f GPUs", num(run, "gpus"));
 			bars[n] = (struct html_bar){ labels[n], num(run, "img_s"), 0 };
@@ -492,8 +510,13 @@ static void section_scale(struct rep *r, struct summary *s, json_t *stage, json_
 			  str(stage, "result"), "scale/scaling.png");
 	if (n > 1) {
 		json_t *last = json_array_get(runs, json_array_size(runs) - 1);
-		sum_head(s, "%s on %.0f GPUs: %.1f img/s, %.1f%% scaling efficiency (scale)", model,
-			 num(last, "gpus"), num(last, "img_s"), 100 * num(last, "efficiency"));
+		json_t *tr = scale_torch_ok(last);
+		char beside[96] = "";
+		if (tr && isfinite(num(tr, "ratio")))
+			snprintf(beside, sizeof(beside), ", %.2fx PyTorch DDP's %.1f img/s", num(tr, "ratio"),
+				 num(tr, "img_s"));
+		sum_head(s, "%s on %.0f GPUs: %.1f img/s, %.1f%% scaling efficiency%s (scale)", model,
+			 num(last, "gpus"), num(last, "img_s"), 100 * num(last, "efficiency"), beside);
 		if (num(last, "efficiency") < 0.9)
 			sum_find(s, 1, "data parallel loses %.0f%% to communication and stragglers on "
 				 "%.0f GPUs: see the scale table's exposed communication (scale)",

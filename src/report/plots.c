@@ -500,15 +500,96 @@ free_all:
 	return rc;
 }
 
+/* scale: img/s of all ranks against the GPU count (log2), the ideal N x one GPU
+ * dashed, PyTorch DDP beside where the run has it (--torch); and the efficiency of
+ * both. The title and the x axis's name come from the settings. */
+static int plot_scale(json_t *res, const char *path)
+{
+	json_t *runs = json_object_get(json_object_get(res, "measurements"), "runs");
+	json_t *settings = json_object_get(res, "settings");
+	int n = (int)json_array_size(runs), nt = 0, nte = 0;
+	if (!json_is_array(runs) || n == 0)
+		return gp_error(GP_EFORMAT, "scale: \"measurements.runs\" is missing or empty");
+	if (n > 64)
+		return gp_error(GP_EFORMAT, "scale: %d runs, at most 64", n);
+	double x[64], img[64], ideal[64], eff[64], tx[64], timg[64], tex[64], teff[64];
+	for (int i = 0; i < n; i++) {
+		json_t *r = json_array_get(runs, i), *t = json_object_get(r, "torch");
+		char where[48];
+		snprintf(where, sizeof(where), "scale run %d", i);
+		GP_TRY(json_number_get(r, "gpus", where, &x[i]));
+		GP_TRY(json_number_get(r, "img_s", where, &img[i]));
+		GP_TRY(json_number_get(r, "efficiency", where, &eff[i]));
+		if (!(x[i] >= 1))
+			return gp_error(GP_EFORMAT, "%s: \"gpus\" must be 1 or more", where);
+		ideal[i] = img[0] / x[0] * x[i];
+		eff[i] *= 100;
+		const char *st = json_string_value(json_object_get(t, "status"));
+		double v = 0;
+		if (st && !strcmp(st, "ok") && json_number_get(t, "img_s", where, &v) == 0) {
+			tx[nt] = x[i];
+			timg[nt++] = v;
+			if (json_is_number(json_object_get(t, "efficiency"))) {
+				tex[nte] = x[i];
+				teff[nte++] = 100 * json_number_value(json_object_get(t, "efficiency"));
+			}
+		}
+		gp_error_clear();
+	}
+	const char *model = json_string_value(json_object_get(settings, "model"));
+	const char *prec = json_string_value(json_object_get(settings, "precision"));
+	const char *device = json_string_value(json_object_get(settings, "device"));
+	json_t *batch = json_object_get(settings, "batch_per_gpu");
+	const char *x_label = device && !strcmp(device, "cpu") ? "ranks (CPU processes)" : "GPUs";
+	char title[256];
+	snprintf(title, sizeof(title), "%s %s, batch %lld per GPU", model ? model : "?",
+		 prec ? prec : "?", (long long)json_integer_value(batch));
+	struct chart_figure *fig = chart_figure_new(1, 2, 0, 0, title);
+	if (!fig)
+		return gp_error(GP_ENOMEM, "cannot make the chart");
+	struct chart_panel *p = chart_figure_panel(fig, 0);
+	chart_panel_set_title(p, "throughput");
+	chart_panel_set_labels(p, x_label, "img/s (all ranks)");
+	chart_panel_set_x_scale(p, CHART_LOG2);
+	chart_panel_add_line(p, x, ideal, n, (struct chart_line_style){ CHART_GREY, 0, 1, 0, 0 },
+			     "ideal (N x 1 GPU)");
+	chart_panel_add_line(p, x, img, n, (struct chart_line_style){ CHART_BLUE, 0, 0, 1, 0 },
+			     nt ? "gpuperf" : "measured");
+	if (nt)
+		chart_panel_add_line(p, tx, timg, nt, (struct chart_line_style){ CHART_ORANGE, 0, 0, 1, 0 },
+				     "PyTorch DDP");
+	p = chart_figure_panel(fig, 1);
+	chart_panel_set_title(p, "scaling efficiency");
+	chart_panel_set_labels(p, x_label, "efficiency (%)");
+	chart_panel_set_x_scale(p, CHART_LOG2);
+	double lo = 100;
+	for (int i = 0; i < n; i++)
+		lo = eff[i] < lo ? eff[i] : lo;
+	for (int i = 0; i < nte; i++)
+		lo = teff[i] < lo ? teff[i] : lo;
+	chart_panel_set_y_range(p, lo < 85 ? floor((lo - 5) / 10) * 10 : 80, 102);
+	chart_panel_add_hline(p, 100, CHART_GREY, 1, "ideal");
+	chart_panel_add_line(p, x, eff, n, (struct chart_line_style){ nt ? CHART_BLUE : CHART_ORANGE, 0, 0, 1, 0 },
+			     nt ? "gpuperf" : "measured");
+	if (nte)
+		chart_panel_add_line(p, tex, teff, nte, (struct chart_line_style){ CHART_ORANGE, 0, 0, 1, 0 },
+				     "PyTorch DDP");
+	int rc = chart_figure_save(fig, path);
+	chart_figure_free(fig);
+	return rc;
+}
+
 static const struct {
 	const char *command;
 	const char *chart;
 	int (*draw)(json_t *measurements, const char *path);
+	int (*draw_result)(json_t *result, const char *path); /* one that reads the settings */
 } plotters[] = {
 	{ "maxbatch", "batch_size_memory_usage.png", plot_maxbatch },
 	{ "workers", "gpu_utilization_comparison.png", plot_workers },
 	{ "amp", "amp_speedup.png", plot_amp },
 	{ "monitor", "monitor.png", monitor_plot },
+	{ "scale", "scaling.png", NULL, plot_scale },
 };
 
 const char *plots_chart_name(const char *command)
@@ -536,7 +617,7 @@ int plots_draw(json_t *result, const char *out_dir)
 		if (snprintf(path, sizeof(path), "%s/%s", out_dir, plotters[i].chart) >=
 		    (int)sizeof(path))
 			return gp_error(GP_EINVAL, "output directory name too long");
-		return plotters[i].draw(m, path);
+		return plotters[i].draw ? plotters[i].draw(m, path) : plotters[i].draw_result(result, path);
 	}
 	return gp_error(GP_EUNSUPPORTED, "no charts for results of '%s'", command);
 }

@@ -2,12 +2,14 @@
  * gradient buckets through NCCL, rank 0's statistics sent before each forward, and
  * the NCCL calls inside a captured training step change nothing; synchronized batch
  * norm's own kernels train as batch norm does, in FP32 and bf16 (NHWC). With two GPUs
- * (skipped on fewer): two ranks at batch B train as one rank at 2B. */
+ * (skipped on fewer): two ranks at batch B train as one rank at 2B. scale --torch
+ * sets PyTorch DDP beside gpuperf at each count (skipped without python3 and torch). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
+#include <jansson.h>
 
 #include "backend/backend.h"
 #include "dist/dist.h"
@@ -214,4 +216,77 @@ TEST(cuda_dp_two_gpus_equal_one_at_twice_the_batch_simple_cnn)
 TEST(cuda_dp_two_gpus_sync_bn_equal_one_at_twice_the_batch_resnet18)
 {
 	two_gpus_case("resnet18", "--sync-bn");
+}
+
+/* scale --torch on the GPUs there are (1, and 2 over sockets where there are two):
+ * PyTorch DDP ran after gpuperf at each count, its img/s and the ratio beside; where
+ * python3 with torch is missing, the one note and a skip. */
+static void scale_torch_case(int gpus, const char *extra)
+{
+	NEED_GPU();
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n < gpus)
+		SKIP("needs 2 GPUs");
+	char tmp[400], cmd[2048], out[32768], path[700];
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "timeout 500 %s scale --model resnet18 --device cuda --precision bf16 "
+		 "--gpus %d --batch 64 --steps 20 %s --torch --csv --out %s/s", test_bin(), gpus, extra, tmp);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "scale --torch exited %d: %s", rc, out);
+	snprintf(path, sizeof(path), "%s/s/scale.json", tmp);
+	json_t *res = json_load_file(path, 0, NULL);
+	CHECK_MSG(res != NULL, "no %s: %s", path, out);
+	if (!res)
+		return;
+	json_t *m = json_object_get(res, "measurements"), *pt = json_object_get(m, "pytorch");
+	const char *status = json_string_value(json_object_get(pt, "status"));
+	if (status && !strcmp(status, "skipped")) {
+		char why[300];
+		snprintf(why, sizeof(why), "%s", json_string_value(json_object_get(pt, "note")));
+		CHECK(strstr(out, "PyTorch DDP yardstick skipped: ") != NULL);
+		json_decref(res);
+		SKIP(why);
+	}
+	CHECK_MSG(status && !strcmp(status, "ran"), "%s", out);
+	const char *command = json_string_value(json_object_get(pt, "command"));
+	CHECK(command && !strncmp(command, "NCCL_NVLS_ENABLE=0 ", 19));
+	CHECK(command && strstr(command, "--nproc-per-node N ") && strstr(command, "--precision bf16") &&
+	      strstr(command, "--batch 64"));
+	if (*extra)
+		CHECK(command && strstr(command, "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 "));
+	CHECK(json_is_string(json_object_get(pt, "torch")));
+	json_t *runs = json_object_get(m, "runs");
+	CHECK_EQ_INT(json_array_size(runs), gpus == 1 ? 1 : 2);
+	for (size_t i = 0; i < json_array_size(runs); i++) {
+		json_t *r = json_array_get(runs, i), *t = json_object_get(r, "torch");
+		CHECK_MSG(!strcmp(json_string_value(json_object_get(t, "status")), "ok"), "run %zu: %s", i,
+			  json_string_value(json_object_get(t, "note")));
+		double ours = json_number_value(json_object_get(r, "img_s"));
+		double theirs = json_number_value(json_object_get(t, "img_s"));
+		double ratio = json_number_value(json_object_get(t, "ratio"));
+		printf("      %lld GPU(s)%s: gpuperf %.1f img/s, PyTorch DDP %.1f img/s: %.3fx\n",
+		       (long long)json_integer_value(json_object_get(r, "gpus")), extra, ours, theirs, ratio);
+		CHECK(ours > 0 && theirs > 0);
+		CHECK_NEAR(ratio, ours / theirs, 1e-9 * ratio);
+		CHECK(json_number_value(json_object_get(t, "peak_reserved_mib")) > 100);
+		CHECK(json_number_value(json_object_get(t, "ms_per_step")) > 0);
+	}
+	json_decref(res);
+	CHECK(strstr(out, "x torch") != NULL);
+	CHECK(strstr(out, "gpuperf / PyTorch DDP img/s: ") != NULL);
+	snprintf(path, sizeof(path), "%s/s/gpus_1/torch.jsonl", tmp);
+	FILE *f = fopen(path, "r");
+	CHECK_MSG(f != NULL, "no %s", path);
+	if (f)
+		fclose(f);
+}
+
+TEST(cuda_dp_scale_torch_one_gpu)
+{
+	scale_torch_case(1, "");
+}
+
+TEST(cuda_dp_scale_torch_two_gpus_over_sockets)
+{
+	scale_torch_case(2, "--transport socket");
 }
