@@ -38,6 +38,7 @@ static int nvjpeg_refs;
 static void *nvjpeg_lib;
 static struct nvjpeg_api nvjpeg;
 static char nvjpeg_path[TUNING_PATH_MAX];
+static nvjpeg_create_ex_v2_fn nvjpeg_v2; /* optional: NULL before CUDA 12.1 */
 
 /* dlopen the tuning path alone when it is set (a test points it at a file that does
  * not exist and must not find the real library instead), else the first default
@@ -91,6 +92,8 @@ int nvjpeg_open(const struct nvjpeg_api **api)
 		}
 		memcpy((char *)&nvjpeg + nvjpeg_syms[i].offset, &sym, sizeof(sym));
 	}
+	void *v2 = dlsym(nvjpeg_lib, "nvjpegCreateExV2");
+	memcpy(&nvjpeg_v2, &v2, sizeof(v2));
 	nvjpeg_refs = 1;
 unlock:
 	if (rc == 0)
@@ -105,8 +108,14 @@ void nvjpeg_close(void)
 	if (nvjpeg_refs > 0 && --nvjpeg_refs == 0) {
 		dlclose(nvjpeg_lib);
 		nvjpeg_lib = NULL;
+		nvjpeg_v2 = NULL;
 	}
 	pthread_mutex_unlock(&nvjpeg_lock);
+}
+
+nvjpeg_create_ex_v2_fn nvjpeg_create_ex_v2(void)
+{
+	return nvjpeg_v2;
 }
 
 const char *nvjpeg_lib_path(void)

@@ -102,6 +102,24 @@ struct nvjpeg_api {
 					    int *is_supported);
 };
 
+/* nvjpegCreateExV2's allocators (docs 2.2.8, 2.2.11): stream-ordered, with a context.
+ * Each returns 0 on success. */
+struct nvjpeg_dev_allocator_v2 {
+	int (*dev_malloc)(void *ctx, void **ptr, size_t size, nvjpeg_cuda_stream stream);
+	int (*dev_free)(void *ctx, void *ptr, size_t size, nvjpeg_cuda_stream stream);
+	void *dev_ctx;
+};
+struct nvjpeg_pinned_allocator_v2 {
+	int (*pinned_malloc)(void *ctx, void **ptr, size_t size, nvjpeg_cuda_stream stream);
+	int (*pinned_free)(void *ctx, void *ptr, size_t size, nvjpeg_cuda_stream stream);
+	void *pinned_ctx;
+};
+/* nvjpegCreateExV2 (CUDA 12.1 and later), or NULL where the library predates it. */
+typedef int (*nvjpeg_create_ex_v2_fn)(int backend, struct nvjpeg_dev_allocator_v2 *dev_allocator,
+				      struct nvjpeg_pinned_allocator_v2 *pinned_allocator,
+				      unsigned flags, nvjpeg_handle *handle);
+nvjpeg_create_ex_v2_fn nvjpeg_create_ex_v2(void);
+
 /* Load the library (the tuning path, else libnvjpeg.so.13, .so.12, .so) and resolve
  * every symbol; reference counted and thread-safe, each nvjpeg_open paired with
  * nvjpeg_close. GP_ENODEV with the reason (which file, which symbol) when it fails.
