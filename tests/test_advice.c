@@ -240,3 +240,47 @@ TEST(advise_records_estimate_and_measurement)
 	CHECK(json_number_value(json_object_get(batch, "speedup")) > 0);
 	json_decref(j);
 }
+
+/* Runtime calls of a helper thread (one with runtime calls only: gpuperf's GPU decode
+ * thread waits on its own stream for a whole step) are not the training loop's: not
+ * its syncs, not its host runtime time. A thread with ops (PyTorch's autograd thread)
+ * is the loop's. In a 10 ms step: the loop's sync of 0.5 ms, the autograd thread's
+ * launch of 0.1 ms inside its op, and two 4 ms syncs of a helper thread. */
+TEST(analysis_helper_thread_runtime_calls_are_not_the_loops)
+{
+	struct trace t;
+	struct analysis a;
+	CHECK_EQ_INT(trace_init(&t), 0);
+	int64_t b = t.base_ns, ms = 1000000;
+	struct trace_range step = { .name = "ProfilerStep#1", .cat = TRACE_USER_ANNOTATION,
+				    .start_ns = b, .end_ns = b + 10 * ms, .external_id = 1 };
+	CHECK_EQ_INT(trace_add_range(&t, &step), 0);
+	struct trace_range loop_sync = { .name = "cudaStreamSynchronize", .cat = TRACE_CUDA_RUNTIME,
+					 .start_ns = b + 1 * ms, .end_ns = b + 1 * ms + ms / 2 };
+	struct trace_range op = { .name = "autograd::engine::evaluate_function: ConvolutionBackward0",
+				  .cat = TRACE_CPU_OP, .tid = 777, .start_ns = b + 3 * ms,
+				  .end_ns = b + 4 * ms };
+	struct trace_range launch = { .name = "cudaLaunchKernel", .cat = TRACE_CUDA_RUNTIME, .tid = 777,
+				      .start_ns = b + 3 * ms, .end_ns = b + 3 * ms + ms / 10 };
+	CHECK_EQ_INT(trace_add_range(&t, &loop_sync), 0);
+	CHECK_EQ_INT(trace_add_range(&t, &op), 0);
+	CHECK_EQ_INT(trace_add_range(&t, &launch), 0);
+	for (int i = 0; i < 2; i++) {
+		struct trace_range h = { .name = "cudaStreamSynchronize", .cat = TRACE_CUDA_RUNTIME,
+					 .tid = 4242, .start_ns = b + 5 * ms + i * ms / 2,
+					 .end_ns = b + 9 * ms + i * ms / 2 };
+		CHECK_EQ_INT(trace_add_range(&t, &h), 0);
+	}
+	struct trace_gpu k = { .name = "k", .cat = TRACE_KERNEL, .start_ns = b + 2 * ms,
+			       .end_ns = b + 2 * ms + ms / 2 };
+	CHECK_EQ_INT(trace_add_gpu(&t, &k), 0);
+	struct trace_step s = { 1, b, b + 10 * ms, 0 };
+	CHECK_EQ_INT(trace_add_step(&t, &s), 0);
+	CHECK_EQ_INT(analysis_run(&t, &a), 0);
+	printf("      syncs per step %.3g, runtime part %.4g ms\n", a.ev.syncs_per_step,
+	       a.mean.part_ms[PART_RUNTIME]);
+	CHECK_NEAR(a.ev.syncs_per_step, 1, 1e-12);
+	CHECK_NEAR(a.mean.part_ms[PART_RUNTIME], 0.6, 1e-9);
+	analysis_free(&a);
+	trace_free(&t);
+}

@@ -88,9 +88,12 @@ static int sync_evidence(const struct trace *t, struct analysis *a)
 	gp_qsort(starts, t->n_gpu, sizeof(*starts), i64_cmp);
 	long syncs = 0;
 	double refill_ns = 0;
+	struct loop_tids lt;
+	loop_tids_find(t, &lt);
 	for (size_t i = 0; i < t->n_ranges; i++) {
 		const struct trace_range *r = &t->ranges[i];
-		if (r->cat != TRACE_CUDA_RUNTIME || !strstr(r->name, "Synchronize"))
+		if (r->cat != TRACE_CUDA_RUNTIME || !strstr(r->name, "Synchronize") ||
+		    !range_on_loop(&lt, r))
 			continue;
 		const struct trace_step *in = NULL;
 		for (size_t s = 0; s < t->n_steps && !in; s++)

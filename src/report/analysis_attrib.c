@@ -139,3 +139,29 @@ int stage_of(const struct trace_range *r)
 			return st;
 	return -1;
 }
+
+void loop_tids_find(const struct trace *t, struct loop_tids *lt)
+{
+	lt->n = 0;
+	lt->all = 0;
+	lt->tid[lt->n++] = t->tid;
+	for (size_t i = 0; i < t->n_ranges && !lt->all; i++) {
+		const struct trace_range *r = &t->ranges[i];
+		if (r->cat == TRACE_CUDA_RUNTIME || range_on_loop(lt, r))
+			continue;
+		if (lt->n == LOOP_TIDS_MAX)
+			lt->all = 1;
+		else
+			lt->tid[lt->n++] = r->tid;
+	}
+}
+
+int range_on_loop(const struct loop_tids *lt, const struct trace_range *r)
+{
+	if (lt->all || r->tid == 0)
+		return 1;
+	for (int i = 0; i < lt->n; i++)
+		if (lt->tid[i] == r->tid)
+			return 1;
+	return 0;
+}

@@ -219,8 +219,12 @@ int op_tables(const struct trace *t, const struct attrib *at, const signed char 
 		rc = gp_error(GP_ENOMEM, "analysis: out of memory");
 		goto out;
 	}
+	struct loop_tids lt;
+	loop_tids_find(t, &lt);
 	for (size_t i = 0; i < t->n_ranges; i++) {
 		const struct trace_range *r = &t->ranges[i];
+		if (!range_on_loop(&lt, r))
+			continue;
 		double ms = (r->end_ns - r->start_ns) / 1e6;
 		int st = stage_of(r);
 		if (st >= 0) {

@@ -25,6 +25,22 @@ static inline int ends_with(const char *s, const char *suffix)
 	return n >= m && !memcmp(s + n - m, suffix, m);
 }
 
+/* --- which host threads are the training loop's (analysis_attrib.c) --- */
+
+/* A thread is the loop's when it is the trace's own (t->tid, or 0: unspecified) or
+ * carries any range besides CUDA runtime calls: ops, annotations (PyTorch's autograd
+ * thread does). A thread with runtime calls alone is a helper's (gpuperf's GPU
+ * decode thread, a library's own): its waits are not the loop's host time, syncs or
+ * launches. More threads than fit: every one counts as the loop's. */
+#define LOOP_TIDS_MAX 256
+struct loop_tids {
+	int tid[LOOP_TIDS_MAX];
+	int n, all;
+};
+
+void loop_tids_find(const struct trace *t, struct loop_tids *lt);
+int range_on_loop(const struct loop_tids *lt, const struct trace_range *r);
+
 /* --- who launched what (analysis_attrib.c) --- */
 
 struct id_entry {

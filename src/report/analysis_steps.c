@@ -178,8 +178,12 @@ static int step_ivs_collect(const struct trace *t, const signed char *dstage, st
 			rc = iv_list_add(l, x, ns, KIND_DEVICE + dstage_rank[dstage[i]],
 					 t->gpu[i].start_ns, t->gpu[i].end_ns);
 	}
+	struct loop_tids lt;
+	loop_tids_find(t, &lt);
 	for (size_t i = 0; i < t->n_ranges && rc == 0; i++) {
 		const struct trace_range *r = &t->ranges[i];
+		if (!range_on_loop(&lt, r))
+			continue;
 		int part = range_part(r), st = stage_of(r);
 		if (part >= 0)
 			rc = iv_list_add(l, x, ns, part, r->start_ns, r->end_ns);

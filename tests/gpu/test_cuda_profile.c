@@ -3,9 +3,16 @@
  * carry their registers (and so an occupancy estimate), the memory timeline peaks at
  * what the plan allocates, and HTA's figures are filled. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cuda_runtime_api.h>
+
+#include "core/trace.h"
+#include "gpu/tracer.h"
 #include "net_util.h"
 
 static json_t *row_named(json_t *rows, const char *name)
@@ -82,4 +89,57 @@ TEST(cuda_profile_gpu_stages_tables_and_memory)
 	json_t *tb = json_object_get(json_object_get(a, "hta"), "temporal_breakdown");
 	CHECK(json_real_value(json_object_get(tb, "compute_us")) > 0);
 	json_decref(a);
+}
+
+/* Runtime calls land on the row of the thread that made them: a helper thread's
+ * (the GPU decode thread's) on its own, the tracing thread's on trace.tid. Before,
+ * every call went on the training thread's row and the analysis took a helper's
+ * long stream waits for the loop's. */
+struct helper_arg {
+	int tid;
+	int rc;
+};
+
+static void *helper_main(void *p)
+{
+	struct helper_arg *h = p;
+	h->tid = (int)syscall(SYS_gettid);
+	void *d = NULL;
+	h->rc = cudaMalloc(&d, 4096) != cudaSuccess || cudaMemset(d, 0, 4096) != cudaSuccess ||
+		cudaDeviceSynchronize() != cudaSuccess || cudaFree(d) != cudaSuccess;
+	return NULL;
+}
+
+TEST(cuda_tracer_runtime_calls_on_their_threads_rows)
+{
+	NEED_GPU();
+	struct trace t;
+	CHECK_EQ_INT(trace_init(&t), 0);
+	CHECK_EQ_INT(tracer_start(&t), 0);
+	void *d = NULL;
+	CHECK(cudaMalloc(&d, 4096) == cudaSuccess && cudaMemset(d, 1, 4096) == cudaSuccess);
+	struct helper_arg h = { 0, 1 };
+	pthread_t th;
+	CHECK_EQ_INT(pthread_create(&th, NULL, helper_main, &h), 0);
+	pthread_join(th, NULL);
+	CHECK(cudaDeviceSynchronize() == cudaSuccess);
+	cudaFree(d);
+	CHECK_EQ_INT(tracer_stop(), 0);
+	CHECK_EQ_INT(h.rc, 0);
+	int mine = 0, helper = 0, other = 0;
+	for (size_t i = 0; i < t.n_ranges; i++) {
+		if (t.ranges[i].cat != TRACE_CUDA_RUNTIME)
+			continue;
+		if (t.ranges[i].tid == t.tid)
+			mine++;
+		else if (t.ranges[i].tid == h.tid)
+			helper++;
+		else
+			other++;
+	}
+	printf("      runtime calls: %d on the tracing thread (%d), %d on the helper (%d), %d elsewhere\n",
+	       mine, t.tid, helper, h.tid, other);
+	CHECK(mine >= 2);   /* its cudaMemset and cudaDeviceSynchronize at least */
+	CHECK(helper >= 2); /* the helper's */
+	trace_free(&t);
 }

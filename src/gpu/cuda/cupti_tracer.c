@@ -46,6 +46,7 @@ static struct {
 	int64_t offset_ns; /* host clock minus CUPTI clock */
 	int running;
 	int failed;        /* a record could not be stored: stop reports it */
+	int system_tids;   /* runtime records carry the calling thread's gettid */
 	struct trace_corr_link *links; /* runtime call -> layer range, from CUPTI */
 	size_t n_links, cap_links;
 } tracer = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -119,10 +120,12 @@ static int record_convert(const CUpti_Activity *rec)
 		const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)rec;
 		char name[128];
 		runtime_name(a->cbid, name, sizeof(name));
-		/* Ranges are pushed from the training thread; the runtime calls we
-		 * trace come from it too, so they share its row. */
+		/* Each call on its thread's row: the training thread's share the row of
+		 * the ranges it pushes (trace.tid, also a gettid); another thread's (the
+		 * GPU decode thread's, a library's own) are not the loop's (analysis) */
 		struct trace_range r = {
-			.name = name, .cat = TRACE_CUDA_RUNTIME, .tid = tracer.target->tid,
+			.name = name, .cat = TRACE_CUDA_RUNTIME,
+			.tid = tracer.system_tids && a->threadId ? (int)a->threadId : tracer.target->tid,
 			.start_ns = (int64_t)a->start + off, .end_ns = (int64_t)a->end + off,
 			.correlation = a->correlationId,
 		};
@@ -220,6 +223,9 @@ int tracer_start(struct trace *t)
 	int rc = clock_offset(&tracer.offset_ns);
 	if (rc < 0)
 		goto free_staged;
+	/* the kernel's thread ids, as trace.tid: without them, every runtime call goes on
+	 * the training thread's row */
+	tracer.system_tids = cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) == CUPTI_SUCCESS;
 	rc = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS
 		     ? 0
 		     : gp_error(GP_EDEVICE, "cuptiActivityRegisterCallbacks failed at %s:%d",
