@@ -324,3 +324,28 @@ TEST(tta_torch_script_runs_on_cpu)
 	rc = test_run(cmd, out, sizeof(out));
 	CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
 }
+
+/* The legend tells runs apart by the settings that differ between them (issue 21's
+ * --decode gpu against --decode cpu, else two families in one colour); their seeds
+ * share a family. */
+TEST(tta_plot_history_labels_name_the_differing_settings)
+{
+	json_t *r[3];
+	const char *names[3] = { "a.json", "b.json", "c.json" };
+	const char *decode[3] = { "gpu", "gpu", "cpu" };
+	for (int i = 0; i < 3; i++)
+		r[i] = json_pack("{s:s, s:{s:s, s:s, s:i, s:s}}", "engine", "gpuperf", "settings", "model",
+				 "resnet18", "decode", decode[i], "seed", i + 1, "precision", "bf16");
+	char label[96], family[96], family0[96];
+	plots_history_label(r, names, 3, 0, label, sizeof(label), family0, sizeof(family0));
+	CHECK_MSG(!strcmp(label, "gpuperf, decode gpu, seed 1"), "%s", label);
+	plots_history_label(r, names, 3, 1, label, sizeof(label), family, sizeof(family));
+	CHECK_MSG(!strcmp(family, family0), "%s", family);
+	plots_history_label(r, names, 3, 2, label, sizeof(label), family, sizeof(family));
+	CHECK_MSG(!strcmp(label, "gpuperf, decode cpu, seed 3"), "%s", label);
+	/* alike but for the seed: engine and seed alone, as before */
+	plots_history_label(r, names, 2, 1, label, sizeof(label), family, sizeof(family));
+	CHECK_MSG(!strcmp(label, "gpuperf, seed 2"), "%s", label);
+	for (int i = 0; i < 3; i++)
+		json_decref(r[i]);
+}

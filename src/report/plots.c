@@ -632,9 +632,68 @@ static json_t *history_of(json_t *result)
 	return json_is_array(h) ? h : NULL;
 }
 
-/* One line per run: engine (gpuperf unless the result says otherwise, as
- * tests/torch/tta.py's "pytorch" does) and seed; gpuperf's runs in blue,
- * PyTorch's in orange, dashed, so that seeds of one engine read as one family. */
+/* The settings that tell runs apart besides their seed, in this order: the first two
+ * that differ between any two of the runs name the families in the legend. */
+static const char *const history_keys[] = { "model",  "precision", "decode", "batch",
+					    "size",   "optimizer", "epochs", "workers",
+					    "layout", "lr" };
+#define HISTORY_KEYS (sizeof(history_keys) / sizeof(history_keys[0]))
+
+static json_t *history_setting(json_t *result, const char *key)
+{
+	return json_object_get(json_object_get(result, "settings"), key);
+}
+
+/* The keys (indexes into history_keys) whose values differ between the runs. */
+static int history_differing(json_t *const *results, int n, int *keys)
+{
+	int m = 0;
+	for (size_t k = 0; k < HISTORY_KEYS && m < 2; k++) {
+		json_t *first = history_setting(results[0], history_keys[k]);
+		for (int i = 1; i < n; i++) {
+			json_t *v = history_setting(results[i], history_keys[k]);
+			if (!(first && v ? json_equal(first, v) : first == v)) {
+				keys[m++] = (int)k;
+				break;
+			}
+		}
+	}
+	return m;
+}
+
+void plots_history_label(json_t *const *results, const char *const *names, int n, int i,
+			 char *label, size_t cap, char *family, size_t family_cap)
+{
+	const char *engine = json_string_value(json_object_get(results[i], "engine"));
+	json_t *seed = history_setting(results[i], "seed");
+	int keys[2], m = history_differing(results, n, keys);
+	size_t len = (size_t)snprintf(family, family_cap, "%s", engine ? engine : "gpuperf");
+	for (int k = 0; k < m && len < family_cap; k++) {
+		json_t *v = history_setting(results[i], history_keys[keys[k]]);
+		char val[48];
+		if (json_is_string(v))
+			snprintf(val, sizeof(val), "%s", json_string_value(v));
+		else if (json_is_integer(v))
+			snprintf(val, sizeof(val), "%lld", (long long)json_integer_value(v));
+		else if (json_is_real(v))
+			snprintf(val, sizeof(val), "%g", json_real_value(v));
+		else
+			snprintf(val, sizeof(val), "-");
+		len += (size_t)snprintf(family + len, family_cap - len, ", %s %s",
+					history_keys[keys[k]], val);
+	}
+	if (json_is_integer(seed))
+		snprintf(label, cap, "%s, seed %lld", family, (long long)json_integer_value(seed));
+	else if (m || engine)
+		snprintf(label, cap, "%s", family);
+	else
+		snprintf(label, cap, "%s", names[i]);
+}
+
+/* One line per run, labelled by engine (gpuperf unless the result says otherwise, as
+ * tests/torch/tta.py's "pytorch" does), the settings that differ between the runs
+ * (plots_history_label) and seed. A family is an engine with those settings: its
+ * seeds share a colour, gpuperf's first family blue, PyTorch's orange and dashed. */
 int plots_draw_history(json_t *const *results, const char *const *names, int n,
 		       const char *path)
 {
@@ -647,7 +706,8 @@ int plots_draw_history(json_t *const *results, const char *const *names, int n,
 		return gp_error(GP_ENOMEM, "no memory for a chart");
 	struct chart_panel *p = chart_figure_panel(fig, 0);
 	chart_panel_set_labels(p, "wall time since the run began (s)", "val top-1 (%)");
-	int rc = 0, others = 0;
+	int rc = 0, n_families = 0;
+	char families[CHART_MAX_LINES][CHART_LABEL_MAX];
 	double t_max = 0;
 	for (int i = 0; i < n && rc == 0; i++) {
 		json_t *hist = history_of(results[i]);
@@ -676,19 +736,19 @@ int plots_draw_history(json_t *const *results, const char *const *names, int n,
 		}
 		if (rc == 0) {
 			const char *engine = json_string_value(json_object_get(results[i], "engine"));
-			json_t *seed = json_object_get(json_object_get(results[i], "settings"), "seed");
-			char label[CHART_LABEL_MAX];
-			int torch = engine && !strcmp(engine, "pytorch");
+			char label[CHART_LABEL_MAX], family[CHART_LABEL_MAX];
+			plots_history_label(results, names, n, i, label, sizeof(label), family,
+					    sizeof(family));
+			int torch = engine && !strcmp(engine, "pytorch"), f = 0;
+			while (f < n_families && strcmp(families[f], family))
+				f++;
+			if (f == n_families)
+				snprintf(families[n_families++], sizeof(families[0]), "%s", family);
 			struct chart_line_style st = { .markers = 1, .dashed = torch };
-			if (!engine || !strcmp(engine, "gpuperf"))
-				st.color = CHART_BLUE;
+			if (torch)
+				st.color = CHART_ORANGE;
 			else
-				st.color = torch ? CHART_ORANGE : chart_palette(2 + others++);
-			if (json_is_integer(seed))
-				snprintf(label, sizeof(label), "%s seed %lld", engine ? engine : "gpuperf",
-					 (long long)json_integer_value(seed));
-			else
-				snprintf(label, sizeof(label), "%s", engine ? engine : names[i]);
+				st.color = f == 0 ? CHART_BLUE : chart_palette(2 + f);
 			for (size_t e = 0; e < k; e++)
 				t_max = x[e] > t_max ? x[e] : t_max;
 			rc = chart_panel_add_line(p, x, y, (int)k, st, label);

@@ -18,6 +18,12 @@ const char *plots_chart_name(const char *command);
  * with a "history" (gpuperf's, or tests/torch/tta.py's with "engine": "pytorch"),
  * names[i] where it came from (for messages). Written to path (.png, .svg, .pdf). */
 #define PLOTS_HISTORY_CHART "val_top1_vs_time.png"
+/* Run i's legend label and its family (engine plus the settings, of model,
+ * precision, decode, batch, size, optimizer, epochs, workers, layout and lr, the
+ * first two that differ between the n runs): "gpuperf, decode gpu, seed 1" and
+ * "gpuperf, decode gpu". */
+void plots_history_label(json_t *const *results, const char *const *names, int n, int i,
+			 char *label, size_t cap, char *family, size_t family_cap);
 int plots_draw_history(json_t *const *results, const char *const *names, int n,
 		       const char *path);
 
