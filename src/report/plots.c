@@ -541,9 +541,12 @@ static int plot_scale(json_t *res, const char *path)
 	const char *device = json_string_value(json_object_get(settings, "device"));
 	json_t *batch = json_object_get(settings, "batch_per_gpu");
 	const char *x_label = device && !strcmp(device, "cpu") ? "ranks (CPU processes)" : "GPUs";
+	const char *transport = json_string_value(json_object_get(settings, "nccl_transport"));
 	char title[256];
-	snprintf(title, sizeof(title), "%s %s, batch %lld per GPU", model ? model : "?",
-		 prec ? prec : "?", (long long)json_integer_value(batch));
+	/* a socket run says so: its curve is not the machine's NVLink one */
+	snprintf(title, sizeof(title), "%s %s, batch %lld per GPU%s", model ? model : "?",
+		 prec ? prec : "?", (long long)json_integer_value(batch),
+		 transport && !strcmp(transport, "socket") ? ", NCCL over sockets" : "");
 	struct chart_figure *fig = chart_figure_new(1, 2, 0, 0, title);
 	if (!fig)
 		return gp_error(GP_ENOMEM, "cannot make the chart");
