@@ -5,11 +5,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd/train_json.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tuning.h"
 #include "data/dataset.h"
 #include "data/decode.h"
+#include "data/decode_probe.h"
 #include "data/gpu_loader.h"
 #include "data/image.h"
 #include "data/loader.h"
@@ -72,29 +74,33 @@ TEST(nvjpeg_missing_library_is_enodev)
 	CHECK(!strcmp(nvjpeg_status_name(99), "NVJPEG_STATUS_UNKNOWN"));
 }
 
-/* cpu never probes; gpu without nvJPEG is EINVAL (exit 2) naming why; auto falls back;
- * gpu where the command cannot take GPU batches is EINVAL even with a GPU. */
+/* cpu never probes; gpu without nvJPEG is EINVAL (exit 2) naming why; auto falls back
+ * to cpu without measuring anything; gpu where the command cannot take GPU batches is
+ * EINVAL even with a GPU, and auto there is cpu. */
 TEST(decode_resolve_without_nvjpeg)
 {
 	nvjpeg_point_at(MISSING_NVJPEG);
-	int use_gpu = 7;
-	CHECK_EQ_INT(decode_resolve(DECODE_CPU, 1, "loader", &use_gpu), 0);
-	CHECK_EQ_INT(use_gpu, 0);
-	use_gpu = 7;
-	CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 1, "loader", &use_gpu), 0);
-	CHECK_EQ_INT(use_gpu, 0);
-	CHECK_EQ_INT(decode_resolve(DECODE_GPU, 1, "loader", &use_gpu), GP_EINVAL);
+	enum decode_mode m = DECODE_GPU;
+	CHECK_EQ_INT(decode_resolve(DECODE_CPU, 1, "loader", &m), 0);
+	CHECK_EQ_INT(m, DECODE_CPU);
+	m = DECODE_GPU;
+	CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 1, "loader", &m), 0);
+	CHECK_EQ_INT(m, DECODE_CPU);
+	CHECK_EQ_INT(decode_resolve(DECODE_GPU, 1, "loader", &m), GP_EINVAL);
 	CHECK_MSG(strstr(gp_errmsg(), "--decode gpu needs a CUDA GPU and nvJPEG: ") == gp_errmsg(),
 		  "%s", gp_errmsg());
-	CHECK_EQ_INT(use_gpu, 0);
+	CHECK_EQ_INT(m, DECODE_CPU);
 	nvjpeg_point_at(NULL);
 	char why[300];
 	if (decode_gpu_probe(why, sizeof(why))) {
-		CHECK_EQ_INT(decode_resolve(DECODE_GPU, 0, "train", &use_gpu), GP_EINVAL);
+		CHECK_EQ_INT(decode_resolve(DECODE_GPU, 0, "train", &m), GP_EINVAL);
 		CHECK_MSG(strstr(gp_errmsg(), "train decodes on the GPU only from a folder of JPEG "
 				  "files onto a CUDA device"), "%s", gp_errmsg());
-		CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 0, "train", &use_gpu), 0);
-		CHECK_EQ_INT(use_gpu, 0);
+		CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 0, "train", &m), 0);
+		CHECK_EQ_INT(m, DECODE_CPU);
+		/* both can run: left for the probe once the data is open */
+		CHECK_EQ_INT(decode_resolve(DECODE_AUTO, 1, "train", &m), 0);
+		CHECK_EQ_INT(m, DECODE_AUTO);
 	} else {
 		CHECK_MSG(why[0] != 0, "a probe that says no says why");
 	}
@@ -217,6 +223,9 @@ struct cpu_decoder {
 	float *out[GPU_LOADER_OUTPUTS];
 	int size, batch;
 	int fail_batch, full_runs;
+	/* for the auto probe: sleep this long per run (a slow GPU path), or decode
+	 * nothing (one faster than any CPU decoding) */
+	int delay_ms, skip;
 	char why[16][160];
 };
 
@@ -243,6 +252,14 @@ static int cpu_decoder_run(void *self, int output, const struct gpu_decode_item 
 	size_t sample = (size_t)3 * c->size * c->size;
 	if (n == c->batch && c->full_runs++ == c->fail_batch)
 		return gp_error(GP_EDEVICE, "injected failure at batch %d", c->fail_batch);
+	if (c->delay_ms) {
+		struct timespec nap = { c->delay_ms / 1000, (long)(c->delay_ms % 1000) * 1000000 };
+		nanosleep(&nap, NULL);
+	}
+	if (c->skip) {
+		memset(failed, 0, (size_t)n);
+		return 0;
+	}
 	for (int i = 0; i < n; i++) {
 		struct image img;
 		const struct gpu_decode_item *it = &items[i];
@@ -494,4 +511,240 @@ TEST(gpu_loader_thread_destroy_at_any_point)
 		cpu_decoder_free(&cd);
 	}
 	dataset_close(ds);
+}
+
+/* 24 JPEGs of 500x375 (`dataset make`), made once: big enough that decoding them on
+ * the CPU is far slower than a decoder that decodes nothing, and far faster than one
+ * that sleeps 300 ms a batch. */
+static const char *probe_folder(void)
+{
+	static char dir[600];
+	if (dir[0])
+		return dir;
+	char cmd[1400], out[4096];
+	snprintf(dir, sizeof(dir), "%s/probe_jpegs", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out '%s' --classes 2 --images 24 "
+		 "--size 500x375 --threads 1", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "dataset make: %s", out);
+	return dir;
+}
+
+#define PROBE_BATCH 8
+#define PROBE_SIZE 64
+#define PROBE_START 3 /* a resumed run's position: the run starts there, not at 0 */
+
+static struct decode_probe_config probe_config(void)
+{
+	return (struct decode_probe_config){
+		.cpu = { .batch = PROBE_BATCH, .workers = 0, .prefetch = 1, .size = PROBE_SIZE,
+			 .train = 1, .drop_last = 1, .seed = 5, .start_batch = PROBE_START },
+		.gpu = { .batch = PROBE_BATCH, .size = PROBE_SIZE, .train = 1, .drop_last = 1,
+			 .seed = 5, .start_batch = PROBE_START },
+		.cap_s = 0.5,
+	};
+}
+
+/* The batches of the mode picked, made as the run makes them (afresh, at its start
+ * batch) on a dataset the probe has been through, against the same mode on a dataset
+ * no probe touched: the same order, crops, labels, positions and counts. */
+static void probe_check_run_batches(struct dataset *probed, const char *dir, int use_gpu)
+{
+	struct decode_probe_config pc = probe_config();
+	struct dataset *fresh;
+	CHECK_EQ_INT(dataset_open(dir, 1, PROBE_SIZE, &fresh), 0);
+	if (test_failed())
+		return;
+	struct dataset *ds[2] = { probed, fresh };
+	struct cpu_decoder cd[2];
+	struct gpu_loader_decoder ops[2];
+	struct loader *cl[2] = { 0 };
+	struct gpu_loader *gl[2] = { 0 };
+	for (int k = 0; k < 2; k++) {
+		CHECK_EQ_INT(cpu_decoder_init(&cd[k], PROBE_BATCH, PROBE_SIZE), 0);
+		ops[k] = (struct gpu_loader_decoder){ &cd[k], cpu_decoder_run, cpu_decoder_error,
+						      cpu_decoder_output };
+		int rc = use_gpu ? gpu_loader_create_with(ds[k], &pc.gpu, &ops[k], &gl[k])
+				 : loader_create(ds[k], &pc.cpu, &cl[k]);
+		CHECK_MSG(rc == 0, "%s", gp_errmsg());
+	}
+	size_t floats = (size_t)3 * PROBE_SIZE * PROBE_SIZE;
+	for (int b = 0; !test_failed() && b < 5; b++) {
+		int32_t *labels[2];
+		float *x[2];
+		int n[2], epoch[2], index[2];
+		struct batch *cb[2] = { 0 };
+		struct gpu_batch gb[2];
+		for (int k = 0; k < 2; k++) {
+			if (use_gpu) {
+				CHECK_MSG(gpu_loader_next(gl[k], &gb[k]) == 0, "%s", gp_errmsg());
+				x[k] = gb[k].x, labels[k] = gb[k].labels, n[k] = gb[k].n;
+				epoch[k] = gb[k].epoch, index[k] = gb[k].index;
+			} else {
+				CHECK_MSG(loader_next(cl[k], &cb[k]) == 0, "%s", gp_errmsg());
+				x[k] = cb[k]->x, labels[k] = cb[k]->labels, n[k] = cb[k]->n;
+				epoch[k] = cb[k]->epoch, index[k] = cb[k]->index;
+			}
+		}
+		if (test_failed())
+			break;
+		CHECK_EQ_INT(n[0], n[1]);
+		CHECK_EQ_INT(epoch[0], epoch[1]);
+		CHECK_EQ_INT(index[0], index[1]);
+		/* the run's first batch is its start batch, not the probe's last */
+		if (b == 0)
+			CHECK_EQ_INT(epoch[0] * 3 + index[0], PROBE_START);
+		CHECK_MSG(!memcmp(labels[0], labels[1], sizeof(int32_t) * n[0]),
+			  "gpu %d batch %d: labels differ", use_gpu, b);
+		CHECK_MSG(!memcmp(x[0], x[1], sizeof(float) * floats * n[0]),
+			  "gpu %d batch %d: pixels differ", use_gpu, b);
+		for (int k = 0; k < 2 && !use_gpu; k++)
+			loader_release(cl[k], cb[k]);
+	}
+	for (int k = 0; k < 2; k++) {
+		gpu_loader_destroy(gl[k]);
+		loader_destroy(cl[k]);
+		cpu_decoder_free(&cd[k]);
+	}
+	dataset_close(fresh);
+}
+
+/* auto measures both and takes the faster: a GPU stand-in that sleeps 300 ms a batch
+ * loses to the CPU loader, one that decodes nothing wins; each rate is real, the slow
+ * one within what its sleep allows, and the cap stops the slow path after one timed
+ * batch (warm-up 0.3 s, then one batch past the 0.5 s cap). The run's batches are
+ * then those of the mode picked. */
+TEST(decode_probe_picks_the_faster_path)
+{
+	const char *dir = probe_folder();
+	if (test_failed())
+		return;
+	for (int fast = 0; fast <= 1 && !test_failed(); fast++) {
+		struct dataset *ds;
+		CHECK_EQ_INT(dataset_open(dir, 1, PROBE_SIZE, &ds), 0);
+		if (test_failed())
+			return;
+		CHECK_EQ_INT(dataset_count(ds), 24);
+		struct cpu_decoder cd;
+		CHECK_EQ_INT(cpu_decoder_init(&cd, PROBE_BATCH, PROBE_SIZE), 0);
+		cd.delay_ms = fast ? 0 : 300;
+		cd.skip = fast;
+		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+						  cpu_decoder_output };
+		struct decode_probe_config pc = probe_config();
+		struct decode_probe p;
+		CHECK_MSG(decode_probe_run_with(ds, &pc, &ops, &p) == 0, "%s", gp_errmsg());
+		CHECK_MSG(p.cpu_img_s > 0 && p.gpu_img_s > 0, "cpu %g gpu %g", p.cpu_img_s, p.gpu_img_s);
+		CHECK_MSG(!p.note[0], "%s", p.note);
+		CHECK_EQ_INT(p.cpu_workers, 0);
+		CHECK_MSG(p.use_gpu == fast, "fast %d: gpu %.0f img/s, cpu %.0f img/s", fast,
+			  p.gpu_img_s, p.cpu_img_s);
+		if (!fast) {
+			CHECK_MSG(p.gpu_img_s <= PROBE_BATCH / 0.3, "%g", p.gpu_img_s);
+			/* warm-up batch and one timed batch, then the cap (the thread may
+			 * have begun one more); uncapped, four would have been taken */
+			CHECK_MSG(cd.full_runs >= 2 && cd.full_runs <= 3, "%d runs", cd.full_runs);
+		} else {
+			/* warm-up and DECODE_PROBE_BATCHES timed, plus what the thread ran ahead */
+			CHECK_MSG(cd.full_runs >= 1 + DECODE_PROBE_BATCHES &&
+				  cd.full_runs <= 1 + DECODE_PROBE_BATCHES + GPU_LOADER_OUTPUTS,
+				  "%d runs", cd.full_runs);
+		}
+		char line[512], want[64];
+		decode_probe_describe(&p, line, sizeof(line));
+		snprintf(want, sizeof(want), "gpu %.0f img/s, cpu ", p.gpu_img_s);
+		CHECK_MSG(strstr(line, "decode auto: ") == line && strstr(line, want) &&
+			  strstr(line, "img/s (0 workers) -> ") &&
+			  !strcmp(line + strlen(line) - 3, fast ? "gpu" : "cpu"), "%s", line);
+		cpu_decoder_free(&cd);
+		probe_check_run_batches(ds, dir, p.use_gpu);
+		dataset_close(ds);
+	}
+}
+
+/* A GPU loader that fails in the probe leaves cpu with the reason, not an error. */
+TEST(decode_probe_gpu_failure_stays_cpu)
+{
+	const char *dir = probe_folder();
+	struct dataset *ds;
+	if (test_failed())
+		return;
+	CHECK_EQ_INT(dataset_open(dir, 1, PROBE_SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct cpu_decoder cd;
+	CHECK_EQ_INT(cpu_decoder_init(&cd, PROBE_BATCH, PROBE_SIZE), 0);
+	cd.fail_batch = 0;
+	cd.skip = 1;
+	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
+					  cpu_decoder_output };
+	struct decode_probe_config pc = probe_config();
+	struct decode_probe p;
+	CHECK_MSG(decode_probe_run_with(ds, &pc, &ops, &p) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(p.use_gpu, 0);
+	CHECK(p.gpu_img_s == 0 && p.cpu_img_s > 0);
+	CHECK_MSG(strstr(p.note, "injected failure at batch 0"), "%s", p.note);
+	char line[512];
+	decode_probe_describe(&p, line, sizeof(line));
+	CHECK_MSG(strstr(line, "decode auto: gpu did not run (") == line &&
+		  strstr(line, "injected failure") && strstr(line, "-> cpu"), "%s", line);
+	/* and the real GPU loader, where none can run, is a reason too */
+	if (!decode_gpu_probe(line, sizeof(line))) {
+		CHECK_MSG(decode_probe_run(ds, &pc, &p) == 0, "%s", gp_errmsg());
+		CHECK(!p.use_gpu && p.note[0] && p.cpu_img_s > 0);
+	}
+	cpu_decoder_free(&cd);
+	dataset_close(ds);
+}
+
+/* Without a GPU, train --decode auto is the CPU path with no probe: settings say
+ * "decode": "cpu" and "decode_probe": null, and the log has no probe line. */
+TEST(decode_auto_train_without_gpu_is_cpu)
+{
+	char why[300];
+	if (decode_gpu_probe(why, sizeof(why))) {
+		test_skip("a GPU decodes here: tests/gpu covers auto's probe");
+		return;
+	}
+	const char *dir = test_tmpdir();
+	char cmd[1200], out[16384], path[700];
+	snprintf(cmd, sizeof(cmd), "%s train --model simple_cnn --data tests/data/bad --decode auto "
+		 "--steps 2 --batch 2 --size 16 --eval-every 0 --out '%s/auto_train'", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	CHECK_MSG(!strstr(out, "decode auto:"), "%s", out);
+	snprintf(path, sizeof(path), "%s/auto_train/train.json", dir);
+	json_error_t err;
+	json_t *j = json_load_file(path, 0, &err), *st = json_object_get(j, "settings");
+	CHECK_MSG(j, "%s: %s", path, err.text);
+	CHECK(!strcmp(json_string_value(json_object_get(st, "decode")), "cpu"));
+	CHECK(json_is_null(json_object_get(st, "decode_probe")));
+	json_decref(j);
+}
+
+/* The settings' record of a probe: both rates and the workers, or the GPU's reason. */
+TEST(decode_probe_json_fields)
+{
+	struct train_result r;
+	memset(&r, 0, sizeof(r));
+	json_t *j = train_decode_probe_json(&r);
+	CHECK(json_is_null(j));
+	json_decref(j);
+	r.decode_probed = 1;
+	r.decode_probe = (struct decode_probe){ .cpu_img_s = 8007, .gpu_img_s = 12440,
+						.cpu_workers = 16, .use_gpu = 1 };
+	j = train_decode_probe_json(&r);
+	CHECK_NEAR(json_real_value(json_object_get(j, "gpu_img_s")), 12440, 1e-9);
+	CHECK_NEAR(json_real_value(json_object_get(j, "cpu_img_s")), 8007, 1e-9);
+	CHECK_EQ_INT(json_integer_value(json_object_get(j, "cpu_workers")), 16);
+	CHECK(json_is_null(json_object_get(j, "gpu_note")));
+	json_decref(j);
+	snprintf(r.decode_probe.note, sizeof(r.decode_probe.note), "no memory");
+	j = train_decode_probe_json(&r);
+	CHECK(json_is_null(json_object_get(j, "gpu_img_s")));
+	CHECK(!strcmp(json_string_value(json_object_get(j, "gpu_note")), "no memory"));
+	json_decref(j);
+	char line[256];
+	r.decode_probe.note[0] = 0;
+	decode_probe_describe(&r.decode_probe, line, sizeof(line));
+	CHECK_MSG(!strcmp(line, "decode auto: gpu 12440 img/s, cpu 8007 img/s (16 workers) -> gpu"),
+		  "%s", line);
 }

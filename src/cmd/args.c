@@ -194,9 +194,10 @@ int args_data_is_files(const char *data)
 	       strncmp(data, "cifar10:", 8);
 }
 
-int args_decode_pick(const char *value, int can_take_gpu, const char *cmd, int *use_gpu)
+int args_decode_pick(const char *value, int can_take_gpu, const char *cmd,
+		     enum decode_mode *out)
 {
 	enum decode_mode mode;
 	GP_TRY(decode_mode_parse(value, &mode));
-	return decode_resolve(mode, can_take_gpu, cmd, use_gpu);
+	return decode_resolve(mode, can_take_gpu, cmd, out);
 }

@@ -116,8 +116,11 @@ int args_parse_int_list(const char *opt_name, const char *s, struct int_list *ou
 			int max);
 
 /* --decode's value for command cmd: parse it and resolve it (decode_resolve), so
- * `--decode gpu` where it cannot run is one error line before any work. */
-int args_decode_pick(const char *value, int can_take_gpu, const char *cmd, int *use_gpu);
+ * `--decode gpu` where it cannot run is one error line before any work. *out is
+ * DECODE_AUTO only where both paths can run: the run measures them when its data is
+ * open (decode_probe_run). */
+int args_decode_pick(const char *value, int can_take_gpu, const char *cmd,
+		     enum decode_mode *out);
 /* Is a --data spec a folder of image files (not synthetic, not CIFAR-10)? */
 int args_data_is_files(const char *data);
 

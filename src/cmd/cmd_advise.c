@@ -10,6 +10,7 @@
 #include "cmd/args.h"
 #include "cmd/cmds.h"
 #include "core/error.h"
+#include "data/decode_probe.h"
 #include "nn/models.h"
 #include "train/trainer.h"
 #include "report/analysis.h"
@@ -76,7 +77,7 @@ int cmd_advise(int argc, char **argv)
 		OPT_SIZE(&size),
 		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&base.workers, "data-loader threads (0)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (gpu where it can run)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (the faster of the two, timed at the start)"),
 		/* a measurement needs a step beyond its untimed warm-up */
 		{ "steps", OPT_INT, &base.steps, "training steps per measurement (30)", 2, ARGS_MAX_STEPS },
 		OPT_DEVICE(&device),
@@ -102,7 +103,7 @@ int cmd_advise(int argc, char **argv)
 		return gp_error(GP_EINVAL, "--workers needs --data DIR or cifar10:DIR");
 	GP_TRY(model_name_check(base.model));
 	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
-				"advise", &base.decode_gpu));
+				"advise", &base.decode));
 	GP_TRY(train_pick_device(device, &base.backend, 0));
 	GP_TRY(train_parse_precision(precision, &base.precision));
 	char run_dir[4096];
@@ -120,6 +121,14 @@ int cmd_advise(int argc, char **argv)
 	if (t[0].r.img_s <= 0)
 		return gp_error(GP_EDEVOOM, "the set-up as given does not fit: %s", t[0].reason);
 	n++;
+	/* auto is measured once, by the baseline: every trial keeps the path it took, so
+	 * that a trial's gain is its own change's */
+	if (t[0].r.decode_probed) {
+		char line[512];
+		decode_probe_describe(&t[0].r.decode_probe, line, sizeof(line));
+		fprintf(stderr, "advise: %s\n", line);
+	}
+	base.decode = t[0].r.decode_gpu ? DECODE_GPU : DECODE_CPU;
 	const struct train_result *b = &t[0].r;
 	/* diagnose: each rule carries the number that triggered it */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -127,7 +136,7 @@ int cmd_advise(int argc, char **argv)
 	 * the device's work (docs/profile.md, "Advice rules") */
 	double wait = b->data_wait_pct / 100 < 0 ? 0 : b->data_wait_pct / 100 > 1 ? 1 : b->data_wait_pct / 100;
 	/* more workers: only where they decode (--decode gpu has no worker threads) */
-	if (has_data && !base.decode_gpu && b->data_wait_pct >= 10) {
+	if (has_data && base.decode != DECODE_GPU && b->data_wait_pct >= 10) {
 		int w = base.workers ? 2 * base.workers : 2;
 		for (int k = 0; k < 2 && w <= 2 * cores && n < ADVISE_MAX; k++, w *= 2) {
 			t[n].o = base;

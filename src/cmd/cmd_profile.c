@@ -10,6 +10,7 @@
 #include "cmd/cmds.h"
 #include "cmd/train_json.h"
 #include "core/error.h"
+#include "data/decode_probe.h"
 #include "gpu/nvml.h"
 #include "report/analysis.h"
 #include "report/result.h"
@@ -124,7 +125,7 @@ int cmd_profile(int argc, char **argv)
 		OPT_SEED(&seed, "seed for initialization and data (0)"),
 		OPT_DATA(&data, "synthetic | DIR (ImageFolder) | cifar10:DIR"),
 		OPT_WORKERS(&workers, "data-loader threads with --data (4)"),
-		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (gpu where it can run)"),
+		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (the faster of the two, timed at the start)"),
 		{ "record-shapes", OPT_FLAG, &record_shapes, "record each layer's input shapes (the op table by layer shows them)" },
 		{ "sort", OPT_STR, &sort, "op tables by gpu or cpu time (gpu when kernels ran)", .choices = analysis_sort_name_at },
 		OPT_OUT(&out, "the trace, logs, charts, report and result.json", "profile"),
@@ -149,7 +150,7 @@ int cmd_profile(int argc, char **argv)
 	GP_TRY(model_name_check(o.model)); /* before the plan is printed */
 	GP_TRY(analysis_sort_check(sort));
 	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
-				"profile", &o.decode_gpu));
+				"profile", &o.decode));
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	o.seed = (uint64_t)seed;
@@ -200,6 +201,11 @@ int cmd_profile(int argc, char **argv)
 	struct train_result res;
 	int rc = train_run(&o, &res, NULL);
 	nvml_gpm_close(gw.gpm); /* a run that failed before the last timed step */
+	if (rc == 0 && res.decode_probed) {
+		char line[512];
+		decode_probe_describe(&res.decode_probe, line, sizeof(line));
+		printf("%s\n", line);
+	}
 	profile_session_free(&s);
 	json_decref(s.settings);
 	if (rc == 0 && s.windows_written != 1)

@@ -16,6 +16,7 @@
 #include "cmd/workers_rule.h"
 #include "core/error.h"
 #include "core/timeutil.h"
+#include "data/decode_probe.h"
 #include "gpu/nvml.h"
 #include "nn/models.h"
 #include "train/trainer.h"
@@ -426,7 +427,8 @@ int cmd_workers(int argc, char **argv)
 		OPT_BATCH(&batch, "batch size (64)"),
 		OPT_WORKER_LIST(&workers, "worker counts to try (0,2,4,8)"),
 		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (one run per worker count) | gpu "
-			   "(one run, nvJPEG + GPU augmentation; --workers does not apply) | auto"),
+			   "(one run, nvJPEG + GPU augmentation; --workers does not apply) | auto (the "
+			   "faster of the two, timed at the most workers listed)"),
 		OPT_STEPS(&steps, "training steps per worker count (100)"),
 		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		OPT_PREFETCH(&prefetch, "batches in flight per worker (2)"),
@@ -454,12 +456,16 @@ int cmd_workers(int argc, char **argv)
 	enum backend_kind backend;
 	enum precision prec;
 	GP_TRY(model_name_check(model));
-	int decode_gpu;
+	enum decode_mode mode;
 	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
-				"workers", &decode_gpu));
+				"workers", &mode));
 	GP_TRY(train_pick_device(device, &backend, 0));
-	if (decode_gpu) /* one run: the GPU path has no worker threads to count */
+	if (mode == DECODE_GPU) /* one run: the GPU path has no worker threads to count */
 		workers = (struct int_list){ 1, { 0 } };
+	/* auto: the first run measures both paths, the CPU side at the most workers listed */
+	int most_workers = 0;
+	for (int i = 0; i < workers.n; i++)
+		most_workers = workers.v[i] > most_workers ? workers.v[i] : most_workers;
 	GP_TRY(train_parse_precision(precision, &prec));
 	char run_dir[4096];
 	GP_TRY(result_dir_prepare("workers", "workers", out_dir, overwrite, run_dir, sizeof(run_dir)));
@@ -470,6 +476,8 @@ int cmd_workers(int argc, char **argv)
 	char path[4096];
 	json_t *res = NULL;
 	int nvml_ok = 0, gpu_dev = 0, rc = 0;
+	int decode_gpu = 0;
+	json_t *probe_json = NULL;
 	memset(runs, 0, sizeof(runs));
 	table_init(&t);
 	/* Without NVML (no driver, or the CPU backend) utilization is null; the rest is
@@ -498,8 +506,8 @@ int cmd_workers(int argc, char **argv)
 		o.data = data;
 		o.workers = workers.v[i];
 		o.prefetch = prefetch;
-		o.decode_gpu = decode_gpu;
-		r->decode_gpu = decode_gpu;
+		o.decode = mode;
+		o.probe_workers = most_workers;
 		r->workers = workers.v[i];
 		struct workers_watch w = { .run = r, .nvml = nvml_ok, .batch = batch,
 					   .interval_s = interval_s };
@@ -513,8 +521,25 @@ int cmd_workers(int argc, char **argv)
 		if ((rc = stop_rc) < 0)
 			goto cleanup;
 		gpu_dev = w.dev;
+		r->decode_gpu = r->res.decode_gpu;
+		if (mode == DECODE_AUTO) {
+			/* settled: the rest of the sweep runs on the path picked, and a
+			 * GPU pick is the only run (no worker threads to count) */
+			mode = r->res.decode_gpu ? DECODE_GPU : DECODE_CPU;
+			probe_json = train_decode_probe_json(&r->res);
+			if (r->res.decode_probed) {
+				char line[512];
+				decode_probe_describe(&r->res.decode_probe, line, sizeof(line));
+				printf("%s\n", line);
+			}
+			if (mode == DECODE_GPU) {
+				workers = (struct int_list){ 1, { 0 } };
+				r->workers = 0;
+			}
+		}
 		run_summarize(r);
 	}
+	decode_gpu = mode == DECODE_GPU;
 	int best_i, rec = recommend(runs, workers.n, &best_i);
 
 	json_t *settings = json_pack("{s:s, s:o, s:i, s:i, s:i, s:i, s:o, s:i, s:I, s:s, s:s}",
@@ -523,8 +548,10 @@ int cmd_workers(int argc, char **argv)
 		"interval_s", result_real(interval_s), "prefetch", prefetch, "seed", (json_int_t)seed,
 		"device", train_device_name(backend),
 		"precision", train_precision_name(prec));
-	if (settings)
+	if (settings) {
 		json_object_set_new(settings, "decode", json_string(decode_gpu ? "gpu" : "cpu"));
+		json_object_set(settings, "decode_probe", probe_json ? probe_json : json_null());
+	}
 	json_t *list = json_array();
 	for (int i = 0; settings && list && i < workers.n; i++)
 		json_array_append_new(list, json_integer(workers.v[i]));
@@ -574,6 +601,7 @@ int cmd_workers(int argc, char **argv)
 	rc = 0;
 cleanup:
 	json_decref(res);
+	json_decref(probe_json);
 	for (int i = 0; i < workers.n; i++) {
 		series_free(&runs[i].sampler);
 		series_free(&runs[i].driver);

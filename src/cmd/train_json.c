@@ -130,7 +130,7 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 			"data_wait_ms", result_real(r->data_wait_ms), "copy_ms", result_real(r->copy_ms),
 			"data_wait_pct", result_real(r->data_wait_pct),
 			"skipped_corrupt", (json_int_t)r->skipped_corrupt,
-			"decode", o->decode_gpu ? "gpu" : "cpu",
+			"decode", r->decode_gpu ? "gpu" : "cpu",
 			"cpu_cores", result_real(r->cpu.proc_cores),
 			"machine_cpu_pct", r->cpu.machine_pct >= 0 ? result_real(r->cpu.machine_pct)
 								   : json_null());
@@ -211,6 +211,17 @@ static void gpu_json_add_versions(json_t *gpu)
 #else
 	(void)gpu;
 #endif
+}
+
+json_t *train_decode_probe_json(const struct train_result *r)
+{
+	const struct decode_probe *p = &r->decode_probe;
+	if (!r->decode_probed)
+		return json_null();
+	return json_pack("{s:o, s:o, s:i, s:o}",
+			 "gpu_img_s", p->note[0] ? json_null() : result_real(p->gpu_img_s),
+			 "cpu_img_s", result_real(p->cpu_img_s), "cpu_workers", p->cpu_workers,
+			 "gpu_note", p->note[0] ? json_string(p->note) : json_null());
 }
 
 json_t *train_gpu_json(enum backend_kind backend, int dev)

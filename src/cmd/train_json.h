@@ -13,6 +13,11 @@ json_t *train_result_json(const struct train_opts *o, const struct train_result 
 /* The training recipe for a result's settings: optimizer and its settings, learning
  * rate and schedule, label smoothing, micro-batches per step, gradient clipping. */
 json_t *train_recipe_json(const struct train_opts *o);
+/* What --decode auto measured, for a result's settings beside "decode" (the path
+ * used): {gpu_img_s, cpu_img_s, cpu_workers, gpu_note}, gpu_img_s null where the
+ * GPU loader failed (gpu_note says why); JSON null where nothing was measured. NULL
+ * only when out of memory. */
+json_t *train_decode_probe_json(const struct train_result *r);
 /* Device memory of this process as nvidia-smi shows it, summed over every GPU that
  * NVML lists (NVML and CUDA may number devices differently). Needs nvml_open();
  * GP_ENOTFOUND when this process has no context on any GPU. *dev: the first NVML

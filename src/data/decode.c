@@ -48,15 +48,16 @@ int decode_gpu_probe(char *why, size_t cap)
 	return 1;
 }
 
-int decode_resolve(enum decode_mode mode, int can_take_gpu, const char *cmd, int *use_gpu)
+int decode_resolve(enum decode_mode mode, int can_take_gpu, const char *cmd,
+		   enum decode_mode *out)
 {
 	char why[300];
-	*use_gpu = 0;
+	*out = DECODE_CPU;
 	if (mode == DECODE_CPU)
 		return 0;
 	int ok = decode_gpu_probe(why, sizeof(why));
 	if (mode == DECODE_AUTO) {
-		*use_gpu = ok && can_take_gpu;
+		*out = ok && can_take_gpu ? DECODE_AUTO : DECODE_CPU;
 		return 0;
 	}
 	if (!ok)
@@ -65,6 +66,6 @@ int decode_resolve(enum decode_mode mode, int can_take_gpu, const char *cmd, int
 		return gp_error(GP_EINVAL, "--decode gpu: %s decodes on the GPU only from a folder of "
 				"JPEG files%s (not synthetic or CIFAR-10 data)", cmd,
 				strcmp(cmd, "loader") ? " onto a CUDA device" : "");
-	*use_gpu = 1;
+	*out = DECODE_GPU;
 	return 0;
 }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
+#include "data/decode_probe.h"
 #include "data/gpu_loader.h"
 #include "data/loader.h"
 #include "dist/dist.h"
@@ -120,37 +121,48 @@ int train_val_check(const struct train_opts *o, int classes, struct train_data *
 	return 0;
 }
 
+/* The GPU loader's batch layout: straight into the net's 16-bit NHWC input where it
+ * takes one, else floats (NCHW). */
+static int train_gpu_layout(struct net *net, struct train_data *d, enum gpu_batch_layout *layout)
+{
+	GP_TRY(net_input_format(net, &d->gl_dtype, &d->gl_nhwc));
+	*layout = GPU_BATCH_NCHW_F32;
+	if (d->gl_nhwc && d->gl_dtype == GP_BF16)
+		*layout = GPU_BATCH_NHWC_BF16;
+	else if (d->gl_nhwc && d->gl_dtype == GP_F16)
+		*layout = GPU_BATCH_NHWC_F16;
+	if (*layout == GPU_BATCH_NCHW_F32) {
+		d->gl_dtype = GP_F32;
+		d->gl_nhwc = 0;
+	}
+	return 0;
+}
+
 /* Start the loader and settle the step count (epochs win over steps). Batch
- * buffers are pinned on the CUDA backend so the copy in runs at full speed. */
+ * buffers are pinned on the CUDA backend so the copy in runs at full speed. With
+ * --decode auto both loaders are timed first (decode_probe_run), each in the form
+ * the run would create it; the one picked is then created here at start_batch, so
+ * the run's batches are those of that mode. auto without a GPU run, or across
+ * ranks (the GPU loader does not shard yet), is cpu without a probe. */
 int train_data_start(const struct train_opts *o, int size, struct train_data *d,
 		     struct net *net, int *steps, struct train_result *res, long start_batch)
 {
-	if (o->decode_gpu) {
-		/* straight into the net's 16-bit NHWC input where it takes one, else floats */
-		GP_TRY(net_input_format(net, &d->gl_dtype, &d->gl_nhwc));
-		enum gpu_batch_layout layout = GPU_BATCH_NCHW_F32;
-		if (d->gl_nhwc && d->gl_dtype == GP_BF16)
-			layout = GPU_BATCH_NHWC_BF16;
-		else if (d->gl_nhwc && d->gl_dtype == GP_F16)
-			layout = GPU_BATCH_NHWC_F16;
-		if (layout == GPU_BATCH_NCHW_F32) {
-			d->gl_dtype = GP_F32;
-			d->gl_nhwc = 0;
-		}
-		if (dist_world(o->dist) > 1)
-			return gp_error(GP_EINVAL, "--decode gpu does not shard a dataset over ranks "
-					"yet: use --decode cpu with data parallelism");
-		struct gpu_loader_config gc = { .batch = o->batch, .size = size, .train = 1,
-						.drop_last = 1, .seed = o->seed, .device = o->device,
-						.layout = layout, .start_batch = start_batch };
-		GP_TRY(gpu_loader_create(d->ds, &gc, &d->gl));
-		res->batches_per_epoch = gpu_loader_batches_per_epoch(d->gl);
-		goto epochs;
-	}
+	enum decode_mode mode = o->decode;
+	if (mode == DECODE_AUTO && (o->backend != BACKEND_CUDA || dist_world(o->dist) > 1))
+		mode = DECODE_CPU;
+	if (mode == DECODE_GPU && dist_world(o->dist) > 1)
+		return gp_error(GP_EINVAL, "--decode gpu does not shard a dataset over ranks "
+				"yet: use --decode cpu with data parallelism");
+	enum gpu_batch_layout layout = GPU_BATCH_NCHW_F32;
+	if (mode != DECODE_CPU)
+		GP_TRY(train_gpu_layout(net, d, &layout));
 #ifdef GP_HAVE_CUDA
-	if (o->backend == BACKEND_CUDA)
+	if (o->backend == BACKEND_CUDA && mode != DECODE_GPU)
 		GP_TRY(data_use_pinned_memory());
 #endif
+	struct gpu_loader_config gc = { .batch = o->batch, .size = size, .train = 1,
+					.drop_last = 1, .seed = o->seed, .device = o->device,
+					.layout = layout, .start_batch = start_batch };
 	struct loader_config lc = {
 		/* one batch stays held while its copy runs: the ring needs two at least */
 		.batch = o->batch, .workers = o->workers,
@@ -158,9 +170,22 @@ int train_data_start(const struct train_opts *o, int size, struct train_data *d,
 		.size = size, .train = 1, .drop_last = 1, .seed = o->seed,
 		.shard = dist_rank(o->dist), .shards = dist_world(o->dist), .start_batch = start_batch,
 	};
-	GP_TRY(loader_create(d->ds, &lc, &d->ld));
-	res->batches_per_epoch = loader_batches_per_epoch(d->ld);
-epochs:
+	if (mode == DECODE_AUTO) {
+		struct decode_probe_config pc = { .cpu = lc, .gpu = gc };
+		if (o->probe_workers > 0)
+			pc.cpu.workers = o->probe_workers;
+		GP_TRY(decode_probe_run(d->ds, &pc, &res->decode_probe));
+		res->decode_probed = 1;
+		mode = res->decode_probe.use_gpu ? DECODE_GPU : DECODE_CPU;
+	}
+	res->decode_gpu = mode == DECODE_GPU;
+	if (res->decode_gpu) {
+		GP_TRY(gpu_loader_create(d->ds, &gc, &d->gl));
+		res->batches_per_epoch = gpu_loader_batches_per_epoch(d->gl);
+	} else {
+		GP_TRY(loader_create(d->ds, &lc, &d->ld));
+		res->batches_per_epoch = loader_batches_per_epoch(d->ld);
+	}
 	if (o->epochs > 0) {
 		long long n = (long long)o->epochs * res->batches_per_epoch;
 		if (n > 1000000000)

@@ -460,6 +460,11 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "data parallel: %d ranks (%s), batch %d per rank, %d in all%s\n",
 				world, dist_transport_name(o->dist), o->batch, o->batch * world,
 				o->sync_bn ? ", synchronized batch norm" : "");
+		if (res->decode_probed) {
+			char line[512];
+			decode_probe_describe(&res->decode_probe, line, sizeof(line));
+			fprintf(log, "%s\n", line);
+		}
 		if (data.ld)
 			fprintf(log, "data: %s, %d images, %d classes, %d batches per epoch, %d workers\n",
 				o->data, dataset_count(data.ds), dataset_classes(data.ds),

@@ -6,6 +6,8 @@
 #include <stdio.h>
 
 #include "core/cpuload.h"
+#include "data/decode.h"
+#include "data/decode_probe.h"
 #include "nn/net.h"
 #include "nn/observer.h"
 #include "train/schedule.h"
@@ -52,9 +54,13 @@ struct train_opts {
 	const char *val_data;
 	int eval_every;
 	int workers;  /* loader threads (0: decode in the training thread) */
-	/* 1: decode and augment on the GPU (data/gpu_loader.h; --decode gpu, resolved by
-	 * the command), workers and prefetch unused */
-	int decode_gpu;
+	/* Where batches are decoded, as the command resolved --decode (decode_resolve):
+	 * DECODE_GPU decodes and augments on the GPU (data/gpu_loader.h; workers and
+	 * prefetch unused); DECODE_AUTO, left only where both paths can run, times both
+	 * once the data is open (data/decode_probe.h) and takes the faster. The path
+	 * taken is the result's decode_gpu. */
+	enum decode_mode decode;
+	int probe_workers; /* DECODE_AUTO: the probe's CPU side runs this many workers (0: workers) */
 	int prefetch; /* batches in flight per worker (0: 2) */
 	/* An epoch is epoch_steps steps (0: one pass over the dataset, or steps for
 	 * synthetic data); epochs > 0 trains that many epochs instead of steps. */
@@ -118,6 +124,10 @@ struct train_result {
 	 * data_wait_pct is data_wait_ms as a share of the mean step time. */
 	int batches_per_epoch;
 	double data_wait_ms, copy_ms, data_wait_pct;
+	/* The decode path used (1: GPU), and with --decode auto, whether it was measured
+	 * (decode_probed) and what the probe saw. */
+	int decode_gpu, decode_probed;
+	struct decode_probe decode_probe;
 	/* CPU load over the timed steps: this process's cores busy and the machine's */
 	struct cpu_load cpu;
 	long images, skipped_corrupt;

@@ -17,12 +17,14 @@
 #include <time.h>
 
 #include <cuda_runtime_api.h>
+#include <jansson.h>
 
 #include "../test.h"
 #include "core/error.h"
 #include "core/timeutil.h"
 #include "data/dataset.h"
 #include "data/decode.h"
+#include "data/decode_probe.h"
 #include "data/gpu_decode.h"
 #include "data/gpu_loader.h"
 #include "data/image.h"
@@ -546,4 +548,113 @@ TEST(gpu_loader_thread_matches_decoder_run)
 	files_free(&f);
 	image_ctx_free(&ctx);
 	dataset_close(ds);
+}
+
+/* `--decode auto` where both paths run: 128 JPEGs of 500x375 at 224, batch 32, the
+ * CPU side at 4 workers. Which path wins depends on the machine, so only that both
+ * were measured, the pick agrees with the rates and with the path the run took, and
+ * what train.json records. Then at the data level: after the probe, the loader of
+ * the mode picked, created afresh at a resumed position, gives the batches of one
+ * that no probe preceded (labels, positions and pixels). */
+TEST(gpu_decode_auto_probes_both)
+{
+	if (!gpu_decode_ready())
+		return;
+	static char dir[600];
+	char cmd[1600], out[16384], path[700];
+	snprintf(dir, sizeof(dir), "%s/jpegs_auto", test_tmpdir());
+	snprintf(cmd, sizeof(cmd), "%s dataset make --out %s --classes 4 --images 128 "
+		 "--size 500x375", test_bin(), dir);
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "dataset make: %s", out);
+	snprintf(cmd, sizeof(cmd), "%s train --model resnet18 --batch 32 --steps 4 --workers 4 "
+		 "--precision bf16 --data %s --decode auto --eval-every 0 --out %s/train_auto",
+		 test_bin(), dir, test_tmpdir());
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	const char *line = strstr(out, "decode auto: gpu ");
+	CHECK_MSG(line && strstr(line, " img/s (4 workers) -> "), "%s", out);
+	printf("    %.*s\n", line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+	snprintf(path, sizeof(path), "%s/train_auto/train.json", test_tmpdir());
+	json_error_t err;
+	json_t *j = json_load_file(path, 0, &err), *st = json_object_get(j, "settings");
+	json_t *p = json_object_get(st, "decode_probe");
+	CHECK_MSG(j && json_is_object(p), "%s: %s", path, err.text);
+	if (test_failed()) {
+		json_decref(j);
+		return;
+	}
+	double g = json_real_value(json_object_get(p, "gpu_img_s"));
+	double c = json_real_value(json_object_get(p, "cpu_img_s"));
+	const char *used = json_string_value(json_object_get(st, "decode"));
+	CHECK_MSG(g > 0 && c > 0, "gpu %g cpu %g", g, c);
+	CHECK(json_is_null(json_object_get(p, "gpu_note")));
+	CHECK_EQ_INT(json_integer_value(json_object_get(p, "cpu_workers")), 4);
+	CHECK_MSG(used && !strcmp(used, g > c ? "gpu" : "cpu"), "gpu %g cpu %g took %s", g, c, used);
+	CHECK_MSG(line && strstr(line, g > c ? "-> gpu" : "-> cpu"), "%s", out);
+	CHECK_MSG(strstr(out, g > c ? "decoded and augmented on the GPU" : "batches per epoch, 4 workers"),
+		  "%s", out);
+	json_decref(j);
+
+	struct dataset *ds, *fresh;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &fresh), 0);
+	if (test_failed())
+		return;
+	struct decode_probe_config pc = {
+		.cpu = { .batch = 32, .workers = 4, .prefetch = 2, .size = SIZE, .train = 1,
+			 .drop_last = 1, .seed = 3, .start_batch = 5 },
+		.gpu = { .batch = 32, .size = SIZE, .train = 1, .drop_last = 1, .seed = 3,
+			 .layout = GPU_BATCH_NCHW_F32, .start_batch = 5 },
+	};
+	struct decode_probe pr;
+	CHECK_MSG(decode_probe_run(ds, &pc, &pr) == 0, "%s", gp_errmsg());
+	CHECK_MSG(pr.gpu_img_s > 0 && pr.cpu_img_s > 0 && !pr.note[0], "%s", pr.note);
+	CHECK_EQ_INT(pr.use_gpu, pr.gpu_img_s > pr.cpu_img_s);
+	size_t floats = (size_t)32 * 3 * SIZE * SIZE;
+	float *hx[2] = { malloc(floats * sizeof(float)), malloc(floats * sizeof(float)) };
+	struct dataset *dss[2] = { ds, fresh };
+	struct loader *cl[2] = { 0 };
+	struct gpu_loader *gl[2] = { 0 };
+	for (int k = 0; k < 2; k++)
+		CHECK_MSG((pr.use_gpu ? gpu_loader_create(dss[k], &pc.gpu, &gl[k])
+				      : loader_create(dss[k], &pc.cpu, &cl[k])) == 0, "%s", gp_errmsg());
+	for (int b = 0; !test_failed() && b < 3; b++) {
+		int32_t labels[2][32];
+		int n[2], pos[2];
+		struct batch *cb[2];
+		for (int k = 0; k < 2; k++) {
+			if (pr.use_gpu) {
+				struct gpu_batch gb;
+				CHECK_MSG(gpu_loader_next(gl[k], &gb) == 0, "%s", gp_errmsg());
+				if (test_failed())
+					break;
+				CHECK_EQ_INT(cudaMemcpy(hx[k], gb.x, floats * sizeof(float),
+							cudaMemcpyDeviceToHost), cudaSuccess);
+				memcpy(labels[k], gb.labels, sizeof(int32_t) * gb.n);
+				n[k] = gb.n, pos[k] = gb.epoch * 4 + gb.index;
+			} else {
+				CHECK_MSG(loader_next(cl[k], &cb[k]) == 0, "%s", gp_errmsg());
+				if (test_failed())
+					break;
+				memcpy(hx[k], cb[k]->x, floats * sizeof(float));
+				memcpy(labels[k], cb[k]->labels, sizeof(int32_t) * cb[k]->n);
+				n[k] = cb[k]->n, pos[k] = cb[k]->epoch * 4 + cb[k]->index;
+				loader_release(cl[k], cb[k]);
+			}
+		}
+		if (test_failed())
+			break;
+		CHECK_EQ_INT(n[0], 32);
+		CHECK_EQ_INT(n[1], 32);
+		CHECK_EQ_INT(pos[0], 5 + b);
+		CHECK_EQ_INT(pos[1], 5 + b);
+		CHECK(!memcmp(labels[0], labels[1], sizeof(labels[0])));
+		CHECK_MSG(!memcmp(hx[0], hx[1], floats * sizeof(float)), "batch %d: pixels differ", b);
+	}
+	for (int k = 0; k < 2; k++) {
+		gpu_loader_destroy(gl[k]);
+		loader_destroy(cl[k]);
+		free(hx[k]);
+	}
+	dataset_close(ds);
+	dataset_close(fresh);
 }
