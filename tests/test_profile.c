@@ -402,7 +402,8 @@ free_net:
 }
 
 /* With an ImageFolder and loader threads, the data stage holds the loader's batches:
- * the run succeeds and its result names the data and the worker count. */
+ * the run succeeds and its result names the data, the worker count and where the
+ * pixels were made. */
 TEST(profile_with_a_dataset)
 {
 	char cmd[2048], out[16384], dir[512], res[600];
@@ -424,6 +425,8 @@ TEST(profile_with_a_dataset)
 	CHECK(json_is_string(json_object_get(settings, "data")) &&
 	      !strcmp(json_string_value(json_object_get(settings, "data")), dir));
 	CHECK_EQ_INT(json_integer_value(json_object_get(settings, "workers")), 2);
+	const char *decode = json_string_value(json_object_get(settings, "decode"));
+	CHECK_MSG(decode && !strcmp(decode, "cpu"), "settings.decode: %s", decode ? decode : "(none)");
 	json_decref(j);
 }
 

@@ -180,8 +180,12 @@ int cmd_profile(int argc, char **argv)
 		json_object_set_new(s.settings, "record_shapes", json_boolean(record_shapes));
 		json_object_set_new(s.settings, "sort", sort ? json_string(sort) : json_null());
 	}
-	if (s.settings && o.data)
+	if (s.settings && o.data) {
 		json_object_set_new(s.settings, "workers", json_integer(workers));
+		/* where the pixels were made: "auto" stays itself here, as the pick is
+		 * measured inside the run (its line in the log) */
+		json_object_set_new(s.settings, "decode", json_string(decode_mode_name_at((int)o.decode)));
+	}
 	if (!s.settings)
 		return gp_error(GP_ENOMEM, "cannot build the settings");
 	struct gpm_watch gw = { .inner = profile_session_observer(&s), .first = wait,
