@@ -286,6 +286,24 @@ static void *cpu_decoder_output(void *self, int output)
 	return ((struct cpu_decoder *)self)->out[output];
 }
 
+/* The stand-in as the GPU loader's decoder. */
+static struct gpu_loader_decoder cpu_decoder_ops(struct cpu_decoder *cd)
+{
+	return (struct gpu_loader_decoder){ cd, cpu_decoder_run, cpu_decoder_error,
+					    cpu_decoder_output };
+}
+
+/* A batch of the GPU loader (CPU stand-in, 16 x 16 float NCHW) is batch b of the CPU
+ * loader: the same place in the epochs, labels and pixels. */
+static void check_same_batch(const struct gpu_batch *gb, const struct batch *cb, int b)
+{
+	CHECK_EQ_INT(gb->epoch, cb->epoch);
+	CHECK_EQ_INT(gb->index, cb->index);
+	CHECK_MSG(!memcmp(gb->labels, cb->labels, sizeof(int32_t) * cb->n), "batch %d: labels differ", b);
+	CHECK_MSG(!memcmp(gb->x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
+		  "batch %d: pixels differ from the CPU loader's", b);
+}
+
 /* With the CPU stand-in, the GPU loader's batches are the CPU loader's, bit for bit
  * (both decode at full size here): the same order, geometry, replacements of the
  * truncated JPEG and the text file in tests/data/bad, labels and counts. */
@@ -299,8 +317,7 @@ TEST(gpu_loader_order_and_replacements_match_cpu_loader)
 		dataset_set_scaled_decode(ds, 0);
 		struct cpu_decoder cd;
 		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
-						  cpu_decoder_output };
+		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
 					    .train = train, .seed = 42 };
 		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = train, .seed = 42 };
@@ -316,12 +333,7 @@ TEST(gpu_loader_order_and_replacements_match_cpu_loader)
 			if (test_failed())
 				break;
 			CHECK_EQ_INT(gb.n, cb->n);
-			CHECK_EQ_INT(gb.epoch, cb->epoch);
-			CHECK_EQ_INT(gb.index, cb->index);
-			CHECK_MSG(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n),
-				  "train %d batch %d: labels differ", train, b);
-			CHECK_MSG(!memcmp(gb.x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
-				  "train %d batch %d: pixels differ", train, b);
+			check_same_batch(&gb, cb, b);
 			loader_release(cl, cb);
 		}
 		struct loader_stats cs, gs;
@@ -353,8 +365,7 @@ TEST(gpu_loader_thread_keeps_held_batch_and_counts_delivered)
 	enum { FLOATS = 4 * 3 * 16 * 16 };
 	struct cpu_decoder cd;
 	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
-					  cpu_decoder_output };
+	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
 				    .train = 1, .seed = 7 };
 	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 7 };
@@ -379,12 +390,7 @@ TEST(gpu_loader_thread_keeps_held_batch_and_counts_delivered)
 		nanosleep(&nap, NULL);
 		CHECK_MSG(!memcmp(copy, gb.x, sizeof(float) * 3 * 16 * 16 * gb.n),
 			  "batch %d: overwritten while held", b);
-		CHECK_MSG(!memcmp(gb.x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
-			  "batch %d: pixels differ from the CPU loader's", b);
-		CHECK_MSG(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n),
-			  "batch %d: labels differ", b);
-		CHECK_EQ_INT(gb.epoch, cb->epoch);
-		CHECK_EQ_INT(gb.index, cb->index);
+		check_same_batch(&gb, cb, b);
 		images += gb.n;
 		struct loader_stats cs, gs;
 		struct gpu_decode_stats dst;
@@ -412,8 +418,7 @@ TEST(gpu_loader_thread_resumes_at_start_batch)
 	dataset_set_scaled_decode(ds, 0);
 	struct cpu_decoder cd;
 	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
-					  cpu_decoder_output };
+	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
 				    .train = 1, .seed = 42, .start_batch = 3 };
 	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42,
@@ -430,12 +435,7 @@ TEST(gpu_loader_thread_resumes_at_start_batch)
 		if (test_failed())
 			break;
 		CHECK_EQ_INT(gb.epoch * 2 + gb.index, 3 + b);
-		CHECK_EQ_INT(gb.epoch, cb->epoch);
-		CHECK_EQ_INT(gb.index, cb->index);
-		CHECK_MSG(!memcmp(gb.labels, cb->labels, sizeof(int32_t) * cb->n),
-			  "batch %d: labels differ", 3 + b);
-		CHECK_MSG(!memcmp(gb.x, cb->x, sizeof(float) * 3 * 16 * 16 * cb->n),
-			  "batch %d: pixels differ", 3 + b);
+		check_same_batch(&gb, cb, 3 + b);
 		loader_release(cl, cb);
 	}
 	gpu_loader_destroy(gl);
@@ -457,8 +457,7 @@ TEST(gpu_loader_thread_error_reaches_its_batch)
 	struct cpu_decoder cd;
 	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
 	cd.fail_batch = 2;
-	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
-					  cpu_decoder_output };
+	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 0, .seed = 42 };
 	struct gpu_loader *gl = NULL;
 	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
@@ -494,8 +493,7 @@ TEST(gpu_loader_thread_destroy_at_any_point)
 	for (int batches = 0; !test_failed() && batches < 4; batches++) {
 		struct cpu_decoder cd;
 		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
-						  cpu_decoder_output };
+		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 3 };
 		struct gpu_loader *gl = NULL;
 		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
@@ -628,8 +626,7 @@ TEST(decode_probe_picks_the_faster_path)
 		CHECK_EQ_INT(cpu_decoder_init(&cd, PROBE_BATCH, PROBE_SIZE), 0);
 		cd.delay_ms = fast ? 0 : 300;
 		cd.skip = fast;
-		struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
-						  cpu_decoder_output };
+		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 		struct decode_probe_config pc = probe_config();
 		struct decode_probe p;
 		CHECK_MSG(decode_probe_run_with(ds, &pc, &ops, &p) == 0, "%s", gp_errmsg());
@@ -675,8 +672,7 @@ TEST(decode_probe_gpu_failure_stays_cpu)
 	CHECK_EQ_INT(cpu_decoder_init(&cd, PROBE_BATCH, PROBE_SIZE), 0);
 	cd.fail_batch = 0;
 	cd.skip = 1;
-	struct gpu_loader_decoder ops = { &cd, cpu_decoder_run, cpu_decoder_error,
-					  cpu_decoder_output };
+	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 	struct decode_probe_config pc = probe_config();
 	struct decode_probe p;
 	CHECK_MSG(decode_probe_run_with(ds, &pc, &ops, &p) == 0, "%s", gp_errmsg());

@@ -11,28 +11,23 @@
 #include <jansson.h>
 
 #include "cmd/yardstick.h"
+#include "core/error.h"
+#include "core/file.h"
 #include "report/plots.h"
 #include "report/result.h"
 #include "report/scale_report.h"
 #include "report/table.h"
 #include "test.h"
 
+/* The file as a string, NULL where it cannot be read. */
 static char *slurp(const char *path)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	char *buf = NULL;
+	size_t n;
+	if (file_read_all(path, &buf, &n) < 0) {
+		gp_error_clear();
 		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *buf = malloc(n + 1);
-	if (buf && fread(buf, 1, n, f) == (size_t)n)
-		buf[n] = 0;
-	else {
-		free(buf);
-		buf = NULL;
 	}
-	fclose(f);
 	return buf;
 }
 
