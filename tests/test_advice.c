@@ -177,17 +177,27 @@ TEST(advice_cpu_run_gets_no_gpu_rules)
 	CHECK(rule(&a, "loader_workers") != NULL);
 }
 
+/* A trace of one 10 ms step (its annotation and its step record) starting at the
+ * returned time; the caller adds the step's host ranges and GPU work. */
+static int64_t ten_ms_step(struct trace *t)
+{
+	CHECK_EQ_INT(trace_init(t), 0);
+	int64_t b = t->base_ns, ms = 1000000;
+	struct trace_range step = { .name = "ProfilerStep#1", .cat = TRACE_USER_ANNOTATION,
+				    .start_ns = b, .end_ns = b + 10 * ms, .external_id = 1 };
+	CHECK_EQ_INT(trace_add_range(t, &step), 0);
+	struct trace_step s = { 1, b, b + 10 * ms, 0 };
+	CHECK_EQ_INT(trace_add_step(t, &s), 0);
+	return b;
+}
+
 /* The sync evidence from a trace: three cudaStreamSynchronize in a 10 ms step, two
  * followed by GPU work 0.4 and 0.6 ms after they return, the last by none. */
 TEST(advice_sync_evidence_from_a_trace)
 {
 	struct trace t;
 	struct analysis a;
-	CHECK_EQ_INT(trace_init(&t), 0);
-	int64_t b = t.base_ns, ms = 1000000;
-	struct trace_range step = { .name = "ProfilerStep#1", .cat = TRACE_USER_ANNOTATION,
-				    .start_ns = b, .end_ns = b + 10 * ms, .external_id = 1 };
-	CHECK_EQ_INT(trace_add_range(&t, &step), 0);
+	const int64_t ms = 1000000, b = ten_ms_step(&t);
 	const int64_t sync_end[3] = { 2 * ms, 5 * ms, 9 * ms }, next[2] = { 2 * ms + 400000, 5 * ms + 600000 };
 	for (int i = 0; i < 3; i++) {
 		struct trace_range r = { .name = "cudaStreamSynchronize", .cat = TRACE_CUDA_RUNTIME,
@@ -201,8 +211,6 @@ TEST(advice_sync_evidence_from_a_trace)
 				       .end_ns = b + next[i] + 100000 };
 		CHECK_EQ_INT(trace_add_gpu(&t, &k), 0);
 	}
-	struct trace_step s = { 1, b, b + 10 * ms, 0 };
-	CHECK_EQ_INT(trace_add_step(&t, &s), 0);
 	CHECK_EQ_INT(analysis_run(&t, &a), 0);
 	CHECK_NEAR(a.ev.syncs_per_step, 3, 1e-12);
 	CHECK_NEAR(a.ev.sync_refill_ms, 1.0, 1e-9);
@@ -250,11 +258,7 @@ TEST(analysis_helper_thread_runtime_calls_are_not_the_loops)
 {
 	struct trace t;
 	struct analysis a;
-	CHECK_EQ_INT(trace_init(&t), 0);
-	int64_t b = t.base_ns, ms = 1000000;
-	struct trace_range step = { .name = "ProfilerStep#1", .cat = TRACE_USER_ANNOTATION,
-				    .start_ns = b, .end_ns = b + 10 * ms, .external_id = 1 };
-	CHECK_EQ_INT(trace_add_range(&t, &step), 0);
+	const int64_t ms = 1000000, b = ten_ms_step(&t);
 	struct trace_range loop_sync = { .name = "cudaStreamSynchronize", .cat = TRACE_CUDA_RUNTIME,
 					 .start_ns = b + 1 * ms, .end_ns = b + 1 * ms + ms / 2 };
 	struct trace_range op = { .name = "autograd::engine::evaluate_function: ConvolutionBackward0",
@@ -274,8 +278,6 @@ TEST(analysis_helper_thread_runtime_calls_are_not_the_loops)
 	struct trace_gpu k = { .name = "k", .cat = TRACE_KERNEL, .start_ns = b + 2 * ms,
 			       .end_ns = b + 2 * ms + ms / 2 };
 	CHECK_EQ_INT(trace_add_gpu(&t, &k), 0);
-	struct trace_step s = { 1, b, b + 10 * ms, 0 };
-	CHECK_EQ_INT(trace_add_step(&t, &s), 0);
 	CHECK_EQ_INT(analysis_run(&t, &a), 0);
 	printf("      syncs per step %.3g, runtime part %.4g ms\n", a.ev.syncs_per_step,
 	       a.mean.part_ms[PART_RUNTIME]);
