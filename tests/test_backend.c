@@ -50,7 +50,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 {
 	const struct tuning *t = tuning_get();
 	CHECK(t == tuning_get());
-	CHECK_EQ_INT(tuning_table_len, 6);
+	CHECK_EQ_INT(tuning_table_len, 7);
 	for (int i = 0; i < tuning_table_len; i++)
 		CHECK(!strncmp(tuning_table[i].name, "GPUPERF_", 8) && tuning_table[i].meaning[0]);
 	CHECK(t->test.bn_fuse && t->test.bn_own && t->test.conv_ws_arena && t->test.wgrad_stream);
@@ -63,7 +63,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 
 	snprintf(dir, sizeof(dir), "%s/tuned", test_tmpdir());
 	snprintf(cmd, sizeof(cmd),
-		 "GPUPERF_CONV_LOG=1 %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
+		 "GPUPERF_CONV_LOG=1 GPUPERF_NVJPEG_BACKEND=cuda %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
 		 "--out %s",
 		 test_bin(), dir);
 	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "compare: %s", out);
@@ -76,6 +76,9 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	CHECK_MSG(json_is_object(tuning), "no settings.tuning in %s", path);
 	const char *log = json_string_value(json_object_get(tuning, "GPUPERF_CONV_LOG"));
 	CHECK_MSG(log && !strcmp(log, "1"), "GPUPERF_CONV_LOG recorded as %s", log ? log : "nothing");
+	const char *nj = json_string_value(json_object_get(tuning, "GPUPERF_NVJPEG_BACKEND"));
+	CHECK_MSG(nj && !strcmp(nj, "cuda"), "GPUPERF_NVJPEG_BACKEND recorded as %s",
+		  nj ? nj : "nothing");
 	CHECK_EQ_INT(json_object_size(tuning), tuning_table_len);
 	json_decref(res);
 }

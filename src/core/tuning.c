@@ -16,6 +16,8 @@ const struct tuning_entry tuning_table[] = {
 	{ "GPUPERF_MPI_LIB", "libgpuperf_mpi.so", "the MPI transport plugin (beside the executable)" },
 	{ "GPUPERF_NVJPEG_LIB", "libnvjpeg.so.13", "the nvJPEG library to load for --decode gpu "
 	  "(unset: libnvjpeg.so.13, then .so.12, then .so)" },
+	{ "GPUPERF_NVJPEG_BACKEND", "auto", "nvJPEG's backend for --decode gpu's batched "
+	  "call: auto (the hardware engines where the GPU has them), hardware or cuda" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -40,6 +42,8 @@ void tuning_reload(void)
 	path_from_env("GPUPERF_NVML_LIB", t.nvml_lib);
 	path_from_env("GPUPERF_MPI_LIB", t.mpi_lib);
 	path_from_env("GPUPERF_NVJPEG_LIB", t.nvjpeg_lib);
+	v = getenv("GPUPERF_NVJPEG_BACKEND");
+	t.nvjpeg_backend = !v ? 0 : !strcmp(v, "hardware") ? 1 : !strcmp(v, "cuda") ? 2 : 0;
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -70,6 +74,10 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 		return;
 	case 5:
 		snprintf(buf, cap, "%s", t->nvjpeg_lib[0] ? t->nvjpeg_lib : tuning_table[i].default_value);
+		return;
+	case 6:
+		snprintf(buf, cap, "%s", t->nvjpeg_backend == 1 ? "hardware"
+					 : t->nvjpeg_backend == 2 ? "cuda" : "auto");
 		return;
 	default:
 		snprintf(buf, cap, "?");

@@ -26,6 +26,9 @@ struct tuning {
 	/* GPUPERF_MPI_LIB: the MPI transport plugin ("": libgpuperf_mpi.so beside the
 	 * executable, or in lib/ beside it) */
 	char mpi_lib[TUNING_PATH_MAX];
+	/* GPUPERF_NVJPEG_BACKEND: the batched call's nvJPEG backend; 0 auto (hardware
+	 * where it can be made), 1 hardware only, 2 CUDA only (anything else: auto) */
+	int nvjpeg_backend;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

@@ -53,6 +53,13 @@ struct gpu_decoder;
  * computes. GP_ENODEV without a GPU or nvJPEG, with the reason. */
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
 		       int outputs, struct gpu_decoder **out);
+/* Which nvJPEG backend makes the batched call: the hardware one where it can be made
+ * (else CUDA's; gpu_decoder_create's choice), or only one of the two (GP_ENODEV
+ * where it cannot be made). */
+enum gpu_decode_backend { GPU_DECODE_ANY = 0, GPU_DECODE_HARDWARE, GPU_DECODE_CUDA };
+int gpu_decoder_create_backend(int device, int max_batch, int size,
+			       enum gpu_batch_layout layout, int outputs,
+			       enum gpu_decode_backend backend, struct gpu_decoder **out);
 /* Decode and augment n items into batch buffer `output` at their dst; returns when
  * the buffer is written (its stream synchronized, not the device). failed[i] = 1
  * for an item no decoder could decode (its dst left unwritten; gpu_decoder_error(d,

@@ -10,6 +10,13 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
 }
 
+int gpu_decoder_create_backend(int device, int max_batch, int size,
+			       enum gpu_batch_layout layout, int outputs,
+			       enum gpu_decode_backend backend, struct gpu_decoder **out)
+{
+	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
+}
+
 int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
 		    int n, unsigned char *failed)
 {

@@ -11,12 +11,15 @@
  * corrupt files skipped and counted as the CPU loader does (tests/data/bad); and the
  * throughput of decode + augment alone. Skips without a GPU or nvJPEG. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cupti.h>
 #include <jansson.h>
 
 #include "../test.h"
@@ -657,4 +660,168 @@ TEST(gpu_decode_auto_probes_both)
 	}
 	dataset_close(ds);
 	dataset_close(fresh);
+}
+
+/* Runtime and driver API calls of one thread that took longer than 1 ms (CUPTI's
+ * callbacks), to name where a decode waits when it does. */
+#define SLOW_CALLS_MAX 48
+static struct {
+	pthread_t thread;
+	int depth;
+	double t0[16];
+	int n;
+	struct {
+		char name[72];
+		double ms;
+	} calls[SLOW_CALLS_MAX];
+} slow;
+
+static void CUPTIAPI slow_call_cb(void *user, CUpti_CallbackDomain dom, CUpti_CallbackId id,
+				  const void *data)
+{
+	const CUpti_CallbackData *cb = data;
+	if (!pthread_equal(pthread_self(), slow.thread))
+		return;
+	if (cb->callbackSite == CUPTI_API_ENTER) {
+		if (slow.depth < 16)
+			slow.t0[slow.depth] = gp_now_ms();
+		slow.depth++;
+		return;
+	}
+	if (--slow.depth < 0 || slow.depth >= 16)
+		return;
+	double ms = gp_now_ms() - slow.t0[slow.depth];
+	if (ms > 1.0 && slow.n < SLOW_CALLS_MAX) {
+		snprintf(slow.calls[slow.n].name, sizeof(slow.calls[0].name), "%s %s",
+			 dom == CUPTI_CB_DOMAIN_DRIVER_API ? "driver" : "runtime",
+			 cb->functionName ? cb->functionName : "?");
+		slow.calls[slow.n++].ms = ms;
+	}
+}
+
+/* A batch of 256 decoded while another stream of the same process keeps the GPU busy
+ * with a queue of FP32 matrix products (the net's step, in the loader's case): the
+ * decode's own work shares the SMs, but nothing in it may wait for the other
+ * stream's queue to drain (a device-wide synchronization inside nvJPEG, an allocator
+ * that frees with cudaFree), or the decode thread cannot hide behind the step
+ * (issue 21: beside training, a batch took the step's time plus its own). Each
+ * backend: the time alone, the time beside a queue at least 6x as long, and the
+ * calls that took over 1 ms. */
+TEST(gpu_decode_beside_a_busy_gpu)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 256, M = 4096 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[BATCH];
+	for (int i = 0; i < BATCH; i++) {
+		int k = i % N_FILES;
+		items[i] = (struct gpu_decode_item){ .data = f.data[k], .len_bytes = f.len[k],
+						     .kind = f.kind[k], .w = f.w[k], .h = f.h[k],
+						     .dst = i };
+		sample_geometry_make(1, SIZE, sample_seed(5, 0, i), f.w[k], f.h[k], &items[i].geo);
+	}
+	cudaStream_t busy = NULL;
+	cublasHandle_t blas = NULL;
+	float *a = NULL, *b = NULL, *c = NULL;
+	cudaEvent_t e0 = NULL, e1 = NULL;
+	const float one = 1.0f, zero = 0.0f;
+	CHECK_EQ_INT(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking), cudaSuccess);
+	CHECK_EQ_INT(cublasCreate(&blas), CUBLAS_STATUS_SUCCESS);
+	CHECK_EQ_INT(cudaMalloc((void **)&a, sizeof(float) * M * M), cudaSuccess);
+	CHECK_EQ_INT(cudaMalloc((void **)&b, sizeof(float) * M * M), cudaSuccess);
+	CHECK_EQ_INT(cudaMalloc((void **)&c, sizeof(float) * M * M), cudaSuccess);
+	CHECK_EQ_INT(cudaEventCreate(&e0), cudaSuccess);
+	CHECK_EQ_INT(cudaEventCreate(&e1), cudaSuccess);
+	if (test_failed())
+		goto done;
+	cublasSetStream(blas, busy);
+	cudaMemsetAsync(a, 0, sizeof(float) * M * M, busy);
+	cudaMemsetAsync(b, 0, sizeof(float) * M * M, busy);
+	/* one product, timed, after a warm-up */
+	for (int r = 0; r < 2; r++) {
+		cudaEventRecord(e0, busy);
+		cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, M, M, M, &one, a, M, b, M, &zero, c, M);
+		cudaEventRecord(e1, busy);
+		cudaEventSynchronize(e1);
+	}
+	float gemm_ms = 0;
+	cudaEventElapsedTime(&gemm_ms, e0, e1);
+	static const enum gpu_decode_backend backends[2] = { GPU_DECODE_HARDWARE, GPU_DECODE_CUDA };
+	static const char *const names[2] = { "hardware", "cuda" };
+	for (int bi = 0; bi < 2 && !test_failed(); bi++) {
+		struct gpu_decoder *d = NULL;
+		if (gpu_decoder_create_backend(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, backends[bi],
+					       &d) < 0) {
+			printf("    %s backend: not made here (%s)\n", names[bi], gp_errmsg());
+			continue;
+		}
+		double alone = 1e30;
+		for (int r = 0; r < 4; r++) { /* warm-up, then the best of 3 */
+			double t0 = gp_now_ms();
+			CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
+			if (r > 0 && gp_now_ms() - t0 < alone)
+				alone = gp_now_ms() - t0;
+		}
+		/* a queue of at least 300 ms and 6 decodes */
+		double queue_ms = alone * 6 > 300 ? alone * 6 : 300;
+		int k = (int)(queue_ms / gemm_ms) + 1;
+		cudaEventRecord(e0, busy);
+		for (int i = 0; i < k; i++)
+			cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, M, M, M, &one, a, M, b, M,
+				    &zero, c, M);
+		cudaEventRecord(e1, busy);
+		CUpti_SubscriberHandle sub = NULL;
+		memset(&slow, 0, sizeof(slow));
+		slow.thread = pthread_self();
+		int traced = cuptiSubscribe(&sub, slow_call_cb, NULL) == CUPTI_SUCCESS &&
+			     cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API) == CUPTI_SUCCESS &&
+			     cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS;
+		double t0 = gp_now_ms();
+		CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
+		double beside = gp_now_ms() - t0;
+		int queue_done = cudaEventQuery(e1) == cudaSuccess;
+		cudaGetLastError();
+		if (sub)
+			cuptiUnsubscribe(sub);
+		cudaEventSynchronize(e1);
+		float queue = 0;
+		cudaEventElapsedTime(&queue, e0, e1);
+		printf("    %s backend: a batch alone %.1f ms, beside a queue of %d products "
+		       "(%.1f ms each, %.0f ms in all) %.1f ms; the queue %s when it returned\n",
+		       names[bi], alone, k, gemm_ms, queue, beside,
+		       queue_done ? "had drained" : "still ran");
+		if (!traced)
+			printf("      (no CUPTI callbacks here)\n");
+		for (int i = 0; i < slow.n; i++)
+			printf("      %-60s %8.1f ms\n", slow.calls[i].name, slow.calls[i].ms);
+		CHECK_MSG(beside < 0.5 * queue && !queue_done,
+			  "%s backend: the decode waited for the other stream's queue (%.1f ms of "
+			  "a %.0f ms queue; alone %.1f ms)", names[bi], beside, queue, alone);
+		gpu_decoder_destroy(d);
+	}
+done:
+	cudaFree(a);
+	cudaFree(b);
+	cudaFree(c);
+	if (e0)
+		cudaEventDestroy(e0);
+	if (e1)
+		cudaEventDestroy(e1);
+	if (blas)
+		cublasDestroy(blas);
+	if (busy)
+		cudaStreamDestroy(busy);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
 }

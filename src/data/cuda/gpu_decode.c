@@ -19,6 +19,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 #include "core/timeutil.h"
 #include "data/cuda/gpu_augment.h"
 #include "data/nvjpeg.h"
@@ -240,8 +241,8 @@ static int nj_create(struct gpu_decoder *d, int backend, unsigned flags, nvjpeg_
 }
 
 /* Hardware with strict parsing, hardware, CUDA strict, CUDA: the first that nvJPEG
- * agrees to make. */
-static int handles_create(struct gpu_decoder *d)
+ * agrees to make, of the backends asked for. */
+static int handles_create(struct gpu_decoder *d, enum gpu_decode_backend want)
 {
 	static const struct {
 		int backend;
@@ -254,6 +255,9 @@ static int handles_create(struct gpu_decoder *d)
 	};
 	int status = NVJPEG_STATUS_NOT_INITIALIZED;
 	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+		int hw = tries[i].backend == NVJPEG_BACKEND_HARDWARE;
+		if ((want == GPU_DECODE_HARDWARE && !hw) || (want == GPU_DECODE_CUDA && hw))
+			continue;
 		status = nj_create(d, tries[i].backend, tries[i].flags, &d->h);
 		if (status == NVJPEG_STATUS_SUCCESS) {
 			d->hw = tries[i].backend == NVJPEG_BACKEND_HARDWARE;
@@ -275,6 +279,16 @@ static int handles_create(struct gpu_decoder *d)
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
 		       int outputs, struct gpu_decoder **out)
 {
+	return gpu_decoder_create_backend(device, max_batch, size, layout, outputs,
+					  (enum gpu_decode_backend)tuning_get()->nvjpeg_backend, out);
+}
+
+int gpu_decoder_create_backend(int device, int max_batch, int size,
+			       enum gpu_batch_layout layout, int outputs,
+			       enum gpu_decode_backend backend, struct gpu_decoder **out)
+{
+	if (backend < GPU_DECODE_ANY || backend > GPU_DECODE_CUDA)
+		return gp_error(GP_EINVAL, "gpu decoder: backend %d", (int)backend);
 	if (max_batch < 1 || max_batch > 65535 || size < 1 || outputs < 1 || outputs > 8)
 		return gp_error(GP_EINVAL, "gpu decoder: batch 1..65535, size >= 1 and 1..8 "
 				"outputs (got %d, %d, %d)", max_batch, size, outputs);
@@ -331,7 +345,7 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->ycc_host, n * sizeof(*d->ycc_host)))) < 0)
 		goto fail;
-	if ((rc = nj_memory_create(d)) < 0 || (rc = handles_create(d)) < 0)
+	if ((rc = nj_memory_create(d)) < 0 || (rc = handles_create(d, backend)) < 0)
 		goto fail;
 	*out = d;
 	return 0;
