@@ -26,11 +26,13 @@ struct backend_ops {
 	/* Optional (a GPU backend): the step's input as this backend holds it, *dtype
 	 * GP_F32 (NCHW) or the 16-bit type of mixed precision, *nhwc its layout; and a
 	 * batch already in the device's memory, in that format or as float NCHW (labels
-	 * on the host), copied into it, returning when the copy is done (x may be
-	 * overwritten then). */
+	 * on the host, free to reuse at return), copied into it after the previous step:
+	 * with read_event NULL returning when the copy is done (x may be overwritten
+	 * then), else returning at once with read_event (a cudaEvent_t) recorded where x
+	 * has been read, for the writer of x to wait for. */
 	int (*input_format)(struct net *net, enum gp_dtype *dtype, int *nhwc);
 	int (*set_batch_device)(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
-				const int32_t *labels);
+				const int32_t *labels, void *read_event);
 	int (*forward_node)(struct net *net, int i, int training);
 	int (*loss)(struct net *net, double *loss, int *correct);
 	int (*backward_node)(struct net *net, int i);

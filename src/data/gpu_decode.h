@@ -42,6 +42,7 @@ struct gpu_decode_stats {
 	long nvjpeg_chroma; /* of the hardware/CUDA counts: RGB with nvJPEG's own chroma
 			     * upsampling (the batched call refused planes), not TurboJPEG's */
 	double decode_ms, augment_ms; /* wall time of the two stages, synchronized */
+	double parse_ms;    /* of decode_ms: nvJPEG reading the headers (the CPU) */
 };
 
 struct gpu_decoder;
@@ -55,11 +56,17 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 		       int outputs, struct gpu_decoder **out);
 /* Which nvJPEG backend makes the batched call: the hardware one where it can be made
  * (else CUDA's; gpu_decoder_create's choice), or only one of the two (GP_ENODEV
- * where it cannot be made). */
+ * where it cannot be made); hw_pipelined keeps nvJPEG's pipelined hardware decode,
+ * which gpu_decoder_create turns off (gpu_decode.c says why), for the test that
+ * compares the two. */
 enum gpu_decode_backend { GPU_DECODE_ANY = 0, GPU_DECODE_HARDWARE, GPU_DECODE_CUDA };
-int gpu_decoder_create_backend(int device, int max_batch, int size,
-			       enum gpu_batch_layout layout, int outputs,
-			       enum gpu_decode_backend backend, struct gpu_decoder **out);
+struct gpu_decoder_opts {
+	enum gpu_decode_backend backend;
+	int hw_pipelined;
+};
+int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_layout layout,
+			    int outputs, const struct gpu_decoder_opts *opts,
+			    struct gpu_decoder **out);
 /* Decode and augment n items into batch buffer `output` at their dst; returns when
  * the buffer is written (its stream synchronized, not the device). failed[i] = 1
  * for an item no decoder could decode (its dst left unwritten; gpu_decoder_error(d,
@@ -70,6 +77,10 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 const char *gpu_decoder_error(const struct gpu_decoder *d, int i);
 /* Device batch buffer `output`, max_batch samples in the decoder's layout. */
 void *gpu_decoder_output(const struct gpu_decoder *d, int output);
+/* Its read event (a cudaEvent_t): whoever reads buffer `output` on a stream of its
+ * own records it there once done (net_set_batch_device does), and the next
+ * gpu_decoder_run into that buffer makes its writes wait for it, on the device. */
+void *gpu_decoder_output_event(const struct gpu_decoder *d, int output);
 /* "hardware" or "cuda": the backend of the batched call. */
 const char *gpu_decoder_backend(const struct gpu_decoder *d);
 void gpu_decoder_get_stats(const struct gpu_decoder *d, struct gpu_decode_stats *out);

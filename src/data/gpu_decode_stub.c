@@ -10,9 +10,9 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
 }
 
-int gpu_decoder_create_backend(int device, int max_batch, int size,
-			       enum gpu_batch_layout layout, int outputs,
-			       enum gpu_decode_backend backend, struct gpu_decoder **out)
+int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_layout layout,
+			    int outputs, const struct gpu_decoder_opts *opts,
+			    struct gpu_decoder **out)
 {
 	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
 }
@@ -25,6 +25,7 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 
 const char *gpu_decoder_error(const struct gpu_decoder *d, int i) { return ""; }
 void *gpu_decoder_output(const struct gpu_decoder *d, int output) { return 0; }
+void *gpu_decoder_output_event(const struct gpu_decoder *d, int output) { return 0; }
 const char *gpu_decoder_backend(const struct gpu_decoder *d) { return "none"; }
 void gpu_decoder_get_stats(const struct gpu_decoder *d, struct gpu_decode_stats *out)
 {

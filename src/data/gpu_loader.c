@@ -95,6 +95,11 @@ static void *nvjpeg_output(void *self, int output)
 	return gpu_decoder_output(self, output);
 }
 
+static void *nvjpeg_output_event(void *self, int output)
+{
+	return gpu_decoder_output_event(self, output);
+}
+
 static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 		       const struct gpu_loader_decoder *dec, struct gpu_loader **out)
 {
@@ -167,7 +172,7 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 		if (rc < 0)
 			goto fail;
 		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
-						      nvjpeg_output };
+						      nvjpeg_output, nvjpeg_output_event };
 	}
 	*out = l;
 	return 0;
@@ -309,6 +314,7 @@ static void decode_stats_add(struct gpu_decode_stats *to, const struct gpu_decod
 	to->nvjpeg_chroma += from->nvjpeg_chroma;
 	to->decode_ms += from->decode_ms;
 	to->augment_ms += from->augment_ms;
+	to->parse_ms += from->parse_ms;
 }
 
 /* What the decoder counted since `before`: the counts of one batch. */
@@ -322,6 +328,7 @@ static void decode_stats_since(const struct gpu_decode_stats *now,
 	d->nvjpeg_chroma = now->nvjpeg_chroma - before->nvjpeg_chroma;
 	d->decode_ms = now->decode_ms - before->decode_ms;
 	d->augment_ms = now->augment_ms - before->augment_ms;
+	d->parse_ms = now->parse_ms - before->parse_ms;
 }
 
 /* Make batch seq into slot k (decode thread): its files (read ahead by the reader
@@ -454,6 +461,7 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 	decode_stats_add(&l->gst, &slot->gst);
 	l->seq++;
 	out->x = l->ops.output(l->ops.self, k);
+	out->read_event = l->ops.output_event ? l->ops.output_event(l->ops.self, k) : NULL;
 	out->labels = slot->labels;
 	out->n = slot->n;
 	out->epoch = slot->epoch;

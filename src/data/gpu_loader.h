@@ -27,6 +27,8 @@ struct gpu_loader_config {
 
 struct gpu_batch {
 	void *x;         /* device: n samples in the layout asked for, written */
+	void *read_event; /* x's read event (gpu_decoder_output_event), NULL for a
+			   * caller's decoder without one */
 	int32_t *labels; /* host, n */
 	int n;
 	int epoch, index;
@@ -53,15 +55,17 @@ struct gpu_loader_decoder {
 		   unsigned char *failed);
 	const char *(*error)(void *self, int i);
 	void *(*output)(void *self, int output);
+	void *(*output_event)(void *self, int output); /* may be NULL: none */
 };
 
 /* gpu_loader_create with another decoder, which the caller keeps and frees. */
 int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
 			   const struct gpu_loader_decoder *dec, struct gpu_loader **out);
 /* The next batch, in order, endless; blocks until the decode thread has it written.
- * Its x and labels stay valid until the next call, and nothing may read x after it
- * (net_set_batch_device returns with the copy done): the next call hands x's buffer
- * back to the decode thread. An error of the decode thread (a batch with no valid
+ * Its x and labels stay valid until the next call, and nothing may read x after it,
+ * unless the reading is queued on a stream before it and x's read_event recorded
+ * behind it (net_set_batch_device with the event): the next call hands x's buffer
+ * back to the decode thread, whose writes wait for that event. An error of the decode thread (a batch with no valid
  * image, CUDA, memory) comes back at the call for the batch it was making, and at
  * every call after. */
 int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out);

@@ -491,14 +491,14 @@ int net_input_format(struct net *net, enum gp_dtype *dtype, int *nhwc)
 }
 
 int net_set_batch_device(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
-			 const int32_t *labels)
+			 const int32_t *labels, void *read_event)
 {
 	if (!net->bk)
 		return gp_error(GP_EINVAL, "net is not set up");
 	const struct backend_ops *ops = net_backend(net);
 	if (!ops->set_batch_device)
 		return gp_error(GP_EINVAL, "the %s backend takes no batch from GPU memory", ops->name);
-	return ops->set_batch_device(net, x, dtype, nhwc, labels);
+	return ops->set_batch_device(net, x, dtype, nhwc, labels, read_event);
 }
 
 /* Take in a staged batch before the step that uses it. */

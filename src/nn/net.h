@@ -57,13 +57,16 @@ int net_set_batch_data(struct net *net, const float *x, const int32_t *labels);
 int net_stage_batch(struct net *net, const float *x, const int32_t *labels);
 /* Batches made on the GPU (`--decode gpu`): the format the step's input has on the
  * device (GP_F32 NCHW, or GP_BF16/GP_F16 in NHWC or NCHW under mixed precision), and
- * a device batch copied in (labels on the host): in that format as it is, or as
- * float NCHW converted on the way. Returns when copied, which waits for the previous
- * step to be done with its input. GP_EINVAL on a backend without device input (CPU)
- * or for another format. */
+ * a device batch copied in (labels on the host, free to reuse at return): in that
+ * format as it is, or as float NCHW converted on the way, in stream order after the
+ * previous step. With read_event NULL it returns when copied, which waits for the
+ * previous step to be done with its input; with a CUDA event (cudaEvent_t) it
+ * returns at once, the event recorded where x has been read: the writer of x waits
+ * for it on its own stream, and the host never waits for the step. GP_EINVAL on a
+ * backend without device input (CPU) or for another format. */
 int net_input_format(struct net *net, enum gp_dtype *dtype, int *nhwc);
 int net_set_batch_device(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
-			 const int32_t *labels);
+			 const int32_t *labels, void *read_event);
 int net_forward(struct net *net, int training);
 /* Loss of the last forward against the labels; also seeds the logits gradient.
  * loss may be NULL: a GPU backend then does not wait for the value.

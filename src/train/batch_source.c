@@ -22,9 +22,10 @@ int train_data_on(const struct train_data *d)
 }
 
 /* A GPU batch into the net. The loop waits for the loader's decode thread, which
- * made the batch while the GPU computed the step before; the copy in waits for that
- * step to end, so its time is not counted as data time. net_set_batch_device returns
- * with the copy done, which is what lets the loader reuse the buffer at the next call. */
+ * made the batch while the GPU computed the step before; the copy in is queued behind
+ * that step with the buffer's read event after it, so that the loader may take the
+ * buffer back at the next call (its writes wait for the event) and the host queues
+ * the next step without waiting for this one. */
 static int train_gpu_data_next(struct train_data *d, struct net *net, int64_t *wait_ns)
 {
 	struct gpu_batch b;
@@ -34,7 +35,7 @@ static int train_gpu_data_next(struct train_data *d, struct net *net, int64_t *w
 	d->wait_ms_total += ms;
 	if (wait_ns)
 		*wait_ns = (int64_t)(ms * 1e6);
-	return net_set_batch_device(net, b.x, d->gl_dtype, d->gl_nhwc, b.labels);
+	return net_set_batch_device(net, b.x, d->gl_dtype, d->gl_nhwc, b.labels, b.read_event);
 }
 
 int train_uses_dataset(const struct train_opts *o)

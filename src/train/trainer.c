@@ -648,10 +648,12 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			loader_get_stats(data.ld, &st);
 		if (data.gl && log)
 			fprintf(log, "decode: on the GPU, nvJPEG %s backend: %ld hardware, %ld CUDA, "
-				"%ld on the CPU (nvJPEG refused them); per batch %.1f ms decoding, "
-				"%.1f ms converting and augmenting\n", gpu_loader_backend(data.gl),
+				"%ld on the CPU (nvJPEG refused them); per batch %.1f ms decoding "
+				"(%.1f ms of it reading headers), %.1f ms converting and "
+				"augmenting\n", gpu_loader_backend(data.gl),
 				gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback,
 				st.images ? gs.decode_ms * o->batch / st.images : 0,
+				st.images ? gs.parse_ms * o->batch / st.images : 0,
 				st.images ? gs.augment_ms * o->batch / st.images : 0);
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;

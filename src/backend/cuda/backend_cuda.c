@@ -116,6 +116,12 @@ static void cuda_teardown(struct net *net)
 		cudaEventDestroy(b->stage_free);
 	cuda_free(ctx, b->stage_x, b->input_bytes, MEM_OTHER);
 	cuda_free(ctx, b->stage_labels, b->labels_bytes, MEM_OTHER);
+	for (int i = 0; i < 2; i++) {
+		if (b->labels_copied[i])
+			cudaEventDestroy(b->labels_copied[i]);
+		if (b->labels_pinned[i])
+			cudaFreeHost(b->labels_pinned[i]);
+	}
 	cuda_free(ctx, b->arena, b->arena_bytes, MEM_ACTIV);
 	cuda_free(ctx, b->params, b->params_bytes, MEM_WEIGHTS);
 	cuda_free(ctx, b->running, b->running_bytes, MEM_WEIGHTS);
@@ -391,13 +397,37 @@ static int cuda_input_format(struct net *net, enum gp_dtype *dtype, int *nhwc)
 	return 0;
 }
 
+/* The labels on the compute stream from pinned memory of the net's own, so that the
+ * copy waits for nothing on the host: a copy from pageable memory may synchronize
+ * with the stream, that is, with the previous step. */
+static int labels_in_order(struct backend_state *b, const int32_t *labels)
+{
+	int t = b->labels_turn;
+	if (!b->labels_pinned[t]) {
+		CUDA_TRY(cudaHostAlloc((void **)&b->labels_pinned[t], b->labels_bytes,
+				       cudaHostAllocDefault));
+		CUDA_TRY(cudaEventCreateWithFlags(&b->labels_copied[t], cudaEventDisableTiming));
+	} else {
+		CUDA_TRY(cudaEventSynchronize(b->labels_copied[t])); /* two batches ago */
+	}
+	memcpy(b->labels_pinned[t], labels, b->labels_bytes);
+	CUDA_TRY(cudaMemcpyAsync(b->labels, b->labels_pinned[t], b->labels_bytes,
+				 cudaMemcpyHostToDevice, b->ctx->stream));
+	CUDA_TRY(cudaEventRecord(b->labels_copied[t], b->ctx->stream));
+	b->labels_turn = !t;
+	return 0;
+}
+
 /* On the compute stream, after the previous step (its backward reads the input):
  * a batch in the net's own 16-bit format straight into the 16-bit input (no
  * conversion), a float NCHW one into the float input (converted under mixed
- * precision). Waiting for the copy lets the caller's decoder reuse x for the next
- * batch at once; the gap it leaves on the GPU is the copy itself. */
+ * precision). With a read event the host goes on at once: the caller's decoder waits
+ * for the event on its stream before it writes x again, and the next step is queued
+ * behind this one with no gap between them but the copy (s11: the wait here for the
+ * previous step, with the GPU idle until the next launch, was the old way). Without
+ * one, waiting for the copy lets the caller reuse x at once. */
 static int cuda_set_batch_device(struct net *net, const void *x, enum gp_dtype dtype, int nhwc,
-				 const int32_t *labels)
+				 const int32_t *labels, void *read_event)
 {
 	GP_TRY(bind_device(net));
 	struct backend_state *b = net->bk;
@@ -419,10 +449,15 @@ static int cuda_set_batch_device(struct net *net, const void *x, enum gp_dtype d
 	void *dst = direct16 ? b->input_h : (void *)b->input;
 	size_t bytes = direct16 ? b->input_h_bytes : b->input_bytes;
 	CUDA_TRY(cudaMemcpyAsync(dst, x, bytes, cudaMemcpyDeviceToDevice, s));
-	GP_TRY(cuda_copy_h2d(b->ctx, b->labels, labels, b->labels_bytes));
+	if (read_event) {
+		CUDA_TRY(cudaEventRecord((cudaEvent_t)read_event, s));
+		GP_TRY(labels_in_order(b, labels));
+	} else {
+		GP_TRY(cuda_copy_h2d(b->ctx, b->labels, labels, b->labels_bytes));
+	}
 	if (!direct16)
 		GP_TRY(convert_input(net));
-	return cuda_ctx_sync(b->ctx);
+	return read_event ? 0 : cuda_ctx_sync(b->ctx);
 }
 
 /* A node's 16-bit output or gradient as float NCHW on the host. */

@@ -36,6 +36,12 @@ struct backend_state {
 	cudaEvent_t copied, stage_free;
 	float *stage_x;
 	int32_t *stage_labels;
+	/* Labels of device batches given with a read event (set_batch_device): copied
+	 * from pinned host memory, two buffers used in turn, each reused once its last
+	 * copy is done (labels_copied). */
+	int32_t *labels_pinned[2];
+	cudaEvent_t labels_copied[2];
+	int labels_turn;
 	/* The training step captured as a CUDA graph, replayed while sgd stays the same. */
 	cudaGraphExec_t step_exec;
 	struct sgd_args step_sgd;

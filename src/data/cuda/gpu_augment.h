@@ -43,8 +43,8 @@ struct gpu_ycc_item {
 };
 
 /* Chroma upsampling and colour conversion (data/ycc.h) of n items already on the
- * device, on stream; max_pixels: the largest w x h among them. */
-int gpu_ycc_launch(const struct gpu_ycc_item *items_dev, int n, long max_pixels,
+ * device, on stream; max_w, max_h: the largest width and height among them. */
+int gpu_ycc_launch(const struct gpu_ycc_item *items_dev, int n, int max_w, int max_h,
 		   void *stream);
 
 #ifdef __cplusplus

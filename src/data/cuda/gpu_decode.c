@@ -26,6 +26,7 @@
 #include "ops/cuda/cuda_common.h"
 
 /* nvjpegCreateEx flags (docs 2.2.17 "nvJPEG Flags"). */
+#define NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE 1u
 #define NVJPEG_FLAGS_BITSTREAM_STRICT 4u
 #define GPU_DECODE_ERRMSG 160
 
@@ -37,8 +38,8 @@
  * reuse, a block handed out again only once the stream work queued before its free
  * is done (an event per block), all of it released with the decoder. Needed for the
  * decode thread to overlap training, not enough: on the H100 (s10-6) a batch still
- * decodes in about the training step's time plus its own beside training
- * (docs/data.md). */
+ * decoded in about the training step's time plus its own beside training, which was
+ * nvJPEG's pipelining (handles_create). */
 struct pinned_block {
 	void *p;
 	size_t size;
@@ -59,6 +60,7 @@ struct gpu_decoder {
 	const struct nvjpeg_api *nj;
 	struct nj_memory *mem;     /* NULL: nvJPEG's default allocators */
 	nvjpeg_handle h;           /* the batched call's: hardware if it could be made */
+	int hw_pipelined;          /* ... with nvJPEG's pipelining (the flag was refused) */
 	nvjpeg_state st;
 	nvjpeg_handle h_single;    /* CUDA backend, one image at a time */
 	nvjpeg_state st_single;
@@ -76,6 +78,7 @@ struct gpu_decoder {
 	int yuv_batch_failures;    /* whole batched calls with planes that failed */
 	struct gpu_ycc_item *ycc_host, *ycc_dev;
 	void **out;                /* the batch buffers, device */
+	cudaEvent_t *out_read;     /* each: recorded by the reader of out[k] once it is read */
 	int outputs;
 	struct gpu_augment_item *items_host, *items_dev;
 
@@ -241,13 +244,24 @@ static int nj_create(struct gpu_decoder *d, int backend, unsigned flags, nvjpeg_
 }
 
 /* Hardware with strict parsing, hardware, CUDA strict, CUDA: the first that nvJPEG
- * agrees to make, of the backends asked for. */
-static int handles_create(struct gpu_decoder *d, enum gpu_decode_backend want)
+ * agrees to make, of the backends asked for. The hardware handle without pipelining
+ * where nvJPEG takes the flag: pipelined, the batched call moves each image's planes
+ * out of the engines' buffers with copies on streams of nvJPEG's own, one image after
+ * another with a host wait between, and each copy needs SMs that the net's kernels
+ * hold. Beside a training step (resnet50 bf16, H100, s11-2) a batch then took the
+ * step's time plus its own, 58.9 ms; without pipelining 31.1 ms, and training from
+ * JPEGs went from 4,204 to 5,428 img/s. Beside a queue of matrix products the
+ * pipelined call waits for the whole queue (test gpu_decode_beside_a_busy_gpu). */
+static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *o)
 {
-	static const struct {
+	enum gpu_decode_backend want = o->backend;
+	const unsigned nopipe = o->hw_pipelined ? 0 : NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE;
+	const struct {
 		int backend;
 		unsigned flags;
 	} tries[] = {
+		{ NVJPEG_BACKEND_HARDWARE, NVJPEG_FLAGS_BITSTREAM_STRICT | nopipe },
+		{ NVJPEG_BACKEND_HARDWARE, nopipe },
 		{ NVJPEG_BACKEND_HARDWARE, NVJPEG_FLAGS_BITSTREAM_STRICT },
 		{ NVJPEG_BACKEND_HARDWARE, 0 },
 		{ NVJPEG_BACKEND_DEFAULT, NVJPEG_FLAGS_BITSTREAM_STRICT },
@@ -260,7 +274,8 @@ static int handles_create(struct gpu_decoder *d, enum gpu_decode_backend want)
 			continue;
 		status = nj_create(d, tries[i].backend, tries[i].flags, &d->h);
 		if (status == NVJPEG_STATUS_SUCCESS) {
-			d->hw = tries[i].backend == NVJPEG_BACKEND_HARDWARE;
+			d->hw = hw;
+			d->hw_pipelined = hw && !(tries[i].flags & NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE);
 			break;
 		}
 		d->h = NULL;
@@ -279,16 +294,18 @@ static int handles_create(struct gpu_decoder *d, enum gpu_decode_backend want)
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
 		       int outputs, struct gpu_decoder **out)
 {
-	return gpu_decoder_create_backend(device, max_batch, size, layout, outputs,
-					  (enum gpu_decode_backend)tuning_get()->nvjpeg_backend, out);
+	struct gpu_decoder_opts o = {
+		.backend = (enum gpu_decode_backend)tuning_get()->nvjpeg_backend,
+	};
+	return gpu_decoder_create_opts(device, max_batch, size, layout, outputs, &o, out);
 }
 
-int gpu_decoder_create_backend(int device, int max_batch, int size,
-			       enum gpu_batch_layout layout, int outputs,
-			       enum gpu_decode_backend backend, struct gpu_decoder **out)
+int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_layout layout,
+			    int outputs, const struct gpu_decoder_opts *opts,
+			    struct gpu_decoder **out)
 {
-	if (backend < GPU_DECODE_ANY || backend > GPU_DECODE_CUDA)
-		return gp_error(GP_EINVAL, "gpu decoder: backend %d", (int)backend);
+	if (opts->backend < GPU_DECODE_ANY || opts->backend > GPU_DECODE_CUDA)
+		return gp_error(GP_EINVAL, "gpu decoder: backend %d", (int)opts->backend);
 	if (max_batch < 1 || max_batch > 65535 || size < 1 || outputs < 1 || outputs > 8)
 		return gp_error(GP_EINVAL, "gpu decoder: batch 1..65535, size >= 1 and 1..8 "
 				"outputs (got %d, %d, %d)", max_batch, size, outputs);
@@ -324,9 +341,10 @@ int gpu_decoder_create_backend(int device, int max_batch, int size,
 	d->bat_item = calloc(n, sizeof(*d->bat_item));
 	d->errmsg = calloc(n, sizeof(*d->errmsg));
 	d->out = calloc(outputs, sizeof(*d->out));
-	if (!d->out || !d->offset || !d->yuv_offset || !d->route || !d->fmt || !d->chroma ||
-	    !d->planar || !d->bat_data || !d->bat_len || !d->bat_img || !d->bat_item ||
-	    !d->errmsg) {
+	d->out_read = calloc(outputs, sizeof(*d->out_read));
+	if (!d->out || !d->out_read || !d->offset || !d->yuv_offset || !d->route || !d->fmt ||
+	    !d->chroma || !d->planar || !d->bat_data || !d->bat_len || !d->bat_img ||
+	    !d->bat_item || !d->errmsg) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -335,17 +353,23 @@ int gpu_decoder_create_backend(int device, int max_batch, int size,
 	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
 	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking))) < 0)
 		goto fail;
-	for (; d->outputs < outputs; d->outputs++)
+	for (; d->outputs < outputs; d->outputs++) {
 		if ((rc = CUDA_CHECK(cudaMalloc(&d->out[d->outputs], n * 3 * size * size *
 						gpu_batch_elem_bytes(layout)))) < 0)
 			goto fail;
+		if ((rc = CUDA_CHECK(cudaEventCreateWithFlags(&d->out_read[d->outputs],
+							      cudaEventDisableTiming))) < 0) {
+			cudaFree(d->out[d->outputs]);
+			goto fail;
+		}
+	}
 	if ((rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->items_host,
 					    n * sizeof(*d->items_host)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->ycc_host, n * sizeof(*d->ycc_host)))) < 0)
 		goto fail;
-	if ((rc = nj_memory_create(d)) < 0 || (rc = handles_create(d, backend)) < 0)
+	if ((rc = nj_memory_create(d)) < 0 || (rc = handles_create(d, opts)) < 0)
 		goto fail;
 	*out = d;
 	return 0;
@@ -497,7 +521,9 @@ static void route_items(struct gpu_decoder *d, const struct gpu_decode_item *ite
  * order (measured on H100s with nvJPEG 12.3 to 13.2, torchcodec #1634): work still
  * queued on the stream that reads d->yuv would see them overwritten. None is: every
  * gpu_decoder_run ends with the stream synchronized, and yuv_reserve synchronizes it
- * before it replaces the buffer. */
+ * before it replaces the buffer. Splitting a batch into two calls made at once from
+ * two threads (own states and streams) brought back the wait for the net's queue on
+ * the H100 (s11-5: 226 ms a batch beside resnet50's training), so one call it is. */
 static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
 	int nb = 0;
@@ -613,8 +639,7 @@ static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items
 /* Items decoded as planes become RGB in their staging place, TurboJPEG's way. */
 static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
-	int m = 0;
-	long max_pixels = 0;
+	int m = 0, max_w = 0, max_h = 0;
 	for (int i = 0; i < n; i++) {
 		if (!d->planar[i] || d->route[i] == ROUTE_FAILED || d->route[i] == ROUTE_CPU)
 			continue;
@@ -634,14 +659,14 @@ static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *it
 		y->h = it->h;
 		y->dst = d->staging + d->offset[i];
 		y->dst_pitch = (size_t)it->w * 3;
-		if ((long)it->w * it->h > max_pixels)
-			max_pixels = (long)it->w * it->h;
+		max_w = it->w > max_w ? it->w : max_w;
+		max_h = it->h > max_h ? it->h : max_h;
 	}
 	if (m == 0)
 		return 0;
 	CUDA_TRY(cudaMemcpyAsync(d->ycc_dev, d->ycc_host, (size_t)m * sizeof(*d->ycc_dev),
 				 cudaMemcpyHostToDevice, d->stream));
-	return gpu_ycc_launch(d->ycc_dev, m, max_pixels, d->stream);
+	return gpu_ycc_launch(d->ycc_dev, m, max_w, max_h, d->stream);
 }
 
 int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
@@ -659,7 +684,9 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 	CUDA_TRY(cudaSetDevice(d->device));
 	double t0 = gp_now_ms();
 	GP_TRY(staging_reserve(d, items, n));
+	double tp = gp_now_ms();
 	route_items(d, items, n);
+	d->stats.parse_ms += gp_now_ms() - tp;
 	GP_TRY(yuv_reserve(d, items, n));
 	memset(d->planar, 0, (size_t)n);
 	GP_TRY(decode_batched(d, items, n));
@@ -685,6 +712,8 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 	if (m > 0) {
 		CUDA_TRY(cudaMemcpyAsync(d->items_dev, d->items_host, (size_t)m * sizeof(*d->items_dev),
 					 cudaMemcpyHostToDevice, d->stream));
+		/* the buffer's last reader done (a never recorded event is no wait) */
+		CUDA_TRY(cudaStreamWaitEvent(d->stream, d->out_read[output], 0));
 		GP_TRY(gpu_augment_launch(d->items_dev, m, d->size, d->layout, imagenet_mean,
 					  imagenet_std, d->out[output], d->stream));
 		CUDA_TRY(cudaStreamSynchronize(d->stream));
@@ -702,6 +731,11 @@ const char *gpu_decoder_error(const struct gpu_decoder *d, int i)
 void *gpu_decoder_output(const struct gpu_decoder *d, int output)
 {
 	return output >= 0 && output < d->outputs ? d->out[output] : NULL;
+}
+
+void *gpu_decoder_output_event(const struct gpu_decoder *d, int output)
+{
+	return output >= 0 && output < d->outputs ? (void *)d->out_read[output] : NULL;
 }
 
 const char *gpu_decoder_backend(const struct gpu_decoder *d)
@@ -740,9 +774,12 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 	cudaFree(d->yuv);
 	cudaFree(d->ycc_dev);
 	cudaFreeHost(d->ycc_host);
-	for (int k = 0; k < d->outputs; k++)
+	for (int k = 0; k < d->outputs; k++) {
 		cudaFree(d->out[k]);
+		cudaEventDestroy(d->out_read[k]);
+	}
 	free(d->out);
+	free(d->out_read);
 	cudaFree(d->items_dev);
 	cudaFreeHost(d->items_host);
 	if (d->stream)
