@@ -43,7 +43,7 @@ YCC_FN int ycc_clampi(int v, int lo, int hi)
  * h2v1 is done with its own weights (biases 1 and 2, shift 2). */
 YCC_FN int ycc_chroma_at(const struct ycc_plane *c, int x, int y)
 {
-	int i = x / c->hs, r = y / c->vs;
+	int i = x >> (c->hs - 1), r = y >> (c->vs - 1); /* x / hs, y / vs for 1 or 2 */
 	if (c->hs == 1 && c->vs == 1)
 		return c->p[(size_t)r * c->pitch + i];
 	int in = ycc_clampi((x & 1) ? i + 1 : i - 1, 0, c->cw - 1);

@@ -1,9 +1,9 @@
-/* One block per output row of one sample (blockIdx.y), one thread per output pixel:
- * the pixel's coefficient windows on both axes are worked out as axis_coeffs_make
- * (image.c) does, in double, each weight rounded to float, once per row (y) and per
- * pixel (x) rather than per tap; the source rows are filtered horizontally, then
- * combined vertically, in the CPU's order, so from the same decoded pixels the
- * result differs from the CPU's only by float contraction (FMA). */
+/* The coefficient windows of each output column and row are worked out as
+ * axis_coeffs_make (image.c) does, in double, each weight rounded to float, once per
+ * batch into a table (window_kernel), not once per pixel and tap; then a block per
+ * output row of one sample, a thread per output pixel: the source rows are filtered
+ * horizontally, then combined vertically, in the CPU's order, so from the same decoded
+ * pixels the result differs from the CPU's only by float contraction (FMA). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -63,49 +63,62 @@ __device__ static void store(float *out, size_t i, float v) { out[i] = v; }
 __device__ static void store(__nv_bfloat16 *out, size_t i, float v) { out[i] = __float2bfloat16_rn(v); }
 __device__ static void store(__half *out, size_t i, float v) { out[i] = __float2half_rn(v); }
 
-/* Taps of a window kept as float weights in shared memory: the y axis's once per
- * block (a block is one output row), the x axis's once per thread (a column each).
- * A wider window (a shrink by more than ~7x in x, ~30x in y) takes the rest of its
- * weights as it goes. */
-#define AUG_TAPS 64
-#define AUG_XTAPS 16
-#define AUG_THREADS 256
+/* One output coordinate's window on one axis of one sample, as the augment kernel
+ * reads it: the first AUG_WTAPS weights rounded to float; a wider window (a shrink by
+ * more than ~5x) has its other weights worked out from the window as they are used. */
+#define AUG_WTAPS 12
+struct aug_axis {
+	axis_window a;
+	float w[AUG_WTAPS];
+};
 
+/* The windows of every output column (axis 0) and row (axis 1) of every sample:
+ * table[(sample * 2 + axis) * size + i]. Once per batch, not once per pixel. */
+__global__ void window_kernel(const gpu_augment_item *items, int size, aug_axis *table)
+{
+	int s = blockIdx.x, axis = blockIdx.y;
+	const resample_box &b = items[s].box;
+	for (int i = threadIdx.x; i < size; i += blockDim.x) {
+		aug_axis e;
+		e.a = axis == 0 ? axis_window_make(b.x0 - b.wx0, b.x1 - b.wx0, b.wx1 - b.wx0, size, i)
+				: axis_window_make(b.y0 - b.wy0, b.y1 - b.wy0, b.wy1 - b.wy0, size, i);
+		for (int k = 0; k < AUG_WTAPS; k++)
+			e.w[k] = k < e.a.cnt ? axis_weight(e.a, k) : 0.0f;
+		table[((size_t)s * 2 + axis) * size + i] = e;
+	}
+}
+
+__device__ static float aug_weight(const aug_axis &e, int k)
+{
+	return k < AUG_WTAPS ? e.w[k] : axis_weight(e.a, k);
+}
+
+/* A block per output row y (blockIdx.x) of a sample (blockIdx.y), a thread per output
+ * pixel, the windows from window_kernel's table. */
 template <typename T, bool NHWC>
 __global__ void augment_kernel(const gpu_augment_item *items, int size, float3 scale,
-			       float3 shift, T *out)
+			       float3 shift, const aug_axis *table, T *out)
 {
-	__shared__ axis_window ay;
-	__shared__ float wy[AUG_TAPS];
-	__shared__ float wxs[AUG_XTAPS][AUG_THREADS];
 	const gpu_augment_item &it = items[blockIdx.y];
 	const resample_box &b = it.box;
 	int y = blockIdx.x;
-	if (threadIdx.x == 0)
-		ay = axis_window_make(b.y0 - b.wy0, b.y1 - b.wy0, b.wy1 - b.wy0, size, y);
-	__syncthreads();
-	for (int k = threadIdx.x; k < ay.cnt && k < AUG_TAPS; k += blockDim.x)
-		wy[k] = axis_weight(ay, k);
-	__syncthreads();
+	const aug_axis &ay = table[((size_t)blockIdx.y * 2 + 1) * size + y];
+	const aug_axis *xs = table + (size_t)blockIdx.y * 2 * size;
 	size_t plane = (size_t)size * size;
 	for (int x = threadIdx.x; x < size; x += blockDim.x) {
-		axis_window ax = axis_window_make(b.x0 - b.wx0, b.x1 - b.wx0, b.wx1 - b.wx0, size, x);
-		float *wx = &wxs[0][threadIdx.x]; /* tap k at wx[k * AUG_THREADS] */
-		int nx = ax.cnt < AUG_XTAPS ? ax.cnt : AUG_XTAPS;
-		for (int kx = 0; kx < nx; kx++)
-			wx[kx * AUG_THREADS] = axis_weight(ax, kx);
+		const aug_axis &ax = xs[x];
 		float acc0 = 0, acc1 = 0, acc2 = 0;
-		for (int ky = 0; ky < ay.cnt; ky++) {
-			const unsigned char *row = it.src + (size_t)(b.wy0 + ay.lo + ky) * it.pitch +
-						   (size_t)(b.wx0 + ax.lo) * 3;
+		for (int ky = 0; ky < ay.a.cnt; ky++) {
+			const unsigned char *row = it.src + (size_t)(b.wy0 + ay.a.lo + ky) * it.pitch +
+						   (size_t)(b.wx0 + ax.a.lo) * 3;
 			float r0 = 0, r1 = 0, r2 = 0;
-			for (int kx = 0; kx < ax.cnt; kx++) {
-				float w = kx < AUG_XTAPS ? wx[kx * AUG_THREADS] : axis_weight(ax, kx);
+			for (int kx = 0; kx < ax.a.cnt; kx++) {
+				float w = aug_weight(ax, kx);
 				r0 += w * row[3 * kx];
 				r1 += w * row[3 * kx + 1];
 				r2 += w * row[3 * kx + 2];
 			}
-			float w = ky < AUG_TAPS ? wy[ky] : axis_weight(ay, ky);
+			float w = aug_weight(ay, ky);
 			acc0 += w * r0;
 			acc1 += w * r1;
 			acc2 += w * r2;
@@ -160,35 +173,40 @@ extern "C" int gpu_ycc_launch(const gpu_ycc_item *items_dev, int n, int max_w, i
 	return 0;
 }
 
+extern "C" size_t gpu_augment_table_bytes(int n, int size)
+{
+	return (size_t)n * 2 * (size_t)size * sizeof(aug_axis);
+}
+
 extern "C" int gpu_augment_launch(const gpu_augment_item *items_dev, int n, int size,
 				  enum gpu_batch_layout layout, const float mean[3],
-				  const float std[3], void *out, void *stream)
+				  const float std[3], void *table, void *out, void *stream)
 {
 	if (n <= 0)
 		return 0;
-	if (n > 65535)
-		return gp_error(GP_EINVAL, "gpu augment: %d samples in one launch (at most 65535)", n);
+	if (n > 65535 || size > 65535)
+		return gp_error(GP_EINVAL, "gpu augment: %d samples of %d x %d in one launch (at "
+				"most 65535 and 65535)", n, size, size);
 	/* the CPU's constants, computed the CPU's way */
 	float3 scale = make_float3(1.0f / (255.0f * std[0]), 1.0f / (255.0f * std[1]),
 				   1.0f / (255.0f * std[2]));
 	float3 shift = make_float3(-mean[0] / std[0], -mean[1] / std[1], -mean[2] / std[2]);
-	if (size > 65535)
-		return gp_error(GP_EINVAL, "gpu augment: output size %d (at most 65535)", size);
-	/* a block per output row of a sample */
-	dim3 block(size < AUG_THREADS ? (size + 31) / 32 * 32 : AUG_THREADS),
-		grid((unsigned)size, (unsigned)n);
 	cudaStream_t s = (cudaStream_t)stream;
+	aug_axis *t = (aug_axis *)table;
+	window_kernel<<<dim3((unsigned)n, 2), 128, 0, s>>>(items_dev, size, t);
+	CUDA_CHECK_LAUNCH();
+	dim3 block(size < 256 ? (size + 31) / 32 * 32 : 256), grid((unsigned)size, (unsigned)n);
 	switch (layout) {
 	case GPU_BATCH_NCHW_F32:
-		augment_kernel<float, false><<<grid, block, 0, s>>>(items_dev, size, scale, shift,
+		augment_kernel<float, false><<<grid, block, 0, s>>>(items_dev, size, scale, shift, t,
 								    (float *)out);
 		break;
 	case GPU_BATCH_NHWC_BF16:
 		augment_kernel<__nv_bfloat16, true><<<grid, block, 0, s>>>(
-			items_dev, size, scale, shift, (__nv_bfloat16 *)out);
+			items_dev, size, scale, shift, t, (__nv_bfloat16 *)out);
 		break;
 	case GPU_BATCH_NHWC_F16:
-		augment_kernel<__half, true><<<grid, block, 0, s>>>(items_dev, size, scale, shift,
+		augment_kernel<__half, true><<<grid, block, 0, s>>>(items_dev, size, scale, shift, t,
 								    (__half *)out);
 		break;
 	}

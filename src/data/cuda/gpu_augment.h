@@ -25,11 +25,13 @@ struct gpu_augment_item {
 	int dst;
 };
 
-/* Launch on stream (a cudaStream_t) for n items already on the device; checks the
+/* Launch on stream (a cudaStream_t) for n items already on the device; table: device
+ * memory of gpu_augment_table_bytes(n, size) for the filter windows. Checks the
  * launch. 0, or GP_EDEVICE with CUDA's message. */
+size_t gpu_augment_table_bytes(int n, int size);
 int gpu_augment_launch(const struct gpu_augment_item *items_dev, int n, int size,
 		       enum gpu_batch_layout layout, const float mean[3], const float std[3],
-		       void *out, void *stream);
+		       void *table, void *out, void *stream);
 
 /* One image decoded by nvJPEG as planes (NVJPEG_OUTPUT_YUV, or NVJPEG_OUTPUT_Y for a
  * grey JPEG: cb.p NULL), to become interleaved RGB at dst as TurboJPEG makes it. */

@@ -81,6 +81,7 @@ struct gpu_decoder {
 	cudaEvent_t *out_read;     /* each: recorded by the reader of out[k] once it is read */
 	int outputs;
 	struct gpu_augment_item *items_host, *items_dev;
+	void *aug_table;           /* the augment kernel's filter windows, device */
 
 	/* per item of the running batch */
 	size_t *offset;
@@ -364,6 +365,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 		}
 	}
 	if ((rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMalloc(&d->aug_table, gpu_augment_table_bytes(max_batch, size)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->items_host,
 					    n * sizeof(*d->items_host)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0 ||
@@ -715,7 +717,7 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 		/* the buffer's last reader done (a never recorded event is no wait) */
 		CUDA_TRY(cudaStreamWaitEvent(d->stream, d->out_read[output], 0));
 		GP_TRY(gpu_augment_launch(d->items_dev, m, d->size, d->layout, imagenet_mean,
-					  imagenet_std, d->out[output], d->stream));
+					  imagenet_std, d->aug_table, d->out[output], d->stream));
 		CUDA_TRY(cudaStreamSynchronize(d->stream));
 	}
 	d->stats.decode_ms += t1 - t0;
@@ -781,6 +783,7 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 	free(d->out);
 	free(d->out_read);
 	cudaFree(d->items_dev);
+	cudaFree(d->aug_table);
 	cudaFreeHost(d->items_host);
 	if (d->stream)
 		cudaStreamDestroy(d->stream);
