@@ -406,8 +406,13 @@ TEST(dp_cli_rank_killed_mid_training_ends_all_with_one_line)
 }
 
 /* The same equivalence through the command line under mpirun (the MPI transport):
- * `train` on 2 ranks at batch B and on one at 2B, both saved, load within 1e-5. */
-static void mpirun_equivalence(const char *model, const char *extra)
+ * `train` on 2 ranks at batch B and on one at 2B, both saved, load within bound:
+ * 1e-5, or for resnet18 with synchronized batch norm 5e-5. Summing the batch in two
+ * halves rounds differently, and 3 steps of batch norm grow that: on the 16-core
+ * AVX-512 host of the H100 the pair was 1.71e-5 apart (s11; 2 cores here: below 1e-5),
+ * and two sound one-GPU runs of the same recipe that differ only in their convolution
+ * algorithms are 4.92e-5 apart (test_cuda_dp.c, s10-4). */
+static void mpirun_equivalence(const char *model, const char *extra, double bound)
 {
 	char tmp[400], cmd[3072], out[16384], a[600], b[600];
 	if (test_run("command -v mpirun >/dev/null", NULL, 0) != 0)
@@ -432,7 +437,10 @@ static void mpirun_equivalence(const char *model, const char *extra)
 	CHECK_EQ_INT(checkpoint_load(x, a), 0);
 	CHECK_EQ_INT(checkpoint_load(y, b), 0);
 	double d = rel_diff(x->host_params, y->host_params, x->params_count);
-	CHECK_MSG(d <= 1e-5, "%s: 2 ranks under mpirun against 1 at twice the batch: %.3g", model, d);
+	printf("    %s: 2 ranks under mpirun against 1 at twice the batch: %.3g (bound %.0e)\n",
+	       model, d, bound);
+	CHECK_MSG(d <= bound, "%s: 2 ranks under mpirun against 1 at twice the batch: %.3g",
+		  model, d);
 	CHECK(rel_diff(z->host_params, y->host_params, x->params_count) > 1e-4); /* it trained */
 	net_free(x);
 	net_free(y);
@@ -441,10 +449,10 @@ static void mpirun_equivalence(const char *model, const char *extra)
 
 TEST(dp_cli_mpirun_two_ranks_equal_one_simple_cnn)
 {
-	mpirun_equivalence("simple_cnn", "");
+	mpirun_equivalence("simple_cnn", "", 1e-5);
 }
 
 TEST(dp_cli_mpirun_two_ranks_sync_bn_equal_one_resnet18)
 {
-	mpirun_equivalence("resnet18", "--sync-bn");
+	mpirun_equivalence("resnet18", "--sync-bn", 5e-5);
 }
