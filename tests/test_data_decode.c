@@ -1,6 +1,7 @@
 /* `--decode cpu|gpu|auto` on a machine where GPU decoding may be missing: the option,
  * the nvJPEG loader's report of a missing library, the clear error line of
  * `--decode gpu`, and the sample geometry that both decode paths share. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +12,7 @@
 #include "core/tuning.h"
 #include "data/dataset.h"
 #include "data/decode.h"
+#include "data/decode_split.h"
 #include "data/decode_probe.h"
 #include "data/gpu_loader.h"
 #include "data/image.h"
@@ -122,6 +124,12 @@ TEST(decode_gpu_option_is_one_clear_line)
 	test_check_bad("advise --decode gpu", "--decode gpu");
 	test_check_bad("loader --data tests/data/bad --decode gpu", "--decode gpu needs");
 	test_check_bad("loader --data tests/data/bad --decode fast", "--decode must be cpu, gpu or auto");
+	test_check_bad("train --model simple_cnn --data tests/data/bad --decode-threads 2 --steps 1",
+		       "--decode-threads is for --decode gpu");
+	test_check_bad("loader --data tests/data/bad --decode cpu --decode-threads 2",
+		       "--decode-threads is for --decode gpu");
+	test_check_bad("train --model simple_cnn --data tests/data/bad --decode gpu "
+		       "--decode-threads -1 --steps 1", "--decode-threads");
 	char cmd[512], out[8192];
 	snprintf(cmd, sizeof(cmd), "%s loader --data tests/data/bad --decode gpu --batches 1 "
 		 "--workers 0 2>/dev/null; echo rc=$?", test_bin());
@@ -743,4 +751,28 @@ TEST(decode_probe_json_fields)
 	decode_probe_describe(&r.decode_probe, line, sizeof(line));
 	CHECK_MSG(!strcmp(line, "decode auto: gpu 12440 img/s, cpu 8007 img/s (16 workers) -> gpu"),
 		  "%s", line);
+}
+
+/* --decode-threads' split: nb / 8 until both sides are measured, then each side's
+ * share of the images in proportion to its rate, so both finish together; the moving
+ * averages follow a change (the GPU slowed down by a training step beside it). */
+TEST(decode_split_balances_the_two_rates)
+{
+	struct decode_split s = { 0 };
+	CHECK_EQ_INT(decode_split_cpu_count(&s, 256, 8), 32);
+	CHECK_EQ_INT(decode_split_cpu_count(&s, 256, 0), 0);
+	CHECK_EQ_INT(decode_split_cpu_count(&s, 1, 8), 0);
+	decode_split_update(&s, 20.0, 224, 0, 0); /* the first batch: GPU measured only */
+	CHECK_EQ_INT(decode_split_cpu_count(&s, 256, 8), 32);
+	decode_split_update(&s, 0, 0, 32 * 2.0, 32);
+	CHECK(fabs(s.gpu_ms_img - 20.0 / 224) < 1e-12 && fabs(s.cpu_ms_img - 2.0) < 1e-12);
+	/* GPU 11.2 img/ms, 8 threads at 2 ms an image 4 img/ms: 256 x 4 / 15.2 = 67.4 */
+	CHECK_EQ_INT(decode_split_cpu_count(&s, 256, 8), 67);
+	/* both finish together: 189 images at 20/224 ms = 16.9 ms, 67 x 2 / 8 = 16.75 ms */
+	for (int i = 0; i < 40; i++) /* the GPU twice as slow: the CPU's share grows */
+		decode_split_update(&s, 40.0, 224, 0, 0);
+	CHECK(fabs(s.gpu_ms_img - 40.0 / 224) < 1e-6);
+	CHECK_EQ_INT(decode_split_cpu_count(&s, 256, 8), 107); /* 256 x 4 / (5.6 + 4) = 106.7 */
+	decode_split_update(&s, 1000.0, 1, 0, 0); /* never all to one side */
+	CHECK_EQ_INT(decode_split_cpu_count(&s, 256, 64), 255);
 }

@@ -84,6 +84,11 @@ struct opt {
 #define OPT_WORKERS(var, help) { "workers", OPT_INT, (var), (help), 0, ARGS_MAX_WORKERS }
 #define OPT_WORKER_LIST(var, help) \
 	{ "workers", OPT_INT_LIST, (var), (help), 0, ARGS_MAX_WORKERS }
+/* --decode gpu's CPU threads that take a share of each batch (data/decode_split.h) */
+#define OPT_DECODE_THREADS(var) \
+	{ "decode-threads", OPT_INT, (var), "with --decode gpu: CPU threads that decode a share " \
+	  "of each batch with TurboJPEG while nvJPEG decodes the rest, split so that both finish " \
+	  "together (default 0: nvJPEG alone)", 0, ARGS_MAX_WORKERS }
 #define OPT_PREFETCH(var, help) { "prefetch", OPT_INT, (var), (help), 1, ARGS_MAX_PREFETCH }
 #define OPT_SEED(var, help) { "seed", OPT_I64, (var), (help) }
 #define OPT_DATA(var, help) { "data", OPT_PATH, (var), (help) }

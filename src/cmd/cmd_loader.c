@@ -107,6 +107,7 @@ int cmd_loader(int argc, char **argv)
 {
 	const char *data = NULL, *decode = "cpu", *precision = "fp32";
 	int batch = 64, batches = 100, size = 224, prefetch = 2, eval = 0, help = 0;
+	int decode_threads = 0;
 	long long seed = 1;
 	struct int_list workers = { 4, { 0, 2, 4, 8 } };
 	const struct opt opts[] = {
@@ -124,6 +125,7 @@ int cmd_loader(int argc, char **argv)
 			   "of the two, timed at the most workers listed)"),
 		OPT_PRECISION(&precision, "with --decode gpu: the batch's layout (fp32, tf32: NCHW "
 			      "float; fp16, bf16: NHWC 16-bit)"),
+		OPT_DECODE_THREADS(&decode_threads),
 		OPT_HELP(&help),
 		OPT_END(),
 	};
@@ -145,6 +147,9 @@ int cmd_loader(int argc, char **argv)
 		    strncmp(data, "cifar10:", 8);
 	enum decode_mode mode;
 	GP_TRY(args_decode_pick(decode, files, "loader", &mode));
+	if (decode_threads && mode == DECODE_CPU)
+		return gp_error(GP_EINVAL, "--decode-threads is for --decode gpu (or auto): the CPU "
+				"path's threads are --workers");
 	struct dataset *ds;
 	GP_TRY(dataset_open(data, !eval, size, &ds));
 	printf("loader: %s, %d images, %d classes, batch %d, size %d, %s, %d batches per run\n",
@@ -153,7 +158,7 @@ int cmd_loader(int argc, char **argv)
 	struct gpu_loader_config gc = {
 		.batch = batch, .size = size, .train = !eval, .drop_last = 0,
 		.seed = (uint64_t)seed, .device = 0,
-		.layout = layout_for_precision(precision),
+		.layout = layout_for_precision(precision), .decode_threads = decode_threads,
 	};
 	int rc = 0, use_gpu = mode == DECODE_GPU;
 	if (mode == DECODE_AUTO) {
@@ -188,13 +193,13 @@ int cmd_loader(int argc, char **argv)
 			printf("%8s %10.1f %12.1f %14.2f %8ld %11.2fx", "gpu", run.img_s,
 			       run.total_ms, run.wait_ms_mean, run.st.skipped_corrupt, 1.0);
 			print_cpu(&run.cpu);
-			long made = gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback;
+			long made = gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback + gs.cpu_shared;
 			printf("gpu decode (%s backend): %ld by the JPEG engines, %ld by CUDA, %ld on "
-			       "the CPU, %ld corrupt; decode %.1f ms, augment %.1f ms, reading %.1f ms "
-			       "(%.0f img/s decode + augment alone)\n",
-			       backend, gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback, gs.failed,
-			       gs.decode_ms, gs.augment_ms, run.st.decode_ms_total,
-			       made / ((gs.decode_ms + gs.augment_ms) / 1e3));
+			       "the CPU, %ld by %d CPU threads beside them, %ld corrupt; decode %.1f ms, "
+			       "augment %.1f ms, reading %.1f ms (%.0f img/s decode + augment alone)\n",
+			       backend, gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback, gs.cpu_shared,
+			       decode_threads, gs.failed, gs.decode_ms, gs.augment_ms,
+			       run.st.decode_ms_total, made / ((gs.decode_ms + gs.augment_ms) / 1e3));
 		}
 		dataset_close(ds);
 		return rc;

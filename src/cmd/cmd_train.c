@@ -139,13 +139,14 @@ static int train_write_result(const struct train_opts *o, const struct train_res
 	train_mfu_print(stdout, &mfu, o->precision, o->backend == BACKEND_CUDA);
 	json_object_set(res, "measurements", m);
 	/* what the run was, so that a result says how to repeat it */
-	json_t *settings = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:o, s:I, s:i, s:o, s:o}",
+	json_t *settings = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:i, s:o, s:I, s:i, s:o, s:o}",
 				     "model", o->model, "device", train_device_name(o->backend),
 				     "precision", train_precision_name(o->precision),
 				     "layout", train_layout_name(o->layout), "batch", o->batch,
 				     "size", o->size, "steps", r->steps, "epochs", o->epochs,
 				     "data", o->data ? o->data : "synthetic", "workers", o->workers,
 				     "decode", r->decode_gpu ? "gpu" : "cpu",
+				     "decode_threads", r->decode_gpu ? o->decode_threads : 0,
 				     "decode_probe", train_decode_probe_json(r), "seed", (json_int_t)o->seed,
 				     "eval_every", o->eval_every,
 				     "checkpoint_dir", o->checkpoint_dir ? json_string(o->checkpoint_dir) : json_null(),
@@ -297,6 +298,7 @@ int cmd_train(int argc, char **argv)
 		  "tensorboard/ in the run folder, beside train_log.csv and train_epochs.csv)", 0 },
 		OPT_WORKERS(&o.workers, "data-loader threads (0: decode in the training thread)"),
 		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (loader threads) | gpu (nvJPEG + GPU augmentation) | auto (the faster of the two, timed at the start)"),
+		OPT_DECODE_THREADS(&o.decode_threads),
 		OPT_PREFETCH(&o.prefetch, "batches in flight per loader worker (2)"),
 		{ "load", OPT_PATH, &load, "load weights (safetensors, torchvision names) before training", 0 },
 		{ "save", OPT_PATH, &save, "save weights after training", 0 },
@@ -375,6 +377,9 @@ int cmd_train(int argc, char **argv)
 	GP_TRY(model_name_check(o.model));
 	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"), "train",
 				&o.decode));
+	if (o.decode_threads && o.decode == DECODE_CPU)
+		return gp_error(GP_EINVAL, "--decode-threads is for --decode gpu (or auto): the CPU "
+				"path's threads are --workers");
 	GP_TRY(train_pick_device(device, &o.backend, 0));
 	GP_TRY(train_parse_precision(precision, &o.precision));
 	GP_TRY(train_parse_layout(layout, &o.layout));

@@ -41,6 +41,7 @@ struct gpu_decode_stats {
 	long failed;        /* no decoder could: corrupt */
 	long nvjpeg_chroma; /* of the hardware/CUDA counts: RGB with nvJPEG's own chroma
 			     * upsampling (the batched call refused planes), not TurboJPEG's */
+	long cpu_shared;    /* decoded by the CPU threads beside nvJPEG (cpu_threads) */
 	double decode_ms, augment_ms; /* wall time of the two stages, synchronized */
 	double parse_ms;    /* of decode_ms: nvJPEG reading the headers (the CPU) */
 };
@@ -63,7 +64,13 @@ enum gpu_decode_backend { GPU_DECODE_ANY = 0, GPU_DECODE_HARDWARE, GPU_DECODE_CU
 struct gpu_decoder_opts {
 	enum gpu_decode_backend backend;
 	int hw_pipelined;
+	/* > 0: CPU threads that decode a share of each batch with TurboJPEG while nvJPEG
+	 * decodes the rest, split so that both finish together (--decode-threads) */
+	int cpu_threads;
 };
+/* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says, no
+ * CPU threads. */
+struct gpu_decoder_opts gpu_decoder_opts_default(void);
 int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_layout layout,
 			    int outputs, const struct gpu_decoder_opts *opts,
 			    struct gpu_decoder **out);

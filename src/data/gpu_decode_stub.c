@@ -17,6 +17,11 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
 }
 
+struct gpu_decoder_opts gpu_decoder_opts_default(void)
+{
+	return (struct gpu_decoder_opts){ 0 };
+}
+
 int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
 		    int n, unsigned char *failed)
 {

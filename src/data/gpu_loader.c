@@ -167,8 +167,10 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	if (dec) {
 		l->ops = *dec;
 	} else {
-		rc = gpu_decoder_create(cfg->device, cfg->batch, cfg->size, cfg->layout,
-					GPU_LOADER_OUTPUTS, &l->dec);
+		struct gpu_decoder_opts o = gpu_decoder_opts_default();
+		o.cpu_threads = cfg->decode_threads;
+		rc = gpu_decoder_create_opts(cfg->device, cfg->batch, cfg->size, cfg->layout,
+					     GPU_LOADER_OUTPUTS, &o, &l->dec);
 		if (rc < 0)
 			goto fail;
 		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
@@ -312,6 +314,7 @@ static void decode_stats_add(struct gpu_decode_stats *to, const struct gpu_decod
 	to->cpu_fallback += from->cpu_fallback;
 	to->failed += from->failed;
 	to->nvjpeg_chroma += from->nvjpeg_chroma;
+	to->cpu_shared += from->cpu_shared;
 	to->decode_ms += from->decode_ms;
 	to->augment_ms += from->augment_ms;
 	to->parse_ms += from->parse_ms;
@@ -326,6 +329,7 @@ static void decode_stats_since(const struct gpu_decode_stats *now,
 	d->cpu_fallback = now->cpu_fallback - before->cpu_fallback;
 	d->failed = now->failed - before->failed;
 	d->nvjpeg_chroma = now->nvjpeg_chroma - before->nvjpeg_chroma;
+	d->cpu_shared = now->cpu_shared - before->cpu_shared;
 	d->decode_ms = now->decode_ms - before->decode_ms;
 	d->augment_ms = now->augment_ms - before->augment_ms;
 	d->parse_ms = now->parse_ms - before->parse_ms;

@@ -23,6 +23,7 @@ struct gpu_loader_config {
 	int device;    /* CUDA device */
 	enum gpu_batch_layout layout;
 	long start_batch; /* the first batch delivered, counted over epochs (a resumed run's) */
+	int decode_threads; /* CPU threads decoding a share of each batch (0: nvJPEG alone) */
 };
 
 struct gpu_batch {

@@ -163,7 +163,8 @@ int train_data_start(const struct train_opts *o, int size, struct train_data *d,
 #endif
 	struct gpu_loader_config gc = { .batch = o->batch, .size = size, .train = 1,
 					.drop_last = 1, .seed = o->seed, .device = o->device,
-					.layout = layout, .start_batch = start_batch };
+					.layout = layout, .start_batch = start_batch,
+					.decode_threads = o->decode_threads };
 	struct loader_config lc = {
 		/* one batch stays held while its copy runs: the ring needs two at least */
 		.batch = o->batch, .workers = o->workers,

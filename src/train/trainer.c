@@ -648,10 +648,11 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			loader_get_stats(data.ld, &st);
 		if (data.gl && log)
 			fprintf(log, "decode: on the GPU, nvJPEG %s backend: %ld hardware, %ld CUDA, "
-				"%ld on the CPU (nvJPEG refused them); per batch %.1f ms decoding "
-				"(%.1f ms of it reading headers), %.1f ms converting and "
-				"augmenting\n", gpu_loader_backend(data.gl),
-				gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback,
+				"%ld on the CPU (nvJPEG refused them), %ld by %d CPU threads beside "
+				"it; per batch %.1f ms decoding (%.1f ms of it reading headers), %.1f ms "
+				"converting and augmenting\n", gpu_loader_backend(data.gl),
+				gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback, gs.cpu_shared,
+				o->decode_threads,
 				st.images ? gs.decode_ms * o->batch / st.images : 0,
 				st.images ? gs.parse_ms * o->batch / st.images : 0,
 				st.images ? gs.augment_ms * o->batch / st.images : 0);

@@ -60,6 +60,7 @@ struct train_opts {
 	 * once the data is open (data/decode_probe.h) and takes the faster. The path
 	 * taken is the result's decode_gpu. */
 	enum decode_mode decode;
+	int decode_threads; /* --decode gpu: CPU threads taking a share of each batch */
 	int probe_workers; /* DECODE_AUTO: the probe's CPU side runs this many workers (0: workers) */
 	int prefetch; /* batches in flight per worker (0: 2) */
 	/* An epoch is epoch_steps steps (0: one pass over the dataset, or steps for

@@ -237,10 +237,10 @@ out:
  * ones: the GPU loader must skip and count them as the CPU loader does, so the
  * batches hold the same samples (labels) in the same order, with the same pixels
  * within the decoders' bounds. */
-TEST(gpu_loader_skips_corrupt_like_cpu)
+/* The same with CPU threads taking a share of each batch (--decode-threads), where
+ * a corrupt file may be one of theirs. */
+static void skips_corrupt_like_cpu(int decode_threads)
 {
-	if (!gpu_decode_ready())
-		return;
 	struct dataset *ds;
 	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
 	if (test_failed())
@@ -249,7 +249,8 @@ TEST(gpu_loader_skips_corrupt_like_cpu)
 	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
 				    .train = 1, .seed = 42 };
 	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42,
-					.layout = GPU_BATCH_NCHW_F32 };
+					.layout = GPU_BATCH_NCHW_F32,
+					.decode_threads = decode_threads };
 	struct loader *cl = NULL;
 	struct gpu_loader *gl = NULL;
 	CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
@@ -285,9 +286,12 @@ TEST(gpu_loader_skips_corrupt_like_cpu)
 	struct gpu_decode_stats ds_st;
 	loader_get_stats(cl, &cs);
 	gpu_loader_get_stats(gl, &gs, &ds_st);
-	printf("    skipped: CPU %ld, GPU %ld; GPU decoder: %ld hardware, %ld CUDA, %ld CPU, "
-	       "%ld corrupt\n", cs.skipped_corrupt, gs.skipped_corrupt, ds_st.hw_decoded,
-	       ds_st.cuda_decoded, ds_st.cpu_fallback, ds_st.failed);
+	printf("    %d decode threads: skipped: CPU %ld, GPU %ld; GPU decoder: %ld hardware, "
+	       "%ld CUDA, %ld CPU, %ld by the threads, %ld corrupt\n", decode_threads,
+	       cs.skipped_corrupt, gs.skipped_corrupt, ds_st.hw_decoded, ds_st.cuda_decoded,
+	       ds_st.cpu_fallback, ds_st.cpu_shared, ds_st.failed);
+	if (decode_threads)
+		CHECK(ds_st.cpu_shared > 0);
 	CHECK(cs.skipped_corrupt >= 4);
 	CHECK_EQ_INT(gs.skipped_corrupt, cs.skipped_corrupt);
 	CHECK_EQ_INT(gs.images, cs.images);
@@ -295,6 +299,14 @@ out:
 	gpu_loader_destroy(gl);
 	loader_destroy(cl);
 	dataset_close(ds);
+}
+
+TEST(gpu_loader_skips_corrupt_like_cpu)
+{
+	if (!gpu_decode_ready())
+		return;
+	skips_corrupt_like_cpu(0);
+	skips_corrupt_like_cpu(2);
 }
 
 /* Decode + augment alone, files in memory: 256 samples a batch (the 16 files over
@@ -1025,6 +1037,78 @@ TEST(gpu_decode_keeps_up_beside_training)
 	free(x);
 	free(y);
 	net_free(net);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}
+
+/* --decode-threads: CPU threads decode a share of each batch with TurboJPEG while
+ * nvJPEG decodes the rest; the batch is the one nvJPEG alone makes, bit for bit (both
+ * give TurboJPEG's pixels, data/ycc.h), batch after batch while the split moves from
+ * its first guess (nb / 8) to the two sides' rates. */
+TEST(gpu_decode_cpu_share_gives_the_same_batch)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 256, RUNS = 4 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[BATCH];
+	for (int i = 0; i < BATCH; i++) {
+		int k = i % N_FILES;
+		items[i] = (struct gpu_decode_item){ .data = f.data[k], .len_bytes = f.len[k],
+						     .kind = f.kind[k], .w = f.w[k], .h = f.h[k],
+						     .dst = i };
+		sample_geometry_make(1, SIZE, sample_seed(11, 0, i), f.w[k], f.h[k], &items[i].geo);
+	}
+	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
+	uint16_t *want = malloc(bytes), *got = malloc(bytes);
+	struct gpu_decoder *alone = NULL, *shared = NULL;
+	struct gpu_decoder_opts o = gpu_decoder_opts_default();
+	o.cpu_threads = 4;
+	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &alone) == 0, "%s",
+		  gp_errmsg());
+	CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &shared) == 0,
+		  "%s", gp_errmsg());
+	if (!want || !got || test_failed())
+		goto out;
+	CHECK_EQ_INT(gpu_decoder_run(alone, 0, items, BATCH, failed), 0);
+	CHECK(cudaMemcpy(want, gpu_decoder_output(alone, 0), bytes, cudaMemcpyDeviceToHost) ==
+	      cudaSuccess);
+	long before = 0;
+	for (int r = 0; r < RUNS && !test_failed(); r++) {
+		double t0 = gp_now_ms();
+		CHECK_EQ_INT(gpu_decoder_run(shared, 0, items, BATCH, failed), 0);
+		double ms = gp_now_ms() - t0;
+		for (int i = 0; i < BATCH; i++)
+			CHECK_EQ_INT(failed[i], 0);
+		CHECK(cudaMemcpy(got, gpu_decoder_output(shared, 0), bytes, cudaMemcpyDeviceToHost) ==
+		      cudaSuccess);
+		struct gpu_decode_stats st;
+		gpu_decoder_get_stats(shared, &st);
+		printf("    batch %d: %ld of %d by 4 CPU threads, %.1f ms\n", r, st.cpu_shared - before,
+		       BATCH, ms);
+		CHECK(st.cpu_shared - before >= 1 && st.cpu_shared - before < BATCH);
+		before = st.cpu_shared;
+		CHECK_MSG(!memcmp(want, got, bytes), "batch %d differs from nvJPEG's alone", r);
+	}
+	struct gpu_decode_stats st;
+	gpu_decoder_get_stats(shared, &st);
+	CHECK_EQ_INT(st.hw_decoded + st.cuda_decoded + st.cpu_fallback + st.cpu_shared,
+		     (long)BATCH * RUNS);
+out:
+	gpu_decoder_destroy(alone);
+	gpu_decoder_destroy(shared);
+	free(want);
+	free(got);
 	files_free(&f);
 	image_ctx_free(&ctx);
 	dataset_close(ds);

@@ -21,14 +21,15 @@
 #include "core/error.h"
 #include "core/tuning.h"
 #include "core/timeutil.h"
+#include "data/cuda/decode_share.h"
 #include "data/cuda/gpu_augment.h"
+#include "data/decode_split.h"
 #include "data/nvjpeg.h"
 #include "ops/cuda/cuda_common.h"
 
 /* nvjpegCreateEx flags (docs 2.2.17 "nvJPEG Flags"). */
 #define NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE 1u
 #define NVJPEG_FLAGS_BITSTREAM_STRICT 4u
-#define GPU_DECODE_ERRMSG 160
 
 /* nvJPEG's memory through allocators of our own (nvjpegCreateExV2). Its defaults are
  * cudaMalloc/cudaFree and cudaHostAlloc/cudaFreeHost, and cudaFree and cudaFreeHost
@@ -97,10 +98,15 @@ struct gpu_decoder {
 	char (*errmsg)[GPU_DECODE_ERRMSG];
 
 	struct image_ctx cpu;      /* TurboJPEG/cairo for what nvJPEG refuses */
+	struct decode_share *share; /* CPU threads taking a share of each batch, or NULL */
+	int share_threads;
+	struct decode_split split;
+	int *share_idx;            /* the items of the running batch that they take */
+	unsigned char *share_failed; /* per item: 1 when TurboJPEG could not decode it */
 	struct gpu_decode_stats stats;
 };
 
-enum { ROUTE_BATCHED = 0, ROUTE_SINGLE, ROUTE_CPU, ROUTE_FAILED };
+enum { ROUTE_BATCHED = 0, ROUTE_SINGLE, ROUTE_CPU, ROUTE_FAILED, ROUTE_SHARE };
 
 /* 0, or GP_EDEVICE naming the nvJPEG call and its status. */
 static int nj_check(int status, const char *call)
@@ -295,10 +301,15 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
 		       int outputs, struct gpu_decoder **out)
 {
-	struct gpu_decoder_opts o = {
+	struct gpu_decoder_opts o = gpu_decoder_opts_default();
+	return gpu_decoder_create_opts(device, max_batch, size, layout, outputs, &o, out);
+}
+
+struct gpu_decoder_opts gpu_decoder_opts_default(void)
+{
+	return (struct gpu_decoder_opts){
 		.backend = (enum gpu_decode_backend)tuning_get()->nvjpeg_backend,
 	};
-	return gpu_decoder_create_opts(device, max_batch, size, layout, outputs, &o, out);
 }
 
 int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_layout layout,
@@ -373,6 +384,17 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 		goto fail;
 	if ((rc = nj_memory_create(d)) < 0 || (rc = handles_create(d, opts)) < 0)
 		goto fail;
+	if (opts->cpu_threads > 0) {
+		d->share_idx = calloc(n, sizeof(*d->share_idx));
+		d->share_failed = calloc(n, 1);
+		if (!d->share_idx || !d->share_failed) {
+			rc = gp_error(GP_ENOMEM, "out of memory");
+			goto fail;
+		}
+		if ((rc = decode_share_create(device, opts->cpu_threads, size, &d->share)) < 0)
+			goto fail;
+		d->share_threads = opts->cpu_threads;
+	}
 	*out = d;
 	return 0;
 fail:
@@ -671,6 +693,52 @@ static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *it
 	return gpu_ycc_launch(d->ycc_dev, m, max_w, max_h, d->stream);
 }
 
+/* With CPU threads: the last of the items routed to the batched call go to them
+ * instead, as many as the split gives (decode_split.h); their indices in share_idx. */
+static int share_pick(struct gpu_decoder *d, int n)
+{
+	if (!d->share)
+		return 0;
+	int nb = 0;
+	for (int i = 0; i < n; i++)
+		nb += d->route[i] == ROUTE_BATCHED;
+	int k = decode_split_cpu_count(&d->split, nb, d->share_threads), j = 0;
+	for (int i = n - 1; i >= 0 && j < k; i--) {
+		if (d->route[i] != ROUTE_BATCHED)
+			continue;
+		d->route[i] = ROUTE_SHARE;
+		d->share_idx[j++] = i;
+	}
+	return j;
+}
+
+/* Wait for the threads' k items (rc: the GPU side's result so far): what TurboJPEG
+ * could not decode is failed as on the CPU path, the rest counted, and both sides'
+ * times go into the next split. */
+static int share_finish(struct gpu_decoder *d, int k, int rc, double batched_ms,
+			long batched_n)
+{
+	double thread_ms = 0;
+	int src = decode_share_wait(d->share, &thread_ms);
+	if (rc == 0)
+		rc = src;
+	if (rc < 0)
+		return rc;
+	int ok = 0;
+	for (int j = 0; j < k; j++) {
+		int i = d->share_idx[j];
+		if (d->share_failed[i]) {
+			d->route[i] = ROUTE_FAILED;
+			d->stats.failed++;
+		} else {
+			ok++;
+		}
+	}
+	d->stats.cpu_shared += ok;
+	decode_split_update(&d->split, batched_ms, (int)batched_n, thread_ms, k);
+	return 0;
+}
+
 int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
 		    int n, unsigned char *failed)
 {
@@ -689,11 +757,24 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 	double tp = gp_now_ms();
 	route_items(d, items, n);
 	d->stats.parse_ms += gp_now_ms() - tp;
+	int k = share_pick(d, n);
 	GP_TRY(yuv_reserve(d, items, n));
 	memset(d->planar, 0, (size_t)n);
-	GP_TRY(decode_batched(d, items, n));
-	GP_TRY(decode_single(d, items, n));
-	GP_TRY(decode_cpu(d, items, n));
+	if (k > 0)
+		decode_share_start(d->share, items, d->share_idx, k, d->staging, d->offset,
+				   d->share_failed, d->errmsg);
+	long hw0 = d->stats.hw_decoded + d->stats.cuda_decoded;
+	double tb = gp_now_ms();
+	int rc = decode_batched(d, items, n);
+	double batched_ms = gp_now_ms() - tb;
+	long batched_n = d->stats.hw_decoded + d->stats.cuda_decoded - hw0;
+	if (rc == 0)
+		rc = decode_single(d, items, n);
+	if (rc == 0)
+		rc = decode_cpu(d, items, n);
+	if (k > 0) /* waited for even after an error: the threads write staging */
+		rc = share_finish(d, k, rc, batched_ms, batched_n);
+	GP_TRY(rc);
 	double t1 = gp_now_ms();
 	GP_TRY(planes_to_rgb(d, items, n));
 	int m = 0;
@@ -756,6 +837,9 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 		return;
 	if (d->stream)
 		cudaStreamSynchronize(d->stream);
+	decode_share_destroy(d->share); /* idle between runs: joined at once */
+	free(d->share_idx);
+	free(d->share_failed);
 	if (d->nj) {
 		if (d->js)
 			d->nj->nvjpegJpegStreamDestroy(d->js);
