@@ -5,7 +5,8 @@
 # maxbatchre (with --recompute), torchmaxbatch, loader, gpudecode (issue 21's goals in one
 # call: the GPU decode tests; loader --decode gpu, and the CPU path at 16 workers against
 # torchvision's; train resnet50 and mobilenet_v2 bf16 batch 256 synthetic against JPEGs
-# decoded on the GPU; workers --decode gpu at task 3's settings; a summary), profile, workers, kprof (kernel
+# decoded on the GPU, alone and with DECODE_THREADS (8) CPU threads taking a share of each batch;
+# workers --decode gpu at task 3's settings; a summary), profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
@@ -91,6 +92,7 @@ for s in "$@"; do
 		for m in resnet50 mobilenet_v2; do
 			stage "train_${m}_synthetic" 120 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60
 			stage "train_${m}_gpudecode" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60 --data /tmp/gp_ds --decode gpu
+			stage "train_${m}_gpudecode_t${DECODE_THREADS:-8}" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60 --data /tmp/gp_ds --decode gpu --decode-threads ${DECODE_THREADS:-8}
 		done
 		stage workers_gpudecode 150 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --steps 100 --device cuda --decode gpu --overwrite --out /tmp/gp_work_gpu
 		# issue 21, item 5: the lines each goal is read from
@@ -99,7 +101,7 @@ for s in "$@"; do
 		grep -hE "^ +(gpu|16) " "$OUT/loader_gpu_bf16.log" "$OUT/loader_cpu16.log"
 		grep -h "img/s" "$OUT/torch_loader16.log" | tail -2
 		for m in resnet50 mobilenet_v2; do
-			for k in synthetic gpudecode; do
+			for k in synthetic gpudecode gpudecode_t${DECODE_THREADS:-8}; do
 				printf '%s %s: ' $m $k; grep -h "^done:" "$OUT/train_${m}_$k.log"
 				grep -h "^cpu:\|^data:\|^decode:" "$OUT/train_${m}_$k.log"
 			done
