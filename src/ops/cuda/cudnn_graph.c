@@ -214,7 +214,9 @@ int cg_graph_genstats(struct cg_graph *g, cudnnDataType_t prec, cudnnBackendDesc
 }
 
 /* The handle attribute is marked deprecated in cuDNN 9.x headers (a device property
- * descriptor may stand for it) but is still accepted, and works on every 9.x. */
+ * descriptor may stand for it) but is still accepted; without a handle (NULL) the graph
+ * still finalizes on cuDNN 9.19, which lets a machine without a GPU check every
+ * descriptor up to here (heuristics and plans need the device). */
 int cg_graph_finalize(struct cg_graph *g)
 {
 	if (!g->n_ops)
@@ -223,7 +225,8 @@ int cg_graph_finalize(struct cg_graph *g)
 	GP_TRY(cg_desc_create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR",
 			      &og));
 	g->opgraph = og;
-	GP_TRY(CG_SET(og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle));
+	if (g->handle)
+		GP_TRY(CG_SET(og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->handle));
 	GP_TRY(CG_SET(og, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->n_ops, g->ops));
 	return cg_finalize(og, "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR");
 }

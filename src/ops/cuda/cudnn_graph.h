@@ -63,6 +63,8 @@ struct cg_graph {
 	cudnnBackendDescriptor_t opgraph;             /* after cg_graph_finalize */
 };
 
+/* handle may be NULL: the graph is then built without a device, every descriptor
+ * checked by cuDNN down to the operation graph, but no plan can be made from it. */
 void cg_graph_init(struct cg_graph *g, cudnnHandle_t handle);
 void cg_graph_destroy(struct cg_graph *g);
 /* A finalized tensor descriptor, owned by g. */
