@@ -9,7 +9,8 @@
  *     bn_sync_sums_cuda) and the host, run twice (the statistics must be overwritten);
  *   - at the real shape (batch 256, 56x56), the same checks and the time of the fused
  *     graph against the unfused sequence (median of CUDA-event timings), printed with
- *     the engine chosen; speed never fails the test.
+ *     the engine chosen, and the plain convolution's time through either API; speed
+ *     never fails the test.
  * Tolerance (relative error of the norm): bf16's 1e-2 (tol_for). When no engine takes the
  * fused graph, each variant tried prints which heuristics returned nothing and cuDNN's
  * messages, and the test fails with the first variant's line. Without a device the
@@ -478,6 +479,52 @@ static float median(float *v, int n)
 
 #define REPS 21
 
+/* The plain convolution alone through the graph API and through the legacy path, on x
+ * (the same bf16 input as the fused run's): whether the graph's engines are as fast
+ * as the legacy algorithms before any fusion, to read the fused ratio against. */
+static void plain_conv_timing(struct gpu *g, const struct cg_conv_shape *s, const struct inputs *in, void *d_y1,
+			      void *d_y2, cudaEvent_t *ev)
+{
+	struct cg_conv_fwd_opts o = { .io = CUDNN_DATA_BFLOAT16 };
+	struct cg_graph gr;
+	struct cg_plan p = { 0 };
+	struct conv2d_args a = legacy_args(s);
+	float t_graph[REPS], t_legacy[REPS];
+	int rc = cg_conv_fwd_graph(g->ctx->cudnn, s, &o, &gr);
+	if (rc == 0)
+		rc = cg_plan_build(&gr, &p);
+	CHECK_MSG(rc == 0, "plain conv through the graph API: %s", gp_errmsg());
+	void *ws = rc == 0 && p.ws_bytes > 0 ? dev_bytes(g, (size_t)p.ws_bytes) : NULL;
+	const int64_t uids[] = { CG_UID_X, CG_UID_W, CG_UID_Y };
+	void *ptrs[] = { in->d_x, in->d_w, d_y1 };
+	for (int i = -3; i < REPS && rc == 0; i++) {
+		rc = CUDA_CHECK(cudaEventRecord(ev[0], g->ctx->stream));
+		if (rc == 0)
+			rc = cg_execute(g->ctx->cudnn, &p, 3, uids, ptrs, ws);
+		if (rc == 0)
+			rc = CUDA_CHECK(cudaEventRecord(ev[1], g->ctx->stream));
+		if (rc == 0)
+			rc = conv2d_fwd_cuda(g->ctx, &a, NULL, in->d_x, in->d_w, NULL, d_y2);
+		if (rc == 0)
+			rc = CUDA_CHECK(cudaEventRecord(ev[2], g->ctx->stream));
+		if (rc == 0)
+			rc = CUDA_CHECK(cudaEventSynchronize(ev[2]));
+		if (rc == 0 && i >= 0)
+			rc = CUDA_CHECK(cudaEventElapsedTime(&t_graph[i], ev[0], ev[1]));
+		if (rc == 0 && i >= 0)
+			rc = CUDA_CHECK(cudaEventElapsedTime(&t_legacy[i], ev[1], ev[2]));
+	}
+	CHECK_MSG(rc == 0, "plain conv timing: %s", gp_errmsg());
+	if (rc == 0) {
+		char desc[200];
+		cg_plan_describe(&p, desc, sizeof(desc));
+		printf("      plain conv alone, median of %d: graph %.3f ms (%s), legacy %.3f ms\n", REPS,
+		       median(t_graph, REPS), desc, median(t_legacy, REPS));
+	}
+	cg_plan_destroy(&p);
+	cg_graph_destroy(&gr);
+}
+
 /* The real shape: the fused graph checked against the unfused sequence, then both
  * timed (median of REPS runs after warm-up, CUDA events on the context's stream). */
 TEST(cudnn_graph_fused_timing_resnet50_layer)
@@ -552,6 +599,7 @@ TEST(cudnn_graph_fused_timing_resnet50_layer)
 			       (long long)s->n, (long long)s->c, (long long)s->k, (long long)s->h, (long long)s->w,
 			       REPS, mf, VARIANTS[v].name, desc, mu, median(t_pro, REPS), median(t_conv, REPS),
 			       median(t_stats, REPS), mf > 0 ? mu / mf : 0.0);
+			plain_conv_timing(&g, s, &in, d_a, d_y, ev);
 		}
 	}
 	for (int i = 0; i < n_ev; i++)
