@@ -403,13 +403,13 @@ static int cuda_input_format(struct net *net, enum gp_dtype *dtype, int *nhwc)
 static int labels_in_order(struct backend_state *b, const int32_t *labels)
 {
 	int t = b->labels_turn;
-	if (!b->labels_pinned[t]) {
+	if (!b->labels_copied[t])
+		CUDA_TRY(cudaEventCreateWithFlags(&b->labels_copied[t], cudaEventDisableTiming));
+	if (!b->labels_pinned[t])
 		CUDA_TRY(cudaHostAlloc((void **)&b->labels_pinned[t], b->labels_bytes,
 				       cudaHostAllocDefault));
-		CUDA_TRY(cudaEventCreateWithFlags(&b->labels_copied[t], cudaEventDisableTiming));
-	} else {
+	else
 		CUDA_TRY(cudaEventSynchronize(b->labels_copied[t])); /* two batches ago */
-	}
 	memcpy(b->labels_pinned[t], labels, b->labels_bytes);
 	CUDA_TRY(cudaMemcpyAsync(b->labels, b->labels_pinned[t], b->labels_bytes,
 				 cudaMemcpyHostToDevice, b->ctx->stream));
