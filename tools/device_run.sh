@@ -87,6 +87,7 @@ for s in "$@"; do
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
 		TAIL=40 stage gpudecode_tests 200 build/bundle/gpuperf_tests gpu_decode gpu_loader gpu_batch
 		stage loader_gpu_bf16 90 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100 --precision bf16
+		stage loader_gpu_bf16_t${DECODE_THREADS:-8} 90 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100 --precision bf16 --decode-threads ${DECODE_THREADS:-8}
 		stage loader_cpu16 90 $BIN loader --data /tmp/gp_ds --decode cpu --batch 64 --batches 100 --workers 16
 		stage torch_loader16 150 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 16 --batches 100
 		for m in resnet50 mobilenet_v2; do
@@ -98,7 +99,7 @@ for s in "$@"; do
 		# issue 21, item 5: the lines each goal is read from
 		echo "=== gpudecode summary"
 		grep -h "GPU against CPU\|worst at\|decode + augment,\|logits:" "$OUT/gpudecode_tests.log"
-		grep -hE "^ +(gpu|16) " "$OUT/loader_gpu_bf16.log" "$OUT/loader_cpu16.log"
+		grep -hE "^ +(gpu|16) |^gpu decode" "$OUT/loader_gpu_bf16.log" "$OUT/loader_gpu_bf16_t${DECODE_THREADS:-8}.log" "$OUT/loader_cpu16.log"
 		grep -h "img/s" "$OUT/torch_loader16.log" | tail -2
 		for m in resnet50 mobilenet_v2; do
 			for k in synthetic gpudecode gpudecode_t${DECODE_THREADS:-8}; do
