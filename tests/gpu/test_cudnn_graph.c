@@ -185,12 +185,34 @@ static int fused_build(struct gpu *g, const struct cg_conv_shape *s, const struc
 	return rc;
 }
 
+/* Issue 24 asks what FP32 and TF32 can have of the fusion: the same graph with float
+ * data (the convolution's math as the handle's math mode leaves it), printed only. */
+static const struct variant FP32_PROBE = { "float data, scale/bias and intermediates",
+					   CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT };
+
+static void fused_probe_print(struct gpu *g, const struct cg_conv_shape *s, const struct variant *v)
+{
+	struct cg_graph gr;
+	struct cg_plan p;
+	char desc[200];
+	if (fused_build(g, s, v, &gr, &p) == 0) {
+		cg_plan_describe(&p, desc, sizeof(desc));
+		printf("      (diagnostic) fused, %s: an engine: %s\n", v->name, desc);
+		cg_plan_destroy(&p);
+		cg_graph_destroy(&gr);
+	} else {
+		printf("      (diagnostic) fused, %s: %s\n", v->name, gp_errmsg());
+	}
+}
+
 /* The first variant that gets an engine (its index), or -1 after failing the test with
- * the first variant's line; every variant's outcome is printed. */
+ * the first variant's line; every variant's outcome is printed, and whether the float
+ * graph gets an engine. */
 static int fused_pick(struct gpu *g, const struct cg_conv_shape *s, struct cg_graph *gr, struct cg_plan *p)
 {
 	char first[1024] = "";
 	char desc[200];
+	fused_probe_print(g, s, &FP32_PROBE);
 	for (int i = 0; i < N_VARIANTS; i++) {
 		if (fused_build(g, s, &VARIANTS[i], gr, p) == 0) {
 			cg_plan_describe(p, desc, sizeof(desc));
@@ -201,14 +223,7 @@ static int fused_pick(struct gpu *g, const struct cg_conv_shape *s, struct cg_gr
 		if (!first[0])
 			snprintf(first, sizeof(first), "%s", gp_errmsg());
 	}
-	if (fused_build(g, s, &FP16_PROBE, gr, p) == 0) {
-		cg_plan_describe(p, desc, sizeof(desc));
-		printf("      (diagnostic) fused, %s: an engine: %s\n", FP16_PROBE.name, desc);
-		cg_plan_destroy(p);
-		cg_graph_destroy(gr);
-	} else {
-		printf("      (diagnostic) fused, %s: %s\n", FP16_PROBE.name, gp_errmsg());
-	}
+	fused_probe_print(g, s, &FP16_PROBE);
 	CHECK_MSG(0, "fused conv + scale-bias-ReLU prologue + genstats, bf16: %s", first);
 	return -1;
 }
@@ -381,6 +396,12 @@ TEST(cudnn_graph_descriptors_finalize_without_device)
 		CHECK_EQ_INT(g.n_ops, 5); /* mul, add, relu, conv, genstats */
 		cg_graph_destroy(&g);
 	}
+	struct cg_conv_fwd_opts f = { .io = FP32_PROBE.io, .param = FP32_PROBE.param,
+				      .inter = FP32_PROBE.inter, .prologue = 1, .genstats = 1 };
+	rc = cg_conv_fwd_graph(NULL, &REAL, &f, &g);
+	CHECK_MSG(rc == 0, "fused graph, %s: %s", FP32_PROBE.name, gp_errmsg());
+	if (rc == 0)
+		cg_graph_destroy(&g);
 
 	cudnnBackendDescriptor_t t;
 	const int64_t wrong = 9;
