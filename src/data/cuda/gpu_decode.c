@@ -61,7 +61,6 @@ struct gpu_decoder {
 	const struct nvjpeg_api *nj;
 	struct nj_memory *mem;     /* NULL: nvJPEG's default allocators */
 	nvjpeg_handle h;           /* the batched call's: hardware if it could be made */
-	int hw_pipelined;          /* ... with nvJPEG's pipelining (the flag was refused) */
 	nvjpeg_state st;
 	nvjpeg_handle h_single;    /* CUDA backend, one image at a time */
 	nvjpeg_state st_single;
@@ -282,7 +281,6 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 		status = nj_create(d, tries[i].backend, tries[i].flags, &d->h);
 		if (status == NVJPEG_STATUS_SUCCESS) {
 			d->hw = hw;
-			d->hw_pipelined = hw && !(tries[i].flags & NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE);
 			break;
 		}
 		d->h = NULL;
