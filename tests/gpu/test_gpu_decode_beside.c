@@ -1,0 +1,442 @@
+/* The GPU decode beside other work on the same GPU: a batch decoded beside a queue of
+ * matrix products on another stream (what nvJPEG waits for, named by CUPTI's
+ * callbacks), beside resnet50's training (the decode keeps up, and what it costs the
+ * step), and beside CPU threads that decode a share of it (the same batch). Skips
+ * without a GPU or nvJPEG. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+
+#include "../test.h"
+#include "core/error.h"
+#include "core/timeutil.h"
+#include "data/dataset.h"
+#include "data/gpu_decode.h"
+#include "data/image.h"
+#include "data/transform.h"
+#include "nn/models.h"
+#include "nn/net.h"
+#include "train/trainer.h"
+#include "decode_util.h"
+
+/* Runtime and driver API calls of one thread that took longer than 1 ms (CUPTI's
+ * callbacks), to name where a decode waits when it does. */
+#define SLOW_CALLS_MAX 48
+static struct {
+	pthread_t thread;
+	int depth;
+	double t0[16];
+	int n;
+	struct {
+		char name[72];
+		double ms;
+	} calls[SLOW_CALLS_MAX];
+} slow;
+
+static void CUPTIAPI slow_call_cb(void *user, CUpti_CallbackDomain dom, CUpti_CallbackId id,
+				  const void *data)
+{
+	const CUpti_CallbackData *cb = data;
+	if (!pthread_equal(pthread_self(), slow.thread))
+		return;
+	if (cb->callbackSite == CUPTI_API_ENTER) {
+		if (slow.depth < 16)
+			slow.t0[slow.depth] = gp_now_ms();
+		slow.depth++;
+		return;
+	}
+	if (--slow.depth < 0 || slow.depth >= 16)
+		return;
+	double ms = gp_now_ms() - slow.t0[slow.depth];
+	if (ms > 1.0 && slow.n < SLOW_CALLS_MAX) {
+		snprintf(slow.calls[slow.n].name, sizeof(slow.calls[0].name), "%s %s",
+			 dom == CUPTI_CB_DOMAIN_DRIVER_API ? "driver" : "runtime",
+			 cb->functionName ? cb->functionName : "?");
+		slow.calls[slow.n++].ms = ms;
+	}
+}
+
+/* A queue of FP32 matrix products on a stream of its own. */
+struct busy {
+	cudaStream_t stream;
+	cublasHandle_t blas;
+	float *a, *b, *c;
+	cudaEvent_t e0, e1;
+	float gemm_ms;
+};
+enum { BUSY_M = 4096 };
+
+static void busy_gemm(struct busy *q)
+{
+	const float one = 1.0f, zero = 0.0f;
+	cublasSgemm(q->blas, CUBLAS_OP_N, CUBLAS_OP_N, BUSY_M, BUSY_M, BUSY_M, &one, q->a, BUSY_M,
+		    q->b, BUSY_M, &zero, q->c, BUSY_M);
+}
+
+static int busy_make(struct busy *q)
+{
+	memset(q, 0, sizeof(*q));
+	size_t bytes = sizeof(float) * BUSY_M * BUSY_M;
+	int ok = cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking) == cudaSuccess &&
+		 cublasCreate(&q->blas) == CUBLAS_STATUS_SUCCESS &&
+		 cublasSetStream(q->blas, q->stream) == CUBLAS_STATUS_SUCCESS &&
+		 cudaMalloc((void **)&q->a, bytes) == cudaSuccess &&
+		 cudaMalloc((void **)&q->b, bytes) == cudaSuccess &&
+		 cudaMalloc((void **)&q->c, bytes) == cudaSuccess &&
+		 cudaEventCreate(&q->e0) == cudaSuccess && cudaEventCreate(&q->e1) == cudaSuccess;
+	if (!ok)
+		return -1;
+	cudaMemsetAsync(q->a, 0, bytes, q->stream);
+	cudaMemsetAsync(q->b, 0, bytes, q->stream);
+	for (int r = 0; r < 2; r++) { /* one product timed, after a warm-up */
+		cudaEventRecord(q->e0, q->stream);
+		busy_gemm(q);
+		cudaEventRecord(q->e1, q->stream);
+		cudaEventSynchronize(q->e1);
+	}
+	cudaEventElapsedTime(&q->gemm_ms, q->e0, q->e1);
+	return q->gemm_ms > 0 ? 0 : -1;
+}
+
+/* Queue products for at least ms; returns how many. */
+static int busy_queue(struct busy *q, double ms)
+{
+	int k = (int)(ms / q->gemm_ms) + 1;
+	cudaEventRecord(q->e0, q->stream);
+	for (int i = 0; i < k; i++)
+		busy_gemm(q);
+	cudaEventRecord(q->e1, q->stream);
+	return k;
+}
+
+static int busy_drained(struct busy *q)
+{
+	int done = cudaEventQuery(q->e1) == cudaSuccess;
+	cudaGetLastError();
+	return done;
+}
+
+static float busy_wait(struct busy *q)
+{
+	float ms = 0;
+	cudaEventSynchronize(q->e1);
+	cudaEventElapsedTime(&ms, q->e0, q->e1);
+	return ms;
+}
+
+static void busy_free(struct busy *q)
+{
+	if (q->stream)
+		cudaStreamSynchronize(q->stream);
+	cudaFree(q->a);
+	cudaFree(q->b);
+	cudaFree(q->c);
+	if (q->e0)
+		cudaEventDestroy(q->e0);
+	if (q->e1)
+		cudaEventDestroy(q->e1);
+	if (q->blas)
+		cublasDestroy(q->blas);
+	if (q->stream)
+		cudaStreamDestroy(q->stream);
+}
+
+/* A batch of 256 decoded while another stream keeps the GPU busy with a queue of FP32
+ * matrix products (the net's step, in the loader's case): the decode's own work
+ * shares the SMs, but nothing in it may wait for the other stream's queue to drain,
+ * or the decode thread cannot hide behind the step (issue 21: beside training, a
+ * batch took the step's time plus its own). The decoder gpu_decoder_create makes is
+ * held to that; beside it, for the record, nvJPEG's pipelined hardware decode (which
+ * waited for the whole queue on the H100, s11-1) and the CUDA backend. Each: the time
+ * alone, the time beside a queue at least 6x as long, and the runtime and driver
+ * calls over 1 ms. */
+TEST(gpu_decode_beside_a_busy_gpu)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 256 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[BATCH];
+	items_repeat(&f, BATCH, 5, items);
+	static const struct {
+		const char *name;
+		int made_by_create; /* gpu_decoder_create's decoder: held to the bound */
+		struct gpu_decoder_opts o;
+	} variants[] = {
+		{ "gpu_decoder_create's", 1, { 0 } },
+		{ "hardware, nvJPEG's pipelining", 0, { GPU_DECODE_HARDWARE, 1 } },
+		{ "cuda backend", 0, { GPU_DECODE_CUDA, 0 } },
+	};
+	struct busy q;
+	int have = busy_make(&q) == 0;
+	CHECK_MSG(have, "no queue of products: %s", cudaGetErrorString(cudaGetLastError()));
+	for (size_t vi = 0; have && vi < sizeof(variants) / sizeof(variants[0]); vi++) {
+		struct busy *bq = &q;
+		struct gpu_decoder *d = NULL;
+		int rc = variants[vi].made_by_create
+				 ? gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &d)
+				 : gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1,
+							   &variants[vi].o, &d);
+		if (rc < 0) {
+			CHECK_MSG(!variants[vi].made_by_create, "%s", gp_errmsg());
+			printf("    %s: not made here (%s)\n", variants[vi].name, gp_errmsg());
+			continue;
+		}
+		double alone = 1e30;
+		for (int r = 0; r < 4; r++) { /* warm-up, then the best of 3 */
+			double t0 = gp_now_ms();
+			CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
+			if (r > 0 && gp_now_ms() - t0 < alone)
+				alone = gp_now_ms() - t0;
+		}
+		/* CUPTI first: its first subscription takes a few hundred ms (s11-8) */
+		CUpti_SubscriberHandle sub = NULL;
+		memset(&slow, 0, sizeof(slow));
+		slow.thread = pthread_self();
+		int traced = cuptiSubscribe(&sub, slow_call_cb, NULL) == CUPTI_SUCCESS &&
+			     cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API) == CUPTI_SUCCESS &&
+			     cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS;
+		double tq = gp_now_ms();
+		int k = busy_queue(bq, alone * 6 > 300 ? alone * 6 : 300);
+		tq = gp_now_ms() - tq;
+		/* the queue must still run when the decode starts, or nothing is measured */
+		int queued = !busy_drained(bq);
+		memset(&slow, 0, sizeof(slow)); /* the decode's calls only */
+		slow.thread = pthread_self();
+		double t0 = gp_now_ms();
+		CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
+		double t_ret = gp_now_ms(), beside = t_ret - t0;
+		if (sub)
+			cuptiUnsubscribe(sub);
+		float queue = busy_wait(bq);
+		double left = gp_now_ms() - t_ret; /* what the queue still had to do */
+		struct gpu_decode_stats st;
+		gpu_decoder_get_stats(d, &st);
+		printf("    %s (%s backend): a batch alone %.1f ms, beside a queue of %d products "
+		       "(%.1f ms each, %.0f ms in all, queued in %.1f ms) %.1f ms; the queue "
+		       "ended %.0f ms after it\n", variants[vi].name, gpu_decoder_backend(d), alone,
+		       k, bq->gemm_ms, queue, tq, beside, left);
+		if (!traced)
+			printf("      (no CUPTI callbacks here)\n");
+		for (int i = 0; i < slow.n; i++)
+			printf("      %-60s %8.1f ms\n", slow.calls[i].name, slow.calls[i].ms);
+		CHECK_MSG(queued, "%s: the queue of products had drained before the decode began "
+			  "(queued in %.1f ms)", variants[vi].name, tq);
+		if (variants[vi].made_by_create && queued)
+			CHECK_MSG(beside < 0.5 * queue && left > 0.25 * queue,
+				  "the decode waited for the other stream's queue (%.1f ms of a %.0f "
+				  "ms queue; alone %.1f ms)", beside, queue, alone);
+		gpu_decoder_destroy(d);
+	}
+	if (have)
+		busy_free(&q);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}
+
+/* A thread that decodes batches into one buffer until told to stop. */
+struct decode_loop {
+	struct gpu_decoder *d;
+	const struct gpu_decode_item *items;
+	int n;
+	unsigned char *failed;
+	atomic_int stop;
+	int batches, rc;
+	double ms;
+};
+
+static void *decode_loop_main(void *arg)
+{
+	struct decode_loop *l = arg;
+	double t0 = gp_now_ms();
+	while (!atomic_load(&l->stop) && l->rc == 0) {
+		l->rc = gpu_decoder_run(l->d, 0, l->items, l->n, l->failed);
+		l->batches++;
+	}
+	l->ms = gp_now_ms() - t0;
+	return NULL;
+}
+
+/* What hides the decode behind training: a batch of 256 decoded while resnet50 bf16
+ * trains on batches of 256 (CUDA graphs, as `train` runs it) in the same process takes
+ * less than a training step, and what it costs the step (its kernels and copies share
+ * the SMs) is printed. Each decoder variant: the step alone, the step beside a thread
+ * that decodes without a pause, and that thread's time per batch. Held to it:
+ * gpu_decoder_create's decoder. */
+TEST(gpu_decode_keeps_up_beside_training)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 256, STEPS = 20 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[BATCH];
+	items_repeat(&f, BATCH, 7, items);
+	struct model_opts mo = model_defaults("resnet50");
+	mo.batch = BATCH;
+	mo.classes = 10;
+	struct net *net = NULL;
+	float *x = NULL;
+	int32_t *y = NULL;
+	CHECK_EQ_INT(model_build("resnet50", &mo, &net), 0);
+	if (net)
+		net->use_graphs = 1;
+	CHECK_MSG(net && net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(train_synthetic_batch(BATCH, 3, SIZE, SIZE, 10, 1, &x, &y), 0);
+	CHECK_EQ_INT(net_set_batch_data(net, x, y), 0);
+	static const struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int s = 0; s < 5 && !test_failed(); s++) /* warm-up and graph capture */
+		CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
+	CHECK_EQ_INT(net_wait(net), 0);
+	static const struct {
+		const char *name;
+		int made_by_create;
+		struct gpu_decoder_opts o;
+	} variants[] = {
+		{ "gpu_decoder_create's", 1, { 0 } },
+		{ "hardware, nvJPEG's pipelining", 0, { GPU_DECODE_HARDWARE, 1 } },
+	};
+	for (size_t vi = 0; !test_failed() && vi < sizeof(variants) / sizeof(variants[0]); vi++) {
+		struct gpu_decoder *d = NULL;
+		int rc = variants[vi].made_by_create
+				 ? gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &d)
+				 : gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1,
+							   &variants[vi].o, &d);
+		if (rc < 0) {
+			CHECK_MSG(!variants[vi].made_by_create, "%s", gp_errmsg());
+			printf("    %s: not made here (%s)\n", variants[vi].name, gp_errmsg());
+			continue;
+		}
+		double alone_dec = 1e30;
+		for (int r = 0; r < 3; r++) {
+			double t0 = gp_now_ms();
+			CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
+			alone_dec = fmin(alone_dec, gp_now_ms() - t0);
+		}
+		double t0 = gp_now_ms();
+		for (int s = 0; s < STEPS; s++)
+			CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
+		CHECK_EQ_INT(net_wait(net), 0);
+		double step_alone = (gp_now_ms() - t0) / STEPS;
+		struct decode_loop loop = { .d = d, .items = items, .n = BATCH, .failed = failed };
+		pthread_t th;
+		int started = pthread_create(&th, NULL, decode_loop_main, &loop) == 0;
+		CHECK(started);
+		t0 = gp_now_ms();
+		for (int s = 0; s < STEPS; s++)
+			CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
+		CHECK_EQ_INT(net_wait(net), 0);
+		double step_beside = (gp_now_ms() - t0) / STEPS;
+		atomic_store(&loop.stop, 1);
+		if (started)
+			pthread_join(th, NULL);
+		CHECK_MSG(loop.rc == 0, "%s", gp_errmsg());
+		double dec_beside = loop.batches ? loop.ms / loop.batches : 0;
+		printf("    %s: resnet50 bf16 step %.2f ms alone, %.2f ms beside the decode (%+.1f%%); "
+		       "a batch decoded in %.1f ms alone, %.1f ms beside training (%d batches)\n",
+		       variants[vi].name, step_alone, step_beside,
+		       100.0 * (step_beside / step_alone - 1), alone_dec, dec_beside, loop.batches);
+		if (variants[vi].made_by_create)
+			CHECK_MSG(dec_beside < step_beside,
+				  "the decode does not keep up: %.1f ms a batch beside a %.1f ms step",
+				  dec_beside, step_beside);
+		gpu_decoder_destroy(d);
+	}
+	free(x);
+	free(y);
+	net_free(net);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}
+
+/* --decode-threads: CPU threads decode a share of each batch with TurboJPEG while
+ * nvJPEG decodes the rest; the batch is the one nvJPEG alone makes, bit for bit (both
+ * give TurboJPEG's pixels, data/ycc.h), batch after batch while the split moves from
+ * its first guess (nb / 8) to the two sides' rates. */
+TEST(gpu_decode_cpu_share_gives_the_same_batch)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 256, RUNS = 4 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[BATCH];
+	items_repeat(&f, BATCH, 11, items);
+	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
+	uint16_t *want = malloc(bytes), *got = malloc(bytes);
+	struct gpu_decoder *alone = NULL, *shared = NULL;
+	struct gpu_decoder_opts o = gpu_decoder_opts_default();
+	o.cpu_threads = 4;
+	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &alone) == 0, "%s",
+		  gp_errmsg());
+	CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &shared) == 0,
+		  "%s", gp_errmsg());
+	if (!want || !got || test_failed())
+		goto out;
+	CHECK_EQ_INT(gpu_decoder_run(alone, 0, items, BATCH, failed), 0);
+	CHECK(cudaMemcpy(want, gpu_decoder_output(alone, 0), bytes, cudaMemcpyDeviceToHost) ==
+	      cudaSuccess);
+	long before = 0;
+	for (int r = 0; r < RUNS && !test_failed(); r++) {
+		double t0 = gp_now_ms();
+		CHECK_EQ_INT(gpu_decoder_run(shared, 0, items, BATCH, failed), 0);
+		double ms = gp_now_ms() - t0;
+		for (int i = 0; i < BATCH; i++)
+			CHECK_EQ_INT(failed[i], 0);
+		CHECK(cudaMemcpy(got, gpu_decoder_output(shared, 0), bytes, cudaMemcpyDeviceToHost) ==
+		      cudaSuccess);
+		struct gpu_decode_stats st;
+		gpu_decoder_get_stats(shared, &st);
+		printf("    batch %d: %ld of %d by 4 CPU threads, %.1f ms\n", r, st.cpu_shared - before,
+		       BATCH, ms);
+		CHECK(st.cpu_shared - before >= 1 && st.cpu_shared - before < BATCH);
+		before = st.cpu_shared;
+		CHECK_MSG(!memcmp(want, got, bytes), "batch %d differs from nvJPEG's alone", r);
+	}
+	struct gpu_decode_stats st;
+	gpu_decoder_get_stats(shared, &st);
+	CHECK_EQ_INT(st.hw_decoded + st.cuda_decoded + st.cpu_fallback + st.cpu_shared,
+		     (long)BATCH * RUNS);
+out:
+	gpu_decoder_destroy(alone);
+	gpu_decoder_destroy(shared);
+	free(want);
+	free(got);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}
