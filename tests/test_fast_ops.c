@@ -208,11 +208,20 @@ TEST(fast_conv2d_speed)
 	double ref_ms = best_step_ms(&small, 0, x, w, y, dx, dw, ws);
 	CHECK_MSG(fast_ms * 4 < ref_ms, "fast %.2f ms vs reference %.2f ms", fast_ms, ref_ms);
 
-	/* MobileNetV2's depthwise layers take the direct loops, not BLAS. */
+	/* MobileNetV2's depthwise layers take the direct loops, not BLAS. They beat the
+	 * reference by about 2.5x on two cores, so a neighbour's burst can bring one
+	 * pair of runs under 2x (CI read 20.1 vs 38.6 ms): take the best of five
+	 * runs, fast and reference in turn, and ask for 1.6x, which the reference
+	 * loops taken by mistake (1.0x) still fail. */
 	struct conv2d_args dw3 = conv_make(2, 96, 56, 56, 96, 3, 1, 1, 96, 0);
-	double dw_fast_ms = best_step_ms(&dw3, 1, x, w, y, dx, dw, ws);
-	double dw_ref_ms = best_step_ms(&dw3, 0, x, w, y, dx, dw, ws);
-	CHECK_MSG(dw_fast_ms * 2 < dw_ref_ms, "depthwise fast %.2f ms vs reference %.2f ms",
+	double dw_fast_ms = 1e30, dw_ref_ms = 1e30;
+	for (int i = 0; i < 5; i++) {
+		double f = conv_step_ms(&dw3, 1, x, w, y, dx, dw, ws);
+		double r = conv_step_ms(&dw3, 0, x, w, y, dx, dw, ws);
+		dw_fast_ms = f < dw_fast_ms ? f : dw_fast_ms;
+		dw_ref_ms = r < dw_ref_ms ? r : dw_ref_ms;
+	}
+	CHECK_MSG(dw_fast_ms * 1.6 < dw_ref_ms, "depthwise fast %.2f ms vs reference %.2f ms",
 		  dw_fast_ms, dw_ref_ms);
 	printf("    conv 64x56x56 b8 fwd+bwd: %.0f ms; 32x28x28: fast %.2f ms, ref %.2f ms; "
 	       "depthwise 96x56x56 b2: fast %.2f ms, ref %.2f ms\n",
