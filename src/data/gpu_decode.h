@@ -67,6 +67,10 @@ struct gpu_decoder_opts {
 	/* > 0: CPU threads that decode a share of each batch with TurboJPEG while nvJPEG
 	 * decodes the rest, split so that both finish together (--decode-threads) */
 	int cpu_threads;
+	/* nvJPEG's own cudaMalloc/cudaHostAlloc allocators instead of the stream-ordered
+	 * ones of the decoder (which are also dropped, with a note, where the device has
+	 * no memory pools or nvJPEG refuses them) */
+	int default_allocators;
 };
 /* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says, no
  * CPU threads. */

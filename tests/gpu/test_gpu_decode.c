@@ -622,3 +622,57 @@ TEST(gpu_decode_auto_probes_both)
 	dataset_close(ds);
 	dataset_close(fresh);
 }
+
+/* The decoder gives nvJPEG allocators of its own (stream-ordered device memory, pinned
+ * blocks reused behind events), and falls back to nvJPEG's where the device has no
+ * memory pools or nvJPEG refuses them. Either way the batch is the same, bit for bit,
+ * and a decoder on nvJPEG's allocators decodes batch after batch (they free and take
+ * again between batches). */
+TEST(gpu_decode_default_allocators_give_the_same_batch)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 64, RUNS = 3 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[BATCH];
+	items_repeat(&f, BATCH, 5, items);
+	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
+	uint16_t *want = malloc(bytes), *got = malloc(bytes);
+	struct gpu_decoder *own = NULL, *deflt = NULL;
+	struct gpu_decoder_opts o = gpu_decoder_opts_default();
+	o.default_allocators = 1;
+	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &own) == 0, "%s",
+		  gp_errmsg());
+	CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &deflt) == 0,
+		  "%s", gp_errmsg());
+	if (!want || !got || test_failed())
+		goto out;
+	CHECK_EQ_INT(gpu_decoder_run(own, 0, items, BATCH, failed), 0);
+	CHECK(cudaMemcpy(want, gpu_decoder_output(own, 0), bytes, cudaMemcpyDeviceToHost) ==
+	      cudaSuccess);
+	for (int r = 0; r < RUNS && !test_failed(); r++) {
+		CHECK_EQ_INT(gpu_decoder_run(deflt, 0, items, BATCH, failed), 0);
+		for (int i = 0; i < BATCH; i++)
+			CHECK_EQ_INT(failed[i], 0);
+		CHECK(cudaMemcpy(got, gpu_decoder_output(deflt, 0), bytes, cudaMemcpyDeviceToHost) ==
+		      cudaSuccess);
+		CHECK_MSG(!memcmp(want, got, bytes), "batch %d differs from the own allocators'", r);
+	}
+out:
+	gpu_decoder_destroy(own);
+	gpu_decoder_destroy(deflt);
+	free(want);
+	free(got);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}

@@ -60,6 +60,7 @@ struct nj_memory {
 struct gpu_decoder {
 	const struct nvjpeg_api *nj;
 	struct nj_memory *mem;     /* NULL: nvJPEG's default allocators */
+	int mem_unused;            /* nvJPEG refused mem's allocators: its defaults */
 	nvjpeg_handle h;           /* the batched call's: hardware if it could be made */
 	nvjpeg_state st;
 	nvjpeg_handle h_single;    /* CUDA backend, one image at a time */
@@ -211,11 +212,21 @@ static void nj_memory_free(struct nj_memory *m)
 }
 
 /* The allocators, where the library has nvjpegCreateExV2 (else NULL and nvJPEG's
- * defaults). */
-static int nj_memory_create(struct gpu_decoder *d)
+ * defaults). A device without memory pools (cudaDevAttrMemoryPoolsSupported 0: some
+ * virtual GPUs) keeps nvJPEG's defaults, with a note: decoding still works, it only
+ * waits for the device when nvJPEG frees. */
+static int nj_memory_create(struct gpu_decoder *d, const struct gpu_decoder_opts *o)
 {
-	if (!nvjpeg_create_ex_v2())
+	if (!nvjpeg_create_ex_v2() || o->default_allocators)
 		return 0;
+	int pools = 0;
+	if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, d->device) != cudaSuccess ||
+	    !pools) {
+		cudaGetLastError();
+		fprintf(stderr, "note: GPU %d has no memory pools: nvJPEG keeps its own allocators, "
+				"which wait for the device when they free\n", d->device);
+		return 0;
+	}
 	struct nj_memory *m = calloc(1, sizeof(*m));
 	if (!m)
 		return gp_error(GP_ENOMEM, "out of memory");
@@ -244,7 +255,7 @@ static int nj_memory_create(struct gpu_decoder *d)
 /* nvjpegCreateEx, through our allocators where they are there. */
 static int nj_create(struct gpu_decoder *d, int backend, unsigned flags, nvjpeg_handle *h)
 {
-	if (d->mem)
+	if (d->mem && !d->mem_unused)
 		return nvjpeg_create_ex_v2()(backend, &d->mem->dev, &d->mem->pinned, flags, h);
 	return d->nj->nvjpegCreateEx(backend, NULL, NULL, flags, h);
 }
@@ -274,19 +285,30 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 		{ NVJPEG_BACKEND_DEFAULT, 0 },
 	};
 	int status = NVJPEG_STATUS_NOT_INITIALIZED;
-	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+	size_t n_tries = sizeof(tries) / sizeof(tries[0]);
+	for (size_t i = 0; i < n_tries; i++) {
 		int hw = tries[i].backend == NVJPEG_BACKEND_HARDWARE;
-		if ((want == GPU_DECODE_HARDWARE && !hw) || (want == GPU_DECODE_CUDA && hw))
-			continue;
-		status = nj_create(d, tries[i].backend, tries[i].flags, &d->h);
-		if (status == NVJPEG_STATUS_SUCCESS) {
-			d->hw = hw;
-			break;
+		int wanted = !((want == GPU_DECODE_HARDWARE && !hw) || (want == GPU_DECODE_CUDA && hw));
+		if (wanted) {
+			status = nj_create(d, tries[i].backend, tries[i].flags, &d->h);
+			if (status == NVJPEG_STATUS_SUCCESS) {
+				d->hw = hw;
+				break;
+			}
 		}
 		d->h = NULL;
+		if (i + 1 == n_tries && d->mem && !d->mem_unused) {
+			/* nvJPEG refused every handle with our allocators: its own ones, once
+			 * more from the top (d->mem stays until destroy, unused) */
+			d->mem_unused = 1;
+			i = (size_t)-1;
+		}
 	}
 	if (!d->h)
 		return gp_error(GP_ENODEV, "nvjpegCreateEx: %s", nvjpeg_status_name(status));
+	if (d->mem_unused)
+		fprintf(stderr, "note: nvJPEG refused the decoder's stream-ordered allocators; "
+				"it keeps its own, which wait for the device when they free\n");
 	NJ_TRY(d->nj->nvjpegJpegStateCreate(d->h, &d->st));
 	NJ_TRY(d->nj->nvjpegJpegStreamCreate(d->h, &d->js));
 	status = nj_create(d, NVJPEG_BACKEND_DEFAULT, NVJPEG_FLAGS_BITSTREAM_STRICT, &d->h_single);
@@ -380,7 +402,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->ycc_host, n * sizeof(*d->ycc_host)))) < 0)
 		goto fail;
-	if ((rc = nj_memory_create(d)) < 0 || (rc = handles_create(d, opts)) < 0)
+	if ((rc = nj_memory_create(d, opts)) < 0 || (rc = handles_create(d, opts)) < 0)
 		goto fail;
 	if (opts->cpu_threads > 0) {
 		d->share_idx = calloc(n, sizeof(*d->share_idx));
