@@ -18,6 +18,8 @@ const struct tuning_entry tuning_table[] = {
 	  "(unset: libnvjpeg.so.13, then .so.12, then .so)" },
 	{ "GPUPERF_NVJPEG_BACKEND", "auto", "nvJPEG's backend for --decode gpu's batched "
 	  "call: auto (the hardware engines where the GPU has them), hardware or cuda" },
+	{ "GPUPERF_NVJPEG_PARSE_AHEAD", "1", "0: --decode gpu reads the JPEG headers for nvJPEG "
+	  "in the decode thread instead of the thread that reads the next batch's files" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -44,6 +46,8 @@ void tuning_reload(void)
 	path_from_env("GPUPERF_NVJPEG_LIB", t.nvjpeg_lib);
 	v = getenv("GPUPERF_NVJPEG_BACKEND");
 	t.nvjpeg_backend = !v ? 0 : !strcmp(v, "hardware") ? 1 : !strcmp(v, "cuda") ? 2 : 0;
+	v = getenv("GPUPERF_NVJPEG_PARSE_AHEAD");
+	t.nvjpeg_parse_ahead = !(v && *v == '0');
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -78,6 +82,9 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 	case 6:
 		snprintf(buf, cap, "%s", t->nvjpeg_backend == 1 ? "hardware"
 					 : t->nvjpeg_backend == 2 ? "cuda" : "auto");
+		return;
+	case 7:
+		snprintf(buf, cap, "%d", t->nvjpeg_parse_ahead);
 		return;
 	default:
 		snprintf(buf, cap, "?");

@@ -29,6 +29,9 @@ struct tuning {
 	/* GPUPERF_NVJPEG_BACKEND: the batched call's nvJPEG backend; 0 auto (hardware
 	 * where it can be made), 1 hardware only, 2 CUDA only (anything else: auto) */
 	int nvjpeg_backend;
+	/* GPUPERF_NVJPEG_PARSE_AHEAD=0: nvJPEG reads the headers in the decode thread, not
+	 * in the thread that reads the batch's files ahead (1, the default) */
+	int nvjpeg_parse_ahead;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

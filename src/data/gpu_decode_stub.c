@@ -37,4 +37,11 @@ void gpu_decoder_get_stats(const struct gpu_decoder *d, struct gpu_decode_stats 
 	*out = (struct gpu_decode_stats){ 0 };
 }
 void gpu_decoder_destroy(struct gpu_decoder *d) { }
+
+int gpu_decode_parser_create(struct gpu_decoder *d, struct gpu_decode_parser **out)
+{
+	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
+}
+void gpu_decoder_parse(struct gpu_decode_parser *p, struct gpu_decode_item *items, int n) { }
+void gpu_decode_parser_destroy(struct gpu_decode_parser *p) { }
 #endif

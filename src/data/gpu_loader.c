@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/timeutil.h"
+#include "core/tuning.h"
 #include "data/image.h"
 #include "data/transform.h"
 
@@ -30,6 +31,7 @@ struct gpu_set {
 	struct gpu_sample *samples;
 	struct gpu_decode_item *items;
 	struct image_ctx ctx;
+	struct gpu_decode_parser *parser; /* nvJPEG's header reads, here; or NULL */
 	struct loader_stats st;
 	int rc;
 	char errmsg[512];
@@ -175,6 +177,9 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 			goto fail;
 		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
 						      nvjpeg_output, nvjpeg_output_event };
+		for (int k = 0; k < 2 && tuning_get()->nvjpeg_parse_ahead; k++)
+			if ((rc = gpu_decode_parser_create(l->dec, &l->set[k].parser)) < 0)
+				goto fail;
 	}
 	*out = l;
 	return 0;
@@ -248,6 +253,7 @@ static int sample_prepare(struct gpu_loader *l, struct gpu_set *set, struct gpu_
 		s->cap_bytes = len;
 	}
 	memcpy(s->file, set->ctx.file, len);
+	item->hdr = (struct gpu_decode_header){ 0 }; /* the last batch's, if any: not this file's */
 	item->data = s->file;
 	item->len_bytes = len;
 	sample_geometry_make(l->cfg.train, l->cfg.size,
@@ -275,6 +281,11 @@ static int set_fill(struct gpu_loader *l, struct gpu_set *set, long seq)
 		set->samples[i].attempt = 0;
 		set->items[i].dst = i;
 		GP_TRY(sample_prepare(l, set, &set->samples[i], &set->items[i]));
+	}
+	if (set->parser) {
+		double t0 = gp_now_ms();
+		gpu_decoder_parse(set->parser, set->items, set->n);
+		set->st.decode_ms_total += gp_now_ms() - t0;
 	}
 	set->seq = seq;
 	return 0;
@@ -318,6 +329,7 @@ static void decode_stats_add(struct gpu_decode_stats *to, const struct gpu_decod
 	to->decode_ms += from->decode_ms;
 	to->augment_ms += from->augment_ms;
 	to->parse_ms += from->parse_ms;
+	to->parsed_ahead += from->parsed_ahead;
 }
 
 /* What the decoder counted since `before`: the counts of one batch. */
@@ -333,6 +345,7 @@ static void decode_stats_since(const struct gpu_decode_stats *now,
 	d->decode_ms = now->decode_ms - before->decode_ms;
 	d->augment_ms = now->augment_ms - before->augment_ms;
 	d->parse_ms = now->parse_ms - before->parse_ms;
+	d->parsed_ahead = now->parsed_ahead - before->parsed_ahead;
 }
 
 /* Make batch seq into slot k (decode thread): its files (read ahead by the reader
@@ -502,6 +515,8 @@ void gpu_loader_destroy(struct gpu_loader *l)
 		pthread_join(l->decoder, NULL);
 	}
 	reader_join(l);
+	for (int k = 0; k < 2; k++)
+		gpu_decode_parser_destroy(l->set[k].parser); /* before the decoder: its handle */
 	gpu_decoder_destroy(l->dec);
 	for (int k = 0; k < 2; k++) {
 		struct gpu_set *set = &l->set[k];

@@ -11,6 +11,7 @@
  * corrupt files skipped and counted as the CPU loader does (tests/data/bad); and the
  * throughput of decode + augment alone. Skips without a GPU or nvJPEG. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,6 +506,8 @@ TEST(gpu_loader_thread_matches_decoder_run)
 	       gs.decode_ms, gs.augment_ms);
 	CHECK_EQ_INT(st.images, BATCHES * B);
 	CHECK_EQ_INT(gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback, BATCHES * B);
+	/* every header was read by the reading thread (GPUPERF_NVJPEG_PARSE_AHEAD=1) */
+	CHECK_EQ_INT(gs.parsed_ahead, BATCHES * B);
 	gpu_loader_destroy(gl);
 	gpu_decoder_destroy(ref);
 	net_free(net);
@@ -670,6 +673,89 @@ TEST(gpu_decode_default_allocators_give_the_same_batch)
 out:
 	gpu_decoder_destroy(own);
 	gpu_decoder_destroy(deflt);
+	free(want);
+	free(got);
+	files_free(&f);
+	image_ctx_free(&ctx);
+	dataset_close(ds);
+}
+
+/* Headers read ahead by a parser on another thread (what the GPU loader's reading
+ * thread does) route every item as gpu_decoder_run's own reading does: the same
+ * batch bit for bit, the same count on each path. A parse runs on a second thread
+ * while the decoder decodes, as in the loader (nvJPEG's handle is shared, each
+ * thread with its own stream). */
+struct parse_job {
+	struct gpu_decode_parser *p;
+	struct gpu_decode_item *items;
+	int n;
+};
+
+static void *parse_main(void *arg)
+{
+	struct parse_job *j = arg;
+	gpu_decoder_parse(j->p, j->items, j->n);
+	return NULL;
+}
+
+TEST(gpu_decode_parse_ahead_routes_the_same)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 64 };
+	const char *dir = folder_make();
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
+	if (test_failed())
+		return;
+	struct image_ctx ctx;
+	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
+	struct files f;
+	files_read(ds, &ctx, &f);
+	static struct gpu_decode_item items[BATCH], ahead[BATCH];
+	static unsigned char failed[BATCH], failed_ahead[BATCH];
+	items_repeat(&f, BATCH, 21, items);
+	memcpy(ahead, items, sizeof(items));
+	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
+	uint16_t *want = malloc(bytes), *got = malloc(bytes);
+	struct gpu_decoder *d = NULL;
+	struct gpu_decode_parser *p = NULL;
+	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &d) == 0, "%s",
+		  gp_errmsg());
+	CHECK_MSG(d && gpu_decode_parser_create(d, &p) == 0, "%s", gp_errmsg());
+	if (!want || !got || test_failed())
+		goto out;
+	struct gpu_decode_stats s0, s1, s2;
+	gpu_decoder_get_stats(d, &s0);
+	/* the parse of `ahead` on a thread while the decoder decodes `items` */
+	struct parse_job job = { p, ahead, BATCH };
+	pthread_t th;
+	CHECK_EQ_INT(pthread_create(&th, NULL, parse_main, &job), 0);
+	CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
+	pthread_join(th, NULL);
+	CHECK(cudaMemcpy(want, gpu_decoder_output(d, 0), bytes, cudaMemcpyDeviceToHost) ==
+	      cudaSuccess);
+	gpu_decoder_get_stats(d, &s1);
+	for (int i = 0; i < BATCH; i++)
+		CHECK_MSG(ahead[i].hdr.parsed && ahead[i].hdr.info_ok, "item %d not parsed", i);
+	CHECK_EQ_INT(gpu_decoder_run(d, 0, ahead, BATCH, failed_ahead), 0);
+	CHECK(cudaMemcpy(got, gpu_decoder_output(d, 0), bytes, cudaMemcpyDeviceToHost) ==
+	      cudaSuccess);
+	gpu_decoder_get_stats(d, &s2);
+	CHECK_EQ_INT(s1.parsed_ahead - s0.parsed_ahead, 0);
+	CHECK_EQ_INT(s2.parsed_ahead - s1.parsed_ahead, BATCH);
+	CHECK_EQ_INT(s2.hw_decoded - s1.hw_decoded, s1.hw_decoded - s0.hw_decoded);
+	CHECK_EQ_INT(s2.cuda_decoded - s1.cuda_decoded, s1.cuda_decoded - s0.cuda_decoded);
+	CHECK_EQ_INT(s2.cpu_fallback - s1.cpu_fallback, s1.cpu_fallback - s0.cpu_fallback);
+	CHECK(!memcmp(failed, failed_ahead, sizeof(failed)));
+	CHECK_MSG(!memcmp(want, got, bytes), "the batch differs with headers read ahead");
+	printf("    %ld hardware, %ld CUDA, %ld CPU per run; reading headers %.2f ms in the run, "
+	       "%.2f ms with them read ahead\n", s1.hw_decoded - s0.hw_decoded,
+	       s1.cuda_decoded - s0.cuda_decoded, s1.cpu_fallback - s0.cpu_fallback,
+	       s1.parse_ms - s0.parse_ms, s2.parse_ms - s1.parse_ms);
+out:
+	gpu_decode_parser_destroy(p);
+	gpu_decoder_destroy(d);
 	free(want);
 	free(got);
 	files_free(&f);

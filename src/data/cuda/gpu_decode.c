@@ -526,37 +526,89 @@ static int chroma_layout(int css, int w, int h, const int *ws, const int *hs, in
  * the size TurboJPEG read and whose chroma ycc.h finishes (else TurboJPEG, for its
  * pixels: 4:4:0 and 4:1:1 are rare); the batched call only for what it supports,
  * and not for a grey JPEG (one output format per batched call: planes of three). */
+/* nvJPEG's view of the item's header, into *hd, through jpeg stream js (one per thread). */
+static void header_read(const struct gpu_decoder *d, nvjpeg_stream js,
+			const struct gpu_decode_item *it, struct gpu_decode_header *hd)
+{
+	memset(hd, 0, sizeof(*hd));
+	hd->parsed = 1;
+	if (it->kind != IMAGE_JPEG)
+		return;
+	hd->info_ok = d->nj->nvjpegGetImageInfo(d->h, it->data, it->len_bytes, &hd->nc, &hd->css,
+						 hd->ws, hd->hs) == NVJPEG_STATUS_SUCCESS;
+	if (!hd->info_ok || !d->hw)
+		return;
+	int unsupported = 1;
+	hd->batched_ok = d->nj->nvjpegJpegStreamParseHeader(d->h, it->data, it->len_bytes, js) ==
+				 NVJPEG_STATUS_SUCCESS &&
+			 d->nj->nvjpegDecodeBatchedSupported(d->h, js, &unsupported) ==
+				 NVJPEG_STATUS_SUCCESS &&
+			 !unsupported;
+}
+
 static void route_items(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
 	for (int i = 0; i < n; i++) {
 		const struct gpu_decode_item *it = &items[i];
-		int nc = 0, css = 0, ws[NVJPEG_MAX_COMPONENT] = { 0 }, hs[NVJPEG_MAX_COMPONENT] = { 0 };
+		struct gpu_decode_header own;
+		const struct gpu_decode_header *hd = &it->hdr;
+		if (!hd->parsed) {
+			header_read(d, d->js, it, &own);
+			hd = &own;
+		} else {
+			d->stats.parsed_ahead++;
+		}
 		d->errmsg[i][0] = 0;
 		d->route[i] = ROUTE_CPU;
 		d->fmt[i] = NVJPEG_OUTPUT_YUV;
-		if (it->kind != IMAGE_JPEG ||
-		    d->nj->nvjpegGetImageInfo(d->h, it->data, it->len_bytes, &nc, &css, ws, hs) !=
-			    NVJPEG_STATUS_SUCCESS ||
-		    ws[0] != it->w || hs[0] != it->h || (nc != 1 && nc != 3))
+		if (it->kind != IMAGE_JPEG || !hd->info_ok || hd->ws[0] != it->w ||
+		    hd->hs[0] != it->h || (hd->nc != 1 && hd->nc != 3))
 			continue;
-		if (nc == 1 || css == NVJPEG_CSS_GRAY) {
+		if (hd->nc == 1 || hd->css == NVJPEG_CSS_GRAY) {
 			d->fmt[i] = NVJPEG_OUTPUT_Y;
 			d->route[i] = ROUTE_SINGLE;
 			continue;
 		}
-		if (!chroma_layout(css, it->w, it->h, ws, hs, d->chroma[i]))
+		if (!chroma_layout(hd->css, it->w, it->h, hd->ws, hd->hs, d->chroma[i]))
 			continue;
 		d->route[i] = ROUTE_BATCHED;
-		if (d->hw) {
-			int unsupported = 1;
-			if (d->nj->nvjpegJpegStreamParseHeader(d->h, it->data, it->len_bytes, d->js) !=
-				    NVJPEG_STATUS_SUCCESS ||
-			    d->nj->nvjpegDecodeBatchedSupported(d->h, d->js, &unsupported) !=
-				    NVJPEG_STATUS_SUCCESS ||
-			    unsupported)
-				d->route[i] = ROUTE_SINGLE;
-		}
+		if (d->hw && !hd->batched_ok)
+			d->route[i] = ROUTE_SINGLE;
 	}
+}
+
+struct gpu_decode_parser {
+	const struct gpu_decoder *d;
+	nvjpeg_stream js;
+};
+
+int gpu_decode_parser_create(struct gpu_decoder *d, struct gpu_decode_parser **out)
+{
+	struct gpu_decode_parser *p = calloc(1, sizeof(*p));
+	if (!p)
+		return gp_error(GP_ENOMEM, "out of memory");
+	p->d = d;
+	int status = d->nj->nvjpegJpegStreamCreate(d->h, &p->js);
+	if (status != NVJPEG_STATUS_SUCCESS) {
+		free(p);
+		return gp_error(GP_EDEVICE, "nvjpegJpegStreamCreate: %s", nvjpeg_status_name(status));
+	}
+	*out = p;
+	return 0;
+}
+
+void gpu_decoder_parse(struct gpu_decode_parser *p, struct gpu_decode_item *items, int n)
+{
+	for (int i = 0; i < n; i++)
+		header_read(p->d, p->js, &items[i], &items[i].hdr);
+}
+
+void gpu_decode_parser_destroy(struct gpu_decode_parser *p)
+{
+	if (!p)
+		return;
+	p->d->nj->nvjpegJpegStreamDestroy(p->js);
+	free(p);
 }
 
 /* The batched call over the items routed to it; if it fails as a whole, they go one
