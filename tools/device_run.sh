@@ -85,7 +85,7 @@ for s in "$@"; do
 		stage torch_loader 300 python3 $TB loader --data /tmp/gp_ds --batch 64 --workers 0,2,4,8,16 --batches 100 ;;
 	gpudecode)
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
-		TAIL=40 stage gpudecode_tests 200 build/bundle/gpuperf_tests gpu_decode gpu_loader gpu_batch
+		TAIL=40 stage gpudecode_tests 240 build/bundle/gpuperf_tests gpu_decode gpu_loader gpu_batch
 		stage loader_gpu_bf16 90 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100 --precision bf16
 		stage loader_gpu_bf16_t${DECODE_THREADS:-8} 90 $BIN loader --data /tmp/gp_ds --decode gpu --batch 256 --batches 100 --precision bf16 --decode-threads ${DECODE_THREADS:-8}
 		stage loader_cpu16 90 $BIN loader --data /tmp/gp_ds --decode cpu --batch 64 --batches 100 --workers 16
@@ -94,6 +94,8 @@ for s in "$@"; do
 			stage "train_${m}_synthetic" 120 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60
 			stage "train_${m}_gpudecode" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60 --data /tmp/gp_ds --decode gpu
 			stage "train_${m}_gpudecode_t${DECODE_THREADS:-8}" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60 --data /tmp/gp_ds --decode gpu --decode-threads ${DECODE_THREADS:-8}
+			# the headers read in the decode thread, as before s12 (GPUPERF_NVJPEG_PARSE_AHEAD)
+			GPUPERF_NVJPEG_PARSE_AHEAD=0 stage "train_${m}_gpudecode_noahead" 150 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 60 --data /tmp/gp_ds --decode gpu
 		done
 		stage workers_gpudecode 150 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --steps 100 --device cuda --decode gpu --overwrite --out /tmp/gp_work_gpu
 		# issue 21, item 5: the lines each goal is read from
@@ -102,7 +104,7 @@ for s in "$@"; do
 		grep -hE "^ +(gpu|16) |^gpu decode" "$OUT/loader_gpu_bf16.log" "$OUT/loader_gpu_bf16_t${DECODE_THREADS:-8}.log" "$OUT/loader_cpu16.log"
 		grep -h "img/s" "$OUT/torch_loader16.log" | tail -2
 		for m in resnet50 mobilenet_v2; do
-			for k in synthetic gpudecode gpudecode_t${DECODE_THREADS:-8}; do
+			for k in synthetic gpudecode gpudecode_t${DECODE_THREADS:-8} gpudecode_noahead; do
 				printf '%s %s: ' $m $k; grep -h "^done:" "$OUT/train_${m}_$k.log"
 				grep -h "^cpu:\|^data:\|^decode:" "$OUT/train_${m}_$k.log"
 			done
