@@ -150,3 +150,973 @@ TEST(cudnn_graph_bwd_descriptors_finalize_without_device)
 	CHECK_MSG(rc >= 0 || (strstr(m, "cudnnBackendFinalize(") == m && !strchr(m, '\n')), "error line: %s", m);
 	cg_graph_destroy(&g);
 }
+
+/* --- GPU probes: shared pieces ------------------------------------------------------------ */
+
+/* The plan of a built graph (rc: the builder's result), with one line printed either
+ * way: the engine taken, or why none (heuristics A and FALLBACK, cuDNN's message). 0:
+ * graph and plan are the caller's to destroy; otherwise both are gone. */
+static int plan_line(const char *what, const char *name, int rc, struct cg_graph *gr, struct cg_plan *p)
+{
+	char desc[200];
+	memset(p, 0, sizeof(*p));
+	if (rc == 0)
+		rc = cg_plan_build(gr, p);
+	if (rc < 0) {
+		printf("      %s, %s: %s\n", what, name, gp_errmsg());
+		cg_graph_destroy(gr);
+		return rc;
+	}
+	cg_plan_describe(p, desc, sizeof(desc));
+	printf("      %s, %s: %s\n", what, name, desc);
+	return 0;
+}
+
+static void *plan_ws(struct gpu *g, const struct cg_plan *p)
+{
+	return p->ws_bytes > 0 ? dev_bytes(g, (size_t)p->ws_bytes) : NULL;
+}
+
+/* One step of a timed comparison: enqueues its work on the context's stream. */
+typedef int (*step_fn)(struct gpu *g, void *arg);
+
+/* Medians (ms) of a and of b, run alternately CG_REPS times after three warm-up rounds,
+ * timed by CUDA events on the context's stream. */
+static int time_two(struct gpu *g, step_fn a, void *aa, step_fn b, void *ba, float *ma, float *mb)
+{
+	cudaEvent_t ev[3];
+	float ta[CG_REPS], tb[CG_REPS];
+	int n_ev = 0, rc = 0;
+	cudaStream_t st = g->ctx->stream;
+	for (; n_ev < 3; n_ev++)
+		if (cudaEventCreate(&ev[n_ev]) != cudaSuccess)
+			break;
+	if (n_ev < 3)
+		rc = gp_error(GP_EDEVICE, "cudaEventCreate failed");
+	for (int i = -3; i < CG_REPS && rc == 0; i++) {
+		rc = CUDA_CHECK(cudaEventRecord(ev[0], st));
+		if (rc == 0)
+			rc = a(g, aa);
+		if (rc == 0)
+			rc = CUDA_CHECK(cudaEventRecord(ev[1], st));
+		if (rc == 0)
+			rc = b(g, ba);
+		if (rc == 0)
+			rc = CUDA_CHECK(cudaEventRecord(ev[2], st));
+		if (rc == 0)
+			rc = CUDA_CHECK(cudaEventSynchronize(ev[2]));
+		if (rc == 0 && i >= 0)
+			rc = CUDA_CHECK(cudaEventElapsedTime(&ta[i], ev[0], ev[1]));
+		if (rc == 0 && i >= 0)
+			rc = CUDA_CHECK(cudaEventElapsedTime(&tb[i], ev[1], ev[2]));
+	}
+	for (int i = 0; i < n_ev; i++)
+		cudaEventDestroy(ev[i]);
+	if (rc == 0) {
+		*ma = cg_median(ta, CG_REPS);
+		*mb = cg_median(tb, CG_REPS);
+	}
+	return rc;
+}
+
+/* n values spread uniformly with standard deviation sd around shift, rounded to ht:
+ * the real shapes take hundreds of millions of inputs, which the harness's normal
+ * draws would spend most of the suite's time on. Each call draws a new stream. */
+static float *rand_h(struct gpu *g, enum gp_dtype ht, size_t n, double sd, double shift)
+{
+	static uint64_t calls;
+	float *p = host_f(g, n);
+	uint64_t st = 0x9e3779b97f4a7c15ull * (++calls) ^ 0xd1b54a32d192ed03ull;
+	double k = sd * sqrt(3.0) / 2147483648.0;
+	for (size_t i = 0; i < n; i++) {
+		st ^= st << 13;
+		st ^= st >> 7;
+		st ^= st << 17;
+		p[i] = h_round(ht, (float)((double)(int32_t)(st >> 32) * k + shift));
+	}
+	return p;
+}
+
+static double rel_f(const float *a, const float *b, size_t n)
+{
+	return rel_err_norm_f32(a, b, n);
+}
+
+/* Per-channel doubles as floats (host). */
+static float *to_f(struct gpu *g, const double *d, size_t n)
+{
+	float *f = host_f(g, n);
+	for (size_t i = 0; i < n; i++)
+		f[i] = (float)d[i];
+	return f;
+}
+
+static const char *dt_name(cudnnDataType_t dt)
+{
+	return dt == CUDNN_DATA_HALF ? "fp16" : dt == CUDNN_DATA_BFLOAT16 ? "bf16" : "float";
+}
+
+/* --- BN finalize --------------------------------------------------------------------------- */
+
+struct fin_bufs {
+	const struct cg_plan *p;
+	void *ws;
+	cudnnDataType_t scalar;
+	float *sum, *sqsum, *gamma, *beta, *prev_mean, *prev_var, *next_mean, *next_var;
+	float *eq_scale, *eq_bias, *saved_mean, *saved_invstd;
+	double eps, mom;
+	float eps_f, mom_f;
+	int64_t count;
+	/* the legacy path: sums in double (2 x c), its outputs */
+	const struct bn_args *args;
+	double *sums;
+	float *l_mean, *l_invstd, *l_run_mean, *l_run_var;
+};
+
+static int fin_run(struct gpu *g, void *arg)
+{
+	struct fin_bufs *b = arg;
+	const int64_t uids[] = { CG_UID_SUM, CG_UID_SQSUM, CG_UID_SCALE, CG_UID_BIAS, CG_UID_PREV_MEAN,
+				 CG_UID_PREV_VAR, CG_UID_NEXT_MEAN, CG_UID_NEXT_VAR, CG_UID_EQ_SCALE, CG_UID_EQ_BIAS,
+				 CG_UID_SAVED_MEAN, CG_UID_SAVED_INVSTD, CG_UID_EPSILON, CG_UID_MOMENTUM,
+				 CG_UID_ACCUM_COUNT };
+	int dbl = b->scalar == CUDNN_DATA_DOUBLE;
+	void *ptrs[] = { b->sum, b->sqsum, b->gamma, b->beta, b->prev_mean, b->prev_var, b->next_mean, b->next_var,
+			 b->eq_scale, b->eq_bias, b->saved_mean, b->saved_invstd,
+			 dbl ? (void *)&b->eps : (void *)&b->eps_f, dbl ? (void *)&b->mom : (void *)&b->mom_f,
+			 &b->count };
+	return cg_execute(g->ctx->cudnn, b->p, 15, uids, ptrs, b->ws);
+}
+
+static int fin_legacy(struct gpu *g, void *arg)
+{
+	struct fin_bufs *b = arg;
+	return bn_sync_finalize_cuda(g->ctx->stream, b->args, b->sums, (double)b->count, b->l_mean, b->l_invstd,
+				     b->l_run_mean, b->l_run_var);
+}
+
+/* BN finalize alone at ResNet-50's first layer (64 channels, 256 x 56 x 56 values each)
+ * from sums whose mean and variance are known: every output against the host (double),
+ * the running variance against both the unbiased update (PyTorch's, cuDNN's legacy
+ * calls') and the biased one, then its time against the legacy path's finalize kernel
+ * (bn_sync_finalize_cuda, which leaves the prologue's scale and bias to the apply).
+ * Scalars (epsilon, momentum) are tried as float, then double. NVIDIA's documentation
+ * lists no engine for this operation on Hopper, so no engine prints and passes. */
+TEST(cudnn_graph_bn_finalize_matches_host)
+{
+	struct gpu g;
+	NEED_GPU();
+	GPU_OPEN(&g, 41);
+	const struct cg_conv_shape real = CG_REAL;
+	const int c = (int)real.k;
+	const int64_t count = real.n * real.h * real.w;
+	struct bn_args args = { .n = (int)real.n, .c = c, .h = (int)real.h, .w = (int)real.w, .eps = 1e-5,
+				.momentum = 0.1 };
+	float *mean = host_rand(&g, (size_t)c, 0.5, 0.2), *var = host_rand(&g, (size_t)c, 0.2, 1.0);
+	float *gamma = host_rand(&g, (size_t)c, 0.25, 1), *beta = host_rand(&g, (size_t)c, 0.5, 0);
+	float *prev_mean = host_rand(&g, (size_t)c, 0.1, 0), *prev_var = host_rand(&g, (size_t)c, 0.1, 1);
+	float *sum = host_f(&g, (size_t)c), *sqsum = host_f(&g, (size_t)c);
+	double *sums = host_bytes(&g, 2 * (size_t)c * sizeof(double));
+	float *h_eqs = host_f(&g, (size_t)c), *h_eqb = host_f(&g, (size_t)c), *h_invstd = host_f(&g, (size_t)c);
+	float *h_nm = host_f(&g, (size_t)c), *h_nv_unb = host_f(&g, (size_t)c), *h_nv_b = host_f(&g, (size_t)c);
+	float *h_mean = host_f(&g, (size_t)c);
+	for (int i = 0; i < c; i++) {
+		var[i] = fabsf(var[i]) + 0.05f;
+		sum[i] = (float)((double)mean[i] * count);
+		sqsum[i] = (float)(((double)var[i] + (double)mean[i] * mean[i]) * count);
+		sums[i] = sum[i];
+		sums[c + i] = sqsum[i];
+		double m = (double)sum[i] / count, v = (double)sqsum[i] / count - m * m;
+		double is = 1 / sqrt(v + args.eps);
+		h_mean[i] = (float)m;
+		h_invstd[i] = (float)is;
+		h_eqs[i] = (float)(gamma[i] * is);
+		h_eqb[i] = (float)(beta[i] - m * gamma[i] * is);
+		h_nm[i] = (float)((1 - args.momentum) * prev_mean[i] + args.momentum * m);
+		h_nv_unb[i] = (float)((1 - args.momentum) * prev_var[i] + args.momentum * v * count / (count - 1));
+		h_nv_b[i] = (float)((1 - args.momentum) * prev_var[i] + args.momentum * v);
+	}
+	struct fin_bufs b = { .eps = args.eps, .mom = args.momentum, .eps_f = (float)args.eps,
+			      .mom_f = (float)args.momentum, .count = count, .args = &args };
+	b.sum = dev_from(&g, sum, (size_t)c);
+	b.sqsum = dev_from(&g, sqsum, (size_t)c);
+	b.gamma = dev_from(&g, gamma, (size_t)c);
+	b.beta = dev_from(&g, beta, (size_t)c);
+	b.prev_mean = dev_from(&g, prev_mean, (size_t)c);
+	b.prev_var = dev_from(&g, prev_var, (size_t)c);
+	b.next_mean = dev_f(&g, (size_t)c);
+	b.next_var = dev_f(&g, (size_t)c);
+	b.eq_scale = dev_f(&g, (size_t)c);
+	b.eq_bias = dev_f(&g, (size_t)c);
+	b.saved_mean = dev_f(&g, (size_t)c);
+	b.saved_invstd = dev_f(&g, (size_t)c);
+	b.sums = dev_bytes(&g, 2 * (size_t)c * sizeof(double));
+	put(&g, b.sums, sums, 2 * (size_t)c * sizeof(double));
+	b.l_mean = dev_f(&g, (size_t)c);
+	b.l_invstd = dev_f(&g, (size_t)c);
+	b.l_run_mean = dev_from(&g, prev_mean, (size_t)c);
+	b.l_run_var = dev_from(&g, prev_var, (size_t)c);
+
+	const double tol = 1e-4; /* float math on sums of 800k values */
+	static const cudnnDataType_t scalars[] = { CUDNN_DATA_FLOAT, CUDNN_DATA_DOUBLE };
+	for (int si = 0; si < 2; si++) {
+		struct cg_bn_finalize_opts o = { .c = c, .scalar = scalars[si], .running = 1 };
+		struct cg_graph gr;
+		struct cg_plan p;
+		char name[64];
+		snprintf(name, sizeof(name), "%s epsilon and momentum", dt_name(scalars[si]));
+		if (plan_line("BN finalize", name, cg_bn_finalize_graph(g.ctx->cudnn, &o, &gr), &gr, &p) < 0)
+			continue;
+		b.p = &p;
+		b.scalar = scalars[si];
+		b.ws = plan_ws(&g, &p);
+		CHECK_OK(fin_run(&g, &b));
+		float *eqs = down(&g, b.eq_scale, (size_t)c), *eqb = down(&g, b.eq_bias, (size_t)c);
+		float *sm = down(&g, b.saved_mean, (size_t)c), *si_ = down(&g, b.saved_invstd, (size_t)c);
+		float *nm = down(&g, b.next_mean, (size_t)c), *nv = down(&g, b.next_var, (size_t)c);
+		double e_eqs = rel_f(eqs, h_eqs, (size_t)c), e_eqb = rel_f(eqb, h_eqb, (size_t)c),
+		       e_sm = rel_f(sm, h_mean, (size_t)c), e_si = rel_f(si_, h_invstd, (size_t)c),
+		       e_nm = rel_f(nm, h_nm, (size_t)c), e_unb = rel_f(nv, h_nv_unb, (size_t)c),
+		       e_b = rel_f(nv, h_nv_b, (size_t)c);
+		printf("      against the host: eq_scale %.3g, eq_bias %.3g, saved mean %.3g, invstd %.3g, running mean "
+		       "%.3g, running var %.3g (unbiased update) / %.3g (biased)\n",
+		       e_eqs, e_eqb, e_sm, e_si, e_nm, e_unb, e_b);
+		CHECK_MSG(e_eqs <= tol && e_eqb <= tol, "BN finalize's scale and bias: %.3g, %.3g > %.3g", e_eqs, e_eqb,
+			  tol);
+		CHECK_MSG(e_sm <= tol && e_si <= tol, "BN finalize's saved mean and invstd: %.3g, %.3g > %.3g", e_sm,
+			  e_si, tol);
+		CHECK_MSG(e_nm <= tol && (e_unb <= tol || e_b <= tol),
+			  "BN finalize's running statistics: mean %.3g, var %.3g (unbiased) %.3g (biased) > %.3g", e_nm,
+			  e_unb, e_b, tol);
+		float mf = 0, ml = 0;
+		CHECK_OK(time_two(&g, fin_run, &b, fin_legacy, &b, &mf, &ml));
+		printf("      BN finalize, %d channels, median of %d: graph %.4f ms, legacy finalize kernel %.4f ms\n", c,
+		       CG_REPS, mf, ml);
+		cg_plan_destroy(&p);
+		cg_graph_destroy(&gr);
+	}
+	gpu_close(&g);
+}
+
+/* --- ConvBNwgrad ------------------------------------------------------------------------------ */
+
+struct wg_variant {
+	const char *name;
+	cudnnDataType_t io, param, dw;
+	int promised; /* NVIDIA documents an engine for it on compute capability 9.0 */
+};
+/* fp16 first: the documented pre-compiled pattern (fp16 only; on 9.0 only the full
+ * prologue). bf16: the generic runtime engines' surface 90 takes no mainloop fusion
+ * on a weight gradient, and cuDNN 9.14 returned no engine for it on the H100
+ * (docs/dev/fusion.md); asked again here. */
+static const struct wg_variant WG_VARIANTS[] = {
+	{ "fp16, fp16 scale/bias, fp16 dw", CUDNN_DATA_HALF, CUDNN_DATA_HALF, CUDNN_DATA_HALF, 1 },
+	{ "bf16, bf16 scale/bias, bf16 dw", CUDNN_DATA_BFLOAT16, CUDNN_DATA_BFLOAT16, CUDNN_DATA_BFLOAT16, 0 },
+	{ "bf16, float scale/bias, float dw", CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 0 },
+};
+
+/* Inputs of one shape for the weight gradient: x (raw, before the prologue), scale and
+ * bias per input channel, dy; host values rounded to their types, device copies. */
+struct wg_in {
+	float *x, *scale, *bias, *dy;
+	void *d_x, *d_scale, *d_bias, *d_dy;
+	float *d_scale_f, *d_bias_f, *d_zero, *d_one;
+};
+
+static void wg_inputs(struct gpu *g, const struct cg_conv_shape *s, const struct wg_variant *v, struct wg_in *in)
+{
+	size_t nx = cg_x_count(s), ny = cg_y_count(s), c = (size_t)s->c;
+	enum gp_dtype ht = cg_htype(v->io);
+	in->x = rand_h(g, ht, nx, 1, 0);
+	in->dy = rand_h(g, ht, ny, 1, 0);
+	in->scale = host_rand(g, c, 0.25, 1);
+	in->bias = host_rand(g, c, 0.5, 0);
+	cg_round_typed(v->param, in->scale, c);
+	cg_round_typed(v->param, in->bias, c);
+	in->d_x = cg_dev_typed(g, v->io, in->x, nx);
+	in->d_dy = cg_dev_typed(g, v->io, in->dy, ny);
+	in->d_scale = cg_dev_typed(g, v->param, in->scale, c);
+	in->d_bias = cg_dev_typed(g, v->param, in->bias, c);
+	in->d_scale_f = dev_from(g, in->scale, c);
+	in->d_bias_f = dev_from(g, in->bias, c);
+	float *zero = host_f(g, c), *one = host_f(g, c);
+	for (size_t i = 0; i < c; i++)
+		one[i] = 1;
+	in->d_zero = dev_from(g, zero, c);
+	in->d_one = dev_from(g, one, c);
+}
+
+/* dw[k][r][s][c] = sum over n, p, q of dy[n][p][q][k] * a[n][h][w][c] in double. */
+static void wgrad_host(const struct cg_conv_shape *s, const float *a, const float *dy, float *dw)
+{
+	int64_t p = cg_conv_out(s->h, s->r, s->pad, s->stride), q = cg_conv_out(s->w, s->s, s->pad, s->stride);
+	size_t nw = cg_w_count(s);
+	double *acc = calloc(nw, sizeof(double));
+	if (!acc)
+		abort();
+	for (int64_t n = 0; n < s->n; n++)
+		for (int64_t oh = 0; oh < p; oh++)
+			for (int64_t ow = 0; ow < q; ow++)
+				for (int64_t r = 0; r < s->r; r++) {
+					int64_t ih = oh * s->stride - s->pad + r;
+					if (ih < 0 || ih >= s->h)
+						continue;
+					for (int64_t t = 0; t < s->s; t++) {
+						int64_t iw = ow * s->stride - s->pad + t;
+						if (iw < 0 || iw >= s->w)
+							continue;
+						const float *ap = a + ((n * s->h + ih) * s->w + iw) * s->c;
+						const float *dp = dy + ((n * p + oh) * q + ow) * s->k;
+						for (int64_t k = 0; k < s->k; k++) {
+							double *wp = acc + ((k * s->r + r) * s->s + t) * s->c;
+							for (int64_t c = 0; c < s->c; c++)
+								wp[c] += (double)dp[k] * ap[c];
+						}
+					}
+				}
+	for (size_t i = 0; i < nw; i++)
+		dw[i] = (float)acc[i];
+	free(acc);
+}
+
+struct wg_run {
+	const struct cg_conv_shape *s;
+	const struct cg_plan *p;
+	const struct wg_in *in;
+	enum gp_dtype ht;
+	void *ws, *dw, *a, *dw_u;
+};
+
+static int wg_fused(struct gpu *g, void *arg)
+{
+	struct wg_run *r = arg;
+	const int64_t uids[] = { CG_UID_X, CG_UID_SCALE, CG_UID_BIAS, CG_UID_DY, CG_UID_DW };
+	void *ptrs[] = { r->in->d_x, r->in->d_scale, r->in->d_bias, r->in->d_dy, r->dw };
+	return cg_execute(g->ctx->cudnn, r->p, 5, uids, ptrs, r->ws);
+}
+
+/* The unfused sequence: a = relu(x * scale + bias) stored in 16 bits, then the legacy
+ * weight gradient from it (what the engine does today with a recomputed activation). */
+static int wg_unfused(struct gpu *g, void *arg)
+{
+	struct wg_run *r = arg;
+	const struct cg_conv_shape *s = r->s;
+	struct conv2d_args a = cg_legacy_args(s);
+	GP_TRY(bn_apply_cuda(g->ctx->stream, r->ht, 1, a.n, a.c_in, a.h_in * a.w_in, r->in->d_x, NULL,
+			     r->in->d_scale_f, r->in->d_bias_f, r->in->d_zero, r->in->d_one, BN_APPLY_RELU, r->a));
+	return conv2d_bwd_filter_cuda(g->ctx, &a, NULL, r->a, r->in->d_dy, r->dw_u, NULL);
+}
+
+/* ConvBNwgrad, dw = wgrad(relu(x * scale + bias), dy): for each variant the engine or
+ * why none; where one exists, the small shape against the host and ResNet-50's 56x56
+ * layer at batch 256 against the unfused sequence (bn_apply_cuda, legacy weight
+ * gradient), then both timed. No engine for the fp16 variant fails the test (NVIDIA
+ * documents it on compute capability 9.0); the bf16 ones only print. */
+TEST(cudnn_graph_wgrad_prologue_matches_unfused)
+{
+	struct gpu g;
+	NEED_GPU();
+	GPU_OPEN(&g, 42);
+	const struct cg_conv_shape small = CG_SMALL, real = CG_REAL;
+	for (size_t vi = 0; vi < sizeof(WG_VARIANTS) / sizeof(WG_VARIANTS[0]); vi++) {
+		const struct wg_variant *v = &WG_VARIANTS[vi];
+		struct cg_wgrad_opts o = { .io = v->io, .param = v->param, .inter = CUDNN_DATA_FLOAT, .dw = v->dw,
+					   .prologue = 1 };
+		enum gp_dtype ht = cg_htype(v->io);
+		double tol = tol_for(ht);
+		CHECK_OK(cuda_ctx_set_act(g.ctx, ht, 1));
+		for (int si = 0; si < 2; si++) {
+			const struct cg_conv_shape *s = si ? &real : &small;
+			struct cg_graph gr;
+			struct cg_plan p;
+			char name[160];
+			snprintf(name, sizeof(name), "%s, n%lld %lldx%lld", v->name, (long long)s->n, (long long)s->h,
+				 (long long)s->w);
+			if (plan_line("ConvBNwgrad", name, cg_wgrad_graph(g.ctx->cudnn, s, &o, &gr), &gr, &p) < 0) {
+				CHECK_MSG(!v->promised, "ConvBNwgrad %s: no engine, and NVIDIA documents one on sm90: %s",
+					  v->name, gp_errmsg());
+				break;
+			}
+			struct wg_in in;
+			wg_inputs(&g, s, v, &in);
+			size_t nw = cg_w_count(s), nx = cg_x_count(s);
+			struct wg_run r = { .s = s, .p = &p, .in = &in, .ht = ht, .ws = plan_ws(&g, &p) };
+			r.dw = dev_bytes(&g, nw * (v->dw == CUDNN_DATA_FLOAT ? 4 : 2));
+			r.a = dev_bytes(&g, nx * 2);
+			r.dw_u = dev_bytes(&g, nw * 2);
+			CHECK_OK(wg_fused(&g, &r));
+			CHECK_OK(wg_unfused(&g, &r));
+			float *dw = cg_down_typed(&g, v->dw, r.dw, nw), *dw_u = down_h(&g, ht, r.dw_u, nw);
+			double eu = rel_f(dw, dw_u, nw);
+			if (!si) {
+				/* the prologue in float, as the fused kernel keeps it */
+				float *a = host_f(&g, nx), *dw_h = host_f(&g, nw);
+				for (size_t i = 0; i < nx; i++) {
+					size_t c = i % (size_t)s->c;
+					float t = in.x[i] * in.scale[c] + in.bias[c];
+					a[i] = t > 0 ? t : 0;
+				}
+				wgrad_host(s, a, in.dy, dw_h);
+				double eh = rel_f(dw, dw_h, nw), euh = rel_f(dw_u, dw_h, nw);
+				printf("      against the host: fused dw %.3g (max %.3g), unfused %.3g; fused against "
+				       "unfused %.3g\n",
+				       eh, cg_max_rel(dw, dw_h, nw), euh, eu);
+				CHECK_MSG(eh <= tol, "ConvBNwgrad %s: dw against the host %.3g > %.3g", v->name, eh, tol);
+			} else {
+				float mf = 0, mu = 0;
+				CHECK_OK(time_two(&g, wg_fused, &r, wg_unfused, &r, &mf, &mu));
+				printf("      fused against unfused %.3g (max %.3g); median of %d: fused %.3f ms, "
+				       "unfused (scale-bias-ReLU + legacy wgrad) %.3f ms, unfused / fused %.2fx\n",
+				       eu, cg_max_rel(dw, dw_u, nw), CG_REPS, mf, mu, mf > 0 ? mu / mf : 0.0);
+			}
+			CHECK_MSG(eu <= tol, "ConvBNwgrad %s: fused against unfused %.3g > %.3g", v->name, eu, tol);
+			cg_plan_destroy(&p);
+			cg_graph_destroy(&gr);
+		}
+	}
+	/* without the prologue: whether the graph API's plain weight gradient has an
+	 * engine in bf16 (the single-operation engines; printed only) */
+	struct cg_wgrad_opts plain = { .io = CUDNN_DATA_BFLOAT16, .dw = CUDNN_DATA_BFLOAT16 };
+	struct cg_graph gr;
+	struct cg_plan p;
+	if (plan_line("plain wgrad (diagnostic)", "bf16", cg_wgrad_graph(g.ctx->cudnn, &real, &plain, &gr), &gr, &p) ==
+	    0) {
+		cg_plan_destroy(&p);
+		cg_graph_destroy(&gr);
+	}
+	gpu_close(&g);
+}
+
+/* --- DgradDreluBNBwdWeight and dBNApply ------------------------------------------------------ */
+
+struct dg_variant {
+	const char *name;
+	cudnnDataType_t io;
+	int bn_weights;
+	enum cg_mean_form mean_form;
+	int promised; /* documented for compute capability >= 8.0 but 8.9, fp16 */
+};
+/* fp16 is the documented pattern; SUB is the same graph with x_bn - mean written the
+ * other way; bf16 has no documented engine (surface 90 fuses pointwise operations
+ * into a data gradient's epilogue, but BN backward weights is not one of them);
+ * dgrad + dReLU alone is what fusion_bench measured in bf16 with a 2.4e-2 error it
+ * could not explain. */
+static const struct dg_variant DG_VARIANTS[] = {
+	{ "fp16, x - mean as ADD alpha2 -1", CUDNN_DATA_HALF, 1, CG_MEAN_ADD_NEG, 1 },
+	{ "fp16, x - mean as SUB", CUDNN_DATA_HALF, 1, CG_MEAN_SUB, 0 },
+	{ "bf16, x - mean as ADD alpha2 -1", CUDNN_DATA_BFLOAT16, 1, CG_MEAN_ADD_NEG, 0 },
+	{ "bf16, x - mean as SUB", CUDNN_DATA_BFLOAT16, 1, CG_MEAN_SUB, 0 },
+	{ "bf16, dgrad + dReLU only", CUDNN_DATA_BFLOAT16, 0, CG_MEAN_ADD_NEG, 0 },
+};
+
+/* Inputs: dy (n x k x p x q), w, x_bn (the batch norm's input, n x c x h x w) and its
+ * statistics (the real per-channel mean and invstd of x_bn), gamma, beta. */
+struct dg_in {
+	float *dy, *w, *x, *mean, *invstd, *gamma, *beta;
+	void *d_dy, *d_w, *d_x;
+	float *d_mean, *d_invstd, *d_gamma, *d_beta;
+};
+
+static void dg_inputs(struct gpu *g, const struct cg_conv_shape *s, cudnnDataType_t io, struct dg_in *in)
+{
+	enum gp_dtype ht = cg_htype(io);
+	size_t nx = cg_x_count(s), ny = cg_y_count(s), nw = cg_w_count(s), c = (size_t)s->c;
+	in->dy = rand_h(g, ht, ny, 1, 0);
+	in->w = rand_h(g, ht, nw, 0.05, 0);
+	in->x = rand_h(g, ht, nx, 2, 0.5);
+	in->gamma = host_rand(g, c, 0.25, 1);
+	in->beta = host_rand(g, c, 0.5, 0);
+	in->mean = host_f(g, c);
+	in->invstd = host_f(g, c);
+	double *sum = calloc(2 * c, sizeof(double));
+	if (!sum)
+		abort();
+	for (size_t i = 0; i < nx; i++) {
+		sum[i % c] += in->x[i];
+		sum[c + i % c] += (double)in->x[i] * in->x[i];
+	}
+	double m_count = (double)(nx / c);
+	for (size_t i = 0; i < c; i++) {
+		double m = sum[i] / m_count, v = sum[c + i] / m_count - m * m;
+		in->mean[i] = (float)m;
+		in->invstd[i] = (float)(1 / sqrt(v + 1e-5));
+	}
+	free(sum);
+	in->d_dy = cg_dev_typed(g, io, in->dy, ny);
+	in->d_w = cg_dev_typed(g, io, in->w, nw);
+	in->d_x = cg_dev_typed(g, io, in->x, nx);
+	in->d_mean = dev_from(g, in->mean, c);
+	in->d_invstd = dev_from(g, in->invstd, c);
+	in->d_gamma = dev_from(g, in->gamma, c);
+	in->d_beta = dev_from(g, in->beta, c);
+}
+
+/* dx[n][h][w][c] = sum over k, r, s of dy[n][p][q][k] * w[k][r][s][c], h = p * stride -
+ * pad + r, in double. */
+static void dgrad_host(const struct cg_conv_shape *s, const float *dy, const float *w, double *dx)
+{
+	int64_t p = cg_conv_out(s->h, s->r, s->pad, s->stride), q = cg_conv_out(s->w, s->s, s->pad, s->stride);
+	memset(dx, 0, cg_x_count(s) * sizeof(double));
+	for (int64_t n = 0; n < s->n; n++)
+		for (int64_t oh = 0; oh < p; oh++)
+			for (int64_t ow = 0; ow < q; ow++)
+				for (int64_t r = 0; r < s->r; r++) {
+					int64_t ih = oh * s->stride - s->pad + r;
+					if (ih < 0 || ih >= s->h)
+						continue;
+					for (int64_t t = 0; t < s->s; t++) {
+						int64_t iw = ow * s->stride - s->pad + t;
+						if (iw < 0 || iw >= s->w)
+							continue;
+						double *xp = dx + ((n * s->h + ih) * s->w + iw) * s->c;
+						const float *dp = dy + ((n * p + oh) * q + ow) * s->k;
+						for (int64_t k = 0; k < s->k; k++) {
+							const float *wp = w + ((k * s->r + r) * s->s + t) * s->c;
+							for (int64_t c = 0; c < s->c; c++)
+								xp[c] += (double)dp[k] * wp[c];
+						}
+					}
+				}
+}
+
+/* The host's answers: dz = dReLU(dgrad(dy, w)) against bn(x_bn) recomputed in float as
+ * the graph writes it, dgamma, dbeta, the coefficients A, B, C of dx = A dz + B x + C
+ * and that dx. */
+struct dg_host {
+	float *dz, *dgamma, *dbeta, *a, *b, *c, *dx;
+};
+
+static void dg_reference(struct gpu *g, const struct cg_conv_shape *s, const struct dg_in *in, struct dg_host *h)
+{
+	size_t nx = cg_x_count(s), c = (size_t)s->c;
+	double m = (double)(nx / c);
+	double *dxp = host_bytes(g, nx * sizeof(double));
+	double *sg = host_bytes(g, c * sizeof(double)), *sb = host_bytes(g, c * sizeof(double));
+	dgrad_host(s, in->dy, in->w, dxp);
+	h->dz = host_f(g, nx);
+	h->dx = host_f(g, nx);
+	for (size_t i = 0; i < nx; i++) {
+		size_t ch = i % c;
+		float xhat = (in->x[i] - in->mean[ch]) * in->invstd[ch];
+		float bn = xhat * in->gamma[ch] + in->beta[ch];
+		double dz = bn > 0 ? dxp[i] : 0;
+		h->dz[i] = (float)dz;
+		sg[ch] += dz * ((double)in->x[i] - in->mean[ch]) * in->invstd[ch];
+		sb[ch] += dz;
+	}
+	double *a = host_bytes(g, c * sizeof(double)), *b = host_bytes(g, c * sizeof(double)),
+	       *cc = host_bytes(g, c * sizeof(double));
+	for (size_t ch = 0; ch < c; ch++) {
+		double is = in->invstd[ch];
+		a[ch] = (double)in->gamma[ch] * is;
+		b[ch] = -a[ch] * is * sg[ch] / m;
+		cc[ch] = -a[ch] * sb[ch] / m + a[ch] * is * in->mean[ch] * sg[ch] / m;
+	}
+	for (size_t i = 0; i < nx; i++) {
+		size_t ch = i % c;
+		h->dx[i] = (float)(a[ch] * h->dz[i] + b[ch] * in->x[i] + cc[ch]);
+	}
+	h->dgamma = to_f(g, sg, c);
+	h->dbeta = to_f(g, sb, c);
+	h->a = to_f(g, a, c);
+	h->b = to_f(g, b, c);
+	h->c = to_f(g, cc, c);
+}
+
+struct dg_run {
+	const struct cg_conv_shape *s;
+	const struct dg_in *in;
+	cudnnDataType_t io;
+	int bn_weights;
+	const struct cg_plan *p, *pa; /* the pattern; dBNApply (NULL: none) */
+	void *ws, *ws_a;
+	void *dz, *dx;
+	float *dgamma, *dbeta, *ca, *cb, *cc;
+	/* unfused */
+	struct bn_args bn;
+	void *y, *dxp, *dz_u, *dx_u;
+	float *dgamma_u, *dbeta_u;
+};
+
+static int dg_pattern(struct gpu *g, void *arg)
+{
+	struct dg_run *r = arg;
+	const int64_t uids[] = { CG_UID_DY, CG_UID_W, CG_UID_X, CG_UID_MEAN, CG_UID_INVSTD, CG_UID_SCALE,
+				 CG_UID_BIAS, CG_UID_DZ, CG_UID_DSCALE, CG_UID_DBIAS, CG_UID_EQ_DY_SCALE,
+				 CG_UID_EQ_X_SCALE, CG_UID_EQ_DBIAS };
+	void *ptrs[] = { r->in->d_dy, r->in->d_w, r->in->d_x, r->in->d_mean, r->in->d_invstd, r->in->d_gamma,
+			 r->in->d_beta, r->dz, r->dgamma, r->dbeta, r->ca, r->cb, r->cc };
+	return cg_execute(g->ctx->cudnn, r->p, r->bn_weights ? 13 : 8, uids, ptrs, r->ws);
+}
+
+static int dg_apply(struct gpu *g, void *arg)
+{
+	struct dg_run *r = arg;
+	const int64_t uids[] = { CG_UID_DZ, CG_UID_X, CG_UID_EQ_DY_SCALE, CG_UID_EQ_X_SCALE, CG_UID_EQ_DBIAS,
+				 CG_UID_DX };
+	void *ptrs[] = { r->dz, r->in->d_x, r->ca, r->cb, r->cc, r->dx };
+	return cg_execute(g->ctx->cudnn, r->pa, 6, uids, ptrs, r->ws_a);
+}
+
+/* The fused backward: the pattern, then dBNApply where there is one. */
+static int dg_fused(struct gpu *g, void *arg)
+{
+	struct dg_run *r = arg;
+	GP_TRY(dg_pattern(g, r));
+	return r->pa ? dg_apply(g, r) : 0;
+}
+
+/* The unfused sequence of the engine today: legacy data gradient, ReLU backward from the
+ * stored ReLU output y, cuDNN's batch-norm backward from the saved statistics. */
+static int dg_unfused(struct gpu *g, void *arg)
+{
+	struct dg_run *r = arg;
+	struct conv2d_args a = cg_legacy_args(r->s);
+	GP_TRY(conv2d_bwd_data_cuda(g->ctx, &a, NULL, r->in->d_dy, r->in->d_w, r->dxp, 0));
+	GP_TRY(relu_bwd_cuda(g->ctx->stream, cg_htype(r->io), cg_x_count(r->s), r->y, r->dxp, r->dz_u, 0));
+	return bn_bwd_cuda(g->ctx, &r->bn, r->in->d_x, r->dz_u, r->in->d_gamma, r->in->d_mean, r->in->d_invstd,
+			   r->dx_u, 0, r->dgamma_u, r->dbeta_u);
+}
+
+/* Checks one variant on shape s (host reference when h is given, the unfused sequence
+ * always), and times it when timed. */
+static void dg_check(struct gpu *g, const struct cg_conv_shape *s, const struct dg_variant *v, struct dg_run *r,
+		     const struct dg_host *h, int timed)
+{
+	size_t nx = cg_x_count(s), c = (size_t)s->c;
+	enum gp_dtype ht = cg_htype(v->io);
+	double tol = tol_for(ht);
+	CHECK_OK(dg_fused(g, r));
+	CHECK_OK(dg_unfused(g, r));
+	float *dz = down_h(g, ht, r->dz, nx), *dz_u = down_h(g, ht, r->dz_u, nx);
+	double e_dz = rel_f(dz, dz_u, nx);
+	printf("      %s, n%lld %lldx%lld against unfused: dz %.3g (max %.3g)", v->name, (long long)s->n,
+	       (long long)s->h, (long long)s->w, e_dz, cg_max_rel(dz, dz_u, nx));
+	if (r->bn_weights) {
+		float *dg = down(g, r->dgamma, c), *db = down(g, r->dbeta, c), *dg_u = down(g, r->dgamma_u, c),
+		      *db_u = down(g, r->dbeta_u, c);
+		printf(", dgamma %.3g, dbeta %.3g", rel_f(dg, dg_u, c), rel_f(db, db_u, c));
+		CHECK_MSG(rel_f(dg, dg_u, c) <= tol && rel_f(db, db_u, c) <= tol,
+			  "%s: dgamma %.3g, dbeta %.3g against unfused > %.3g", v->name, rel_f(dg, dg_u, c),
+			  rel_f(db, db_u, c), tol);
+		if (r->pa) {
+			float *dx = down_h(g, ht, r->dx, nx), *dx_u = down_h(g, ht, r->dx_u, nx);
+			printf(", dx %.3g (max %.3g)", rel_f(dx, dx_u, nx), cg_max_rel(dx, dx_u, nx));
+			CHECK_MSG(rel_f(dx, dx_u, nx) <= tol, "%s: dx (dBNApply) against unfused %.3g > %.3g", v->name,
+				  rel_f(dx, dx_u, nx), tol);
+		}
+	}
+	printf("\n");
+	CHECK_MSG(e_dz <= tol, "%s: dz against unfused %.3g > %.3g", v->name, e_dz, tol);
+	if (h) {
+		double e_h = rel_f(dz, h->dz, nx);
+		printf("      against the host: dz %.3g (unfused %.3g)", e_h, rel_f(dz_u, h->dz, nx));
+		CHECK_MSG(e_h <= tol, "%s: dz against the host %.3g > %.3g", v->name, e_h, tol);
+		if (r->bn_weights) {
+			float *dg = down(g, r->dgamma, c), *db = down(g, r->dbeta, c), *ca = down(g, r->ca, c),
+			      *cb = down(g, r->cb, c), *cc = down(g, r->cc, c);
+			double eg = rel_f(dg, h->dgamma, c), eb = rel_f(db, h->dbeta, c), ea = rel_f(ca, h->a, c),
+			       ebb = rel_f(cb, h->b, c), ec = rel_f(cc, h->c, c);
+			printf(", dgamma %.3g, dbeta %.3g, A %.3g, B %.3g, C %.3g", eg, eb, ea, ebb, ec);
+			CHECK_MSG(eg <= tol && eb <= tol, "%s: dgamma %.3g, dbeta %.3g against the host > %.3g",
+				  v->name, eg, eb, tol);
+			/* A is exact; B and C are small differences of sums, checked loosely so
+			 * that a wrong sign or meaning still fails */
+			CHECK_MSG(ea <= tol && ebb <= 0.1 && ec <= 0.1,
+				  "%s: coefficients against the host: A %.3g, B %.3g, C %.3g", v->name, ea, ebb, ec);
+			if (r->pa) {
+				float *dx = down_h(g, ht, r->dx, nx);
+				double ex = rel_f(dx, h->dx, nx);
+				printf(", dx %.3g", ex);
+				CHECK_MSG(ex <= tol, "%s: dx against the host %.3g > %.3g", v->name, ex, tol);
+			}
+		}
+		printf("\n");
+	}
+	if (timed) {
+		float mf = 0, mu = 0;
+		CHECK_OK(time_two(g, dg_fused, r, dg_unfused, r, &mf, &mu));
+		printf("      median of %d: fused %.3f ms (%s), unfused (legacy dgrad + ReLU backward + cuDNN BN "
+		       "backward) %.3f ms, unfused / fused %.2fx\n",
+		       CG_REPS, mf, r->pa ? "pattern + dBNApply" : "pattern alone", mu, mf > 0 ? mu / mf : 0.0);
+	}
+}
+
+/* DgradDreluBNBwdWeight (and dBNApply after it) for each variant: the engine or why
+ * none; with one, the small shape against the host and the unfused sequence, then
+ * ResNet-50's 56x56 layer at batch 256 against the unfused sequence, timed. No engine
+ * for the documented fp16 form fails the test; the rest print. */
+TEST(cudnn_graph_dgrad_drelu_bnbwd_matches_unfused)
+{
+	struct gpu g;
+	NEED_GPU();
+	GPU_OPEN(&g, 43);
+	const struct cg_conv_shape small = CG_SMALL, real = CG_REAL;
+	for (size_t vi = 0; vi < sizeof(DG_VARIANTS) / sizeof(DG_VARIANTS[0]); vi++) {
+		const struct dg_variant *v = &DG_VARIANTS[vi];
+		struct cg_dgrad_opts o = { .io = v->io, .param = CUDNN_DATA_FLOAT, .inter = CUDNN_DATA_FLOAT,
+					   .drelu = 1, .bn_weights = v->bn_weights, .mean_form = v->mean_form };
+		enum gp_dtype ht = cg_htype(v->io);
+		CHECK_OK(cuda_ctx_set_act(g.ctx, ht, 1));
+		for (int si = 0; si < 2; si++) {
+			const struct cg_conv_shape *s = si ? &real : &small;
+			size_t nx = cg_x_count(s), c = (size_t)s->c;
+			struct cg_graph gr, ga;
+			struct cg_plan p, pa;
+			int have_apply = 0;
+			if (plan_line("DgradDreluBNBwdWeight", v->name, cg_dgrad_graph(g.ctx->cudnn, s, &o, &gr), &gr,
+				      &p) < 0) {
+				CHECK_MSG(!v->promised,
+					  "DgradDreluBNBwdWeight %s: no engine, and NVIDIA documents one: %s", v->name,
+					  gp_errmsg());
+				break;
+			}
+			if (v->bn_weights)
+				have_apply = plan_line("dBNApply", dt_name(v->io),
+						       cg_dbn_apply_graph(g.ctx->cudnn, s->n, s->c, s->h, s->w, v->io,
+									  CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, &ga),
+						       &ga, &pa) == 0;
+			struct dg_in in;
+			dg_inputs(&g, s, v->io, &in);
+			struct dg_run r = { .s = s, .in = &in, .io = v->io, .bn_weights = v->bn_weights, .p = &p,
+					    .pa = have_apply ? &pa : NULL, .ws = plan_ws(&g, &p),
+					    .ws_a = have_apply ? plan_ws(&g, &pa) : NULL };
+			r.bn = (struct bn_args){ .n = (int)s->n, .c = (int)s->c, .h = (int)s->h, .w = (int)s->w,
+						 .eps = 1e-5, .momentum = 0.1 };
+			r.dz = dev_bytes(&g, nx * 2);
+			r.dx = dev_bytes(&g, nx * 2);
+			r.dgamma = dev_f(&g, c);
+			r.dbeta = dev_f(&g, c);
+			r.ca = dev_f(&g, c);
+			r.cb = dev_f(&g, c);
+			r.cc = dev_f(&g, c);
+			r.y = dev_bytes(&g, nx * 2);
+			r.dxp = dev_bytes(&g, nx * 2);
+			r.dz_u = dev_bytes(&g, nx * 2);
+			r.dx_u = dev_bytes(&g, nx * 2);
+			r.dgamma_u = dev_f(&g, c);
+			r.dbeta_u = dev_f(&g, c);
+			CHECK_OK(bn_plan_cuda(g.ctx, &r.bn));
+			/* the forward's stored ReLU output, what the unfused ReLU backward reads */
+			CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, 1, r.bn.n, r.bn.c, r.bn.h * r.bn.w, in.d_x, NULL,
+					       in.d_gamma, in.d_beta, in.d_mean, in.d_invstd, BN_APPLY_RELU, r.y));
+			struct dg_host h;
+			if (!si)
+				dg_reference(&g, s, &in, &h);
+			dg_check(&g, s, v, &r, si ? NULL : &h, si);
+			if (have_apply) {
+				cg_plan_destroy(&pa);
+				cg_graph_destroy(&ga);
+			}
+			cg_plan_destroy(&p);
+			cg_graph_destroy(&gr);
+		}
+	}
+	gpu_close(&g);
+}
+
+/* --- the forward in fp16 and with the residual join (DBARCS) ---------------------------------- */
+
+struct fw_variant {
+	const char *name;
+	cudnnDataType_t io;
+	int residual, relu_out, res_shape;
+	int promised;
+};
+/* The pre-compiled ConvBNfprop is documented for fp16 only (on 9.0: the full pattern):
+ * the bf16 probe in test_cudnn_graph.c gets a runtime-compiled engine, 2x to 4x slower
+ * than cuDNN's own 3x3 convolutions on the H100 (docs/dev/fusion.md), so the fp16
+ * engine's speed is the question. DBARCS (the residual join in the prologue) is
+ * documented for Hopper only, fp16, 1x1 convolutions, the ReLU's output stored. */
+static const struct fw_variant FW_VARIANTS[] = {
+	{ "ConvBNfprop fp16, 3x3", CUDNN_DATA_HALF, 0, 0, 0, 1 },
+	{ "DBARCS fp16, identity shortcut, 1x1", CUDNN_DATA_HALF, 1, 1, 1, 1 },
+	{ "DBARCS fp16, shortcut with its batch norm, 1x1", CUDNN_DATA_HALF, 2, 1, 1, 1 },
+	{ "DBARCS bf16, identity shortcut, 1x1", CUDNN_DATA_BFLOAT16, 1, 1, 1, 0 },
+};
+
+struct fw_run {
+	const struct cg_conv_shape *s;
+	const struct fw_variant *v;
+	const struct cg_plan *p;
+	void *ws;
+	float *x, *w, *z, *scale, *bias, *zs, *zb; /* host */
+	void *d_x, *d_w, *d_z, *d_scale, *d_bias, *d_zs, *d_zb;
+	float *d_scale_f, *d_bias_f, *d_zs_f, *d_zb_f, *d_zero, *d_one;
+	void *y, *relu_y;
+	float *sum, *sqsum;
+	/* unfused */
+	void *zz, *a, *y_u;
+	double *sums_u;
+};
+
+static void fw_inputs(struct gpu *g, const struct cg_conv_shape *s, const struct fw_variant *v, struct fw_run *r)
+{
+	size_t nx = cg_x_count(s), nw = cg_w_count(s), c = (size_t)s->c;
+	enum gp_dtype ht = cg_htype(v->io);
+	r->x = rand_h(g, ht, nx, 1, 0);
+	r->w = rand_h(g, ht, nw, 0.05, 0.01);
+	r->scale = rand_h(g, ht, c, 0.25, 1);
+	r->bias = rand_h(g, ht, c, 0.5, -0.25);
+	r->d_x = cg_dev_typed(g, v->io, r->x, nx);
+	r->d_w = cg_dev_typed(g, v->io, r->w, nw);
+	r->d_scale = cg_dev_typed(g, v->io, r->scale, c);
+	r->d_bias = cg_dev_typed(g, v->io, r->bias, c);
+	r->d_scale_f = dev_from(g, r->scale, c);
+	r->d_bias_f = dev_from(g, r->bias, c);
+	float *zero = host_f(g, c), *one = host_f(g, c);
+	for (size_t i = 0; i < c; i++)
+		one[i] = 1;
+	r->d_zero = dev_from(g, zero, c);
+	r->d_one = dev_from(g, one, c);
+	if (v->residual) {
+		r->z = rand_h(g, ht, nx, 0.5, 0);
+		r->d_z = cg_dev_typed(g, v->io, r->z, nx);
+	}
+	if (v->residual == 2) {
+		r->zs = rand_h(g, ht, c, 0.25, 1);
+		r->zb = rand_h(g, ht, c, 0.25, 0);
+		r->d_zs = cg_dev_typed(g, v->io, r->zs, c);
+		r->d_zb = cg_dev_typed(g, v->io, r->zb, c);
+		r->d_zs_f = dev_from(g, r->zs, c);
+		r->d_zb_f = dev_from(g, r->zb, c);
+	}
+}
+
+static int fw_fused(struct gpu *g, void *arg)
+{
+	struct fw_run *r = arg;
+	int64_t uids[11] = { CG_UID_X, CG_UID_W, CG_UID_Y, CG_UID_SCALE, CG_UID_BIAS, CG_UID_SUM, CG_UID_SQSUM };
+	void *ptrs[11] = { r->d_x, r->d_w, r->y, r->d_scale, r->d_bias, r->sum, r->sqsum };
+	int n = 7;
+	if (r->v->residual)
+		uids[n] = CG_UID_Z, ptrs[n++] = r->d_z;
+	if (r->v->residual == 2) {
+		uids[n] = CG_UID_Z_SCALE, ptrs[n++] = r->d_zs;
+		uids[n] = CG_UID_Z_BIAS, ptrs[n++] = r->d_zb;
+	}
+	if (r->v->relu_out)
+		uids[n] = CG_UID_RELU_Y, ptrs[n++] = r->relu_y;
+	return cg_execute(g->ctx->cudnn, r->p, n, uids, ptrs, r->ws);
+}
+
+/* Unfused: [zz = z * z_scale + z_bias;] a = relu(x * scale + bias [+ z or zz]) stored,
+ * the legacy convolution, per-channel sums of y. */
+static int fw_unfused(struct gpu *g, void *arg)
+{
+	struct fw_run *r = arg;
+	const struct cg_conv_shape *s = r->s;
+	struct conv2d_args a = cg_legacy_args(s);
+	struct bn_args b = { .n = a.n, .c = a.c_out, .h = a.h_out, .w = a.w_out, .eps = 1e-5, .momentum = 0.1 };
+	enum gp_dtype ht = cg_htype(r->v->io);
+	cudaStream_t st = g->ctx->stream;
+	const void *id = r->v->residual == 1 ? r->d_z : NULL;
+	if (r->v->residual == 2) {
+		GP_TRY(bn_apply_cuda(st, ht, 1, a.n, a.c_in, a.h_in * a.w_in, r->d_z, NULL, r->d_zs_f, r->d_zb_f,
+				     r->d_zero, r->d_one, BN_APPLY_LINEAR, r->zz));
+		id = r->zz;
+	}
+	GP_TRY(bn_apply_cuda(st, ht, 1, a.n, a.c_in, a.h_in * a.w_in, r->d_x, id, r->d_scale_f, r->d_bias_f,
+			     r->d_zero, r->d_one, BN_APPLY_RELU, r->a));
+	GP_TRY(conv2d_fwd_cuda(g->ctx, &a, NULL, r->a, r->d_w, NULL, r->y_u));
+	return bn_sync_sums_cuda(st, ht, 1, &b, r->y_u, r->sums_u);
+}
+
+static void fw_check(struct gpu *g, const struct cg_conv_shape *s, const struct fw_variant *v, struct fw_run *r,
+		     int host, int timed)
+{
+	size_t nx = cg_x_count(s), ny = cg_y_count(s), k = (size_t)s->k, c = (size_t)s->c;
+	enum gp_dtype ht = cg_htype(v->io);
+	double tol = tol_for(ht);
+	CHECK_OK(fw_fused(g, r));
+	CHECK_OK(fw_unfused(g, r));
+	float *y = down_h(g, ht, r->y, ny), *y_u = down_h(g, ht, r->y_u, ny);
+	float *sum = down(g, r->sum, k), *sq = down(g, r->sqsum, k);
+	double *sums_u = host_bytes(g, 2 * k * sizeof(double));
+	get(g, sums_u, r->sums_u, 2 * k * sizeof(double));
+	float *sum_u = to_f(g, sums_u, k), *sq_u = to_f(g, sums_u + k, k);
+	double ey = rel_f(y, y_u, ny), es = rel_f(sum, sum_u, k), eq = rel_f(sq, sq_u, k);
+	printf("      %s, n%lld %lldx%lld against unfused: y %.3g (max %.3g), sum %.3g, sum of squares %.3g",
+	       v->name, (long long)s->n, (long long)s->h, (long long)s->w, ey, cg_max_rel(y, y_u, ny), es, eq);
+	CHECK_MSG(ey <= tol && es <= tol && eq <= tol, "%s: y %.3g, sum %.3g, sqsum %.3g against unfused > %.3g",
+		  v->name, ey, es, eq, tol);
+	if (v->relu_out) {
+		float *ry = down_h(g, ht, r->relu_y, nx), *a_u = down_h(g, ht, r->a, nx);
+		printf(", ReLU output %.3g", rel_f(ry, a_u, nx));
+		CHECK_MSG(rel_f(ry, a_u, nx) <= tol, "%s: stored ReLU output against unfused %.3g > %.3g", v->name,
+			  rel_f(ry, a_u, nx), tol);
+	}
+	printf("\n");
+	if (host) {
+		/* the prologue in float, as the fused kernel keeps it */
+		float *a = host_f(g, nx), *y_h = host_f(g, ny);
+		double *hs = host_bytes(g, k * sizeof(double)), *hq = host_bytes(g, k * sizeof(double));
+		for (size_t i = 0; i < nx; i++) {
+			size_t ch = i % c;
+			float t = r->x[i] * r->scale[ch] + r->bias[ch];
+			if (v->residual == 1)
+				t += r->z[i];
+			else if (v->residual == 2)
+				t += r->z[i] * r->zs[ch] + r->zb[ch];
+			a[i] = t > 0 ? t : 0;
+		}
+		cg_conv_host(s, a, r->w, y_h, hs, hq);
+		double eh = rel_f(y, y_h, ny), ehs = rel_f(sum, to_f(g, hs, k), k), ehq = rel_f(sq, to_f(g, hq, k), k);
+		printf("      against the host: y %.3g (unfused %.3g), sum %.3g, sum of squares %.3g\n", eh,
+		       rel_f(y_u, y_h, ny), ehs, ehq);
+		CHECK_MSG(eh <= tol && ehs <= tol && ehq <= tol, "%s: y %.3g, sum %.3g, sqsum %.3g against the host > %.3g",
+			  v->name, eh, ehs, ehq, tol);
+	}
+	if (timed) {
+		float mf = 0, mu = 0;
+		CHECK_OK(time_two(g, fw_fused, r, fw_unfused, r, &mf, &mu));
+		printf("      median of %d: fused %.3f ms, unfused (%sscale-bias-%sReLU + legacy conv + statistics) "
+		       "%.3f ms, unfused / fused %.2fx\n",
+		       CG_REPS, mf, v->residual == 2 ? "shortcut BN + " : "", v->residual ? "add-" : "", mu,
+		       mf > 0 ? mu / mf : 0.0);
+	}
+}
+
+/* The forward's fp16 engines: ConvBNfprop at the 3x3 layer, and the residual join in the
+ * prologue (DBARCS) at the 256 -> 64 1x1 convolution that follows a block, with and
+ * without the shortcut's own batch norm; each against the host on a small shape and
+ * against the unfused sequence at batch 256, 56x56, timed. No engine for an fp16
+ * variant fails (documented on Hopper); bf16 DBARCS prints. */
+TEST(cudnn_graph_fwd_fp16_and_residual_match_unfused)
+{
+	struct gpu g;
+	NEED_GPU();
+	GPU_OPEN(&g, 44);
+	const struct cg_conv_shape shapes[2][2] = { { CG_SMALL, CG_REAL }, { CG_RES_SMALL, CG_RES_REAL } };
+	for (size_t vi = 0; vi < sizeof(FW_VARIANTS) / sizeof(FW_VARIANTS[0]); vi++) {
+		const struct fw_variant *v = &FW_VARIANTS[vi];
+		struct cg_conv_fwd_opts o = { .io = v->io, .param = v->io, .inter = CUDNN_DATA_FLOAT, .prologue = 1,
+					      .genstats = 1, .residual = v->residual, .relu_out = v->relu_out };
+		CHECK_OK(cuda_ctx_set_act(g.ctx, cg_htype(v->io), 1));
+		for (int si = 0; si < 2; si++) {
+			const struct cg_conv_shape *s = &shapes[v->res_shape][si];
+			size_t nx = cg_x_count(s), ny = cg_y_count(s), k = (size_t)s->k;
+			struct cg_graph gr;
+			struct cg_plan p;
+			if (plan_line("forward", v->name, cg_conv_fwd_graph(g.ctx->cudnn, s, &o, &gr), &gr, &p) < 0) {
+				CHECK_MSG(!v->promised, "%s: no engine, and NVIDIA documents one on Hopper: %s", v->name,
+					  gp_errmsg());
+				break;
+			}
+			struct fw_run r = { .s = s, .v = v, .p = &p, .ws = plan_ws(&g, &p) };
+			fw_inputs(&g, s, v, &r);
+			r.y = dev_bytes(&g, ny * 2);
+			r.relu_y = v->relu_out ? dev_bytes(&g, nx * 2) : NULL;
+			r.sum = dev_f(&g, k);
+			r.sqsum = dev_f(&g, k);
+			r.zz = v->residual == 2 ? dev_bytes(&g, nx * 2) : NULL;
+			r.a = dev_bytes(&g, nx * 2);
+			r.y_u = dev_bytes(&g, ny * 2);
+			r.sums_u = dev_bytes(&g, 2 * k * sizeof(double));
+			fw_check(&g, s, v, &r, !si, si);
+			cg_plan_destroy(&p);
+			cg_graph_destroy(&gr);
+		}
+	}
+	gpu_close(&g);
+}
