@@ -418,6 +418,8 @@ TEST(cudnn_graph_wgrad_prologue_matches_unfused)
 		CHECK_OK(cuda_ctx_set_act(g.ctx, ht, 1));
 		for (int si = 0; si < 2; si++) {
 			const struct cg_conv_shape *s = si ? &real : &small;
+			/* each shape's buffers go when it is done: the real ones are large */
+			int dev_mark = g.n_dev, host_mark = g.n_host;
 			struct cg_graph gr;
 			struct cg_plan p;
 			char name[160];
@@ -463,6 +465,7 @@ TEST(cudnn_graph_wgrad_prologue_matches_unfused)
 			CHECK_MSG(eu <= tol, "ConvBNwgrad %s: fused against unfused %.3g > %.3g", v->name, eu, tol);
 			cg_plan_destroy(&p);
 			cg_graph_destroy(&gr);
+			gpu_release(&g, dev_mark, host_mark);
 		}
 	}
 	/* without the prologue: whether the graph API's plain weight gradient has an
@@ -751,6 +754,8 @@ TEST(cudnn_graph_dgrad_drelu_bnbwd_matches_unfused)
 		CHECK_OK(cuda_ctx_set_act(g.ctx, ht, 1));
 		for (int si = 0; si < 2; si++) {
 			const struct cg_conv_shape *s = si ? &real : &small;
+			/* each shape's buffers go when it is done: the real ones are large */
+			int dev_mark = g.n_dev, host_mark = g.n_host;
 			size_t nx = cg_x_count(s), c = (size_t)s->c;
 			struct cg_graph gr, ga;
 			struct cg_plan p, pa;
@@ -767,6 +772,10 @@ TEST(cudnn_graph_dgrad_drelu_bnbwd_matches_unfused)
 						       cg_dbn_apply_graph(g.ctx->cudnn, s->n, s->c, s->h, s->w, v->io,
 									  CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, &ga),
 						       &ga, &pa) == 0;
+			/* dBNApply is pointwise only: the generic runtime engines' surface 70
+			 * (compute capability 7.0 to 9.0) documents it, so the fp16 road needs it */
+			CHECK_MSG(!v->bn_weights || have_apply || !v->promised, "dBNApply %s: no engine: %s",
+				  dt_name(v->io), gp_errmsg());
 			struct dg_in in;
 			dg_inputs(&g, s, v->io, &in);
 			struct dg_run r = { .s = s, .in = &in, .io = v->io, .bn_weights = v->bn_weights, .p = &p,
@@ -801,6 +810,7 @@ TEST(cudnn_graph_dgrad_drelu_bnbwd_matches_unfused)
 			}
 			cg_plan_destroy(&p);
 			cg_graph_destroy(&gr);
+			gpu_release(&g, dev_mark, host_mark);
 		}
 	}
 	gpu_close(&g);

@@ -199,6 +199,8 @@ TEST(cudnn_graph_fwd_fp16_and_residual_match_unfused)
 		CHECK_OK(cuda_ctx_set_act(g.ctx, cg_htype(v->io), 1));
 		for (int si = 0; si < 2; si++) {
 			const struct cg_conv_shape *s = &shapes[v->res_shape][si];
+			/* each shape's buffers go when it is done: the real ones are large */
+			int dev_mark = g.n_dev, host_mark = g.n_host;
 			size_t nx = cg_x_count(s), ny = cg_y_count(s), k = (size_t)s->k;
 			struct cg_graph gr;
 			struct cg_plan p;
@@ -220,6 +222,7 @@ TEST(cudnn_graph_fwd_fp16_and_residual_match_unfused)
 			fw_check(&g, s, v, &r, !si, si);
 			cg_plan_destroy(&p);
 			cg_graph_destroy(&gr);
+			gpu_release(&g, dev_mark, host_mark);
 		}
 	}
 	gpu_close(&g);
