@@ -198,6 +198,12 @@ TEST(cudnn_graph_bn_finalize_matches_host)
 	struct gpu g;
 	NEED_GPU();
 	GPU_OPEN(&g, 41);
+	int dev = 0, major = 0, minor = 0;
+	if (cudaGetDevice(&dev) == cudaSuccess &&
+	    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
+		printf("      cuDNN %zu (headers %d), compute capability %d.%d\n", cudnnGetVersion(), CUDNN_VERSION,
+		       major, minor);
 	const struct cg_conv_shape real = CG_REAL;
 	const int c = (int)real.k;
 	const int64_t count = real.n * real.h * real.w;
