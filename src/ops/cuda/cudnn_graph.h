@@ -1,8 +1,9 @@
 /* A small C layer over cuDNN's backend (graph) API, the only way from C to cuDNN's
- * runtime fusion engines: a convolution with a scale-bias-ReLU prologue on its input
- * and per-channel statistics of its output in one kernel (NVIDIA's ResNet-50 road,
- * issue 24). Nothing in the engine calls it yet; tests/gpu/test_cudnn_graph.c probes
- * what the installed cuDNN offers. docs/cuda.md, "cuDNN graph API".
+ * fusion engines: a convolution with a scale-bias-ReLU prologue on its input and
+ * per-channel statistics of its output in one kernel, and the backward, batch-norm
+ * finalize and residual graphs around it (NVIDIA's ResNet-50 road, issue 24). Nothing
+ * in the engine calls it yet; tests/gpu/test_cudnn_graph*.c probe what the installed
+ * cuDNN offers. docs/cuda.md, "cuDNN graph API".
  *
  * Tensors are described as the backend API wants them: dimensions always in N, C, H, W
  * order (weights K, C, R, S), the layout given by the strides (NHWC: C fastest). A
