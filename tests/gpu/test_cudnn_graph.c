@@ -30,14 +30,13 @@
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/cudnn_graph.h"
+#include "cudnn_graph_util.h"
 #include "ops/ops.h"
 
 #define HT GP_BF16
 
-static const struct cg_conv_shape SMALL = { .n = 2, .c = 64, .h = 10, .w = 10, .k = 64, .r = 3, .s = 3,
-					    .pad = 1, .stride = 1 };
-static const struct cg_conv_shape REAL = { .n = 256, .c = 64, .h = 56, .w = 56, .k = 64, .r = 3, .s = 3,
-					   .pad = 1, .stride = 1 };
+static const struct cg_conv_shape SMALL = CG_SMALL;
+static const struct cg_conv_shape REAL = CG_REAL;
 
 /* The fused graph's variants, tried in order: scale and bias in bf16 (as the 16-bit
  * samples of the pattern give them) or float, the prologue's intermediates in float
@@ -57,73 +56,12 @@ static const struct variant VARIANTS[] = {
 static const struct variant FP16_PROBE = { "fp16 scale/bias, float intermediates", CUDNN_DATA_HALF,
 					   CUDNN_DATA_HALF, CUDNN_DATA_FLOAT };
 
-static struct conv2d_args legacy_args(const struct cg_conv_shape *s)
-{
-	struct conv2d_args a = { .n = (int)s->n, .c_in = (int)s->c, .h_in = (int)s->h, .w_in = (int)s->w,
-				 .c_out = (int)s->k, .kh = (int)s->r, .kw = (int)s->s, .stride = (int)s->stride,
-				 .pad = (int)s->pad, .groups = 1, .has_bias = 0 };
-	a.h_out = conv_out_size(a.h_in, a.kh, a.stride, a.pad);
-	a.w_out = conv_out_size(a.w_in, a.kw, a.stride, a.pad);
-	return a;
-}
-
-static size_t x_count(const struct cg_conv_shape *s)
-{
-	return (size_t)(s->n * s->c * s->h * s->w);
-}
-
-static size_t y_count(const struct cg_conv_shape *s)
-{
-	return (size_t)(s->n * s->k * cg_conv_out(s->h, s->r, s->pad, s->stride) *
-			cg_conv_out(s->w, s->s, s->pad, s->stride));
-}
-
-/* --- host references ------------------------------------------------------------------------ */
-
-/* y = conv(x, w) in double, NHWC and KRSC; then per-channel sum and sum of squares of y
- * (sums may be NULL). */
-static void conv_host(const struct cg_conv_shape *s, const float *x, const float *w, float *y, double *sum,
-		      double *sqsum)
-{
-	int64_t p = cg_conv_out(s->h, s->r, s->pad, s->stride), q = cg_conv_out(s->w, s->s, s->pad, s->stride);
-	for (int64_t n = 0; n < s->n; n++)
-		for (int64_t oh = 0; oh < p; oh++)
-			for (int64_t ow = 0; ow < q; ow++)
-				for (int64_t k = 0; k < s->k; k++) {
-					double acc = 0;
-					for (int64_t r = 0; r < s->r; r++) {
-						int64_t ih = oh * s->stride - s->pad + r;
-						if (ih < 0 || ih >= s->h)
-							continue;
-						for (int64_t t = 0; t < s->s; t++) {
-							int64_t iw = ow * s->stride - s->pad + t;
-							if (iw < 0 || iw >= s->w)
-								continue;
-							const float *xp = x + ((n * s->h + ih) * s->w + iw) * s->c;
-							const float *wp = w + ((k * s->r + r) * s->s + t) * s->c;
-							for (int64_t c = 0; c < s->c; c++)
-								acc += (double)xp[c] * wp[c];
-						}
-					}
-					y[((n * p + oh) * q + ow) * s->k + k] = (float)acc;
-				}
-	if (!sum)
-		return;
-	for (int64_t k = 0; k < s->k; k++)
-		sum[k] = sqsum[k] = 0;
-	for (size_t i = 0; i < y_count(s); i++) {
-		double v = y[i];
-		sum[i % (size_t)s->k] += v;
-		sqsum[i % (size_t)s->k] += v * v;
-	}
-}
-
 /* relu(x * scale + bias) per channel (NHWC) in float, rounded to bf16 as the unfused
  * path stores it. */
 static float *prologue_host(struct gpu *g, const struct cg_conv_shape *s, const float *x, const float *scale,
 			    const float *bias)
 {
-	size_t nx = x_count(s);
+	size_t nx = cg_x_count(s);
 	float *a = host_f(g, nx);
 	for (size_t i = 0; i < nx; i++) {
 		size_t c = i % (size_t)s->c;
@@ -133,34 +71,7 @@ static float *prologue_host(struct gpu *g, const struct cg_conv_shape *s, const 
 	return a;
 }
 
-/* The largest difference over the largest reference value (an element's relative
- * error means little where the reference is near zero). */
-static double max_rel(const float *a, const float *b, size_t n)
-{
-	double d = 0, m = 0;
-	for (size_t i = 0; i < n; i++) {
-		double e = fabs((double)a[i] - b[i]);
-		if (isnan(e))
-			return NAN;
-		if (e > d)
-			d = e;
-		if (fabs(b[i]) > m)
-			m = fabs(b[i]);
-	}
-	return m > 0 ? d / m : d;
-}
-
 /* --- device pieces ---------------------------------------------------------------------------- */
-
-/* bf16 (or float, by dt) device copy of host values already rounded to bf16. */
-static void *dev_param(struct gpu *g, cudnnDataType_t dt, const float *h, size_t n)
-{
-	if (dt == CUDNN_DATA_FLOAT)
-		return dev_from(g, h, n);
-	void *d = dev_bytes(g, n * 2);
-	put_h(g, dt == CUDNN_DATA_HALF ? GP_F16 : GP_BF16, d, h, n);
-	return d;
-}
 
 static void *dev_h_from(struct gpu *g, enum gp_dtype ht, const float *h, size_t n)
 {
@@ -239,7 +150,7 @@ struct inputs {
 
 static void inputs_make(struct gpu *g, const struct cg_conv_shape *s, struct inputs *in)
 {
-	size_t nx = x_count(s), nw = (size_t)(s->k * s->c * s->r * s->s), c = (size_t)s->c;
+	size_t nx = cg_x_count(s), nw = (size_t)(s->k * s->c * s->r * s->s), c = (size_t)s->c;
 	/* scale around 1 and bias around 0: about half the prologue's outputs are cut by
 	 * the ReLU; weights with a positive shift keep the per-channel sums away from 0 */
 	in->x = host_rand_h(g, HT, nx, 1, 0);
@@ -263,7 +174,7 @@ static void inputs_make(struct gpu *g, const struct cg_conv_shape *s, struct inp
 static int unfused_run(struct gpu *g, const struct cg_conv_shape *s, const struct inputs *in, void *d_a, void *d_y,
 		       double *d_sums, cudaEvent_t *ev)
 {
-	struct conv2d_args a = legacy_args(s);
+	struct conv2d_args a = cg_legacy_args(s);
 	struct bn_args b = { .n = a.n, .c = a.c_out, .h = a.h_out, .w = a.w_out, .eps = 1e-5, .momentum = 0.1 };
 	cudaStream_t st = g->ctx->stream;
 	if (ev)
@@ -298,9 +209,9 @@ static int fused_run(struct gpu *g, const struct cg_plan *p, const struct inputs
 static void fused_bufs_make(struct gpu *g, const struct cg_conv_shape *s, const struct variant *v,
 			    const struct cg_plan *p, const struct inputs *in, struct fused_bufs *f)
 {
-	size_t c = (size_t)s->c, ny = y_count(s);
-	f->scale = dev_param(g, v->param, in->scale, c);
-	f->bias = dev_param(g, v->param, in->bias, c);
+	size_t c = (size_t)s->c, ny = cg_y_count(s);
+	f->scale = cg_dev_typed(g, v->param, in->scale, c);
+	f->bias = cg_dev_typed(g, v->param, in->bias, c);
 	f->y = dev_bytes(g, ny * 2);
 	f->sum = dev_f(g, (size_t)s->k);
 	f->sqsum = dev_f(g, (size_t)s->k);
@@ -333,11 +244,11 @@ static void stats_down(struct gpu *g, const struct cg_conv_shape *s, const struc
 static void check_fused(struct gpu *g, const struct cg_conv_shape *s, const struct variant *v, const struct cg_plan *p,
 			const struct inputs *in, const float *y_host, const double *sum_host, const double *sqsum_host)
 {
-	size_t ny = y_count(s), k = (size_t)s->k;
+	size_t ny = cg_y_count(s), k = (size_t)s->k;
 	double tol = tol_for(HT);
 	struct fused_bufs f;
 	fused_bufs_make(g, s, v, p, in, &f);
-	void *d_a = dev_bytes(g, x_count(s) * 2), *d_y = dev_bytes(g, ny * 2);
+	void *d_a = dev_bytes(g, cg_x_count(s) * 2), *d_y = dev_bytes(g, ny * 2);
 	double *d_sums = dev_bytes(g, 2 * k * sizeof(double));
 	double *sum_u = host_bytes(g, k * sizeof(double)), *sqsum_u = host_bytes(g, k * sizeof(double));
 	double *sum_f = host_bytes(g, k * sizeof(double)), *sqsum_f = host_bytes(g, k * sizeof(double));
@@ -353,7 +264,7 @@ static void check_fused(struct gpu *g, const struct cg_conv_shape *s, const stru
 		       eq = rel_err_norm_f64(sqsum_f, sqsum_u, k);
 		printf("      fused against unfused, n%lld %lldx%lld, run %d: y %.3g (max %.3g), sum %.3g, "
 		       "sum of squares %.3g\n",
-		       (long long)s->n, (long long)s->h, (long long)s->w, run, ey, max_rel(y_f, y_u, ny), es, eq);
+		       (long long)s->n, (long long)s->h, (long long)s->w, run, ey, cg_max_rel(y_f, y_u, ny), es, eq);
 		CHECK_MSG(ey <= tol, "fused y against unfused, run %d: %.3g > %.3g", run, ey, tol);
 		CHECK_MSG(es <= tol && eq <= tol,
 			  "fused statistics against unfused, run %d (a second run that doubles them "
@@ -364,7 +275,7 @@ static void check_fused(struct gpu *g, const struct cg_conv_shape *s, const stru
 			       ehq = rel_err_norm_f64(sqsum_f, sqsum_host, k), euh = rel_err_norm_f32(y_u, y_host, ny);
 			printf("      against the host: fused y %.3g (max %.3g), unfused y %.3g, fused sum %.3g, "
 			       "sum of squares %.3g\n",
-			       eh, max_rel(y_f, y_host, ny), euh, ehs, ehq);
+			       eh, cg_max_rel(y_f, y_host, ny), euh, ehs, ehq);
 			CHECK_MSG(eh <= tol && euh <= tol, "y against the host: fused %.3g, unfused %.3g > %.3g", eh,
 				  euh, tol);
 			CHECK_MSG(ehs <= tol && ehq <= tol, "fused statistics against the host: %.3g, %.3g > %.3g",
@@ -424,11 +335,11 @@ TEST(cudnn_graph_conv_fwd_matches_legacy)
 	GPU_OPEN(&g, 31);
 	CHECK_OK(cuda_ctx_set_act(g.ctx, HT, 1));
 	const struct cg_conv_shape *s = &SMALL;
-	size_t ny = y_count(s);
+	size_t ny = cg_y_count(s);
 	struct inputs in;
 	inputs_make(&g, s, &in);
 	float *y_host = host_f(&g, ny);
-	conv_host(s, in.x, in.w, y_host, NULL, NULL);
+	cg_conv_host(s, in.x, in.w, y_host, NULL, NULL);
 
 	struct cg_conv_fwd_opts o = { .io = CUDNN_DATA_BFLOAT16 };
 	struct cg_graph gr;
@@ -445,13 +356,13 @@ TEST(cudnn_graph_conv_fwd_matches_legacy)
 		void *ws = p.ws_bytes > 0 ? dev_bytes(&g, (size_t)p.ws_bytes) : NULL;
 		const int64_t uids[] = { CG_UID_X, CG_UID_W, CG_UID_Y };
 		void *ptrs[] = { in.d_x, in.d_w, d_y };
-		struct conv2d_args a = legacy_args(s);
+		struct conv2d_args a = cg_legacy_args(s);
 		CHECK_OK(cg_execute(g.ctx->cudnn, &p, 3, uids, ptrs, ws));
 		CHECK_OK(conv2d_fwd_cuda(g.ctx, &a, NULL, in.d_x, in.d_w, NULL, d_yl));
 		float *y = down_h(&g, HT, d_y, ny), *yl = down_h(&g, HT, d_yl, ny);
 		double eh = rel_err_norm_f32(y, y_host, ny), el = rel_err_norm_f32(y, yl, ny);
 		printf("      graph conv against the host %.3g (max %.3g), against legacy %.3g (max %.3g)\n", eh,
-		       max_rel(y, y_host, ny), el, max_rel(y, yl, ny));
+		       cg_max_rel(y, y_host, ny), el, cg_max_rel(y, yl, ny));
 		CHECK_MSG(eh <= tol_for(HT), "graph conv against the host: %.3g", eh);
 		CHECK_MSG(el <= tol_for(HT), "graph conv against legacy: %.3g", el);
 	}
@@ -468,12 +379,12 @@ TEST(cudnn_graph_fused_conv_genstats_matches_unfused)
 	GPU_OPEN(&g, 32);
 	CHECK_OK(cuda_ctx_set_act(g.ctx, HT, 1));
 	const struct cg_conv_shape *s = &SMALL;
-	size_t ny = y_count(s), k = (size_t)s->k;
+	size_t ny = cg_y_count(s), k = (size_t)s->k;
 	struct inputs in;
 	inputs_make(&g, s, &in);
 	float *y_host = host_f(&g, ny);
 	double *sum = host_bytes(&g, k * sizeof(double)), *sqsum = host_bytes(&g, k * sizeof(double));
-	conv_host(s, prologue_host(&g, s, in.x, in.scale, in.bias), in.w, y_host, sum, sqsum);
+	cg_conv_host(s, prologue_host(&g, s, in.x, in.scale, in.bias), in.w, y_host, sum, sqsum);
 
 	struct cg_graph gr;
 	struct cg_plan p;
@@ -486,19 +397,7 @@ TEST(cudnn_graph_fused_conv_genstats_matches_unfused)
 	gpu_close(&g);
 }
 
-static int cmp_f(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-	return (x > y) - (x < y);
-}
-
-static float median(float *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_f);
-	return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
-}
-
-#define REPS 21
+#define REPS CG_REPS
 
 /* The plain convolution alone through the graph API and through the legacy path, on x
  * (the same bf16 input as the fused run's): whether the graph's engines are as fast
@@ -509,7 +408,7 @@ static void plain_conv_timing(struct gpu *g, const struct cg_conv_shape *s, cons
 	struct cg_conv_fwd_opts o = { .io = CUDNN_DATA_BFLOAT16 };
 	struct cg_graph gr;
 	struct cg_plan p = { 0 };
-	struct conv2d_args a = legacy_args(s);
+	struct conv2d_args a = cg_legacy_args(s);
 	float t_graph[REPS], t_legacy[REPS];
 	int rc = cg_conv_fwd_graph(g->ctx->cudnn, s, &o, &gr);
 	if (rc == 0)
@@ -540,7 +439,7 @@ static void plain_conv_timing(struct gpu *g, const struct cg_conv_shape *s, cons
 		char desc[200];
 		cg_plan_describe(&p, desc, sizeof(desc));
 		printf("      plain conv alone, median of %d: graph %.3f ms (%s), legacy %.3f ms\n", REPS,
-		       median(t_graph, REPS), desc, median(t_legacy, REPS));
+		       cg_median(t_graph, REPS), desc, cg_median(t_legacy, REPS));
 	}
 	cg_plan_destroy(&p);
 	cg_graph_destroy(&gr);
@@ -555,7 +454,7 @@ TEST(cudnn_graph_fused_timing_resnet50_layer)
 	GPU_OPEN(&g, 33);
 	CHECK_OK(cuda_ctx_set_act(g.ctx, HT, 1));
 	const struct cg_conv_shape *s = &REAL;
-	size_t ny = y_count(s), k = (size_t)s->k;
+	size_t ny = cg_y_count(s), k = (size_t)s->k;
 	struct inputs in;
 	inputs_make(&g, s, &in);
 
@@ -570,7 +469,7 @@ TEST(cudnn_graph_fused_timing_resnet50_layer)
 
 	struct fused_bufs f;
 	fused_bufs_make(&g, s, &VARIANTS[v], &p, &in, &f);
-	void *d_a = dev_bytes(&g, x_count(s) * 2), *d_y = dev_bytes(&g, ny * 2);
+	void *d_a = dev_bytes(&g, cg_x_count(s) * 2), *d_y = dev_bytes(&g, ny * 2);
 	double *d_sums = dev_bytes(&g, 2 * k * sizeof(double));
 	cudaEvent_t ev[4];
 	int n_ev = 0;
@@ -612,14 +511,14 @@ TEST(cudnn_graph_fused_timing_resnet50_layer)
 		CHECK_MSG(rc == 0, "timing runs: %s", gp_errmsg());
 		if (rc == 0) {
 			char desc[200];
-			float mf = median(t_fused, REPS), mu = median(t_unfused, REPS);
+			float mf = cg_median(t_fused, REPS), mu = cg_median(t_unfused, REPS);
 			cg_plan_describe(&p, desc, sizeof(desc));
 			printf("      n%lld %lld->%lld %lldx%lld 3x3 bf16, median of %d: fused %.3f ms (%s: %s); "
 			       "unfused %.3f ms (scale-bias-ReLU %.3f + legacy conv %.3f + statistics %.3f); "
 			       "unfused / fused %.2fx\n",
 			       (long long)s->n, (long long)s->c, (long long)s->k, (long long)s->h, (long long)s->w,
-			       REPS, mf, VARIANTS[v].name, desc, mu, median(t_pro, REPS), median(t_conv, REPS),
-			       median(t_stats, REPS), mf > 0 ? mu / mf : 0.0);
+			       REPS, mf, VARIANTS[v].name, desc, mu, cg_median(t_pro, REPS), cg_median(t_conv, REPS),
+			       cg_median(t_stats, REPS), mf > 0 ? mu / mf : 0.0);
 			plain_conv_timing(&g, s, &in, d_a, d_y, ev);
 		}
 	}

@@ -3,6 +3,7 @@
  * Attribute names, types and element counts follow cudnn_graph.h of cuDNN 9 and the
  * backend descriptor reference of its documentation. */
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -147,13 +148,13 @@ int cg_graph_tensor(struct cg_graph *g, const struct cg_tensor_spec *s, cudnnBac
 
 /* --- operations ---------------------------------------------------------------------------- */
 
-int cg_graph_conv_fwd(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t x,
-		      cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y)
+/* A finalized 2-D cross-correlation descriptor owned by g, shared by the three
+ * convolution operations (forward, data gradient, filter gradient). */
+static int conv_desc(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t *out)
 {
 	const int64_t dims = 2;
 	const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-	const float alpha = 1.0f, beta = 0.0f;
-	cudnnBackendDescriptor_t conv, op;
+	cudnnBackendDescriptor_t conv;
 
 	GP_TRY(graph_new(g, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR", &conv));
 	GP_TRY(CG_SET(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &c->compute));
@@ -164,7 +165,17 @@ int cg_graph_conv_fwd(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBac
 	GP_TRY(CG_SET(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, dims, c->pad));
 	GP_TRY(CG_SET(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, dims, c->pad));
 	GP_TRY(cg_finalize(conv, "CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR"));
+	*out = conv;
+	return 0;
+}
 
+int cg_graph_conv_fwd(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t x,
+		      cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y)
+{
+	const float alpha = 1.0f, beta = 0.0f;
+	cudnnBackendDescriptor_t conv, op;
+
+	GP_TRY(conv_desc(g, c, &conv));
 	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
 			 "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR", &op));
 	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
@@ -177,16 +188,65 @@ int cg_graph_conv_fwd(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBac
 	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR");
 }
 
-int cg_graph_pointwise(struct cg_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
-		       cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y)
+int cg_graph_conv_bwd_data(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t dy,
+			   cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t dx)
 {
-	cudnnBackendDescriptor_t pw, op;
+	const float alpha = 1.0f, beta = 0.0f;
+	cudnnBackendDescriptor_t conv, op;
+
+	GP_TRY(conv_desc(g, c, &conv));
+	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+			 "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR", &op));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dx));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+		      &conv));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR");
+}
+
+int cg_graph_conv_bwd_filter(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t x,
+			     cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t dw)
+{
+	const float alpha = 1.0f, beta = 0.0f;
+	cudnnBackendDescriptor_t conv, op;
+
+	GP_TRY(conv_desc(g, c, &conv));
+	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+			 "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR", &op));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dw));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+		      &conv));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR");
+}
+
+/* The pointwise descriptor of mode in prec, owned by g. */
+static int pointwise_desc(struct cg_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+			  cudnnBackendDescriptor_t *out)
+{
+	cudnnBackendDescriptor_t pw;
 
 	GP_TRY(graph_new(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "CUDNN_BACKEND_POINTWISE_DESCRIPTOR", &pw));
 	GP_TRY(CG_SET(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
 	GP_TRY(CG_SET(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
 	GP_TRY(cg_finalize(pw, "CUDNN_BACKEND_POINTWISE_DESCRIPTOR"));
+	*out = pw;
+	return 0;
+}
 
+int cg_graph_pointwise_scaled(struct cg_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+			      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y,
+			      float alpha1, float alpha2)
+{
+	cudnnBackendDescriptor_t pw, op;
+
+	GP_TRY(pointwise_desc(g, mode, prec, &pw));
 	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
 			 "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR", &op));
 	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
@@ -194,7 +254,37 @@ int cg_graph_pointwise(struct cg_graph *g, cudnnPointwiseMode_t mode, cudnnDataT
 	if (b)
 		GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
 	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+	/* left unset at 1 (cuDNN's default): the graphs that need no scaling stay as the
+	 * first probe built them */
+	if (alpha1 != 1.0f)
+		GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha1));
+	if (alpha2 != 1.0f)
+		GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha2));
 	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR");
+}
+
+int cg_graph_pointwise(struct cg_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+		       cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y)
+{
+	return cg_graph_pointwise_scaled(g, mode, prec, x, b, y, 1.0f, 1.0f);
+}
+
+/* Backward activations name their tensors DY (the incoming gradient), X (the forward
+ * input, the mask's source) and DX; XDESC/YDESC as the forward modes use them are
+ * refused for them. */
+int cg_graph_relu_bwd(struct cg_graph *g, cudnnDataType_t prec, cudnnBackendDescriptor_t dy,
+		      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t dx)
+{
+	cudnnBackendDescriptor_t pw, op;
+
+	GP_TRY(pointwise_desc(g, CUDNN_POINTWISE_RELU_BWD, prec, &pw));
+	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+			 "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR (RELU_BWD)", &op));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dx));
+	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR (RELU_BWD)");
 }
 
 int cg_graph_genstats(struct cg_graph *g, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
@@ -211,6 +301,65 @@ int cg_graph_genstats(struct cg_graph *g, cudnnDataType_t prec, cudnnBackendDesc
 	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sum));
 	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sqsum));
 	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR");
+}
+
+/* A descriptor attribute set only where the tensor is given (optional inputs and
+ * outputs of the batch-norm operations). */
+#define CG_SET_OPT(d, attr, t) ((t) ? CG_SET(d, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &(t)) : 0)
+
+int cg_graph_bn_finalize(struct cg_graph *g, cudnnDataType_t prec, const struct cg_bn_finalize_io *io)
+{
+	const cudnnBnFinalizeStatsMode_t mode = CUDNN_BN_FINALIZE_STATISTICS_TRAINING;
+	cudnnBackendDescriptor_t op;
+
+	if (!io->sum || !io->sqsum || !io->scale || !io->bias || !io->epsilon || !io->momentum ||
+	    !io->accum_count || !io->eq_scale || !io->eq_bias)
+		return gp_error(GP_EINVAL, "cuDNN graph: BN finalize without sum, sqsum, scale, bias, epsilon, "
+				"momentum, count or its equivalent scale and bias");
+	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR,
+			 "CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR", &op));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_STATS_MODE, CUDNN_TYPE_BN_FINALIZE_STATS_MODE, 1, &mode));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_Y_SUM_DESC, io->sum));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_Y_SQ_SUM_DESC, io->sqsum));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_SCALE_DESC, io->scale));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_BIAS_DESC, io->bias));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_PREV_RUNNING_MEAN_DESC, io->prev_mean));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_PREV_RUNNING_VAR_DESC, io->prev_var));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_UPDATED_RUNNING_MEAN_DESC, io->next_mean));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_UPDATED_RUNNING_VAR_DESC, io->next_var));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_SAVED_MEAN_DESC, io->saved_mean));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_SAVED_INV_STD_DESC, io->saved_invstd));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_EQ_SCALE_DESC, io->eq_scale));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_EQ_BIAS_DESC, io->eq_bias));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_ACCUM_COUNT_DESC, io->accum_count));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_EPSILON_DESC, io->epsilon));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERATE_FACTOR_DESC, io->momentum));
+	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR");
+}
+
+int cg_graph_bn_bwd_weights(struct cg_graph *g, cudnnDataType_t prec, const struct cg_bn_bwd_weights_io *io)
+{
+	cudnnBackendDescriptor_t op;
+
+	if (!io->x || !io->mean || !io->invstd || !io->scale || !io->dy || !io->dscale || !io->dbias)
+		return gp_error(GP_EINVAL, "cuDNN graph: BN backward weights without x, mean, invstd, scale, dy, "
+				"dscale or dbias");
+	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR,
+			 "CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR", &op));
+	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, io->x));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, io->mean));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, io->invstd));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, io->scale));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, io->dy));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, io->dscale));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, io->dbias));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, io->eq_dy_scale));
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, io->eq_x_scale));
+	/* the one attribute of the group without _DESC in its name; still a tensor */
+	GP_TRY(CG_SET_OPT(op, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, io->eq_bias));
+	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR");
 }
 
 /* The handle attribute is marked deprecated in cuDNN 9.x headers (a device property
@@ -238,50 +387,255 @@ int64_t cg_conv_out(int64_t in, int64_t k, int64_t pad, int64_t stride)
 	return (in + 2 * pad - k) / stride + 1;
 }
 
+/* A tensor of spec s added to g; the builders' shorthand. */
+static int add_tensor(struct cg_graph *g, struct cg_tensor_spec s, cudnnBackendDescriptor_t *out)
+{
+	return cg_graph_tensor(g, &s, out);
+}
+
+/* The next virtual intermediate of an activation's shape (uids from CG_UID_VIRTUAL). */
+static int add_virtual(struct cg_graph *g, int *next, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+		       int64_t w, cudnnBackendDescriptor_t *out)
+{
+	return add_tensor(g, cg_spec_nhwc(CG_UID_VIRTUAL + (*next)++, dt, n, c, h, w, 1), out);
+}
+
+/* A by-value scalar (1 x 1 x 1 x 1) of type dt. */
+static struct cg_tensor_spec spec_scalar(int64_t uid, cudnnDataType_t dt)
+{
+	struct cg_tensor_spec s = cg_spec_nhwc(uid, dt, 1, 1, 1, 1, 0);
+	s.by_value = 1;
+	s.align_bytes = dt == CUDNN_DATA_DOUBLE || dt == CUDNN_DATA_INT64 ? 8 : 4;
+	return s;
+}
+
+/* The convolution of sh (pad, stride, dilation 1, float accumulation) and its output
+ * size; a shape that cannot be convolved is one error line. */
+static int conv_of(const struct cg_conv_shape *sh, struct cg_conv_spec *conv, int64_t *p, int64_t *q)
+{
+	*p = cg_conv_out(sh->h, sh->r, sh->pad, sh->stride);
+	*q = cg_conv_out(sh->w, sh->s, sh->pad, sh->stride);
+	if (sh->n < 1 || sh->c < 1 || sh->k < 1 || sh->stride < 1 || *p < 1 || *q < 1)
+		return gp_error(GP_EINVAL, "cuDNN graph: bad convolution shape");
+	*conv = (struct cg_conv_spec){ .pad = { sh->pad, sh->pad }, .stride = { sh->stride, sh->stride },
+				       .dilation = { 1, 1 }, .compute = CUDNN_DATA_FLOAT };
+	return 0;
+}
+
+/* out = in * scale + bias per channel (MUL then ADD: NVIDIA's Pointwise:scale and
+ * Pointwise:bias, the per-channel operand second); out may be virtual or not. */
+static int scale_bias(struct cg_graph *g, int *next, cudnnDataType_t inter, const int64_t *dims,
+		      cudnnBackendDescriptor_t in, cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t bias,
+		      cudnnBackendDescriptor_t out)
+{
+	cudnnBackendDescriptor_t t;
+	GP_TRY(add_virtual(g, next, inter, dims[0], dims[1], dims[2], dims[3], &t));
+	GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, in, scale, t));
+	return cg_graph_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, t, bias, out);
+}
+
 int cg_conv_fwd_graph(cudnnHandle_t handle, const struct cg_conv_shape *sh, const struct cg_conv_fwd_opts *o,
 		      struct cg_graph *g)
 {
 	cg_graph_init(g, handle);
-	int64_t p = cg_conv_out(sh->h, sh->r, sh->pad, sh->stride), q = cg_conv_out(sh->w, sh->s, sh->pad, sh->stride);
-	if (sh->n < 1 || sh->c < 1 || sh->k < 1 || sh->stride < 1 || p < 1 || q < 1)
-		return gp_error(GP_EINVAL, "cuDNN graph: bad convolution shape");
-	struct cg_conv_spec conv = { .pad = { sh->pad, sh->pad }, .stride = { sh->stride, sh->stride },
-				     .dilation = { 1, 1 }, .compute = CUDNN_DATA_FLOAT };
-	struct cg_tensor_spec s;
+	struct cg_conv_spec conv;
+	int64_t p, q;
+	GP_TRY(conv_of(sh, &conv, &p, &q));
+	if ((o->residual || o->relu_out) && !o->prologue)
+		return gp_error(GP_EINVAL, "cuDNN graph: a residual or stored ReLU output needs the prologue");
+	const int64_t dims[4] = { sh->n, sh->c, sh->h, sh->w };
 	cudnnBackendDescriptor_t x, w, y, in;
+	int next = 0;
 
-	s = cg_spec_nhwc(CG_UID_X, o->io, sh->n, sh->c, sh->h, sh->w, 0);
-	GP_TRY(cg_graph_tensor(g, &s, &x));
-	s = cg_spec_nhwc(CG_UID_W, o->io, sh->k, sh->c, sh->r, sh->s, 0);
-	GP_TRY(cg_graph_tensor(g, &s, &w));
-	s = cg_spec_nhwc(CG_UID_Y, o->io, sh->n, sh->k, p, q, 0);
-	GP_TRY(cg_graph_tensor(g, &s, &y));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_X, o->io, sh->n, sh->c, sh->h, sh->w, 0), &x));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_W, o->io, sh->k, sh->c, sh->r, sh->s, 0), &w));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_Y, o->io, sh->n, sh->k, p, q, 0), &y));
 	in = x;
 	if (o->prologue) {
-		/* relu(x * scale + bias): the batch norm apply and ReLU of the layer before */
-		cudnnBackendDescriptor_t scale, bias, t[3];
-		s = cg_spec_channel(CG_UID_SCALE, o->param, sh->c);
-		GP_TRY(cg_graph_tensor(g, &s, &scale));
-		s = cg_spec_channel(CG_UID_BIAS, o->param, sh->c);
-		GP_TRY(cg_graph_tensor(g, &s, &bias));
-		for (int i = 0; i < 3; i++) {
-			s = cg_spec_nhwc(CG_UID_VIRTUAL + i, o->inter, sh->n, sh->c, sh->h, sh->w, 1);
-			GP_TRY(cg_graph_tensor(g, &s, &t[i]));
+		/* relu(x * scale + bias [+ residual]): the batch norm apply and ReLU of the
+		 * layer before, and a ResNet block's join */
+		cudnnBackendDescriptor_t scale, bias, t, r;
+		GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_SCALE, o->param, sh->c), &scale));
+		GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_BIAS, o->param, sh->c), &bias));
+		GP_TRY(add_virtual(g, &next, o->inter, sh->n, sh->c, sh->h, sh->w, &t));
+		GP_TRY(scale_bias(g, &next, o->inter, dims, x, scale, bias, t));
+		if (o->residual) {
+			cudnnBackendDescriptor_t z, zs, zb, zt, sum;
+			GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_Z, o->io, sh->n, sh->c, sh->h, sh->w, 0), &z));
+			zt = z;
+			if (o->residual == 2) {
+				GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_Z_SCALE, o->param, sh->c), &zs));
+				GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_Z_BIAS, o->param, sh->c), &zb));
+				GP_TRY(add_virtual(g, &next, o->inter, sh->n, sh->c, sh->h, sh->w, &zt));
+				GP_TRY(scale_bias(g, &next, o->inter, dims, z, zs, zb, zt));
+			}
+			GP_TRY(add_virtual(g, &next, o->inter, sh->n, sh->c, sh->h, sh->w, &sum));
+			GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, t, zt, sum));
+			t = sum;
 		}
-		GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, x, scale, t[0]));
-		GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, t[0], bias, t[1]));
-		GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_RELU_FWD, CUDNN_DATA_FLOAT, t[1], NULL, t[2]));
-		in = t[2];
+		if (o->relu_out)
+			GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_RELU_Y, o->io, sh->n, sh->c, sh->h, sh->w, 0), &r));
+		else
+			GP_TRY(add_virtual(g, &next, o->inter, sh->n, sh->c, sh->h, sh->w, &r));
+		GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_RELU_FWD, CUDNN_DATA_FLOAT, t, NULL, r));
+		in = r;
 	}
 	GP_TRY(cg_graph_conv_fwd(g, &conv, in, w, y));
 	if (o->genstats) {
 		cudnnBackendDescriptor_t sum, sqsum;
-		s = cg_spec_channel(CG_UID_SUM, CUDNN_DATA_FLOAT, sh->k);
-		GP_TRY(cg_graph_tensor(g, &s, &sum));
-		s = cg_spec_channel(CG_UID_SQSUM, CUDNN_DATA_FLOAT, sh->k);
-		GP_TRY(cg_graph_tensor(g, &s, &sqsum));
+		GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_SUM, CUDNN_DATA_FLOAT, sh->k), &sum));
+		GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_SQSUM, CUDNN_DATA_FLOAT, sh->k), &sqsum));
 		GP_TRY(cg_graph_genstats(g, CUDNN_DATA_FLOAT, y, sum, sqsum));
 	}
+	return cg_graph_finalize(g);
+}
+
+int cg_wgrad_graph(cudnnHandle_t handle, const struct cg_conv_shape *sh, const struct cg_wgrad_opts *o,
+		   struct cg_graph *g)
+{
+	cg_graph_init(g, handle);
+	struct cg_conv_spec conv;
+	int64_t p, q;
+	GP_TRY(conv_of(sh, &conv, &p, &q));
+	const int64_t dims[4] = { sh->n, sh->c, sh->h, sh->w };
+	cudnnBackendDescriptor_t x, dy, dw, in;
+	int next = 0;
+
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_X, o->io, sh->n, sh->c, sh->h, sh->w, 0), &x));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DY, o->io, sh->n, sh->k, p, q, 0), &dy));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DW, o->dw, sh->k, sh->c, sh->r, sh->s, 0), &dw));
+	in = x;
+	if (o->prologue) {
+		/* the same three operations as the forward's prologue, in the same order */
+		cudnnBackendDescriptor_t scale, bias, t, r;
+		GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_SCALE, o->param, sh->c), &scale));
+		GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_BIAS, o->param, sh->c), &bias));
+		GP_TRY(add_virtual(g, &next, o->inter, sh->n, sh->c, sh->h, sh->w, &t));
+		GP_TRY(scale_bias(g, &next, o->inter, dims, x, scale, bias, t));
+		GP_TRY(add_virtual(g, &next, o->inter, sh->n, sh->c, sh->h, sh->w, &r));
+		GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_RELU_FWD, CUDNN_DATA_FLOAT, t, NULL, r));
+		in = r;
+	}
+	GP_TRY(cg_graph_conv_bwd_filter(g, &conv, in, dy, dw));
+	return cg_graph_finalize(g);
+}
+
+int cg_dgrad_graph(cudnnHandle_t handle, const struct cg_conv_shape *sh, const struct cg_dgrad_opts *o,
+		   struct cg_graph *g)
+{
+	cg_graph_init(g, handle);
+	struct cg_conv_spec conv;
+	int64_t p, q;
+	GP_TRY(conv_of(sh, &conv, &p, &q));
+	if (o->bn_weights && !o->drelu)
+		return gp_error(GP_EINVAL, "cuDNN graph: BN backward weights without the ReLU backward");
+	const int64_t n = sh->n, c = sh->c, h = sh->h, wd = sh->w;
+	cudnnBackendDescriptor_t dy, w, dx;
+	int next = 0;
+
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DY, o->io, n, sh->k, p, q, 0), &dy));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_W, o->io, sh->k, c, sh->r, sh->s, 0), &w));
+	if (!o->drelu) {
+		GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DX, o->io, n, c, h, wd, 0), &dx));
+		GP_TRY(cg_graph_conv_bwd_data(g, &conv, dy, w, dx));
+		return cg_graph_finalize(g);
+	}
+	cudnnBackendDescriptor_t x, mean, invstd, scale, bias, t0, t1, bn, dz;
+	GP_TRY(add_virtual(g, &next, o->inter, n, c, h, wd, &dx));
+	GP_TRY(cg_graph_conv_bwd_data(g, &conv, dy, w, dx));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_X, o->io, n, c, h, wd, 0), &x));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_MEAN, o->param, c), &mean));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_INVSTD, o->param, c), &invstd));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_SCALE, o->param, c), &scale));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_BIAS, o->param, c), &bias));
+	/* bn(x_bn) = ((x_bn - mean) * invstd) * scale + bias, four operations in the order
+	 * of NVIDIA's figure; then the ReLU backward against it */
+	GP_TRY(add_virtual(g, &next, o->inter, n, c, h, wd, &t0));
+	if (o->mean_form == CG_MEAN_SUB)
+		GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, x, mean, t0));
+	else
+		GP_TRY(cg_graph_pointwise_scaled(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, x, mean, t0, 1.0f, -1.0f));
+	GP_TRY(add_virtual(g, &next, o->inter, n, c, h, wd, &t1));
+	GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, t0, invstd, t1));
+	GP_TRY(add_virtual(g, &next, o->inter, n, c, h, wd, &bn));
+	GP_TRY(scale_bias(g, &next, o->inter, (const int64_t[4]){ n, c, h, wd }, t1, scale, bias, bn));
+	/* dz is stored: dBNApply reads it after the statistics are known */
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DZ, o->io, n, c, h, wd, 0), &dz));
+	GP_TRY(cg_graph_relu_bwd(g, CUDNN_DATA_FLOAT, dx, bn, dz));
+	if (!o->bn_weights)
+		return cg_graph_finalize(g);
+	struct cg_bn_bwd_weights_io io = { .x = x, .mean = mean, .invstd = invstd, .scale = scale, .dy = dz };
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_DSCALE, CUDNN_DATA_FLOAT, c), &io.dscale));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_DBIAS, CUDNN_DATA_FLOAT, c), &io.dbias));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_EQ_DY_SCALE, CUDNN_DATA_FLOAT, c), &io.eq_dy_scale));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_EQ_X_SCALE, CUDNN_DATA_FLOAT, c), &io.eq_x_scale));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_EQ_DBIAS, CUDNN_DATA_FLOAT, c), &io.eq_bias));
+	GP_TRY(cg_graph_bn_bwd_weights(g, CUDNN_DATA_FLOAT, &io));
+	return cg_graph_finalize(g);
+}
+
+int cg_dbn_apply_graph(cudnnHandle_t handle, int64_t n, int64_t c, int64_t h, int64_t w, cudnnDataType_t io,
+		       cudnnDataType_t param, cudnnDataType_t inter, struct cg_graph *g)
+{
+	cg_graph_init(g, handle);
+	if (n < 1 || c < 1 || h < 1 || w < 1)
+		return gp_error(GP_EINVAL, "cuDNN graph: bad dBNApply shape");
+	cudnnBackendDescriptor_t dz, x, a, b, cc, t0, t1, t2, dx;
+	int next = 0;
+
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DZ, io, n, c, h, w, 0), &dz));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_X, io, n, c, h, w, 0), &x));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_EQ_DY_SCALE, param, c), &a));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_EQ_X_SCALE, param, c), &b));
+	GP_TRY(add_tensor(g, cg_spec_channel(CG_UID_EQ_DBIAS, param, c), &cc));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DX, io, n, c, h, w, 0), &dx));
+	GP_TRY(add_virtual(g, &next, inter, n, c, h, w, &t0));
+	GP_TRY(add_virtual(g, &next, inter, n, c, h, w, &t1));
+	GP_TRY(add_virtual(g, &next, inter, n, c, h, w, &t2));
+	GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dz, a, t0));
+	GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, x, b, t1));
+	GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, t0, t1, t2));
+	GP_TRY(cg_graph_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, t2, cc, dx));
+	return cg_graph_finalize(g);
+}
+
+int cg_bn_finalize_graph(cudnnHandle_t handle, const struct cg_bn_finalize_opts *o, struct cg_graph *g)
+{
+	cg_graph_init(g, handle);
+	if (o->c < 1)
+		return gp_error(GP_EINVAL, "cuDNN graph: BN finalize of %lld channels", (long long)o->c);
+	const cudnnDataType_t f = CUDNN_DATA_FLOAT;
+	struct cg_bn_finalize_io io = { 0 };
+	static const struct {
+		int64_t uid;
+		size_t off;
+		int running;
+	} per_channel[] = {
+		{ CG_UID_SUM, offsetof(struct cg_bn_finalize_io, sum), 0 },
+		{ CG_UID_SQSUM, offsetof(struct cg_bn_finalize_io, sqsum), 0 },
+		{ CG_UID_SCALE, offsetof(struct cg_bn_finalize_io, scale), 0 },
+		{ CG_UID_BIAS, offsetof(struct cg_bn_finalize_io, bias), 0 },
+		{ CG_UID_EQ_SCALE, offsetof(struct cg_bn_finalize_io, eq_scale), 0 },
+		{ CG_UID_EQ_BIAS, offsetof(struct cg_bn_finalize_io, eq_bias), 0 },
+		{ CG_UID_SAVED_MEAN, offsetof(struct cg_bn_finalize_io, saved_mean), 0 },
+		{ CG_UID_SAVED_INVSTD, offsetof(struct cg_bn_finalize_io, saved_invstd), 0 },
+		{ CG_UID_PREV_MEAN, offsetof(struct cg_bn_finalize_io, prev_mean), 1 },
+		{ CG_UID_PREV_VAR, offsetof(struct cg_bn_finalize_io, prev_var), 1 },
+		{ CG_UID_NEXT_MEAN, offsetof(struct cg_bn_finalize_io, next_mean), 1 },
+		{ CG_UID_NEXT_VAR, offsetof(struct cg_bn_finalize_io, next_var), 1 },
+	};
+	for (size_t i = 0; i < sizeof(per_channel) / sizeof(per_channel[0]); i++) {
+		if (per_channel[i].running && !o->running)
+			continue;
+		cudnnBackendDescriptor_t *slot = (cudnnBackendDescriptor_t *)((char *)&io + per_channel[i].off);
+		GP_TRY(add_tensor(g, cg_spec_channel(per_channel[i].uid, f, o->c), slot));
+	}
+	GP_TRY(add_tensor(g, spec_scalar(CG_UID_EPSILON, o->scalar), &io.epsilon));
+	/* the factor even without running statistics: cuDNN 9.19 refuses the operation
+	 * without it ("!hasBnExpAverageFactor") */
+	GP_TRY(add_tensor(g, spec_scalar(CG_UID_MOMENTUM, o->scalar), &io.momentum));
+	GP_TRY(add_tensor(g, spec_scalar(CG_UID_ACCUM_COUNT, CUDNN_DATA_INT64), &io.accum_count));
+	GP_TRY(cg_graph_bn_finalize(g, f, &io));
 	return cg_graph_finalize(g);
 }
 
