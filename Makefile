@@ -141,7 +141,8 @@ $(BUILD)/%.o: %.cu
 # Benchmark programs (llm.c's dev/cuda/): one comparison of kernel paths each, outside
 # the product and outside `all`. fusion_bench: cuDNN's runtime fusion (backend API)
 # against separate convolution and batch-norm kernels (docs/dev/fusion.md).
-FUSION_BENCH_OBJ := $(BUILD)/tools/dev/fusion_bench.o $(BUILD)/tools/dev/fusion_kernels.o
+FUSION_BENCH_OBJ := $(BUILD)/tools/dev/fusion_bench.o $(BUILD)/tools/dev/fusion_graph.o \
+		    $(BUILD)/tools/dev/fusion_kernels.o
 fusion-bench: $(BUILD)/fusion_bench
 $(BUILD)/fusion_bench: $(FUSION_BENCH_OBJ)
 ifneq ($(WITH_CUDA),1)

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Rerun the hostile battery (tests/test_hostile.c) and put how each case ends into
-# docs/robustness.md, below its "<!-- table -->" line.
+# Rerun the hostile battery (tests/test_hostile.c, its cases in tests/hostile_cases.c) and
+# put how each case ends into docs/robustness.md, below its "<!-- table -->" line.
 #   tools/hostile_summary.sh [BUILD]     BUILD: the build folder (build)
 set -e
 build=${1:-build}

@@ -1,0 +1,295 @@
+/* fp16 / bf16 NHWC depthwise weight gradient (see dwconv_nhwc.cu for the layout). */
+#include "ops/cuda/dwconv.cuh"
+#include "ops/cuda/dwconv_nhwc.cuh"
+
+/* Weight gradient: (channel group, slice) blocks wanted, ~8 per SM on a 132-SM H100 ... */
+#define DWH_TARGET_BLOCKS 1024
+/* ... but a slice keeps at least this many output pixels, so that the scratch round trip
+ * ((k * k + 1) floats per channel and slice) stays well below the data streamed. */
+#define DWH_MIN_PIXELS 64
+/* Channel vectors one weight-gradient block covers at most (one warp's worth). */
+#define DWH_MAX_CVG 32
+
+/* --- backward filter --------------------------------------------------------------------
+ * Pass 1: block (channel group, slice of the n * h_out output rows) has cvg channel
+ * vectors across and py pixel lanes down; each thread walks the slice's pixels py apart
+ * and sums, in float registers, g * x for every tap and g for the bias, V channels at a
+ * time. The block then adds its py lanes in a fixed order (two levels through shared
+ * memory) into scratch[slice][tap][channel]. Pass 2: for each (channel, tap), 8 lanes
+ * add every 8th slice in double and one adds the 8 in order. The split depends only on
+ * the shape and the alignment of x and dy, so the result is the same bits on every run.
+ * The 3x3 kernel computes all taps in one read of the slice; the generic one computes one
+ * tap (blockIdx.z) per block. */
+struct dwh_f {
+	int n, c, h_in, w_in, h_out, w_out, k, stride, pad;
+	int cv;           /* channel vectors in total: c / V */
+	int cvg, py;      /* block: cvg channel vectors x py pixel lanes */
+	int nq, qlanes;   /* shared reduction: nq chunks of qlanes lanes per column */
+	int slices;
+	int64_t rows;     /* n * h_out, cut into slices */
+	int step_n, step_h, step_w; /* py pixels as images, rows (< h_out), columns (< w_out) */
+	size_t img_in, img_out;
+	int clip6; /* the input is min(x, 6) (a ReLU6 folded into its reader) */
+};
+
+/* Channel vectors per block for cv vectors in all: as even a split of cv into groups of
+ * at most DWH_MAX_CVG as can be. */
+static int dwh_cvg(int cv)
+{
+	int groups = (cv + DWH_MAX_CVG - 1) / DWH_MAX_CVG;
+	return (cv + groups - 1) / groups;
+}
+
+/* Slices of the n * h_out rows: ~DWH_TARGET_BLOCKS blocks with the channel groups of the
+ * widest vector c allows, at least DWH_MIN_PIXELS pixels and one row each. Depends on the
+ * shape alone, so the scratch size does too. */
+static int dwh_slices(const struct conv2d_args *a)
+{
+	int c = a->c_in, v = c % 8 == 0 ? 8 : c % 2 == 0 ? 2 : 1;
+	int cv = c / v, groups = (cv + dwh_cvg(cv) - 1) / dwh_cvg(cv);
+	int64_t want = (DWH_TARGET_BLOCKS + groups - 1) / groups;
+	int64_t rows = (int64_t)a->n * a->h_out;
+	int64_t most = rows * a->w_out / DWH_MIN_PIXELS;
+	if (want > most)
+		want = most;
+	if (want > rows)
+		want = rows;
+	return want < 1 ? 1 : (int)want;
+}
+
+size_t dwh_scratch_floats(const struct conv2d_args *a)
+{
+	if (!dwh_supported(a))
+		return 0;
+	return (size_t)a->c_in * dwh_slices(a) * (a->kh * a->kw + 1);
+}
+
+template <typename T, int V, int K, int S>
+__global__ static void __launch_bounds__(BLOCK)
+dwh_filter_part_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restrict__ dy,
+		       float *__restrict__ part)
+{
+	const int NT = K ? K * K + 1 : 1; /* taps summed by this block, the bias last */
+	__shared__ float red[BLOCK * V];
+	__shared__ float red2[BLOCK];
+	int tx = (int)threadIdx.x % p.cvg, ty = (int)threadIdx.x / p.cvg;
+	int cvi = (int)blockIdx.x * p.cvg + tx, ch0 = cvi * V;
+	int kk = p.k * p.k, tap = K ? 0 : (int)blockIdx.z;
+	float acc[NT][V];
+#pragma unroll
+	for (int t = 0; t < NT; t++)
+#pragma unroll
+		for (int e = 0; e < V; e++)
+			acc[t][e] = 0.0f;
+
+	if (cvi < p.cv) {
+		int64_t q1 = (int64_t)(blockIdx.y + 1) * p.rows / p.slices;
+		int64_t q = (int64_t)blockIdx.y * p.rows / p.slices + ty / p.w_out;
+		int ow = ty % p.w_out;
+		int ni = (int)(q / p.h_out), oh = (int)(q - (int64_t)ni * p.h_out);
+		int gky = K ? 0 : tap / p.k, gkx = K ? 0 : tap % p.k;
+		while (q < q1) {
+			const T *xi = x + (size_t)ni * p.img_in + ch0;
+			float g[V];
+			ldv<V>(dy + (size_t)ni * p.img_out + (oh * p.w_out + ow) * p.c + ch0, g);
+			if (K) {
+#pragma unroll
+				for (int ky = 0; ky < (K ? K : 1); ky++) {
+					int ih = oh * S - p.pad + ky;
+					if (ih < 0 || ih >= p.h_in)
+						continue;
+#pragma unroll
+					for (int kx = 0; kx < (K ? K : 1); kx++) {
+						int iw = ow * S - p.pad + kx;
+						if (iw < 0 || iw >= p.w_in)
+							continue;
+						float xv[V];
+						ldv<V>(xi + (ih * p.w_in + iw) * p.c, xv);
+			if (p.clip6)
+				clip6v<V>(xv);
+#pragma unroll
+						for (int e = 0; e < V; e++)
+							acc[ky * K + kx][e] += g[e] * xv[e];
+					}
+				}
+#pragma unroll
+				for (int e = 0; e < V; e++)
+					acc[NT - 1][e] += g[e];
+			} else if (tap == kk) {
+#pragma unroll
+				for (int e = 0; e < V; e++)
+					acc[0][e] += g[e];
+			} else {
+				int ih = oh * p.stride - p.pad + gky, iw = ow * p.stride - p.pad + gkx;
+				if (ih >= 0 && ih < p.h_in && iw >= 0 && iw < p.w_in) {
+					float xv[V];
+					ldv<V>(xi + (ih * p.w_in + iw) * p.c, xv);
+			if (p.clip6)
+				clip6v<V>(xv);
+#pragma unroll
+					for (int e = 0; e < V; e++)
+						acc[0][e] += g[e] * xv[e];
+				}
+			}
+			/* The next pixel, py further on. */
+			int carry = 0;
+			ow += p.step_w;
+			if (ow >= p.w_out) {
+				ow -= p.w_out;
+				carry = 1;
+			}
+			oh += p.step_h + carry;
+			ni += p.step_n;
+			if (oh >= p.h_out) {
+				oh -= p.h_out;
+				ni++;
+			}
+			q = (int64_t)ni * p.h_out + oh;
+		}
+	}
+
+	/* Sum the py lanes of each of the cvg * V columns: lanes in nq chunks of qlanes, then
+	 * the chunks, both in order. */
+	const int cols = p.cvg * V;
+	int j = (int)threadIdx.x % cols, cq = (int)threadIdx.x / cols;
+#pragma unroll
+	for (int t = 0; t < NT; t++) {
+#pragma unroll
+		for (int e = 0; e < V; e++)
+			red[threadIdx.x * V + e] = acc[t][e];
+		__syncthreads();
+		if (cq < p.nq) {
+			int l0 = cq * p.qlanes, l1 = min(p.py, l0 + p.qlanes);
+			float s = 0.0f;
+			for (int l = l0; l < l1; l++)
+				s += red[l * cols + j];
+			red2[cq * cols + j] = s;
+		}
+		__syncthreads();
+		if ((int)threadIdx.x < cols) {
+			float s = 0.0f;
+			for (int i = 0; i < p.nq; i++)
+				s += red2[i * cols + (int)threadIdx.x];
+			int ch = (int)blockIdx.x * cols + (int)threadIdx.x;
+			if (ch < p.c)
+				part[((size_t)blockIdx.y * (kk + 1) + (K ? t : tap)) * p.c + ch] = s;
+		}
+	}
+}
+
+#define SUM_LANES 8
+
+/* dw[ch][t] (t < kk) or db[ch] (t == kk) = the slices' partials added in a fixed order. */
+template <typename T>
+__global__ static void __launch_bounds__(32 * SUM_LANES)
+dwh_filter_sum_kernel(int c, int kk, int slices, const float *__restrict__ part, T *__restrict__ dw,
+		      float *__restrict__ db)
+{
+	__shared__ double s2[SUM_LANES][32];
+	int ch = (int)blockIdx.x * 32 + (int)threadIdx.x, t = (int)blockIdx.y;
+	double sum = 0.0;
+	if (ch < c) {
+		const float *q = part + (size_t)t * c + ch;
+		size_t step = (size_t)(kk + 1) * c;
+#pragma unroll 4
+		for (int sl = (int)threadIdx.y; sl < slices; sl += SUM_LANES)
+			sum += q[(size_t)sl * step];
+	}
+	s2[threadIdx.y][threadIdx.x] = sum;
+	__syncthreads();
+	if (threadIdx.y || ch >= c)
+		return;
+	double tot = 0.0;
+	for (int i = 0; i < SUM_LANES; i++)
+		tot += s2[i][threadIdx.x];
+	if (t < kk)
+		put_f(&dw[(size_t)ch * kk + t], (float)tot);
+	else if (db)
+		db[ch] = (float)tot;
+}
+
+template <typename T, int V>
+static int dwh_filter_v(cudaStream_t s, const struct conv2d_args *a, const T *x, const T *dy,
+			T *dw, float *db, float *scratch, int clip6)
+{
+	struct dwh_f p;
+	p.clip6 = clip6;
+	p.n = a->n;
+	p.c = a->c_in;
+	p.h_in = a->h_in;
+	p.w_in = a->w_in;
+	p.h_out = a->h_out;
+	p.w_out = a->w_out;
+	p.k = a->kh;
+	p.stride = a->stride;
+	p.pad = a->pad;
+	p.cv = a->c_in / V;
+	p.cvg = dwh_cvg(p.cv);
+	p.py = BLOCK / p.cvg; /* >= 8 >= V: the shared reduction has a chunk per column */
+	p.nq = p.py / V;
+	p.qlanes = (p.py + p.nq - 1) / p.nq;
+	p.slices = dwh_slices(a);
+	p.rows = (int64_t)a->n * a->h_out;
+	int step_rows = p.py / a->w_out;
+	p.step_w = p.py % a->w_out;
+	p.step_n = step_rows / a->h_out;
+	p.step_h = step_rows % a->h_out;
+	p.img_in = (size_t)a->h_in * a->w_in * a->c_in;
+	p.img_out = (size_t)a->h_out * a->w_out * a->c_in;
+	int kk = a->kh * a->kw, groups = (p.cv + p.cvg - 1) / p.cvg;
+	unsigned threads = (unsigned)(p.cvg * p.py);
+	if (a->kh == 3) {
+		dim3 grid((unsigned)groups, (unsigned)p.slices, 1);
+		if (a->stride == 1)
+			dwh_filter_part_kernel<T, V, 3, 1><<<grid, threads, 0, s>>>(p, x, dy, scratch);
+		else
+			dwh_filter_part_kernel<T, V, 3, 2><<<grid, threads, 0, s>>>(p, x, dy, scratch);
+	} else {
+		dim3 grid((unsigned)groups, (unsigned)p.slices, (unsigned)(kk + 1));
+		dwh_filter_part_kernel<T, V, 0, 0><<<grid, threads, 0, s>>>(p, x, dy, scratch);
+	}
+	CUDA_CHECK_LAUNCH();
+	dim3 sgrid((unsigned)((a->c_in + 31) / 32), (unsigned)(kk + 1), 1);
+	dwh_filter_sum_kernel<T><<<sgrid, dim3(32, SUM_LANES, 1), 0, s>>>(a->c_in, kk, p.slices, scratch,
+									   dw, db);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+template <typename T>
+static int dwh_filter(cudaStream_t s, const struct conv2d_args *a, const void *x, const void *dy,
+		      void *dw, float *db, float *scratch, int clip6)
+{
+	const T *xt = (const T *)x, *dyt = (const T *)dy;
+	T *dwt = (T *)dw;
+	switch (pick_v(DWH_FILTER, a->c_in, x, dy, NULL)) {
+	case 8:
+		return dwh_filter_v<T, 8>(s, a, xt, dyt, dwt, db, scratch, clip6);
+	case 4:
+		return dwh_filter_v<T, 4>(s, a, xt, dyt, dwt, db, scratch, clip6);
+	case 2:
+		return dwh_filter_v<T, 2>(s, a, xt, dyt, dwt, db, scratch, clip6);
+	default:
+		return dwh_filter_v<T, 1>(s, a, xt, dyt, dwt, db, scratch, clip6);
+	}
+}
+
+int dwh_filter_any(cudaStream_t s, enum gp_dtype ht, const struct conv2d_args *a, const void *x,
+		   const void *dy, void *dw, float *db, float *scratch, int clip6)
+{
+	GP_TRY(dwh_check(a, "backward filter"));
+	if (ht != GP_F16 && ht != GP_BF16)
+		return bad_dtype(ht);
+	int c = a->c_in, kk = a->kh * a->kw;
+	if (!a->n) {
+		/* A sum over no images: +0 is all-zero bits in both 16-bit types. */
+		CUDA_TRY(cudaMemsetAsync(dw, 0, (size_t)c * kk * 2, s));
+		if (db)
+			CUDA_TRY(cudaMemsetAsync(db, 0, (size_t)c * sizeof(float), s));
+		return 0;
+	}
+	if (!scratch)
+		return gp_error(GP_EINVAL, "16-bit depthwise backward filter needs %zu floats of scratch",
+				dwh_scratch_floats(a));
+	return DISPATCH_H(ht, dwh_filter, s, a, x, dy, dw, db, scratch, clip6);
+}
