@@ -35,7 +35,8 @@ struct util_series {
 
 struct workers_run {
 	int workers;
-	int decode_gpu; /* made on the GPU (--decode gpu): no worker threads */
+	int decode_gpu; /* made on the GPU (--decode gpu): workers are then the CPU
+			 * threads that decode a share of each batch beside nvJPEG */
 	struct train_result res;
 	struct util_series sampler, driver;
 	const struct util_series *util; /* the denser of the two, NULL without samples */
@@ -152,7 +153,8 @@ static int watch_after_step(void *user, struct net *net, int step, int steps, do
 		GP_TRY(watch_poll_driver(w));
 	int quarter = steps / 4 > 0 ? steps / 4 : 1;
 	if (step == steps || step % quarter == 0) {
-		printf("%d workers: step %d/%d  %.0f img/s\n", w->run->workers, step, steps,
+		printf("%d %s: step %d/%d  %.0f img/s\n", w->run->workers,
+		       w->run->decode_gpu ? "CPU threads beside nvJPEG" : "workers", step, steps,
 		       elapsed_s > 0 ? step * (double)w->batch / elapsed_s : 0);
 		fflush(stdout);
 	}
@@ -264,7 +266,7 @@ static json_t *run_json(const struct workers_run *r)
 			    "dram_bw_util_pct", result_real(r->gpm.dram_bw_util_pct))
 		: json_null();
 	return json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:I, s:i, s:o, "
-			 "s:o, s:s}",
+			 "s:o, s:s, s:i}",
 		"workers", r->workers, "gpm", gpm, "samples", samples,
 		"mean_util", real_or_null(ok, r->mean_util), "std_util", real_or_null(ok, r->std_util),
 		"idle_share", real_or_null(ok, r->idle_share), "total_s", result_real(t->total_s),
@@ -274,7 +276,8 @@ static json_t *run_json(const struct workers_run *r)
 		"skipped_corrupt", (json_int_t)t->skipped_corrupt, "steps", t->steps,
 		"cpu_cores", result_real(t->cpu.proc_cores),
 		"machine_cpu_pct", real_or_null(t->cpu.machine_pct >= 0, t->cpu.machine_pct),
-		"decode", r->decode_gpu ? "gpu" : "cpu");
+		"decode", r->decode_gpu ? "gpu" : "cpu", "decode_threads",
+		r->decode_gpu ? r->workers : 0);
 }
 
 static json_t *result_build(int argc, char **argv, const struct workers_run *runs, int n, int rec,
@@ -336,8 +339,8 @@ static int table_fill(struct table *t, const struct workers_run *runs, int n)
 			snprintf(idle, sizeof(idle), "%.1f", 100 * r->idle_share);
 			snprintf(ns, sizeof(ns), "%d %s", r->util->n, r->util_source);
 		}
-		char wk[16], mach[32] = "n/a";
-		snprintf(wk, sizeof(wk), r->decode_gpu ? "gpu decode" : "%d", r->workers);
+		char wk[24], mach[32] = "n/a";
+		snprintf(wk, sizeof(wk), r->decode_gpu ? "gpu +%d" : "%d", r->workers);
 		if (r->res.cpu.machine_pct >= 0)
 			snprintf(mach, sizeof(mach), "%.0f", r->res.cpu.machine_pct);
 		char sm[32] = "n/a", tc[32] = "n/a", dram[32] = "n/a";
@@ -370,20 +373,22 @@ static void reading_print(const struct workers_run *runs, int n, int best_i)
 		if (runs[i].workers < runs[lo].workers)
 			lo = i;
 	const struct workers_run *a = &runs[lo], *b = &runs[hi];
+	const char *unit = a->decode_gpu ? "CPU threads beside nvJPEG" : "workers";
 	printf("\nreading: ");
 	if (lo == hi) {
-		printf("with %d workers the training loop waited for data %.0f%% of each step "
+		printf("with %d %s the training loop waited for data %.0f%% of each step "
 		       "(%.2f ms) at %.0f img/s, the best of the counts tried",
-		       a->workers, a->res.data_wait_pct, a->res.data_wait_ms, a->res.img_s);
+		       a->workers, unit, a->res.data_wait_pct, a->res.data_wait_ms, a->res.img_s);
 		if (a->util)
 			printf(", and the GPU was %.0f%% busy on average (idle %.0f%% of the time)",
 			       a->mean_util, 100 * a->idle_share);
-		printf(". More workers did not help: decoding keeps up with training here.\n");
+		printf(". More %s did not help: decoding keeps up with training here.\n", unit);
 		return;
 	}
-	printf("with %d workers the training loop waited for data %.0f%% of each step (%.2f ms); "
-	       "with %d workers, the fastest run, %.0f%% (%.2f ms). ", a->workers, a->res.data_wait_pct,
-	       a->res.data_wait_ms, b->workers, b->res.data_wait_pct, b->res.data_wait_ms);
+	printf("with %d %s the training loop waited for data %.0f%% of each step (%.2f ms); "
+	       "with %d, the fastest run, %.0f%% (%.2f ms). ", a->workers, unit,
+	       a->res.data_wait_pct, a->res.data_wait_ms, b->workers, b->res.data_wait_pct,
+	       b->res.data_wait_ms);
 	if (a->util && b->util)
 		printf("GPU utilization went from %.0f%% to %.0f%% and the idle share from %.0f%% "
 		       "to %.0f%%. ", a->mean_util, b->mean_util, 100 * a->idle_share,
@@ -427,8 +432,9 @@ int cmd_workers(int argc, char **argv)
 		OPT_BATCH(&batch, "batch size (64)"),
 		OPT_WORKER_LIST(&workers, "worker counts to try (0,2,4,8)"),
 		OPT_DECODE(&decode, "where JPEGs are decoded: cpu (one run per worker count) | gpu "
-			   "(one run, nvJPEG + GPU augmentation; --workers does not apply) | auto (the "
-			   "faster of the two, timed at the most workers listed)"),
+			   "(nvJPEG + GPU augmentation; one run per count of CPU threads decoding a "
+			   "share beside it, --decode-threads) | auto (the faster of the two, timed at "
+			   "the most workers listed; one run if the GPU wins)"),
 		OPT_STEPS(&steps, "training steps per worker count (100)"),
 		{ "interval", OPT_DOUBLE, &interval_s, "NVML sampling interval in seconds (0.5)", 0, 0, .min_d = 0.01, .max_d = 60, .range = OPT_MIN_INCL | OPT_MAX_INCL },
 		OPT_PREFETCH(&prefetch, "batches in flight per worker (2)"),
@@ -460,8 +466,6 @@ int cmd_workers(int argc, char **argv)
 	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && strcmp(device, "cpu"),
 				"workers", &mode));
 	GP_TRY(train_pick_device(device, &backend, 0));
-	if (mode == DECODE_GPU) /* one run: the GPU path has no worker threads to count */
-		workers = (struct int_list){ 1, { 0 } };
 	/* auto: the first run measures both paths, the CPU side at the most workers listed */
 	int most_workers = 0;
 	for (int i = 0; i < workers.n; i++)
@@ -504,18 +508,22 @@ int cmd_workers(int argc, char **argv)
 		o.backend = backend;
 		o.precision = prec;
 		o.data = data;
-		o.workers = workers.v[i];
+		/* on the GPU path the counts are CPU threads beside nvJPEG (--decode-threads) */
+		o.workers = mode == DECODE_GPU ? 0 : workers.v[i];
+		o.decode_threads = mode == DECODE_GPU ? workers.v[i] : 0;
 		o.prefetch = prefetch;
 		o.decode = mode;
 		o.probe_workers = most_workers;
 		r->workers = workers.v[i];
+		r->decode_gpu = mode == DECODE_GPU; /* known after the run for auto */
 		struct workers_watch w = { .run = r, .nvml = nvml_ok, .batch = batch,
 					   .interval_s = interval_s };
 		struct train_observer obs = { .after_setup = watch_after_setup, .after_step = watch_after_step, .user = &w };
 		rc = train_run_observed(&o, &obs, &r->res, NULL);
 		int stop_rc = watch_stop_sampler(&w);
 		if (rc < 0) {
-			gp_error_wrap(rc, "run with %d workers", r->workers);
+			gp_error_wrap(rc, "run with %d %s", r->workers,
+				      r->decode_gpu ? "CPU decode threads" : "workers");
 			goto cleanup;
 		}
 		if ((rc = stop_rc) < 0)
@@ -570,18 +578,16 @@ int cmd_workers(int argc, char **argv)
 	printf("\n");
 	table_print(&t, stdout);
 	reading_print(runs, workers.n, best_i);
-	if (decode_gpu)
-		printf("decoded on the GPU: the process kept %.1f CPU cores busy (no worker "
-		       "threads to recommend)\n", runs[0].res.cpu.proc_cores);
-	else if (rec == best_i)
-		printf("recommended: %d workers, the fastest (%.0f img/s, %.1f CPU cores busy), and "
-		       "no fewer workers come within 5%% of it at as busy a GPU and no more CPU\n",
-		       runs[rec].workers, runs[rec].res.img_s, runs[rec].res.cpu.proc_cores);
+	const char *unit = decode_gpu ? "CPU threads beside nvJPEG (--decode-threads)" : "workers";
+	if (rec == best_i)
+		printf("recommended: %d %s, the fastest (%.0f img/s, %.1f CPU cores busy), and "
+		       "no fewer come within 5%% of it at as busy a GPU and no more CPU\n",
+		       runs[rec].workers, unit, runs[rec].res.img_s, runs[rec].res.cpu.proc_cores);
 	else
-		printf("recommended: %d workers: within 5%% of the best throughput (%.0f img/s "
-		       "against %.0f with %d workers) and 2 points of its GPU utilization, at %.1f "
-		       "CPU cores busy against %.1f (fewest workers whose CPU cost is within 25%% "
-		       "of the cheapest such run)\n", runs[rec].workers, runs[rec].res.img_s,
+		printf("recommended: %d %s: within 5%% of the best throughput (%.0f img/s "
+		       "against %.0f with %d) and 2 points of its GPU utilization, at %.1f "
+		       "CPU cores busy against %.1f (the fewest whose CPU cost is within 25%% "
+		       "of the cheapest such run)\n", runs[rec].workers, unit, runs[rec].res.img_s,
 		       runs[best_i].res.img_s, runs[best_i].workers, runs[rec].res.cpu.proc_cores,
 		       runs[best_i].res.cpu.proc_cores);
 	printf("\nwrote %s\n", path);
