@@ -414,6 +414,36 @@ TEST(gpu_decode_train_runs)
 	CHECK_MSG(!strstr(out, "nan") && !strstr(out, "inf "), "%s", out);
 }
 
+/* workers --decode gpu: one run per count of CPU threads beside nvJPEG (rows "gpu +N"),
+ * each run's decode_threads in workers.json, and a recommendation among them. */
+TEST(gpu_decode_workers_sweeps_cpu_threads)
+{
+	if (!gpu_decode_ready())
+		return;
+	const char *dir = folder_make();
+	char cmd[1600], out[32768], path[700];
+	snprintf(cmd, sizeof(cmd), "%s workers --model resnet18 --size 64 --batch 8 --steps 4 "
+		 "--data %s --decode gpu --workers 0,2 --out %s/workers_gpu", test_bin(), dir,
+		 test_tmpdir());
+	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
+	CHECK_MSG(strstr(out, "gpu +0") && strstr(out, "gpu +2"), "%s", out);
+	CHECK_MSG(strstr(out, "recommended: ") && strstr(out, "CPU threads beside nvJPEG"), "%s",
+		  out);
+	snprintf(path, sizeof(path), "%s/workers_gpu/workers.json", test_tmpdir());
+	json_error_t err;
+	json_t *j = json_load_file(path, 0, &err);
+	CHECK_MSG(j, "%s: %s", path, err.text);
+	json_t *runs = json_object_get(json_object_get(j, "measurements"), "runs");
+	CHECK_EQ_INT((int)json_array_size(runs), 2);
+	for (int i = 0; i < 2 && !test_failed(); i++) {
+		json_t *r = json_array_get(runs, i);
+		CHECK(!strcmp(json_string_value(json_object_get(r, "decode")), "gpu"));
+		CHECK_EQ_INT((int)json_integer_value(json_object_get(r, "decode_threads")), 2 * i);
+		CHECK(json_real_value(json_object_get(r, "img_s")) > 0);
+	}
+	json_decref(j);
+}
+
 /* The loader's decode thread against the decoder called directly (the synchronous
  * path) on the same files and geometry: each batch bit for bit, over two epochs. And
  * what `train --decode gpu` relies on: a held batch stays as it was while the thread
