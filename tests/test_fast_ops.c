@@ -185,6 +185,25 @@ static double best_step_ms(const struct conv2d_args *a, int fast, const float *x
 	return t1 < t2 ? t1 : t2;
 }
 
+/* The best times of the fast path and of the reference, run in turn, until the fast
+ * one is `factor` times faster or 4 s have gone by (at least 3 pairs). A busy machine
+ * stalls runs for long stretches, not single ones: with both cores taken by other
+ * processes, OpenBLAS's two threads made the small layer 35 ms instead of 1.5 in five
+ * runs in a row. A mis-dispatch to the reference (1.0x) fails however long it runs. */
+static void best_pair_ms(const struct conv2d_args *a, const float *x, const float *w, float *y,
+			 float *dx, float *dw, float *ws, double factor, double *fast_ms,
+			 double *ref_ms)
+{
+	*fast_ms = *ref_ms = 1e30;
+	double t0 = gp_now_ms();
+	for (int i = 0; i < 3 || (*fast_ms * factor >= *ref_ms && gp_now_ms() - t0 < 4000); i++) {
+		double f = conv_step_ms(a, 1, x, w, y, dx, dw, ws);
+		double r = conv_step_ms(a, 0, x, w, y, dx, dw, ws);
+		*fast_ms = f < *fast_ms ? f : *fast_ms;
+		*ref_ms = r < *ref_ms ? r : *ref_ms;
+	}
+}
+
 /* A ResNet layer1 conv (64 -> 64, 3x3, 56x56, batch 8) does 2.8 GMAC forward and
  * backward: only a BLAS path finishes that well under a second on two cores. A
  * smaller layer run both ways shows the fast path is the one that is fast. */
@@ -201,26 +220,27 @@ TEST(fast_conv2d_speed)
 	float *ws = malloc(conv2d_fast_workspace_floats(&big) * sizeof(float));
 	conv_step_ms(&big, 1, x, w, y, dx, dw, ws); /* warm up the BLAS threads */
 	double best_ms = best_step_ms(&big, 1, x, w, y, dx, dw, ws);
+	for (int i = 0; i < 4 && best_ms > 1000; i++) { /* a busy machine: 852-884 ms read */
+		double t = conv_step_ms(&big, 1, x, w, y, dx, dw, ws);
+		best_ms = t < best_ms ? t : best_ms;
+	}
 	CHECK_LE(best_ms, 1000);
 
+	/* Fast against reference on a smaller layer (best_pair_ms: a busy machine read
+	 * fast 12.0 and 48.0 ms where 1.3 is usual). The fast path is about 30x faster
+	 * here; 4x still catches a mis-dispatch. */
 	struct conv2d_args small = conv_make(1, 32, 28, 28, 32, 3, 1, 1, 1, 0);
-	double fast_ms = best_step_ms(&small, 1, x, w, y, dx, dw, ws);
-	double ref_ms = best_step_ms(&small, 0, x, w, y, dx, dw, ws);
+	double fast_ms, ref_ms;
+	best_pair_ms(&small, x, w, y, dx, dw, ws, 4, &fast_ms, &ref_ms);
 	CHECK_MSG(fast_ms * 4 < ref_ms, "fast %.2f ms vs reference %.2f ms", fast_ms, ref_ms);
 
 	/* MobileNetV2's depthwise layers take the direct loops, not BLAS. They beat the
-	 * reference by about 2.5x on two cores, so a neighbour's burst can bring one
-	 * pair of runs under 2x (CI read 20.1 vs 38.6 ms): take the best of five
-	 * runs, fast and reference in turn, and ask for 1.6x, which the reference
-	 * loops taken by mistake (1.0x) still fail. */
+	 * reference by about 2.5x on two cores, and a pair of runs fell under 2x on CI
+	 * (20.1 vs 38.6 ms): best_pair_ms against 1.6x, which the reference loops taken
+	 * by mistake (1.0x) still fail. */
 	struct conv2d_args dw3 = conv_make(2, 96, 56, 56, 96, 3, 1, 1, 96, 0);
-	double dw_fast_ms = 1e30, dw_ref_ms = 1e30;
-	for (int i = 0; i < 5; i++) {
-		double f = conv_step_ms(&dw3, 1, x, w, y, dx, dw, ws);
-		double r = conv_step_ms(&dw3, 0, x, w, y, dx, dw, ws);
-		dw_fast_ms = f < dw_fast_ms ? f : dw_fast_ms;
-		dw_ref_ms = r < dw_ref_ms ? r : dw_ref_ms;
-	}
+	double dw_fast_ms, dw_ref_ms;
+	best_pair_ms(&dw3, x, w, y, dx, dw, ws, 1.6, &dw_fast_ms, &dw_ref_ms);
 	CHECK_MSG(dw_fast_ms * 1.6 < dw_ref_ms, "depthwise fast %.2f ms vs reference %.2f ms",
 		  dw_fast_ms, dw_ref_ms);
 	printf("    conv 64x56x56 b8 fwd+bwd: %.0f ms; 32x28x28: fast %.2f ms, ref %.2f ms; "
