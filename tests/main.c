@@ -150,11 +150,15 @@ double rel_err_norm_f32(const float *a, const float *b, size_t n)
 
 /* Arguments select tests whose name contains one of them; an argument "-PART" leaves
  * out those whose name contains PART (only exclusions: every other test), so that the
- * suite can run in parallel parts. */
+ * suite can run in parallel parts. "--part K/N" (handled in main) is not a name. */
 static int selected(const char *name, int argc, char **argv)
 {
 	int includes = 0, hit = 0;
 	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--part")) {
+			i++;
+			continue;
+		}
 		if (argv[i][0] == '-') {
 			if (strstr(name, argv[i] + 1))
 				return 0;
@@ -173,16 +177,38 @@ static int by_file_then_name(const void *a, const void *b)
 	return c ? c : strcmp(x->name, y->name);
 }
 
+/* "--part K/N": of the selected tests in file order, the K-th of every N (1 <= K <= N),
+ * so that a suite longer than one device call's limit runs as N calls, each test in
+ * exactly one. 0 when absent, -1 (after a line on stderr) when malformed. */
+static int part_parse(int argc, char **argv, int *k, int *n)
+{
+	*k = 1;
+	*n = 1;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--part"))
+			continue;
+		char tail;
+		if (i + 1 >= argc || sscanf(argv[i + 1], "%d/%d%c", k, n, &tail) != 2 || *n < 1 ||
+		    *k < 1 || *k > *n) {
+			fprintf(stderr, "--part: give K/N with 1 <= K <= N (e.g. 1/2)\n");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	int passed = 0, failed = 0, skipped = 0;
+	int passed = 0, failed = 0, skipped = 0, part_k, part_n, nth = 0;
+	if (part_parse(argc, argv, &part_k, &part_n) < 0)
+		return 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	/* results the commands under test write without --out land in the scratch dir */
 	setenv("GPUPERF_RESULTS", test_tmpdir(), 1);
 	tuning_reload();
 	qsort(cases, n_cases, sizeof(cases[0]), by_file_then_name);
 	for (int i = 0; i < n_cases; i++) {
-		if (!selected(cases[i].name, argc, argv))
+		if (!selected(cases[i].name, argc, argv) || nth++ % part_n != part_k - 1)
 			continue;
 		cur_failed = cur_skipped = cur_fail_lines = 0;
 		struct timespec t0, t1;
