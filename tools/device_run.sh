@@ -26,6 +26,8 @@
 # DDP after each count), scale --transport socket --torch; the run folders as $OUT/scale19.tgz),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
+# tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
+# one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
 # (docs/cuda.md, tuning switches). Only 8 files come back from $OUT:
 # point OUT at a scratch folder and tar it into the real one.
@@ -49,7 +51,7 @@ stage() { # name timeout command...
 for s in "$@"; do
 	case $s in
 	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
-	tests) TAIL=60 stage tests ${TESTS_TIMEOUT:-400} sh -c "build/bundle/gpuperf_tests | grep -v '^ok '" ;;
+	tests) TAIL=60 stage tests${TESTS_PART:+_${TESTS_PART%/*}} ${TESTS_TIMEOUT:-400} sh -c "build/bundle/gpuperf_tests ${TESTS_PART:+--part $TESTS_PART} | grep -v '^ok '" ;;
 	gputests) TAIL=80 stage gputests 300 build/bundle/gpuperf_tests ${GPUTESTS:-cuda} ;;
 	dist) stage dist 240 sh -c "build/bundle/gpuperf_tests nccl dist_; $BIN dist-check --device cuda --size 256 --out $OUT/dist --overwrite; $BIN dist-check --device cpu --nproc 2 --size 64; $BIN dist-check --device cuda --nproc 2 --size 8 --timeout 30; echo \"two ranks, one GPU: rc=\$? (2 expected)\"" ;;
 	parity) stage parity 300 python3 tests/torch/parity.py --bin $BIN --device cuda --ref64 --json "$OUT/parity_cuda.json" ;;
