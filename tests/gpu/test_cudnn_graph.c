@@ -436,6 +436,13 @@ TEST(cudnn_graph_depthwise_graphs_finalize_without_device)
 			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, 1, c, c, 1, 3, 3);
 		}
 		cg_graph_destroy(&g);
+		/* and in float, the probe's second choice */
+		wo.dw = CUDNN_DATA_FLOAT;
+		rc = cg_wgrad_graph(NULL, s, &wo, &g);
+		CHECK_MSG(rc == 0, "depthwise filter gradient in float, %lld channels: %s", (long long)c, gp_errmsg());
+		if (rc == 0)
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, 1, c, c, 1, 3, 3);
+		cg_graph_destroy(&g);
 	}
 
 	struct cg_conv_shape bad = CG_DW(2, 96, 8, 1);
