@@ -1,7 +1,7 @@
 /* What the cuDNN graph API probes share (test_cudnn_graph.c, test_cudnn_graph_bwd.c,
- * test_cudnn_graph_res.c): the layer shapes, element counts, the legacy path's
- * arguments for a shape, the host convolution, error measures, 16-bit device copies and
- * random inputs, a plan with its printed line, and timed comparisons. */
+ * test_cudnn_graph_res.c, test_cudnn_graph_dw.c): the layer shapes, element counts, the
+ * legacy path's arguments for a shape, the host convolution, error measures, 16-bit
+ * device copies and random inputs, a plan with its printed line, and timed comparisons. */
 #ifndef GP_TESTS_GPU_CUDNN_GRAPH_UTIL_H
 #define GP_TESTS_GPU_CUDNN_GRAPH_UTIL_H
 
@@ -32,6 +32,11 @@
 #define CG_RES_SMALL ((struct cg_conv_shape){ .n = 2, .c = 64, .h = 10, .w = 10, .k = 64, .r = 1, .s = 1, \
 					      .pad = 0, .stride = 1 })
 
+/* A depthwise 3x3 layer of MobileNetV2 (pad 1, groups = channels) on an h x h input. */
+#define CG_DW(n_, c_, h_, stride_) ((struct cg_conv_shape){ .n = (n_), .c = (c_), .h = (h_), .w = (h_), \
+							    .k = (c_), .r = 3, .s = 3, .pad = 1,            \
+							    .stride = (stride_), .groups = (c_) })
+
 /* Timed runs per median. */
 #define CG_REPS 21
 
@@ -39,7 +44,7 @@ static inline struct conv2d_args cg_legacy_args(const struct cg_conv_shape *s)
 {
 	struct conv2d_args a = { .n = (int)s->n, .c_in = (int)s->c, .h_in = (int)s->h, .w_in = (int)s->w,
 				 .c_out = (int)s->k, .kh = (int)s->r, .kw = (int)s->s, .stride = (int)s->stride,
-				 .pad = (int)s->pad, .groups = 1, .has_bias = 0 };
+				 .pad = (int)s->pad, .groups = (int)cg_conv_groups(s), .has_bias = 0 };
 	a.h_out = conv_out_size(a.h_in, a.kh, a.stride, a.pad);
 	a.w_out = conv_out_size(a.w_in, a.kw, a.stride, a.pad);
 	return a;
@@ -58,11 +63,11 @@ static inline size_t cg_y_count(const struct cg_conv_shape *s)
 
 static inline size_t cg_w_count(const struct cg_conv_shape *s)
 {
-	return (size_t)(s->k * s->c * s->r * s->s);
+	return (size_t)(s->k * cg_conv_w_c(s) * s->r * s->s);
 }
 
-/* y = conv(x, w) in double, NHWC and KRSC; then per-channel sum and sum of squares of y
- * (sums may be NULL). */
+/* y = conv(x, w) in double, NHWC and KRSC (ungrouped shapes only); then per-channel sum
+ * and sum of squares of y (sums may be NULL). */
 static inline void cg_conv_host(const struct cg_conv_shape *s, const float *x, const float *w, float *y,
 				double *sum, double *sqsum)
 {

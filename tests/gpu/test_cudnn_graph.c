@@ -326,6 +326,145 @@ TEST(cudnn_graph_descriptors_finalize_without_device)
 	cg_desc_destroy(t);
 }
 
+/* The dimensions cuDNN holds for the tensor attribute attr of a finalized convolution
+ * operation, read back in the order given (N, C, H, W; weights K, C, R, S), and the
+ * group count it inferred. cuDNN 9.19 holds them split by group, 5-D: activations
+ * N x G x C/G x H x W, weights G x K/G x C/G x R x S (G 1 for an ungrouped convolution);
+ * a cuDNN that hands back the 4 dimensions as given reports groups -1. 0 on success. */
+static int op_tensor_dims(cudnnBackendDescriptor_t op, cudnnBackendAttributeName_t attr, int is_weight,
+			  int64_t dims[4], int64_t *groups)
+{
+	cudnnBackendDescriptor_t t;
+	int64_t cnt = 0, nd = 0, d[CG_MAX_DIMS] = { 0 };
+	int rc = cg_desc_create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor to read back", &t);
+	if (rc < 0)
+		return rc;
+	if (cudnnBackendGetAttribute(op, attr, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &t) != CUDNN_STATUS_SUCCESS ||
+	    cnt != 1 ||
+	    cudnnBackendGetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, CG_MAX_DIMS, &nd, d) !=
+		    CUDNN_STATUS_SUCCESS)
+		rc = gp_error(GP_EDEVICE, "cannot read tensor attribute %d back", (int)attr);
+	cg_desc_destroy(t);
+	if (rc < 0)
+		return rc;
+	if (nd == 4) {
+		memcpy(dims, d, 4 * sizeof(*d));
+		*groups = -1;
+	} else if (nd == 5 && is_weight) {
+		int64_t w[4] = { d[0] * d[1], d[2], d[3], d[4] };
+		memcpy(dims, w, sizeof(w));
+		*groups = d[0];
+	} else if (nd == 5) {
+		int64_t a[4] = { d[0], d[1] * d[2], d[3], d[4] };
+		memcpy(dims, a, sizeof(a));
+		*groups = d[1];
+	} else {
+		rc = gp_error(GP_EDEVICE, "tensor attribute %d: %lld dimensions", (int)attr, (long long)nd);
+	}
+	return rc;
+}
+
+/* Checks that the tensor attribute attr of op has dimensions a x b x c x d and, where
+ * cuDNN says, g groups. */
+#define CHECK_OP_DIMS(op, attr, is_w, g, a, b, c, d)                                                          \
+	do {                                                                                                  \
+		int64_t dims_[4] = { 0 }, g_ = 0;                                                             \
+		CHECK_OK(op_tensor_dims((op), (attr), (is_w), dims_, &g_));                                   \
+		CHECK_MSG(dims_[0] == (a) && dims_[1] == (b) && dims_[2] == (c) && dims_[3] == (d) &&         \
+				  (g_ == (g) || g_ == -1),                                                    \
+			  #attr ": %lld x %lld x %lld x %lld in %lld groups, want %lld x %lld x %lld x %lld in " \
+				"%lld",                                                                       \
+			  (long long)dims_[0], (long long)dims_[1], (long long)dims_[2], (long long)dims_[3],  \
+			  (long long)g_, (long long)(a), (long long)(b), (long long)(c), (long long)(d),        \
+			  (long long)(g));                                                                    \
+	} while (0)
+
+/* Without a device: MobileNetV2's depthwise 3x3 layers (bf16 NHWC, pad 1, stride 1 and
+ * 2, groups = channels) as forward, data-gradient and filter-gradient graphs. The group
+ * count reaches cuDNN only through the weights' 1 input channel against x's c: each
+ * graph finalizes down to its operation graph, and the operation holds x (or dx) with c
+ * channels, w (or dw) c x 1 x 3 x 3 and y (or dy) at the strided size, every one split
+ * into c groups (where cuDNN shows its split). An ungrouped shape stays in 1 group; a
+ * count that does not divide the channels is refused before cuDNN sees it. */
+TEST(cudnn_graph_depthwise_graphs_finalize_without_device)
+{
+	const struct cg_conv_shape shapes[] = { CG_DW(256, 144, 56, 1), CG_DW(256, 96, 112, 2) };
+	const cudnnDataType_t bf = CUDNN_DATA_BFLOAT16;
+	for (int i = 0; i < 2; i++) {
+		const struct cg_conv_shape *s = &shapes[i];
+		const int64_t c = s->c, p = cg_conv_out(s->h, 3, 1, s->stride);
+		struct cg_graph g;
+		CHECK_EQ_INT((int)cg_conv_w_c(s), 1);
+		CHECK_EQ_INT((int)cg_w_count(s), (int)(c * 9));
+
+		struct cg_conv_fwd_opts fo = { .io = bf };
+		int rc = cg_conv_fwd_graph(NULL, s, &fo, &g);
+		CHECK_MSG(rc == 0, "depthwise forward, %lld channels, stride %lld: %s", (long long)c,
+			  (long long)s->stride, gp_errmsg());
+		if (rc == 0) {
+			CHECK_EQ_INT(g.n_ops, 1);
+			CHECK(g.opgraph != NULL);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, 0, c, 256, c, s->h, s->w);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, 1, c, c, 1, 3, 3);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, 0, c, 256, c, p, p);
+		}
+		cg_graph_destroy(&g);
+
+		struct cg_dgrad_opts dop = { .io = bf };
+		rc = cg_dgrad_graph(NULL, s, &dop, &g);
+		CHECK_MSG(rc == 0, "depthwise data gradient, %lld channels, stride %lld: %s", (long long)c,
+			  (long long)s->stride, gp_errmsg());
+		if (rc == 0) {
+			CHECK_EQ_INT(g.n_ops, 1);
+			CHECK(g.opgraph != NULL);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, 0, c, 256, c, p, p);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, 1, c, c, 1, 3, 3);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, 0, c, 256, c, s->h, s->w);
+		}
+		cg_graph_destroy(&g);
+
+		/* the weight gradient in bf16, as the own kernels write it */
+		struct cg_wgrad_opts wo = { .io = bf, .dw = bf };
+		rc = cg_wgrad_graph(NULL, s, &wo, &g);
+		CHECK_MSG(rc == 0, "depthwise filter gradient, %lld channels, stride %lld: %s", (long long)c,
+			  (long long)s->stride, gp_errmsg());
+		if (rc == 0) {
+			CHECK_EQ_INT(g.n_ops, 1);
+			CHECK(g.opgraph != NULL);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, 0, c, 256, c, s->h, s->w);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, 0, c, 256, c, p, p);
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, 1, c, c, 1, 3, 3);
+		}
+		cg_graph_destroy(&g);
+		/* and in float, the probe's second choice */
+		wo.dw = CUDNN_DATA_FLOAT;
+		rc = cg_wgrad_graph(NULL, s, &wo, &g);
+		CHECK_MSG(rc == 0, "depthwise filter gradient in float, %lld channels: %s", (long long)c, gp_errmsg());
+		if (rc == 0)
+			CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, 1, c, c, 1, 3, 3);
+		cg_graph_destroy(&g);
+	}
+
+	struct cg_conv_shape bad = CG_DW(2, 96, 8, 1);
+	bad.groups = 5;
+	struct cg_graph g;
+	struct cg_conv_fwd_opts fo = { .io = bf };
+	CHECK_EQ_INT(cg_conv_fwd_graph(NULL, &bad, &fo, &g), GP_EINVAL);
+	CHECK_MSG(strstr(gp_errmsg(), "5 groups do not divide 96 input and 96 output channels") != NULL, "error: %s",
+		  gp_errmsg());
+	cg_graph_destroy(&g);
+	/* groups left at 0 is the ungrouped convolution every earlier caller builds */
+	struct cg_conv_shape plain = CG_DW(2, 96, 8, 1);
+	plain.groups = 0;
+	CHECK_EQ_INT((int)cg_conv_w_c(&plain), 96);
+	CHECK_OK(cg_conv_fwd_graph(NULL, &plain, &fo, &g));
+	if (g.n_ops == 1) {
+		CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, 0, 1, 2, 96, 8, 8);
+		CHECK_OP_DIMS(g.ops[0], CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, 1, 1, 96, 96, 3, 3);
+	}
+	cg_graph_destroy(&g);
+}
+
 /* A plain convolution forward through the graph API against the host and the legacy
  * API's planned convolution, on the small shape. */
 TEST(cudnn_graph_conv_fwd_matches_legacy)

@@ -409,14 +409,30 @@ static struct cg_tensor_spec spec_scalar(int64_t uid, cudnnDataType_t dt)
 	return s;
 }
 
+int64_t cg_conv_groups(const struct cg_conv_shape *sh)
+{
+	return sh->groups > 1 ? sh->groups : 1;
+}
+
+int64_t cg_conv_w_c(const struct cg_conv_shape *sh)
+{
+	return sh->c / cg_conv_groups(sh);
+}
+
 /* The convolution of sh (pad, stride, dilation 1, float accumulation) and its output
  * size; a shape that cannot be convolved is one error line. */
 static int conv_of(const struct cg_conv_shape *sh, struct cg_conv_spec *conv, int64_t *p, int64_t *q)
 {
+	const int64_t g = cg_conv_groups(sh);
 	*p = cg_conv_out(sh->h, sh->r, sh->pad, sh->stride);
 	*q = cg_conv_out(sh->w, sh->s, sh->pad, sh->stride);
 	if (sh->n < 1 || sh->c < 1 || sh->k < 1 || sh->stride < 1 || *p < 1 || *q < 1)
 		return gp_error(GP_EINVAL, "cuDNN graph: bad convolution shape");
+	/* the group count reaches cuDNN only through w's channels: a count that does not
+	 * divide both would be read as another, smaller one, or refused without our name */
+	if (sh->groups < 0 || sh->c % g || sh->k % g)
+		return gp_error(GP_EINVAL, "cuDNN graph: %lld groups do not divide %lld input and %lld output channels",
+				(long long)sh->groups, (long long)sh->c, (long long)sh->k);
 	*conv = (struct cg_conv_spec){ .pad = { sh->pad, sh->pad }, .stride = { sh->stride, sh->stride },
 				       .dilation = { 1, 1 }, .compute = CUDNN_DATA_FLOAT };
 	return 0;
@@ -448,7 +464,7 @@ int cg_conv_fwd_graph(cudnnHandle_t handle, const struct cg_conv_shape *sh, cons
 	int next = 0;
 
 	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_X, o->io, sh->n, sh->c, sh->h, sh->w, 0), &x));
-	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_W, o->io, sh->k, sh->c, sh->r, sh->s, 0), &w));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_W, o->io, sh->k, cg_conv_w_c(sh), sh->r, sh->s, 0), &w));
 	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_Y, o->io, sh->n, sh->k, p, q, 0), &y));
 	in = x;
 	if (o->prologue) {
@@ -503,7 +519,7 @@ int cg_wgrad_graph(cudnnHandle_t handle, const struct cg_conv_shape *sh, const s
 
 	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_X, o->io, sh->n, sh->c, sh->h, sh->w, 0), &x));
 	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DY, o->io, sh->n, sh->k, p, q, 0), &dy));
-	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DW, o->dw, sh->k, sh->c, sh->r, sh->s, 0), &dw));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DW, o->dw, sh->k, cg_conv_w_c(sh), sh->r, sh->s, 0), &dw));
 	in = x;
 	if (o->prologue) {
 		/* the same three operations as the forward's prologue, in the same order */
@@ -534,7 +550,7 @@ int cg_dgrad_graph(cudnnHandle_t handle, const struct cg_conv_shape *sh, const s
 	int next = 0;
 
 	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DY, o->io, n, sh->k, p, q, 0), &dy));
-	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_W, o->io, sh->k, c, sh->r, sh->s, 0), &w));
+	GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_W, o->io, sh->k, cg_conv_w_c(sh), sh->r, sh->s, 0), &w));
 	if (!o->drelu) {
 		GP_TRY(add_tensor(g, cg_spec_nhwc(CG_UID_DX, o->io, n, c, h, wd, 0), &dx));
 		GP_TRY(cg_graph_conv_bwd_data(g, &conv, dy, w, dx));

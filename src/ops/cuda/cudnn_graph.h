@@ -77,7 +77,9 @@ struct cg_conv_spec {
 	int64_t pad[2], stride[2], dilation[2];
 	cudnnDataType_t compute;
 };
-/* y = conv(x, w) (alpha 1, beta 0). */
+/* The three take their tensors' descriptors as they are: a grouped convolution is one
+ * whose w has fewer input channels than x (G = x's C / w's C; cg_conv_shape.groups).
+ * y = conv(x, w) (alpha 1, beta 0). */
 int cg_graph_conv_fwd(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t x,
 		      cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y);
 /* dx = the data gradient of y = conv(x, w) from dy (alpha 1, beta 0). */
@@ -140,6 +142,12 @@ struct cg_conv_shape {
 	int64_t n, c, h, w;  /* input */
 	int64_t k, r, s;     /* output channels, window */
 	int64_t pad, stride;
+	/* Grouped convolution (0 or 1: none; c: depthwise): both c and k multiples of it.
+	 * The backend API has no group attribute (the convolution descriptor takes
+	 * padding, strides, dilations, mode and compute type only); cuDNN infers the count
+	 * from the tensors, x's c against w's, so the weights here are k x c/groups x r x
+	 * s (KRSC: a depthwise layer's [c][r][s], PyTorch's memory order). */
+	int64_t groups;
 };
 struct cg_conv_fwd_opts {
 	cudnnDataType_t io;    /* x, w, y (and z, relu_y) */
@@ -195,6 +203,9 @@ enum cg_uid {
 };
 /* Output size of one spatial dimension. */
 int64_t cg_conv_out(int64_t in, int64_t k, int64_t pad, int64_t stride);
+/* sh's group count (1 when left at 0) and its weights' input channels, c / groups. */
+int64_t cg_conv_groups(const struct cg_conv_shape *sh);
+int64_t cg_conv_w_c(const struct cg_conv_shape *sh);
 /* Each builder below builds and finalizes its graph into g (initialized here; destroy
  * it on success and on failure); handle NULL builds it without a device. */
 int cg_conv_fwd_graph(cudnnHandle_t handle, const struct cg_conv_shape *sh, const struct cg_conv_fwd_opts *o,
