@@ -20,6 +20,8 @@ const struct tuning_entry tuning_table[] = {
 	  "call: auto (the hardware engines where the GPU has them), hardware or cuda" },
 	{ "GPUPERF_NVJPEG_PARSE_AHEAD", "1", "0: --decode gpu reads the JPEG headers for nvJPEG "
 	  "in the decode thread instead of the thread that reads the next batch's files" },
+	{ "GPUPERF_DECODE_PRIORITY", "normal", "high: --decode gpu's CUDA stream at the device's "
+	  "greatest priority, its kernels ahead of the net's queued ones" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -48,6 +50,8 @@ void tuning_reload(void)
 	t.nvjpeg_backend = !v ? 0 : !strcmp(v, "hardware") ? 1 : !strcmp(v, "cuda") ? 2 : 0;
 	v = getenv("GPUPERF_NVJPEG_PARSE_AHEAD");
 	t.nvjpeg_parse_ahead = !(v && *v == '0');
+	v = getenv("GPUPERF_DECODE_PRIORITY");
+	t.decode_priority = v && !strcmp(v, "high");
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -85,6 +89,9 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 		return;
 	case 7:
 		snprintf(buf, cap, "%d", t->nvjpeg_parse_ahead);
+		return;
+	case 8:
+		snprintf(buf, cap, "%s", t->decode_priority ? "high" : "normal");
 		return;
 	default:
 		snprintf(buf, cap, "?");

@@ -32,6 +32,9 @@ struct tuning {
 	/* GPUPERF_NVJPEG_PARSE_AHEAD=0: nvJPEG reads the headers in the decode thread, not
 	 * in the thread that reads the batch's files ahead (1, the default) */
 	int nvjpeg_parse_ahead;
+	/* GPUPERF_DECODE_PRIORITY=high: --decode gpu's stream at the device's greatest
+	 * priority, so its kernels go ahead of the net's queued ones; normal (0) by default */
+	int decode_priority;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

@@ -656,12 +656,13 @@ TEST(gpu_decode_auto_probes_both)
 	dataset_close(fresh);
 }
 
-/* The decoder gives nvJPEG allocators of its own (stream-ordered device memory, pinned
- * blocks reused behind events), and falls back to nvJPEG's where the device has no
- * memory pools or nvJPEG refuses them. Either way the batch is the same, bit for bit,
- * and a decoder on nvJPEG's allocators decodes batch after batch (they free and take
+/* Options that change how the decoder runs, never what it makes: nvJPEG's own
+ * allocators instead of the decoder's stream-ordered ones (also the fallback where
+ * the device has no memory pools or nvJPEG refuses ours), and the decoder's stream at
+ * the greatest priority (GPUPERF_DECODE_PRIORITY=high). Each gives the default
+ * decoder's batch bit for bit, batch after batch (nvJPEG's allocators free and take
  * again between batches). */
-TEST(gpu_decode_default_allocators_give_the_same_batch)
+TEST(gpu_decode_options_give_the_same_batch)
 {
 	if (!gpu_decode_ready())
 		return;
@@ -680,29 +681,37 @@ TEST(gpu_decode_default_allocators_give_the_same_batch)
 	items_repeat(&f, BATCH, 5, items);
 	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
 	uint16_t *want = malloc(bytes), *got = malloc(bytes);
-	struct gpu_decoder *own = NULL, *deflt = NULL;
-	struct gpu_decoder_opts o = gpu_decoder_opts_default();
-	o.default_allocators = 1;
-	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &own) == 0, "%s",
+	struct gpu_decoder *dflt = NULL;
+	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &dflt) == 0, "%s",
 		  gp_errmsg());
-	CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &deflt) == 0,
-		  "%s", gp_errmsg());
 	if (!want || !got || test_failed())
 		goto out;
-	CHECK_EQ_INT(gpu_decoder_run(own, 0, items, BATCH, failed), 0);
-	CHECK(cudaMemcpy(want, gpu_decoder_output(own, 0), bytes, cudaMemcpyDeviceToHost) ==
+	CHECK_EQ_INT(gpu_decoder_run(dflt, 0, items, BATCH, failed), 0);
+	CHECK(cudaMemcpy(want, gpu_decoder_output(dflt, 0), bytes, cudaMemcpyDeviceToHost) ==
 	      cudaSuccess);
-	for (int r = 0; r < RUNS && !test_failed(); r++) {
-		CHECK_EQ_INT(gpu_decoder_run(deflt, 0, items, BATCH, failed), 0);
-		for (int i = 0; i < BATCH; i++)
-			CHECK_EQ_INT(failed[i], 0);
-		CHECK(cudaMemcpy(got, gpu_decoder_output(deflt, 0), bytes, cudaMemcpyDeviceToHost) ==
-		      cudaSuccess);
-		CHECK_MSG(!memcmp(want, got, bytes), "batch %d differs from the own allocators'", r);
+	for (int v = 0; v < 2 && !test_failed(); v++) {
+		const char *what = v == 0 ? "nvJPEG's allocators" : "the stream at top priority";
+		struct gpu_decoder_opts o = gpu_decoder_opts_default();
+		if (v == 0)
+			o.default_allocators = 1;
+		else
+			o.high_priority = 1;
+		struct gpu_decoder *d = NULL;
+		CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &d) == 0,
+			  "%s: %s", what, gp_errmsg());
+		for (int r = 0; d && r < RUNS && !test_failed(); r++) {
+			CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
+			for (int i = 0; i < BATCH; i++)
+				CHECK_EQ_INT(failed[i], 0);
+			CHECK(cudaMemcpy(got, gpu_decoder_output(d, 0), bytes,
+					 cudaMemcpyDeviceToHost) == cudaSuccess);
+			CHECK_MSG(!memcmp(want, got, bytes), "%s: batch %d differs from the default's",
+				  what, r);
+		}
+		gpu_decoder_destroy(d);
 	}
 out:
-	gpu_decoder_destroy(own);
-	gpu_decoder_destroy(deflt);
+	gpu_decoder_destroy(dflt);
 	free(want);
 	free(got);
 	files_free(&f);
