@@ -32,8 +32,14 @@ static void check_model(const char *name, int size, int batch)
 	const struct mem_tl_point *pk = &tl.points[tl.peak];
 	printf("    %s: peak %zu at %s (plan %zu, arena %zu)\n", name, pk->total, pk->label,
 	       p->total_bytes, p->arena_bytes);
-	/* the greedy layout is tight: the arena is the activations' live peak */
-	CHECK_EQ_INT(pk->total, p->total_bytes);
+	/* The greedy layout (largest first) is nearly tight: the plan allocates at least
+	 * the live peak (less would mean tensors alive together overlap) and at most 1%
+	 * more. resnet18 here is exact; simple_cnn 0.74% above since max pooling keeps a
+	 * byte per output (it was exact with four: largest-first is not optimal, and
+	 * longest-lived or largest-area first did no better). */
+	CHECK(pk->total <= p->total_bytes);
+	CHECK_MSG(p->total_bytes - pk->total <= p->total_bytes / 100,
+		  "plan %zu, live peak %zu", p->total_bytes, pk->total);
 	size_t sum = 0;
 	for (int c = 0; c < MTL_NCAT; c++)
 		sum += pk->bytes[c];

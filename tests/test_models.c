@@ -363,6 +363,32 @@ TEST(memory_plan_keeps_wgrad_on_main_when_an_add_shares_the_gradient)
 	net_free(net);
 }
 
+/* Max pooling keeps a byte per output (its argmax's offset in the window), so a
+ * window beyond 15 x 15 is refused in one line when the net is built; ResNet-50's
+ * pooling keeps 64 x 56 x 56 bytes an image. */
+TEST(maxpool_argmax_is_a_byte_and_big_windows_are_refused)
+{
+	struct net *net = calloc(1, sizeof(*net));
+	CHECK(net != NULL);
+	if (!net)
+		return;
+	CHECK(net_init(net, "pool16", 4, 3, 40, 40) == 0);
+	net->batch = 2;
+	CHECK_EQ_INT(net_maxpool(net, net_input(net), MAXPOOL_K_MAX + 1, 1, 0), -1);
+	CHECK_EQ_INT(net->build_err, GP_EUNSUPPORTED);
+	CHECK_MSG(strstr(gp_errmsg(), "max pool k16: windows up to 15x15"), "%s", gp_errmsg());
+	net_free(net);
+	net = build("resnet50", 224, 2, 10);
+	int pools = 0;
+	for (int i = 0; net && i < net->n_nodes; i++)
+		if (net->nodes[i].op == OP_MAXPOOL2D) {
+			pools++;
+			CHECK_EQ_INT((long)node_saved_bytes(&net->nodes[i], 2), 2L * 64 * 56 * 56);
+		}
+	CHECK_EQ_INT(pools, 1);
+	net_free(net);
+}
+
 /* A fused batch norm's reserve space (the CUDA backend's, under mixed precision) is a
  * tensor from the batch norm's forward to the step its backward (or, for the residual
  * add's fused forward, that add) reads it again: placed without overlapping anything

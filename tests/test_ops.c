@@ -465,7 +465,7 @@ TEST(relu_relu6_values)
 struct pool_ctx {
 	const struct pool_args *a;
 	double *x, *y, *r;
-	int32_t *argmax;
+	uint8_t *argmax;
 	size_t ny;
 };
 
@@ -486,7 +486,7 @@ static void maxpool_check(int h, int w, int k, int stride, int pad, uint64_t see
 			       .k = k, .stride = stride, .pad = pad };
 	size_t nx = (size_t)a.n * a.c * h * w, ny = (size_t)a.n * a.c * a.h_out * a.w_out;
 	struct pool_ctx c = { &a, rand_vec(&rg, nx, 0, 1), nan_vec(ny), rand_vec(&rg, ny, 0, 1),
-			      malloc(ny * sizeof(int32_t)), ny };
+			      malloc(ny), ny };
 	double *dx = nan_vec(nx), *base = rand_vec(&rg, nx, 0, 1), *acc = malloc(nx * sizeof(*acc));
 
 	maxpool_loss(&c);
@@ -502,15 +502,17 @@ static void maxpool_check(int h, int w, int k, int stride, int pad, uint64_t see
 	maxpool_loss(&c);
 	int bad = 0;
 	for (size_t i = 0; i < ny; i++) {
-		size_t plane = i / ((size_t)a.h_out * a.w_out);
-		bad += !(c.y[i] < 0) || c.argmax[i] < 0 || c.argmax[i] >= h * w ||
-		       c.x[plane * h * w + c.argmax[i]] != c.y[i];
+		size_t plane = i / ((size_t)a.h_out * a.w_out), q = i % ((size_t)a.h_out * a.w_out);
+		int oh = (int)(q / a.w_out), ow = (int)(q % a.w_out);
+		int ih = oh * stride - pad + c.argmax[i] / k, iw = ow * stride - pad + c.argmax[i] % k;
+		bad += !(c.y[i] < 0) || c.argmax[i] >= k * k || ih < 0 || ih >= h || iw < 0 ||
+		       iw >= w || c.x[plane * h * w + (size_t)ih * w + iw] != c.y[i];
 	}
 	CHECK_EQ_INT(bad, 0);
 
 	float *xf = to_f32(c.x, nx), *yf = malloc(ny * sizeof(*yf)), *rf = to_f32(c.r, ny);
 	float *dxf = malloc(nx * sizeof(*dxf));
-	int32_t *argf = malloc(ny * sizeof(*argf));
+	uint8_t *argf = malloc(ny);
 	maxpool_fwd_cpu_f32(&a, xf, yf, argf);
 	maxpool_bwd_cpu_f32(&a, rf, argf, dxf, 0);
 	maxpool_bwd_cpu_f64(&a, c.r, c.argmax, dx, 0);
@@ -531,6 +533,15 @@ TEST(maxpool_2x2_s2_and_3x3_s1_grad)
 {
 	maxpool_check(6, 5, 2, 2, 0, 43);
 	maxpool_check(5, 4, 3, 1, 1, 44);
+}
+
+/* The argmax is a byte, the offset in the window: the largest window it holds
+ * (15 x 15, offsets up to 224), padded, at strides 8 and 4 (at stride 1 each input
+ * sums up to 225 windows, beyond the float check's 1e-7). */
+TEST(maxpool_15x15_argmax_offsets_grad)
+{
+	maxpool_check(17, 16, MAXPOOL_K_MAX, 8, 7, 45);
+	maxpool_check(20, 19, MAXPOOL_K_MAX, 4, 3, 46);
 }
 
 struct avg_ctx {

@@ -273,12 +273,15 @@ TEST(profile_writes_every_output)
 			CHECK(json_real_value(json_object_get(json_object_get(st, "device_stage_ms"),
 							       "forward")) > 0);
 		}
-		/* the plan's memory timeline: its peak is what the plan allocates */
+		/* the plan's memory timeline: its peak is what the plan allocates, or up to 1%
+		 * less for the greedy layout's gaps (test_mem_timeline.c) */
 		json_t *tl = json_object_get(json_object_get(m, "analysis"), "memory_timeline");
 		json_t *peak = json_object_get(tl, "peak");
-		CHECK(json_integer_value(json_object_get(peak, "total_bytes")) > 0);
-		CHECK_EQ_INT(json_integer_value(json_object_get(peak, "total_bytes")),
-			     json_integer_value(json_object_get(tl, "plan_total_bytes")));
+		json_int_t pk = json_integer_value(json_object_get(peak, "total_bytes"));
+		json_int_t plan = json_integer_value(json_object_get(tl, "plan_total_bytes"));
+		CHECK(pk > 0);
+		CHECK_MSG(pk <= plan && plan - pk <= plan / 100, "peak %lld, plan %lld", (long long)pk,
+			  (long long)plan);
 		CHECK(json_array_size(json_object_get(tl, "largest_at_peak")) > 0);
 		json_decref(res);
 	}

@@ -185,6 +185,11 @@ int net_maxpool(struct net *net, int in, int k, int stride, int pad)
 					  k, stride, pad, s.h, s.w);
 		return -1;
 	}
+	if (k > MAXPOOL_K_MAX) { /* the argmax is a byte: the offset in the k x k window */
+		net->build_err = gp_error(GP_EUNSUPPORTED, "max pool k%d: windows up to %dx%d",
+					  k, MAXPOOL_K_MAX, MAXPOOL_K_MAX);
+		return -1;
+	}
 	nd->a.pool = (struct pool_args){
 		.n = s.n, .c = s.c, .h_in = s.h, .w_in = s.w,
 		.h_out = conv_out_size(s.h, k, stride, pad), .w_out = conv_out_size(s.w, k, stride, pad),

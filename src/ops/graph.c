@@ -21,8 +21,8 @@ size_t node_saved_bytes(const struct node *nd, size_t elem_bytes)
 	switch (nd->op) {
 	case OP_BATCHNORM2D: /* statistics stay float under 16-bit activations */
 		return 2 * (size_t)nd->a.bn.c * (elem_bytes < sizeof(float) ? sizeof(float) : elem_bytes);
-	case OP_MAXPOOL2D:
-		return shape_numel(nd->out) * sizeof(int32_t);
+	case OP_MAXPOOL2D: /* a byte per output: the argmax's offset in its window */
+		return shape_numel(nd->out) * sizeof(uint8_t);
 	case OP_DROPOUT:
 		return nd->a.drop.count;
 	default:
@@ -93,8 +93,8 @@ double node_bytes(const struct net *net, int i, int backward, double act_bytes, 
 		return backward ? (out + 2 * in) * a : (2 * in + out) * a;
 	case OP_DROPOUT: /* the mask: one byte per element */
 		return backward ? (out + dx * in) * a + out : (in + out) * a + out;
-	case OP_MAXPOOL2D: /* the argmax: int32 per output */
-		return backward ? out * a + 4 * out + dx * in * a : (in + out) * a + 4 * out;
+	case OP_MAXPOOL2D: /* the argmax: a byte per output */
+		return backward ? out * a + out + dx * in * a : (in + out) * a + out;
 	case OP_AVGPOOL_GLOBAL:
 		return backward ? out * a + dx * in * a : (in + out) * a;
 	default:

@@ -54,6 +54,8 @@ struct pool_args {
 	int n, c, h_in, w_in, h_out, w_out;
 	int k, stride, pad;
 };
+/* Max pooling keeps its argmax as the offset ky * k + kx in the window, one byte. */
+#define MAXPOOL_K_MAX 15
 
 struct linear_args {
 	int n, in, out;
@@ -176,9 +178,9 @@ double linear_bytes(const struct linear_args *a, int backward, int with_dx, doub
 	void relu6_bwd_cpu_##S(size_t count, const T *y, const T *dy, T *dx,              \
 			       int accumulate);                                           \
 	void maxpool_fwd_cpu_##S(const struct pool_args *a, const T *x, T *y,             \
-				 int32_t *argmax);                                        \
+				 uint8_t *argmax);                                        \
 	void maxpool_bwd_cpu_##S(const struct pool_args *a, const T *dy,                  \
-				 const int32_t *argmax, T *dx, int accumulate);           \
+				 const uint8_t *argmax, T *dx, int accumulate);           \
 	void avgpool_global_fwd_cpu_##S(int n, int c, int hw, const T *x, T *y);          \
 	void avgpool_global_bwd_cpu_##S(int n, int c, int hw, const T *dy, T *dx,         \
 					int accumulate);                                  \

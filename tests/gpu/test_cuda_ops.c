@@ -244,16 +244,16 @@ TEST(cuda_maxpool_matches_cpu)
 		size_t nx = (size_t)a.n * a.c * a.h_in * a.w_in, ny = (size_t)a.n * a.c * a.h_out * a.w_out;
 		float *x = host_rand(&g, nx, 1, 0), *y = host_f(&g, ny), *dy = host_rand(&g, ny, 1, 0);
 		float *dx0 = host_rand(&g, nx, 1, 0);
-		int32_t *am = host_bytes(&g, ny * 4), *am_gpu = host_bytes(&g, ny * 4);
+		uint8_t *am = host_bytes(&g, ny), *am_gpu = host_bytes(&g, ny);
 		float *d_x = dev_from(&g, x, nx), *d_y = dev_f(&g, ny), *d_dy = dev_from(&g, dy, ny);
 		float *d_dx = dev_f(&g, nx);
-		int32_t *d_am = dev_bytes(&g, ny * 4);
+		uint8_t *d_am = dev_bytes(&g, ny);
 
 		maxpool_fwd_cpu_f32(&a, x, y, am);
 		CHECK_OK(maxpool_fwd_cuda(g.ctx->stream, GP_F32, 0, &a, d_x, d_y, d_am));
 		CHECK_LE(max_abs_diff(down(&g, d_y, ny), y, ny), 0);
-		get(&g, am_gpu, d_am, ny * 4);
-		CHECK(memcmp(am_gpu, am, ny * 4) == 0);
+		get(&g, am_gpu, d_am, ny);
+		CHECK(memcmp(am_gpu, am, ny) == 0);
 		for (int acc = 0; acc <= 1; acc++) {
 			float *dx = copy_f(&g, dx0, nx);
 			put(&g, d_dx, dx0, nx * sizeof(float));

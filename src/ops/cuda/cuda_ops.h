@@ -86,15 +86,15 @@ int avgpool_global_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, i
 int avgpool_global_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw,
 			    const void *dy, void *dx, int accumulate);
 /* Max pooling (padding counts as -inf; ties go to the first position in window scan
- * order; in 16 bits, as in PyTorch, a NaN in a window wins). argmax is int32, one per
- * output element and stored in the output's layout; its value is the input element's
- * offset h * w_in + w within its (n, c) plane whatever the layout. Backward is
- * deterministic: each input element gathers, in output order, the dy of the windows
- * whose argmax it is. */
+ * order; in 16 bits, as in PyTorch, a NaN in a window wins). argmax is a byte, one per
+ * output element and stored in the output's layout; its value is the maximum's offset
+ * ky * k + kx within its window (k <= MAXPOOL_K_MAX), as the CPU reference's. Backward
+ * is deterministic: each input element gathers, in output order, the dy of the
+ * windows whose argmax it is. */
 int maxpool_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
-		     const void *x, void *y, int32_t *argmax);
+		     const void *x, void *y, uint8_t *argmax);
 int maxpool_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
-		     const void *dy, const int32_t *argmax, void *dx, int accumulate);
+		     const void *dy, const uint8_t *argmax, void *dx, int accumulate);
 
 /* --- batch norm apply (bn.cu) ------------------------------------------------------------ */
 /* The activation after a recomputed batch norm (bn_apply_cuda). */

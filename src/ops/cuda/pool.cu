@@ -78,7 +78,7 @@ struct pool_k {
  * row-major window order. I: the index type, 32 bits when the count allows (64-bit
  * division costs more than the loads; ResNet's stem pooling was compute-bound on it). */
 template <typename I>
-__global__ static void maxpool_fwd_f32_kernel(I count, struct pool_k p, const float *x, float *y, int32_t *argmax)
+__global__ static void maxpool_fwd_f32_kernel(I count, struct pool_k p, const float *x, float *y, uint8_t *argmax)
 {
 	for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < count; o += (I)gridDim.x * blockDim.x) {
 		I row = o / (I)p.w_out, plane = row / (I)p.h_out;
@@ -97,25 +97,24 @@ __global__ static void maxpool_fwd_f32_kernel(I count, struct pool_k p, const fl
 				float v = xp[ih * p.w_in + iw];
 				if (idx < 0 || v > m) {
 					m = v;
-					idx = ih * p.w_in + iw;
+					idx = i * p.k + j;
 				}
 			}
 		}
 		y[o] = m;
-		argmax[o] = idx;
+		argmax[o] = (uint8_t)idx;
 	}
 }
 
 /* Gather instead of scatter: each input element sums, in ascending output order, the
  * gradients of the windows that chose it, so no atomics and the CPU's order of sums. */
 template <typename I>
-__global__ static void maxpool_bwd_f32_kernel(I count, struct pool_k p, const float *dy, const int32_t *argmax,
+__global__ static void maxpool_bwd_f32_kernel(I count, struct pool_k p, const float *dy, const uint8_t *argmax,
 					  float *dx, int accumulate)
 {
 	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (I)gridDim.x * blockDim.x) {
 		I row = i / (I)p.w_in, plane = row / (I)p.h_in;
 		int iw = (int)(i - row * (I)p.w_in), ih = (int)(row - plane * (I)p.h_in);
-		int pos = ih * p.w_in + iw;
 		int oh0, oh1, ow0, ow1;
 		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
 		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
@@ -124,7 +123,9 @@ __global__ static void maxpool_bwd_f32_kernel(I count, struct pool_k p, const fl
 		for (int oh = oh0; oh <= oh1; oh++)
 			for (int ow = ow0; ow <= ow1; ow++) {
 				size_t o = base + (size_t)oh * p.w_out + ow;
-				if (argmax[o] == pos)
+				/* this input's offset in window (oh, ow) */
+				int off = (ih - oh * p.stride + p.pad) * p.k + (iw - ow * p.stride + p.pad);
+				if (argmax[o] == off)
 					acc += dy[o];
 			}
 		dx[i] = acc;
@@ -138,7 +139,7 @@ static struct pool_k pool_k_from(const struct pool_args *a)
 }
 
 static int maxpool_fwd_f32(cudaStream_t s, const struct pool_args *a, const float *x, float *y,
-			   int32_t *argmax)
+			   uint8_t *argmax)
 {
 	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
 	if (!count)
@@ -153,7 +154,7 @@ static int maxpool_fwd_f32(cudaStream_t s, const struct pool_args *a, const floa
 }
 
 static int maxpool_bwd_f32(cudaStream_t s, const struct pool_args *a, const float *dy,
-			   const int32_t *argmax, float *dx, int accumulate)
+			   const uint8_t *argmax, float *dx, int accumulate)
 {
 	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
 	if (!count)
@@ -279,7 +280,7 @@ __device__ static inline void pool_locate(size_t e, int nhwc, int c, int h, int 
 /* Padding never wins (PyTorch pads with -inf); a NaN wins, as in PyTorch and the CPU
  * reference; otherwise ties keep the first position in row-major window order. */
 template <typename T>
-__global__ static void maxpool_fwd_kernel(size_t count, pool_hk p, const T *x, T *y, int32_t *argmax)
+__global__ static void maxpool_fwd_kernel(size_t count, pool_hk p, const T *x, T *y, uint8_t *argmax)
 {
 	FOR_EACH(o, count) {
 		int ow, oh, ch;
@@ -302,19 +303,19 @@ __global__ static void maxpool_fwd_kernel(size_t count, pool_hk p, const T *x, T
 				float v = to_f(x[base + (size_t)q * ps]);
 				if (idx < 0 || v > m || isnan(v)) {
 					m = v;
-					idx = q;
+					idx = i * p.k + j;
 				}
 			}
 		}
 		put_f(&y[o], m);
-		argmax[o] = idx;
+		argmax[o] = (uint8_t)idx;
 	}
 }
 
 /* Gather instead of scatter: each input element sums, in ascending output order, the
  * gradients of the windows that chose it, so no atomics and the CPU's order of sums. */
 template <typename T>
-__global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, const int32_t *argmax,
+__global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, const uint8_t *argmax,
 					  T *dx, int accumulate)
 {
 	FOR_EACH(i, count) {
@@ -324,7 +325,6 @@ __global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, 
 		size_t plane_size = (size_t)p.h_out * p.w_out;
 		size_t base = p.nhwc ? ni * plane_size * p.c + ch : (ni * p.c + ch) * plane_size;
 		size_t ps = p.nhwc ? (size_t)p.c : 1;
-		int pos = ih * p.w_in + iw;
 		int oh0, oh1, ow0, ow1;
 		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
 		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
@@ -332,7 +332,8 @@ __global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, 
 		for (int oh = oh0; oh <= oh1; oh++)
 			for (int ow = ow0; ow <= ow1; ow++) {
 				size_t o = base + ((size_t)oh * p.w_out + ow) * ps;
-				if (argmax[o] == pos)
+				int off = (ih - oh * p.stride + p.pad) * p.k + (iw - ow * p.stride + p.pad);
+				if (argmax[o] == off)
 					acc += to_f(dy[o]);
 			}
 		put_f(&dx[i], acc);
@@ -341,9 +342,9 @@ __global__ static void maxpool_bwd_kernel(size_t count, pool_hk p, const T *dy, 
 
 /* NHWC with channels in whole groups of 8 (16-byte aligned): one thread per 8 channels
  * of an input pixel, so the window arithmetic is done once for 8 elements and the
- * gradient, argmax and result move 16 and 32 bytes at a time; 32-bit index math. */
+ * gradient, argmax and result move 16, 8 and 16 bytes at a time; 32-bit index math. */
 template <typename T>
-__global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *dy, const int32_t *argmax,
+__global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *dy, const uint8_t *argmax,
 						T *dx, int accumulate)
 {
 	int cg = p.c / VEC;
@@ -352,7 +353,6 @@ __global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *
 		int iw = t % p.w_in;
 		t /= p.w_in;
 		int ih = t % p.h_in, ni = t / p.h_in;
-		int pos = ih * p.w_in + iw;
 		int oh0, oh1, ow0, ow1;
 		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
 		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
@@ -366,14 +366,14 @@ __global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *
 		for (int oh = oh0; oh <= oh1; oh++)
 			for (int ow = ow0; ow <= ow1; ow++) {
 				size_t o8 = (((size_t)ni * p.h_out + oh) * p.w_out + ow) * cg + c8; /* in groups of 8 */
-				const int4 *am = reinterpret_cast<const int4 *>(argmax) + 2 * o8;
-				int4 a0 = am[0], a1 = am[1];
-				int idx[VEC] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
+				uint2 am = reinterpret_cast<const uint2 *>(argmax)[o8]; /* 8 offsets */
+				const uint8_t *idx = reinterpret_cast<const uint8_t *>(&am);
+				int off = (ih - oh * p.stride + p.pad) * p.k + (iw - ow * p.stride + p.pad);
 				float d[VEC];
 				load8<true>(dy, o8, d);
 #pragma unroll
 				for (int e = 0; e < VEC; e++)
-					if (idx[e] == pos)
+					if (idx[e] == off)
 						acc[e] += d[e];
 			}
 		store8<true>(dx, (size_t)g, acc);
@@ -388,7 +388,7 @@ static pool_hk pool_hk_from(const struct pool_args *a, int nhwc)
 
 template <typename T>
 static int maxpool_fwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, const void *x, void *y,
-			 int32_t *argmax)
+			 uint8_t *argmax)
 {
 	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
 	if (!count)
@@ -401,13 +401,13 @@ static int maxpool_fwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, co
 
 template <typename T>
 static int maxpool_bwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, const void *dy,
-			 const int32_t *argmax, void *dx, int accumulate)
+			 const uint8_t *argmax, void *dx, int accumulate)
 {
 	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
 	if (!count)
 		return 0;
 	if (nhwc && a->c % VEC == 0 && count / VEC <= (size_t)INT32_MAX && aligned(dy, 16) && aligned(dx, 16) &&
-	    aligned(argmax, 16)) {
+	    aligned(argmax, 8)) {
 		int groups = (int)(count / VEC);
 		maxpool_bwd_nhwc8_kernel<<<grid_for((size_t)groups), BLOCK, 0, s>>>(groups, pool_hk_from(a, nhwc),
 										    (const T *)dy, argmax, (T *)dx,
@@ -443,7 +443,7 @@ extern "C" int avgpool_global_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhw
 }
 
 extern "C" int maxpool_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
-				const void *x, void *y, int32_t *argmax)
+				const void *x, void *y, uint8_t *argmax)
 {
 	if (dt == GP_F32) {
 		GP_TRY(f32_nchw_only(nhwc, "max pooling"));
@@ -453,7 +453,7 @@ extern "C" int maxpool_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, cons
 }
 
 extern "C" int maxpool_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
-				const void *dy, const int32_t *argmax, void *dx, int accumulate)
+				const void *dy, const uint8_t *argmax, void *dx, int accumulate)
 {
 	if (dt == GP_F32) {
 		GP_TRY(f32_nchw_only(nhwc, "max pooling"));
