@@ -169,61 +169,63 @@ static int conv_desc(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBack
 	return 0;
 }
 
-int cg_graph_conv_fwd(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t x,
-		      cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y)
+/* A convolution operation's descriptor type and attributes, the three directions
+ * alike: two inputs, an output, the convolution, alpha 1 and beta 0. */
+struct conv_op_kind {
+	cudnnBackendDescriptorType_t type;
+	const char *type_name;
+	cudnnBackendAttributeName_t in0, in1, out, conv, alpha, beta;
+	const char *in0_name, *in1_name, *out_name, *conv_name, *alpha_name, *beta_name;
+};
+
+#define CONV_OP_KIND(TYPE, P, IN0, IN1, OUT)                                               \
+	{ TYPE, #TYPE, P##IN0, P##IN1, P##OUT, P##CONV_DESC, P##ALPHA, P##BETA, #P #IN0,     \
+	  #P #IN1, #P #OUT, #P "CONV_DESC", #P "ALPHA", #P "BETA" }
+
+static const struct conv_op_kind CONV_FWD = CONV_OP_KIND(
+	CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_,
+	X, W, Y);
+static const struct conv_op_kind CONV_BWD_DATA = CONV_OP_KIND(
+	CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+	CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_, DY, W, DX);
+static const struct conv_op_kind CONV_BWD_FILTER = CONV_OP_KIND(
+	CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+	CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_, X, DY, DW);
+
+static int conv_op(struct cg_graph *g, const struct conv_op_kind *k, const struct cg_conv_spec *c,
+		   cudnnBackendDescriptor_t in0, cudnnBackendDescriptor_t in1, cudnnBackendDescriptor_t out)
 {
 	const float alpha = 1.0f, beta = 0.0f;
+	const cudnnBackendAttributeType_t d = CUDNN_TYPE_BACKEND_DESCRIPTOR;
 	cudnnBackendDescriptor_t conv, op;
 
 	GP_TRY(conv_desc(g, c, &conv));
-	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-			 "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR", &op));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-		      &conv));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
-	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR");
+	GP_TRY(graph_new(g, k->type, k->type_name, &op));
+	GP_TRY(cg_set(op, k->in0, k->in0_name, d, 1, &in0));
+	GP_TRY(cg_set(op, k->in1, k->in1_name, d, 1, &in1));
+	GP_TRY(cg_set(op, k->out, k->out_name, d, 1, &out));
+	GP_TRY(cg_set(op, k->conv, k->conv_name, d, 1, &conv));
+	GP_TRY(cg_set(op, k->alpha, k->alpha_name, CUDNN_TYPE_FLOAT, 1, &alpha));
+	GP_TRY(cg_set(op, k->beta, k->beta_name, CUDNN_TYPE_FLOAT, 1, &beta));
+	return graph_add_op(g, op, k->type_name);
+}
+
+int cg_graph_conv_fwd(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t x,
+		      cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t y)
+{
+	return conv_op(g, &CONV_FWD, c, x, w, y);
 }
 
 int cg_graph_conv_bwd_data(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t dy,
 			   cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t dx)
 {
-	const float alpha = 1.0f, beta = 0.0f;
-	cudnnBackendDescriptor_t conv, op;
-
-	GP_TRY(conv_desc(g, c, &conv));
-	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-			 "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR", &op));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dx));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-		      &conv));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
-	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR");
+	return conv_op(g, &CONV_BWD_DATA, c, dy, w, dx);
 }
 
 int cg_graph_conv_bwd_filter(struct cg_graph *g, const struct cg_conv_spec *c, cudnnBackendDescriptor_t x,
 			     cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t dw)
 {
-	const float alpha = 1.0f, beta = 0.0f;
-	cudnnBackendDescriptor_t conv, op;
-
-	GP_TRY(conv_desc(g, c, &conv));
-	GP_TRY(graph_new(g, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-			 "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR", &op));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dy));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &dw));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-		      &conv));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
-	GP_TRY(CG_SET(op, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
-	return graph_add_op(g, op, "CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR");
+	return conv_op(g, &CONV_BWD_FILTER, c, x, dy, dw);
 }
 
 /* The pointwise descriptor of mode in prec, owned by g. */
