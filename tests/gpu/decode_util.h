@@ -64,6 +64,26 @@ static inline void files_free(struct files *f)
 		free(f->data[i]);
 }
 
+/* The setup most decode tests share: folder_make's JPEGs opened as a training dataset
+ * and read into memory. -1 (after a failed check) when the dataset does not open; the
+ * test returns then. jpegs_close undoes it. */
+static inline int jpegs_open(struct dataset **ds, struct image_ctx *ctx, struct files *f)
+{
+	CHECK_EQ_INT(dataset_open(folder_make(), 1, SIZE, ds), 0);
+	if (test_failed())
+		return -1;
+	CHECK_EQ_INT(image_ctx_init(ctx), 0);
+	files_read(*ds, ctx, f);
+	return 0;
+}
+
+static inline void jpegs_close(struct dataset *ds, struct image_ctx *ctx, struct files *f)
+{
+	files_free(f);
+	image_ctx_free(ctx);
+	dataset_close(ds);
+}
+
 /* n items over the files in turn, item i to sample i, with the train geometry of
  * (seed, epoch 0, index i). */
 static inline void items_repeat(const struct files *f, int n, uint64_t seed, struct gpu_decode_item *items)

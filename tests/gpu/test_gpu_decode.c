@@ -100,15 +100,11 @@ TEST(gpu_decode_matches_cpu_path)
 {
 	if (!gpu_decode_ready())
 		return;
-	const char *dir = folder_make();
 	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
-	if (test_failed())
-		return;
 	struct image_ctx ctx;
-	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
 	struct files f;
-	files_read(ds, &ctx, &f);
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
 	size_t floats = (size_t)N_FILES * 3 * SIZE * SIZE;
 	float *cpu = malloc(sizeof(float) * floats), *gpu = malloc(sizeof(float) * floats);
 	uint16_t *h16 = malloc(2 * floats);
@@ -177,9 +173,7 @@ out:
 	free(cpu);
 	free(gpu);
 	free(h16);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
 
 /* tests/data/bad holds a truncated JPEG and a text file named .jpg among six good
@@ -266,15 +260,11 @@ TEST(gpu_decode_throughput)
 	if (!gpu_decode_ready())
 		return;
 	enum { BATCH = 256, REPS = 10 };
-	const char *dir = folder_make();
 	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
-	if (test_failed())
-		return;
 	struct image_ctx ctx;
-	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
 	struct files f;
-	files_read(ds, &ctx, &f);
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
 	static struct gpu_decode_item items[BATCH];
 	static unsigned char failed[BATCH];
 	items_repeat(&f, BATCH, 3, items);
@@ -300,9 +290,7 @@ TEST(gpu_decode_throughput)
 		CHECK(img_s > 0);
 		gpu_decoder_destroy(d);
 	}
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
 
 /* A device batch into a net (net_set_batch_device, what `train --decode gpu` does):
@@ -391,9 +379,7 @@ out:
 	free(l_host);
 	free(l_dev32);
 	free(l_dev16);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
 
 /* `train --decode gpu` end to end: a few bf16 steps of resnet18 from the JPEG folder,
@@ -541,9 +527,7 @@ TEST(gpu_loader_thread_matches_decoder_run)
 	gpu_loader_destroy(gl);
 	gpu_decoder_destroy(ref);
 	net_free(net);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
 
 /* `--decode auto` where both paths run: 128 JPEGs of 500x375 at 224, batch 32, the
@@ -667,15 +651,11 @@ TEST(gpu_decode_options_give_the_same_batch)
 	if (!gpu_decode_ready())
 		return;
 	enum { BATCH = 64, RUNS = 3 };
-	const char *dir = folder_make();
 	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
-	if (test_failed())
-		return;
 	struct image_ctx ctx;
-	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
 	struct files f;
-	files_read(ds, &ctx, &f);
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
 	static struct gpu_decode_item items[BATCH];
 	static unsigned char failed[BATCH];
 	items_repeat(&f, BATCH, 5, items);
@@ -714,9 +694,7 @@ out:
 	gpu_decoder_destroy(dflt);
 	free(want);
 	free(got);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
 
 /* Headers read ahead by a parser on another thread (what the GPU loader's reading
@@ -742,15 +720,11 @@ TEST(gpu_decode_parse_ahead_routes_the_same)
 	if (!gpu_decode_ready())
 		return;
 	enum { BATCH = 64 };
-	const char *dir = folder_make();
 	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
-	if (test_failed())
-		return;
 	struct image_ctx ctx;
-	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
 	struct files f;
-	files_read(ds, &ctx, &f);
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
 	static struct gpu_decode_item items[BATCH], ahead[BATCH];
 	static unsigned char failed[BATCH], failed_ahead[BATCH];
 	items_repeat(&f, BATCH, 21, items);
@@ -797,7 +771,5 @@ out:
 	gpu_decoder_destroy(d);
 	free(want);
 	free(got);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }

@@ -162,15 +162,11 @@ TEST(gpu_decode_beside_a_busy_gpu)
 	if (!gpu_decode_ready())
 		return;
 	enum { BATCH = 256 };
-	const char *dir = folder_make();
 	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
-	if (test_failed())
-		return;
 	struct image_ctx ctx;
-	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
 	struct files f;
-	files_read(ds, &ctx, &f);
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
 	static struct gpu_decode_item items[BATCH];
 	static unsigned char failed[BATCH];
 	items_repeat(&f, BATCH, 5, items);
@@ -246,9 +242,7 @@ TEST(gpu_decode_beside_a_busy_gpu)
 	}
 	if (have)
 		busy_free(&q);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
 
 /* A thread that decodes batches into one buffer until told to stop. */
@@ -285,15 +279,11 @@ TEST(gpu_decode_keeps_up_beside_training)
 	if (!gpu_decode_ready())
 		return;
 	enum { BATCH = 256, STEPS = 20 };
-	const char *dir = folder_make();
 	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
-	if (test_failed())
-		return;
 	struct image_ctx ctx;
-	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
 	struct files f;
-	files_read(ds, &ctx, &f);
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
 	static struct gpu_decode_item items[BATCH];
 	static unsigned char failed[BATCH];
 	items_repeat(&f, BATCH, 7, items);
@@ -370,9 +360,7 @@ TEST(gpu_decode_keeps_up_beside_training)
 	free(x);
 	free(y);
 	net_free(net);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
 
 /* --decode-threads: CPU threads decode a share of each batch with TurboJPEG while
@@ -384,15 +372,11 @@ TEST(gpu_decode_cpu_share_gives_the_same_batch)
 	if (!gpu_decode_ready())
 		return;
 	enum { BATCH = 256, RUNS = 4 };
-	const char *dir = folder_make();
 	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open(dir, 1, SIZE, &ds), 0);
-	if (test_failed())
-		return;
 	struct image_ctx ctx;
-	CHECK_EQ_INT(image_ctx_init(&ctx), 0);
 	struct files f;
-	files_read(ds, &ctx, &f);
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
 	static struct gpu_decode_item items[BATCH];
 	static unsigned char failed[BATCH];
 	items_repeat(&f, BATCH, 11, items);
@@ -436,7 +420,5 @@ out:
 	gpu_decoder_destroy(shared);
 	free(want);
 	free(got);
-	files_free(&f);
-	image_ctx_free(&ctx);
-	dataset_close(ds);
+	jpegs_close(ds, &ctx, &f);
 }
