@@ -136,23 +136,21 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 		{ NVJPEG_BACKEND_DEFAULT, 0 },
 	};
 	int status = NVJPEG_STATUS_NOT_INITIALIZED;
-	size_t n_tries = sizeof(tries) / sizeof(tries[0]);
-	for (size_t i = 0; i < n_tries; i++) {
-		int hw = tries[i].backend == NVJPEG_BACKEND_HARDWARE;
-		int wanted = !((want == GPU_DECODE_HARDWARE && !hw) || (want == GPU_DECODE_CUDA && hw));
-		if (wanted) {
+	/* with our allocators, then (if nvJPEG refused every handle with them) its own;
+	 * d->mem stays until destroy, unused */
+	for (int pass = 0; pass < 2 && !d->h; pass++) {
+		if (pass == 1 && !d->mem)
+			break;
+		d->mem_unused = pass;
+		for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]) && !d->h; i++) {
+			int hw = tries[i].backend == NVJPEG_BACKEND_HARDWARE;
+			if ((want == GPU_DECODE_HARDWARE && !hw) || (want == GPU_DECODE_CUDA && hw))
+				continue;
 			status = nj_create(d, tries[i].backend, tries[i].flags, &d->h);
-			if (status == NVJPEG_STATUS_SUCCESS) {
+			if (status == NVJPEG_STATUS_SUCCESS)
 				d->hw = hw;
-				break;
-			}
-		}
-		d->h = NULL;
-		if (i + 1 == n_tries && d->mem && !d->mem_unused) {
-			/* nvJPEG refused every handle with our allocators: its own ones, once
-			 * more from the top (d->mem stays until destroy, unused) */
-			d->mem_unused = 1;
-			i = (size_t)-1;
+			else
+				d->h = NULL;
 		}
 	}
 	if (!d->h)
