@@ -18,7 +18,8 @@ int test_skipped(void);
 const char *test_bin(void);
 /* Run a shell command; capture stdout+stderr (up to cap bytes) and the exit status. */
 int test_run(const char *cmd, char *out, size_t cap);
-/* A fresh temporary directory for this test (removed at exit). */
+/* A fresh temporary directory (removed at exit), another on each call: the string is
+ * overwritten by the next call, so copy it to use it twice. */
 const char *test_tmpdir(void);
 /* Lines in s: its '\n' characters. */
 int test_count_lines(const char *s);

@@ -407,15 +407,16 @@ TEST(gpu_decode_workers_sweeps_cpu_threads)
 	if (!gpu_decode_ready())
 		return;
 	const char *dir = folder_make();
-	char cmd[1600], out[32768], path[700];
+	char cmd[1600], out[32768], path[700], tmp[512];
+	/* one folder: each test_tmpdir() call makes a new one */
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
 	snprintf(cmd, sizeof(cmd), "%s workers --model resnet18 --size 64 --batch 8 --steps 4 "
-		 "--data %s --decode gpu --workers 0,2 --out %s/workers_gpu", test_bin(), dir,
-		 test_tmpdir());
+		 "--data %s --decode gpu --workers 0,2 --out %s/workers_gpu", test_bin(), dir, tmp);
 	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "%s", out);
 	CHECK_MSG(strstr(out, "gpu +0") && strstr(out, "gpu +2"), "%s", out);
 	CHECK_MSG(strstr(out, "recommended: ") && strstr(out, "CPU threads beside nvJPEG"), "%s",
 		  out);
-	snprintf(path, sizeof(path), "%s/workers_gpu/workers.json", test_tmpdir());
+	snprintf(path, sizeof(path), "%s/workers_gpu/workers.json", tmp);
 	json_error_t err;
 	json_t *j = json_load_file(path, 0, &err);
 	CHECK_MSG(j, "%s: %s", path, err.text);
