@@ -50,7 +50,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 {
 	const struct tuning *t = tuning_get();
 	CHECK(t == tuning_get());
-	CHECK_EQ_INT(tuning_table_len, 9);
+	CHECK_EQ_INT(tuning_table_len, 8);
 	for (int i = 0; i < tuning_table_len; i++)
 		CHECK(!strncmp(tuning_table[i].name, "GPUPERF_", 8) && tuning_table[i].meaning[0]);
 	CHECK(t->test.bn_fuse && t->test.bn_own && t->test.conv_ws_arena && t->test.wgrad_stream);
@@ -63,7 +63,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 
 	snprintf(dir, sizeof(dir), "%s/tuned", test_tmpdir());
 	snprintf(cmd, sizeof(cmd),
-		 "GPUPERF_CONV_LOG=1 GPUPERF_NVJPEG_BACKEND=cuda %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
+		 "GPUPERF_CONV_LOG=1 GPUPERF_NVJPEG_BACKEND=cuda GPUPERF_DECODE_BUFFERS=2 %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
 		 "--out %s",
 		 test_bin(), dir);
 	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "compare: %s", out);
@@ -79,6 +79,8 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	const char *nj = json_string_value(json_object_get(tuning, "GPUPERF_NVJPEG_BACKEND"));
 	CHECK_MSG(nj && !strcmp(nj, "cuda"), "GPUPERF_NVJPEG_BACKEND recorded as %s",
 		  nj ? nj : "nothing");
+	const char *nb = json_string_value(json_object_get(tuning, "GPUPERF_DECODE_BUFFERS"));
+	CHECK_MSG(nb && !strcmp(nb, "2"), "GPUPERF_DECODE_BUFFERS recorded as %s", nb ? nb : "nothing");
 	CHECK_EQ_INT(json_object_size(tuning), tuning_table_len);
 	json_decref(res);
 }

@@ -228,7 +228,7 @@ TEST(gpu_loader_refuses_what_it_cannot_decode)
  * replacement run has fewer) fails as a CUDA error would. */
 struct cpu_decoder {
 	struct image_ctx ctx;
-	float *out[GPU_LOADER_OUTPUTS];
+	float *out[GPU_LOADER_OUTPUTS_MAX];
 	int size, batch;
 	int fail_batch, full_runs;
 	/* for the auto probe: sleep this long per run (a slow GPU path), or decode
@@ -240,7 +240,7 @@ struct cpu_decoder {
 static int cpu_decoder_init(struct cpu_decoder *c, int batch, int size)
 {
 	*c = (struct cpu_decoder){ .size = size, .batch = batch, .fail_batch = -1 };
-	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++)
 		if (!(c->out[k] = calloc((size_t)batch * 3 * size * size, sizeof(float))))
 			return GP_ENOMEM;
 	return image_ctx_init(&c->ctx);
@@ -248,7 +248,7 @@ static int cpu_decoder_init(struct cpu_decoder *c, int batch, int size)
 
 static void cpu_decoder_free(struct cpu_decoder *c)
 {
-	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++)
 		free(c->out[k]);
 	image_ctx_free(&c->ctx);
 }
@@ -413,6 +413,57 @@ TEST(gpu_loader_thread_keeps_held_batch_and_counts_delivered)
 	loader_destroy(cl);
 	cpu_decoder_free(&cd);
 	dataset_close(ds);
+}
+
+/* GPUPERF_DECODE_BUFFERS=N: while the caller holds a batch, the thread decodes the
+ * next N - 1 and then waits (N full runs, no more); the batches are the CPU loader's
+ * whatever N. Out-of-range values take the default. */
+TEST(gpu_loader_thread_runs_buffers_less_one_ahead)
+{
+	static const char *const vals[] = { "2", "3", "4", "9" };
+	static const int want[] = { 2, 3, 4, TUNING_DECODE_BUFFERS_DEFAULT };
+	for (int v = 0; v < 4 && !test_failed(); v++) {
+		setenv("GPUPERF_DECODE_BUFFERS", vals[v], 1);
+		tuning_reload();
+		struct dataset *ds;
+		CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+		if (test_failed())
+			break;
+		dataset_set_scaled_decode(ds, 0);
+		struct cpu_decoder cd;
+		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
+		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
+		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
+					    .train = 1, .seed = 3 };
+		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 3 };
+		struct loader *cl = NULL;
+		struct gpu_loader *gl = NULL;
+		CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		CHECK_EQ_INT(gl ? gpu_loader_outputs(gl) : 0, want[v]);
+		for (int b = 0; !test_failed() && b < 6; b++) {
+			struct batch *cb;
+			struct gpu_batch gb;
+			CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+			if (test_failed())
+				break;
+			if (b == 0) { /* held: the thread fills the other buffers and stops */
+				struct timespec nap = { 0, 150 * 1000 * 1000 };
+				nanosleep(&nap, NULL);
+				CHECK_MSG(cd.full_runs == want[v], "%s buffers: %d batches decoded "
+					  "while the first is held", vals[v], cd.full_runs);
+			}
+			check_same_batch(&gb, cb, b);
+			loader_release(cl, cb);
+		}
+		gpu_loader_destroy(gl);
+		loader_destroy(cl);
+		cpu_decoder_free(&cd);
+		dataset_close(ds);
+	}
+	unsetenv("GPUPERF_DECODE_BUFFERS");
+	tuning_reload();
 }
 
 /* A resumed run starts at the batch it asks for, whatever the thread decoded ahead in
@@ -651,7 +702,7 @@ TEST(decode_probe_picks_the_faster_path)
 		} else {
 			/* warm-up and DECODE_PROBE_BATCHES timed, plus what the thread ran ahead */
 			CHECK_MSG(cd.full_runs >= 1 + DECODE_PROBE_BATCHES &&
-				  cd.full_runs <= 1 + DECODE_PROBE_BATCHES + GPU_LOADER_OUTPUTS,
+				  cd.full_runs <= 1 + DECODE_PROBE_BATCHES + tuning_get()->decode_buffers,
 				  "%d runs", cd.full_runs);
 		}
 		char line[512], want[64];

@@ -18,10 +18,9 @@ const struct tuning_entry tuning_table[] = {
 	  "(unset: libnvjpeg.so.13, then .so.12, then .so)" },
 	{ "GPUPERF_NVJPEG_BACKEND", "auto", "nvJPEG's backend for --decode gpu's batched "
 	  "call: auto (the hardware engines where the GPU has them), hardware or cuda" },
-	{ "GPUPERF_NVJPEG_PARSE_AHEAD", "1", "0: --decode gpu reads the JPEG headers for nvJPEG "
-	  "in the decode thread instead of the thread that reads the next batch's files" },
-	{ "GPUPERF_DECODE_PRIORITY", "normal", "high: --decode gpu's CUDA stream at the device's "
-	  "greatest priority, its kernels ahead of the net's queued ones" },
+	{ "GPUPERF_DECODE_BUFFERS", "3", "batch buffers --decode gpu cycles through, 2 to 4: "
+	  "its decode thread works up to one fewer batches ahead of the step; each costs a "
+	  "batch of GPU memory" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -48,10 +47,10 @@ void tuning_reload(void)
 	path_from_env("GPUPERF_NVJPEG_LIB", t.nvjpeg_lib);
 	v = getenv("GPUPERF_NVJPEG_BACKEND");
 	t.nvjpeg_backend = !v ? 0 : !strcmp(v, "hardware") ? 1 : !strcmp(v, "cuda") ? 2 : 0;
-	v = getenv("GPUPERF_NVJPEG_PARSE_AHEAD");
-	t.nvjpeg_parse_ahead = !(v && *v == '0');
-	v = getenv("GPUPERF_DECODE_PRIORITY");
-	t.decode_priority = v && !strcmp(v, "high");
+	v = getenv("GPUPERF_DECODE_BUFFERS");
+	t.decode_buffers = TUNING_DECODE_BUFFERS_DEFAULT;
+	if (v && atoi(v) >= TUNING_DECODE_BUFFERS_MIN && atoi(v) <= TUNING_DECODE_BUFFERS_MAX)
+		t.decode_buffers = atoi(v);
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -88,10 +87,7 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 					 : t->nvjpeg_backend == 2 ? "cuda" : "auto");
 		return;
 	case 7:
-		snprintf(buf, cap, "%d", t->nvjpeg_parse_ahead);
-		return;
-	case 8:
-		snprintf(buf, cap, "%s", t->decode_priority ? "high" : "normal");
+		snprintf(buf, cap, "%d", t->decode_buffers);
 		return;
 	default:
 		snprintf(buf, cap, "?");

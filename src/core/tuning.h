@@ -9,6 +9,9 @@
 #include <stddef.h>
 
 #define TUNING_PATH_MAX 512
+#define TUNING_DECODE_BUFFERS_MIN 2
+#define TUNING_DECODE_BUFFERS_MAX 4
+#define TUNING_DECODE_BUFFERS_DEFAULT 3
 
 struct tuning {
 	/* GPUPERF_CONV_WORKSPACE_MIB: the most workspace a convolution algorithm may take
@@ -29,12 +32,10 @@ struct tuning {
 	/* GPUPERF_NVJPEG_BACKEND: the batched call's nvJPEG backend; 0 auto (hardware
 	 * where it can be made), 1 hardware only, 2 CUDA only (anything else: auto) */
 	int nvjpeg_backend;
-	/* GPUPERF_NVJPEG_PARSE_AHEAD=0: nvJPEG reads the headers in the decode thread, not
-	 * in the thread that reads the batch's files ahead (1, the default) */
-	int nvjpeg_parse_ahead;
-	/* GPUPERF_DECODE_PRIORITY=high: --decode gpu's stream at the device's greatest
-	 * priority, so its kernels go ahead of the net's queued ones; normal (0) by default */
-	int decode_priority;
+	/* GPUPERF_DECODE_BUFFERS: the batch buffers --decode gpu cycles through, so that
+	 * its decode thread works up to decode_buffers - 1 batches ahead of the step (one
+	 * is the step's); outside 2..4 the default */
+	int decode_buffers;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

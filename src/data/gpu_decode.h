@@ -83,11 +83,9 @@ struct gpu_decoder_opts {
 	 * ones of the decoder (which are also dropped, with a note, where the device has
 	 * no memory pools or nvJPEG refuses them) */
 	int default_allocators;
-	/* the decoder's stream at the device's greatest priority (GPUPERF_DECODE_PRIORITY) */
-	int high_priority;
 };
-/* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says and
- * the priority GPUPERF_DECODE_PRIORITY says, no CPU threads. */
+/* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says, no
+ * CPU threads. */
 struct gpu_decoder_opts gpu_decoder_opts_default(void);
 int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_layout layout,
 			    int outputs, const struct gpu_decoder_opts *opts,

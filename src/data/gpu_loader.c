@@ -74,7 +74,8 @@ struct gpu_loader {
 	long err_seq;      /* the batch the decode thread failed on, -1 none */
 	int err_rc;
 	char errmsg[512];
-	struct gpu_slot slot[GPU_LOADER_OUTPUTS];
+	struct gpu_slot slot[GPU_LOADER_OUTPUTS_MAX];
+	int outputs;       /* slots in use, GPUPERF_DECODE_BUFFERS */
 	int held;          /* the slot the caller holds, -1 none */
 
 	struct loader_stats st;       /* over delivered batches */
@@ -131,6 +132,7 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	l->failed = calloc(cfg->batch, 1);
 	l->err_seq = -1;
 	l->held = -1;
+	l->outputs = tuning_get()->decode_buffers;
 	if (!l->perm || !l->bad || !l->failed) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
@@ -145,7 +147,7 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 		goto fail;
 	}
 	l->sync_made = 1;
-	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++) {
+	for (int k = 0; k < l->outputs; k++) {
 		l->slot[k].seq = -1;
 		l->slot[k].labels = calloc(cfg->batch, sizeof(*l->slot[k].labels));
 		if (!l->slot[k].labels) {
@@ -172,12 +174,12 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 		struct gpu_decoder_opts o = gpu_decoder_opts_default();
 		o.cpu_threads = cfg->decode_threads;
 		rc = gpu_decoder_create_opts(cfg->device, cfg->batch, cfg->size, cfg->layout,
-					     GPU_LOADER_OUTPUTS, &o, &l->dec);
+					     l->outputs, &o, &l->dec);
 		if (rc < 0)
 			goto fail;
 		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
 						      nvjpeg_output, nvjpeg_output_event };
-		for (int k = 0; k < 2 && tuning_get()->nvjpeg_parse_ahead; k++)
+		for (int k = 0; k < 2; k++)
 			if ((rc = gpu_decode_parser_create(l->dec, &l->set[k].parser)) < 0)
 				goto fail;
 	}
@@ -414,7 +416,7 @@ static void *decoder_main(void *arg)
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	for (long seq = l->seq;; seq++) {
-		int k = (int)(seq % GPU_LOADER_OUTPUTS);
+		int k = (int)(seq % l->outputs);
 		pthread_mutex_lock(&l->mu);
 		while (!l->stop && l->slot[k].seq != -1)
 			pthread_cond_wait(&l->cv, &l->mu);
@@ -446,7 +448,7 @@ static void *decoder_main(void *arg)
 int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 {
 	long seq = l->seq;
-	int k = (int)(seq % GPU_LOADER_OUTPUTS);
+	int k = (int)(seq % l->outputs);
 	pthread_mutex_lock(&l->mu);
 	if (l->held >= 0) {
 		l->slot[l->held].seq = -1;
@@ -484,6 +486,11 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 	out->epoch = slot->epoch;
 	out->index = slot->index;
 	return 0;
+}
+
+int gpu_loader_outputs(const struct gpu_loader *l)
+{
+	return l->outputs;
 }
 
 int gpu_loader_batches_per_epoch(const struct gpu_loader *l)
@@ -527,7 +534,7 @@ void gpu_loader_destroy(struct gpu_loader *l)
 		free(set->samples);
 		free(set->items);
 	}
-	for (int k = 0; k < GPU_LOADER_OUTPUTS; k++)
+	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++)
 		free(l->slot[k].labels);
 	if (l->sync_made) {
 		pthread_cond_destroy(&l->cv);

@@ -2,9 +2,10 @@
  * draws the sample's geometry from the same seed as the CPU loader (so the crops and
  * flips are the same), nvJPEG decodes and one kernel augments into a device batch
  * (data/gpu_decode.h). Sample order, replacement of corrupt files and the counts
- * follow loader.h. A decode thread runs one batch ahead of the caller, into the
- * decoder's other batch buffer and on its own stream, so that decoding overlaps the
- * training step; a reader thread reads the files of the batch after that one. */
+ * follow loader.h. A decode thread runs up to GPUPERF_DECODE_BUFFERS - 1 batches
+ * ahead of the caller, into the decoder's other batch buffers and on its own stream,
+ * so that decoding overlaps the training step and a slow batch does not stall it; a
+ * reader thread reads the files of the batch after the one being decoded. */
 #ifndef GP_DATA_GPU_LOADER_H
 #define GP_DATA_GPU_LOADER_H
 
@@ -42,13 +43,15 @@ struct gpu_loader;
 int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
 		      struct gpu_loader **out);
 /* Batch buffers the loader cycles through: the caller holds one while the decode
- * thread writes the next. */
-#define GPU_LOADER_OUTPUTS 2
+ * thread writes the next ones, up to GPUPERF_DECODE_BUFFERS - 1 batches ahead
+ * (tuning.h), at most GPU_LOADER_OUTPUTS_MAX in all. */
+#define GPU_LOADER_OUTPUTS_MAX 4
 
 /* What turns read files into a batch buffer: the nvJPEG decoder (gpu_decode.h) for
  * gpu_loader_create; a test puts a CPU decoder in its place to check the order,
  * replacements, counts and the decode thread on a machine without a GPU. It has
- * GPU_LOADER_OUTPUTS buffers; run and error are called from the decode thread only. */
+ * GPU_LOADER_OUTPUTS_MAX buffers, of which the loader uses the number
+ * gpu_loader_outputs gives; run and error are called from the decode thread only. */
 struct gpu_loader_decoder {
 	void *self;
 	/* as gpu_decoder_run */
@@ -71,6 +74,8 @@ int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *c
  * every call after. */
 int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out);
 int gpu_loader_batches_per_epoch(const struct gpu_loader *l);
+/* The batch buffers it cycles through (GPUPERF_DECODE_BUFFERS). */
+int gpu_loader_outputs(const struct gpu_loader *l);
 /* Counts over the batches delivered so far (not those decoded ahead); gs is zero
  * with a caller's decoder. */
 void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,

@@ -523,7 +523,7 @@ TEST(gpu_loader_thread_matches_decoder_run)
 	       gs.decode_ms, gs.augment_ms);
 	CHECK_EQ_INT(st.images, BATCHES * B);
 	CHECK_EQ_INT(gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback, BATCHES * B);
-	/* every header was read by the reading thread (GPUPERF_NVJPEG_PARSE_AHEAD=1) */
+	/* every header was read by the reading thread */
 	CHECK_EQ_INT(gs.parsed_ahead, BATCHES * B);
 	gpu_loader_destroy(gl);
 	gpu_decoder_destroy(ref);
@@ -641,12 +641,11 @@ TEST(gpu_decode_auto_probes_both)
 	dataset_close(fresh);
 }
 
-/* Options that change how the decoder runs, never what it makes: nvJPEG's own
+/* An option that changes how the decoder runs, never what it makes: nvJPEG's own
  * allocators instead of the decoder's stream-ordered ones (also the fallback where
- * the device has no memory pools or nvJPEG refuses ours), and the decoder's stream at
- * the greatest priority (GPUPERF_DECODE_PRIORITY=high). Each gives the default
- * decoder's batch bit for bit, batch after batch (nvJPEG's allocators free and take
- * again between batches). */
+ * the device has no memory pools or nvJPEG refuses ours) give the default decoder's
+ * batch bit for bit, batch after batch (nvJPEG's allocators free and take again
+ * between batches). */
 TEST(gpu_decode_options_give_the_same_batch)
 {
 	if (!gpu_decode_ready())
@@ -670,13 +669,10 @@ TEST(gpu_decode_options_give_the_same_batch)
 	CHECK_EQ_INT(gpu_decoder_run(dflt, 0, items, BATCH, failed), 0);
 	CHECK(cudaMemcpy(want, gpu_decoder_output(dflt, 0), bytes, cudaMemcpyDeviceToHost) ==
 	      cudaSuccess);
-	for (int v = 0; v < 2 && !test_failed(); v++) {
-		const char *what = v == 0 ? "nvJPEG's allocators" : "the stream at top priority";
+	{
+		const char *what = "nvJPEG's allocators";
 		struct gpu_decoder_opts o = gpu_decoder_opts_default();
-		if (v == 0)
-			o.default_allocators = 1;
-		else
-			o.high_priority = 1;
+		o.default_allocators = 1;
 		struct gpu_decoder *d = NULL;
 		CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &d) == 0,
 			  "%s: %s", what, gp_errmsg());

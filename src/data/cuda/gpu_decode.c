@@ -167,20 +167,6 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 	return 0;
 }
 
-/* The decoder's stream; at the device's greatest priority when asked. In s10-7 (nvJPEG
- * pipelined) a top priority could not help: its copies ran on streams of nvJPEG's own.
- * Without pipelining the net's streams above ours slowed the decode beside training
- * from 30.2 to 35.5 ms a batch (s11-7), so the decode's SM work follows the priority
- * it is queued at; whether ours above the net's pays is GPUPERF_DECODE_PRIORITY's
- * question (docs/data.md). */
-static int stream_create(int high, cudaStream_t *s)
-{
-	int lo = 0, hi = 0;
-	if (high)
-		CUDA_TRY(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-	return CUDA_CHECK(cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, high ? hi : 0));
-}
-
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
 		       int outputs, struct gpu_decoder **out)
 {
@@ -192,7 +178,6 @@ struct gpu_decoder_opts gpu_decoder_opts_default(void)
 {
 	return (struct gpu_decoder_opts){
 		.backend = (enum gpu_decode_backend)tuning_get()->nvjpeg_backend,
-		.high_priority = tuning_get()->decode_priority,
 	};
 }
 
@@ -247,7 +232,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	if ((rc = image_ctx_init(&d->cpu)) < 0)
 		goto fail;
 	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
-	    (rc = stream_create(opts->high_priority, &d->stream)) < 0)
+	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking))) < 0)
 		goto fail;
 	for (; d->outputs < outputs; d->outputs++) {
 		if ((rc = CUDA_CHECK(cudaMalloc(&d->out[d->outputs], n * 3 * size * size *
