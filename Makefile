@@ -46,8 +46,9 @@ ifneq ($(FUZZ),0)
   WITH_MPI := 0
 endif
 
-PKGS := jansson cairo libturbojpeg libjpeg openblas zlib
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+# OpenBLAS: its header only; the library is loaded at run time (src/ops/cpu/blas.h)
+PKGS := jansson cairo libturbojpeg libjpeg zlib
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) openblas)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 
 CFLAGS ?= -O2 -g

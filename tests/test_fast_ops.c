@@ -4,9 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "core/timeutil.h"
+#include "ops/cpu/blas.h"
 #include "ops/ops.h"
 #include "test.h"
 
@@ -247,4 +250,35 @@ TEST(fast_conv2d_speed)
 	       "depthwise 96x56x56 b2: fast %.2f ms, ref %.2f ms\n",
 	       best_ms, fast_ms, ref_ms, dw_fast_ms, dw_ref_ms);
 	free(x); free(w); free(y); free(dx); free(dw); free(ws);
+}
+
+/* OpenBLAS is loaded by the CPU backend at its first use, not by every command at
+ * start (it starts a spinning thread per core when it loads: 2.0 s of CPU beside a
+ * 1.7 s `analyze` on the 16-core H100 host, s13): `--version` loads no BLAS, CPU
+ * training loads libopenblas.so.0 through dlopen, and blas_sgemm multiplies. */
+TEST(blas_loaded_at_first_use)
+{
+	CHECK_MSG(blas_load() == 0, "%s", gp_errmsg());
+	const float a[6] = { 1, 2, 3, 4, 5, 6 };     /* 2 x 3 */
+	const float b[6] = { 7, 8, 9, 10, 11, 12 };  /* 3 x 2 */
+	float c[4] = { 1, 1, 1, 1 };
+	blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2, 2, 3, 1.0f, a, 3, b, 2, 0.5f, c, 2);
+	CHECK_NEAR(c[0], 58.5, 0);
+	CHECK_NEAR(c[1], 64.5, 0);
+	CHECK_NEAR(c[2], 139.5, 0);
+	CHECK_NEAR(c[3], 154.5, 0);
+	if (access(test_bin(), X_OK) != 0)
+		return;
+	char cmd[1024], out[65536];
+	snprintf(cmd, sizeof(cmd), "LD_DEBUG=files %s --version 2>&1 | grep -c -E "
+		 "'file=lib(openblas|cblas|blas)\\.so'",
+		 test_bin());
+	test_run(cmd, out, sizeof(out));
+	CHECK_MSG(atoi(out) == 0, "--version loaded a BLAS library (%d lines)", atoi(out));
+	snprintf(cmd, sizeof(cmd), "LD_DEBUG=files %s train --device cpu --model simple_cnn "
+		 "--steps 1 --batch 2 --out %s/blas 2>&1 | grep 'file=libopenblas.so.0.*dynamically "
+		 "loaded by' | head -1", test_bin(), test_tmpdir());
+	test_run(cmd, out, sizeof(out));
+	CHECK_MSG(strstr(out, "dynamically loaded by"), "CPU training did not dlopen "
+		  "libopenblas.so.0: '%s'", out);
 }

@@ -275,12 +275,10 @@ TEST(scale_analyze_large_trace)
 	trace_free(&t);
 	if (test_failed())
 		return;
-	/* one OpenBLAS thread: its pool starts a thread per core when the binary loads,
-	 * each spinning about 0.1 s before it sleeps; on the 16-core H100 host that put
-	 * 2.0 s of CPU beside analyze's 1.7 s (3.7 s against the bound; 1.65 s with one
-	 * thread, s13). The bound is analyze's own work, issue 16's on two cores. */
-	snprintf(cmd, sizeof(cmd), "OPENBLAS_NUM_THREADS=1 %s analyze '%s' > /dev/null",
-		 test_bin(), dir);
+	/* analyze loads no OpenBLAS (ops/cpu/blas.h): when the binary linked it, its
+	 * thread per core spinning at start put 2.0 s of CPU beside analyze's 1.7 s on the
+	 * 16-core H100 host (3.7 s against the bound; 1.65 s with one thread, s13). */
+	snprintf(cmd, sizeof(cmd), "%s analyze '%s' > /dev/null", test_bin(), dir);
 	double cpu0 = children_cpu_ms(), wall0 = gp_now_ms();
 	rc = test_run(cmd, out, sizeof(out));
 	double cpu_ms = children_cpu_ms() - cpu0, wall_ms = gp_now_ms() - wall0;

@@ -15,7 +15,13 @@ mkdir -p "$B/lib" "$B/fonts"
 cp "$BUILD/gpuperf" "$BUILD/gpuperf_tests" "$B/"
 [ -f "$BUILD/libgpuperf_mpi.so" ] && cp "$BUILD/libgpuperf_mpi.so" "$B/"
 skip='lib(c|m|dl|rt|pthread|resolv|stdc\+\+|gcc_s|cuda|cudart|cudnn[a-z_]*|cublas|cublasLt|nccl|cupti|nvrtc[a-z-]*|nvJitLink|mpi[a-z_]*|open-rte|open-pal|hwloc|pmix|event[a-z_0-9.-]*|ucp|ucs|uct|ucm|fabric|psm2|ibverbs|rdmacm|mca_common[a-z_]*)\.so|ld-linux'
-ldd "$BUILD/gpuperf" "$BUILD/gpuperf_tests" | awk '/=> \// {print $3}' | sort -u | grep -v -E "$skip" |
+# OpenBLAS is loaded at run time (src/ops/cpu/blas.h), so ldd of the binaries does not
+# name it: it goes in as libopenblas.so.0, with what it links (libgfortran, ...)
+blas=$(ldconfig -p | awk '$1 == "libopenblas.so.0" {print $NF; exit}')
+[ -n "$blas" ] || { echo "bundle: no libopenblas.so.0 (apt-get install libopenblas0)" >&2; exit 1; }
+cp -L "$blas" "$B/lib/libopenblas.so.0"
+ldd "$BUILD/gpuperf" "$BUILD/gpuperf_tests" "$blas" | awk '/=> \// {print $3}' | sort -u |
+	grep -v -E "$skip" | grep -v 'libopenblas' |
 	while read -r lib; do cp -L "$lib" "$B/lib/"; done
 font=$(fc-match -f '%{file}' sans-serif 2>/dev/null || true)
 [ -n "$font" ] && [ -f "$font" ] && cp "$font" "$B/fonts/"

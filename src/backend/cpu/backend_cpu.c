@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "backend/backend.h"
 #include "dist/dist.h"
+#include "ops/cpu/blas.h"
 
 struct backend_state {
 	char *arena;
@@ -241,6 +242,7 @@ static int cpu_optim_state_from_host(struct net *net, const float *momentum, con
 
 static int cpu_setup(struct net *net)
 {
+	GP_TRY(blas_load());
 	size_t e = dtype_size(net->dtype);
 	size_t in_count = (size_t)net->batch * net->in_c * net->in_h * net->in_w;
 	struct backend_state *b = calloc(1, sizeof(*b));

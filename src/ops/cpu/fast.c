@@ -1,12 +1,12 @@
 /* Fast float convolution and linear layers: im2col per image and group, then one
- * OpenBLAS sgemm (which brings its own threads). Same contract as the reference
+ * OpenBLAS sgemm (blas.h; it brings its own threads). Same contract as the reference
  * kernels, and tested against them. Per group, with K = c_in/groups * kh * kw:
  *   forward      Y[cog][HW] = W[cog][K] * col[K][HW]
  *   bwd data     col[K][HW] = W^T * dY, then scattered back (col2im)
  *   bwd filter   dW[cog][K] += dY * col^T, summed over images */
-#include <cblas.h>
 #include <string.h>
 
+#include "ops/cpu/blas.h"
 #include "ops/ops.h"
 
 /* A 1x1, stride-1, unpadded convolution reads its input plane as the column
@@ -221,7 +221,7 @@ void conv2d_fwd_fast_f32(const struct conv2d_args *a, const float *x, const floa
 				im2col(a, xg, workspace);
 				col = workspace;
 			}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cog, (int)hw_out, k,
+			blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cog, (int)hw_out, k,
 				    1.0f, w + (size_t)g * cog * k, k, col, (int)hw_out,
 				    0.0f, yg, (int)hw_out);
 		}
@@ -256,12 +256,12 @@ void conv2d_bwd_data_fast_f32(const struct conv2d_args *a, const float *dy, cons
 			const float *wg = w + (size_t)g * cog * k;
 			float *dxg = dx + ((size_t)n * a->c_in + (size_t)g * cig) * hw_in;
 			if (pointwise) {
-				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, (int)hw_out,
+				blas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, (int)hw_out,
 					    cog, 1.0f, wg, k, dyg, (int)hw_out,
 					    accumulate ? 1.0f : 0.0f, dxg, (int)hw_out);
 				continue;
 			}
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, (int)hw_out, cog,
+			blas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, (int)hw_out, cog,
 				    1.0f, wg, k, dyg, (int)hw_out, 0.0f, workspace, (int)hw_out);
 			col2im_add(a, workspace, dxg);
 		}
@@ -287,7 +287,7 @@ void conv2d_bwd_filter_fast_f32(const struct conv2d_args *a, const float *x, con
 				col = workspace;
 			}
 			/* The first image overwrites dw, the others add to it. */
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cog, k, (int)hw_out,
+			blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cog, k, (int)hw_out,
 				    1.0f, dyg, (int)hw_out, col, (int)hw_out, n ? 1.0f : 0.0f,
 				    dw + (size_t)g * cog * k, k);
 		}
@@ -299,7 +299,7 @@ void conv2d_bwd_filter_fast_f32(const struct conv2d_args *a, const float *x, con
 void linear_fwd_fast_f32(const struct linear_args *a, const float *x, const float *w,
 			 const float *b, float *y)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->n, a->out, a->in, 1.0f, x,
+	blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->n, a->out, a->in, 1.0f, x,
 		    a->in, w, a->in, 0.0f, y, a->out);
 	if (!a->has_bias)
 		return;
@@ -312,7 +312,7 @@ void linear_fwd_fast_f32(const struct linear_args *a, const float *x, const floa
 void linear_bwd_data_fast_f32(const struct linear_args *a, const float *dy, const float *w,
 			      float *dx, int accumulate)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->n, a->in, a->out, 1.0f, dy,
+	blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->n, a->in, a->out, 1.0f, dy,
 		    a->out, w, a->in, accumulate ? 1.0f : 0.0f, dx, a->in);
 }
 
@@ -320,7 +320,7 @@ void linear_bwd_data_fast_f32(const struct linear_args *a, const float *dy, cons
 void linear_bwd_weight_fast_f32(const struct linear_args *a, const float *x, const float *dy,
 				float *dw, float *db)
 {
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->out, a->in, a->n, 1.0f, dy,
+	blas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->out, a->in, a->n, 1.0f, dy,
 		    a->out, x, a->in, 0.0f, dw, a->in);
 	if (!db || !a->has_bias)
 		return;
