@@ -761,6 +761,7 @@ int plots_draw_history(json_t *const *results, const char *const *names, int n,
 	}
 	if (rc == 0) {
 		chart_panel_set_x_range(p, 0, t_max > 0 ? t_max * 1.02 : 1);
+		chart_panel_set_y_range(p, 0, 100); /* an accuracy: not the fit's 0..120 */
 		rc = chart_figure_save(fig, path);
 	}
 	chart_figure_free(fig);
