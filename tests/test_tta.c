@@ -348,4 +348,15 @@ TEST(tta_plot_history_labels_name_the_differing_settings)
 	CHECK_MSG(!strcmp(label, "gpuperf, seed 2"), "%s", label);
 	for (int i = 0; i < 3; i++)
 		json_decref(r[i]);
+	/* an older PyTorch result: the optimizer as {"name": "sgd", ...} is gpuperf's
+	 * "sgd", so only the engine tells the two apart */
+	json_t *t[2];
+	t[0] = json_pack("{s:s, s:{s:s, s:s, s:i}}", "engine", "gpuperf", "settings", "model",
+			 "resnet18", "optimizer", "sgd", "seed", 1);
+	t[1] = json_pack("{s:s, s:{s:s, s:{s:s, s:f}, s:i}}", "engine", "pytorch", "settings",
+			 "model", "resnet18", "optimizer", "name", "sgd", "lr", 0.2, "seed", 1);
+	plots_history_label(t, names, 2, 1, label, sizeof(label), family, sizeof(family));
+	CHECK_MSG(!strcmp(label, "pytorch, seed 1"), "%s", label);
+	json_decref(t[0]);
+	json_decref(t[1]);
 }

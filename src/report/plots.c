@@ -642,9 +642,13 @@ static const char *const history_keys[] = { "model",  "precision", "decode", "ba
 					    "layout", "lr" };
 #define HISTORY_KEYS (sizeof(history_keys) / sizeof(history_keys[0]))
 
+/* A setting of the run, an object by its "name" (older tests/torch/tta.py results
+ * kept the optimizer and schedule as {"name": "sgd", ...}, gpuperf as "sgd"). */
 static json_t *history_setting(json_t *result, const char *key)
 {
-	return json_object_get(json_object_get(result, "settings"), key);
+	json_t *v = json_object_get(json_object_get(result, "settings"), key);
+	json_t *name = json_is_object(v) ? json_object_get(v, "name") : NULL;
+	return json_is_string(name) ? name : v;
 }
 
 /* The keys (indexes into history_keys) whose values differ between the runs. */

@@ -249,10 +249,12 @@ def main(argv=None):
             "layout": "nhwc" if bf16 else "nchw", "batch": a.batch, "size": a.size,
             "classes": classes, "epochs": a.epochs, "data": a.data, "workers": a.workers,
             "seed": a.seed, "train_images": len(train_ds), "val_images": len(val_ds),
-            "optimizer": {"name": "sgd", "lr": a.lr, "momentum": a.momentum,
-                          "weight_decay": a.weight_decay, "nesterov": False},
-            "lr_schedule": {"name": "cosine", "warmup_epochs": a.warmup_epochs,
-                            "warmup_factor": a.warmup_factor, "per": "epoch"},
+            # the recipe in gpuperf's train.json keys, so that charts and summaries
+            # compare like with like; torchvision decodes with PIL in the workers
+            "decode": "cpu", "optimizer": "sgd", "lr": a.lr, "momentum": a.momentum,
+            "weight_decay": a.weight_decay, "nesterov": False,
+            "lr_schedule": "cosine", "warmup_epochs": a.warmup_epochs,
+            "warmup_factor": a.warmup_factor, "lr_schedule_per": "epoch",
             "label_smoothing": a.label_smoothing,
             "torch": torch.__version__, "torchvision": torchvision.__version__,
         },
