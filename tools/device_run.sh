@@ -6,9 +6,8 @@
 # training speed: the GPU decode tests; loader --decode gpu, and the CPU path at 16 workers
 # against torchvision's; workers --decode gpu at task 3's settings, sweeping the CPU
 # threads beside nvJPEG; a summary), gpudecodetrain (issue 21's 0.95x: train resnet50 and
-# mobilenet_v2 bf16 batch 256 synthetic against JPEGs decoded on the GPU, as built, with two
-# batch buffers, and with 4 and DECODE_THREADS (8) CPU threads taking a share of each batch;
-# DECODE_MODELS), profile, workers, kprof (kernel
+# mobilenet_v2 bf16 batch 256 synthetic against JPEGs decoded on the GPU, as built and with
+# two batch buffers, DECODE_REPEAT (3) runs each; DECODE_MODELS), profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
@@ -103,23 +102,21 @@ for s in "$@"; do
 		grep -h "gpu +\|recommended" "$OUT/workers_gpudecode.log" ;;
 	gpudecodetrain)
 		# issue 21's 0.95x: resnet50 and mobilenet_v2 bf16 b256, synthetic against JPEGs
-		# decoded on the GPU: as built (GPUPERF_DECODE_BUFFERS=3), with two buffers (the
-		# decode thread one batch ahead, as before s13), and with 4 and DECODE_THREADS CPU
-		# threads taking a share of each batch
+		# decoded on the GPU as built (GPUPERF_DECODE_BUFFERS=3) and with two buffers;
+		# DECODE_REPEAT runs of each (train --repeat: mean and spread), as one 60-step run
+		# moves 2-3 points from the next (s13-7/8)
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
-		T="--device cuda --precision bf16 --batch 256 --steps 60"
+		T="--device cuda --precision bf16 --batch 256 --steps 60 --repeat ${DECODE_REPEAT:-3}"
 		for m in ${DECODE_MODELS:-resnet50 mobilenet_v2}; do
-			stage "train_${m}_synthetic" 120 $BIN train --model $m $T
-			stage "train_${m}_gpudecode" 120 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu
-			GPUPERF_DECODE_BUFFERS=2 stage "train_${m}_gpudecode_buf2" 120 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu
-			stage "train_${m}_gpudecode_t4" 120 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu --decode-threads 4
-			stage "train_${m}_gpudecode_t${DECODE_THREADS:-8}" 120 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu --decode-threads ${DECODE_THREADS:-8}
+			stage "train_${m}_synthetic" 200 $BIN train --model $m $T
+			stage "train_${m}_gpudecode" 200 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu
+			GPUPERF_DECODE_BUFFERS=2 stage "train_${m}_gpudecode_buf2" 200 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu
 		done
 		echo "=== gpudecodetrain summary"
 		for m in ${DECODE_MODELS:-resnet50 mobilenet_v2}; do
-			for k in synthetic gpudecode gpudecode_buf2 gpudecode_t4 gpudecode_t${DECODE_THREADS:-8}; do
-				printf '%s %s: ' $m $k; grep -h "^done:" "$OUT/train_${m}_$k.log"
-				grep -h "^data:\|^decode:" "$OUT/train_${m}_$k.log"
+			for k in synthetic gpudecode gpudecode_buf2; do
+				printf '%s %s: ' $m $k; grep -h "^over .* repeats:" "$OUT/train_${m}_$k.log"
+				grep -h "^decode:" "$OUT/train_${m}_$k.log" | tail -1
 			done
 		done ;;
 	profile)
