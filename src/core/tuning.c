@@ -18,9 +18,9 @@ const struct tuning_entry tuning_table[] = {
 	  "(unset: libnvjpeg.so.13, then .so.12, then .so)" },
 	{ "GPUPERF_NVJPEG_BACKEND", "auto", "nvJPEG's backend for --decode gpu's batched "
 	  "call: auto (the hardware engines where the GPU has them), hardware or cuda" },
-	{ "GPUPERF_DECODE_BUFFERS", "3", "batch buffers --decode gpu cycles through, 2 to 4: "
-	  "its decode thread works up to one fewer batches ahead of the step; each costs a "
-	  "batch of GPU memory" },
+	{ "GPUPERF_DECODE_BUFFERS", "3", "N batch buffers for --decode gpu, 2 to 4: its decode "
+	  "thread runs up to N-1 batches ahead of the step; each buffer is one batch of GPU "
+	  "memory" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
