@@ -60,6 +60,16 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	CHECK_MSG(strstr(out, "GPUPERF_CONV_WORKSPACE_MIB") && strstr(out, "1234"), "info: %s", out);
 	CHECK_MSG(strstr(out, "GPUPERF_NVML_LIB") != NULL, "info: %s", out);
+	/* a value out of range or not a number: one warning naming it, then the default */
+	snprintf(cmd, sizeof(cmd), "GPUPERF_DECODE_BUFFERS=9 GPUPERF_CONV_WORKSPACE_MIB=12x "
+		 "GPUPERF_NVJPEG_BACKEND=gpu %s info", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "warning: GPUPERF_DECODE_BUFFERS='9' is not an integer from 2 to 4; "
+			      "using 3\n"), "info: %s", out);
+	CHECK_MSG(strstr(out, "warning: GPUPERF_CONV_WORKSPACE_MIB='12x' is not an integer"),
+		  "info: %s", out);
+	CHECK_MSG(strstr(out, "warning: GPUPERF_NVJPEG_BACKEND='gpu' is not auto, hardware or "
+			      "cuda; using auto\n"), "info: %s", out);
 
 	snprintf(dir, sizeof(dir), "%s/tuned", test_tmpdir());
 	snprintf(cmd, sizeof(cmd),

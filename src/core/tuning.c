@@ -1,5 +1,6 @@
 #include "core/tuning.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,13 +34,28 @@ static void path_from_env(const char *name, char *dst)
 	snprintf(dst, TUNING_PATH_MAX, "%s", v ? v : "");
 }
 
+/* An integer switch: v as a whole in lo..hi, else def with a warning naming it. */
+static long int_from_env(const char *name, long lo, long hi, long def)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return def;
+	char *end = NULL;
+	errno = 0;
+	long x = strtol(v, &end, 10);
+	if (errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi)
+		return x;
+	fprintf(stderr, "warning: %s='%s' is not an integer from %ld to %ld; using %ld\n", name,
+		v, lo, hi, def);
+	return def;
+}
+
 void tuning_reload(void)
 {
-	struct tuning t = { .conv_workspace_mib = TUNING_WORKSPACE_MIB_DEFAULT };
-	const char *v = getenv("GPUPERF_CONV_WORKSPACE_MIB");
-	if (v && atol(v) > 0)
-		t.conv_workspace_mib = (size_t)atol(v);
-	v = getenv("GPUPERF_CONV_LOG");
+	struct tuning t = { 0 };
+	t.conv_workspace_mib = (size_t)int_from_env("GPUPERF_CONV_WORKSPACE_MIB", 1, 1L << 30,
+						     TUNING_WORKSPACE_MIB_DEFAULT);
+	const char *v = getenv("GPUPERF_CONV_LOG");
 	t.conv_log = v && *v == '1';
 	path_from_env("GPUPERF_RESULTS", t.results_dir);
 	path_from_env("GPUPERF_NVML_LIB", t.nvml_lib);
@@ -47,10 +63,12 @@ void tuning_reload(void)
 	path_from_env("GPUPERF_NVJPEG_LIB", t.nvjpeg_lib);
 	v = getenv("GPUPERF_NVJPEG_BACKEND");
 	t.nvjpeg_backend = !v ? 0 : !strcmp(v, "hardware") ? 1 : !strcmp(v, "cuda") ? 2 : 0;
-	v = getenv("GPUPERF_DECODE_BUFFERS");
-	t.decode_buffers = TUNING_DECODE_BUFFERS_DEFAULT;
-	if (v && atoi(v) >= TUNING_DECODE_BUFFERS_MIN && atoi(v) <= TUNING_DECODE_BUFFERS_MAX)
-		t.decode_buffers = atoi(v);
+	if (v && *v && strcmp(v, "auto") && !t.nvjpeg_backend)
+		fprintf(stderr, "warning: GPUPERF_NVJPEG_BACKEND='%s' is not auto, hardware or cuda; "
+			"using auto\n", v);
+	t.decode_buffers = (int)int_from_env("GPUPERF_DECODE_BUFFERS", TUNING_DECODE_BUFFERS_MIN,
+					     TUNING_DECODE_BUFFERS_MAX,
+					     TUNING_DECODE_BUFFERS_DEFAULT);
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
