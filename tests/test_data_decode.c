@@ -312,83 +312,96 @@ static void check_same_batch(const struct gpu_batch *gb, const struct batch *cb,
 		  "batch %d: pixels differ from the CPU loader's", b);
 }
 
+/* tests/data/bad at 16 x 16, batch 4, through both loaders from batch start: the CPU
+ * loader and the GPU loader on the CPU stand-in (the same seed, so the same batches). */
+struct both_loaders {
+	struct dataset *ds;
+	struct cpu_decoder cd;
+	struct loader *cl;
+	struct gpu_loader *gl;
+};
+
+/* 0, or the test has failed; both_close frees what was made either way. */
+static int both_open(struct both_loaders *b, int train, uint64_t seed, long start)
+{
+	memset(b, 0, sizeof(*b));
+	CHECK_EQ_INT(dataset_open("tests/data/bad", train, 16, &b->ds), 0);
+	if (test_failed())
+		return -1;
+	dataset_set_scaled_decode(b->ds, 0);
+	CHECK_EQ_INT(cpu_decoder_init(&b->cd, 4, 16), 0);
+	struct gpu_loader_decoder ops = cpu_decoder_ops(&b->cd);
+	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
+				    .train = train, .seed = seed, .start_batch = start };
+	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = train, .seed = seed,
+					.start_batch = start };
+	CHECK_MSG(loader_create(b->ds, &lc, &b->cl) == 0, "%s", gp_errmsg());
+	CHECK_MSG(gpu_loader_create_with(b->ds, &gc, &ops, &b->gl) == 0, "%s", gp_errmsg());
+	return test_failed() ? -1 : 0;
+}
+
+static void both_close(struct both_loaders *b)
+{
+	gpu_loader_destroy(b->gl);
+	loader_destroy(b->cl);
+	cpu_decoder_free(&b->cd);
+	dataset_close(b->ds);
+}
+
 /* With the CPU stand-in, the GPU loader's batches are the CPU loader's, bit for bit
  * (both decode at full size here): the same order, geometry, replacements of the
  * truncated JPEG and the text file in tests/data/bad, labels and counts. */
 TEST(gpu_loader_order_and_replacements_match_cpu_loader)
 {
 	for (int train = 1; train >= 0; train--) {
-		struct dataset *ds;
-		CHECK_EQ_INT(dataset_open("tests/data/bad", train, 16, &ds), 0);
-		if (test_failed())
+		struct both_loaders bl;
+		if (both_open(&bl, train, 42, 0) < 0) {
+			both_close(&bl);
 			return;
-		dataset_set_scaled_decode(ds, 0);
-		struct cpu_decoder cd;
-		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
-		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
-					    .train = train, .seed = 42 };
-		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = train, .seed = 42 };
-		struct loader *cl = NULL;
-		struct gpu_loader *gl = NULL;
-		CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
-		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		}
 		for (int b = 0; !test_failed() && b < 6; b++) {
 			struct batch *cb;
 			struct gpu_batch gb;
-			CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
-			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(loader_next(bl.cl, &cb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(gpu_loader_next(bl.gl, &gb) == 0, "%s", gp_errmsg());
 			if (test_failed())
 				break;
 			CHECK_EQ_INT(gb.n, cb->n);
 			check_same_batch(&gb, cb, b);
-			loader_release(cl, cb);
+			loader_release(bl.cl, cb);
 		}
 		struct loader_stats cs, gs;
 		struct gpu_decode_stats ds_st;
-		loader_get_stats(cl, &cs);
-		gpu_loader_get_stats(gl, &gs, &ds_st);
+		loader_get_stats(bl.cl, &cs);
+		gpu_loader_get_stats(bl.gl, &gs, &ds_st);
 		CHECK_EQ_INT(gs.images, cs.images);
 		CHECK_EQ_INT(gs.skipped_corrupt, cs.skipped_corrupt);
 		CHECK(cs.skipped_corrupt >= 2);
-		CHECK(!strcmp(gpu_loader_backend(gl), "caller's"));
-		gpu_loader_destroy(gl);
-		loader_destroy(cl);
-		cpu_decoder_free(&cd);
-		dataset_close(ds);
+		CHECK(!strcmp(gpu_loader_backend(bl.gl), "caller's"));
+		both_close(&bl);
 	}
 }
 
 /* The decode thread runs ahead of the caller: a held batch must stay as it was while
- * the thread writes the next one (so two buffers, never the held one), and the
- * counts are those of the delivered batches only. Each batch is checked against the
- * CPU loader after the thread has had time to decode ahead. */
+ * the thread writes the next ones (into the other buffers, never the held one), and
+ * the counts are those of the delivered batches only. Each batch is checked against
+ * the CPU loader after the thread has had time to decode ahead. */
 TEST(gpu_loader_thread_keeps_held_batch_and_counts_delivered)
 {
-	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
-	if (test_failed())
-		return;
-	dataset_set_scaled_decode(ds, 0);
 	enum { FLOATS = 4 * 3 * 16 * 16 };
-	struct cpu_decoder cd;
-	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
-	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
-				    .train = 1, .seed = 7 };
-	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 7 };
-	struct loader *cl = NULL;
-	struct gpu_loader *gl = NULL;
-	CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
-	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+	struct both_loaders bl;
+	if (both_open(&bl, 1, 7, 0) < 0) {
+		both_close(&bl);
+		return;
+	}
 	static float copy[FLOATS];
 	void *prev = NULL;
 	long images = 0;
 	for (int b = 0; !test_failed() && b < 8; b++) {
 		struct batch *cb;
 		struct gpu_batch gb;
-		CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
-		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+		CHECK_MSG(loader_next(bl.cl, &cb) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_next(bl.gl, &gb) == 0, "%s", gp_errmsg());
 		if (test_failed())
 			break;
 		CHECK_MSG(gb.x != prev, "batch %d: in the buffer of the batch before", b);
@@ -402,17 +415,14 @@ TEST(gpu_loader_thread_keeps_held_batch_and_counts_delivered)
 		images += gb.n;
 		struct loader_stats cs, gs;
 		struct gpu_decode_stats dst;
-		loader_get_stats(cl, &cs);
-		gpu_loader_get_stats(gl, &gs, &dst);
+		loader_get_stats(bl.cl, &cs);
+		gpu_loader_get_stats(bl.gl, &gs, &dst);
 		CHECK_MSG(gs.images == images, "batch %d: %ld images counted, %ld delivered", b,
 			  gs.images, images);
 		CHECK_EQ_INT(gs.skipped_corrupt, cs.skipped_corrupt);
-		loader_release(cl, cb);
+		loader_release(bl.cl, cb);
 	}
-	gpu_loader_destroy(gl);
-	loader_destroy(cl);
-	cpu_decoder_free(&cd);
-	dataset_close(ds);
+	both_close(&bl);
 }
 
 /* GPUPERF_DECODE_BUFFERS=N: while the caller holds a batch, the thread decodes the
@@ -425,42 +435,26 @@ TEST(gpu_loader_thread_runs_buffers_less_one_ahead)
 	for (int v = 0; v < 4 && !test_failed(); v++) {
 		setenv("GPUPERF_DECODE_BUFFERS", vals[v], 1);
 		tuning_reload();
-		struct dataset *ds;
-		CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
-		if (test_failed())
-			break;
-		dataset_set_scaled_decode(ds, 0);
-		struct cpu_decoder cd;
-		CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
-		struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
-					    .train = 1, .seed = 3 };
-		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 3 };
-		struct loader *cl = NULL;
-		struct gpu_loader *gl = NULL;
-		CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
-		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
-		CHECK_EQ_INT(gl ? gpu_loader_outputs(gl) : 0, want[v]);
+		struct both_loaders bl;
+		if (both_open(&bl, 1, 3, 0) == 0)
+			CHECK_EQ_INT(gpu_loader_outputs(bl.gl), want[v]);
 		for (int b = 0; !test_failed() && b < 6; b++) {
 			struct batch *cb;
 			struct gpu_batch gb;
-			CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
-			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(loader_next(bl.cl, &cb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(gpu_loader_next(bl.gl, &gb) == 0, "%s", gp_errmsg());
 			if (test_failed())
 				break;
 			if (b == 0) { /* held: the thread fills the other buffers and stops */
 				struct timespec nap = { 0, 150 * 1000 * 1000 };
 				nanosleep(&nap, NULL);
-				CHECK_MSG(cd.full_runs == want[v], "%s buffers: %d batches decoded "
-					  "while the first is held", vals[v], cd.full_runs);
+				CHECK_MSG(bl.cd.full_runs == want[v], "%s buffers: %d batches decoded "
+					  "while the first is held", vals[v], bl.cd.full_runs);
 			}
 			check_same_batch(&gb, cb, b);
-			loader_release(cl, cb);
+			loader_release(bl.cl, cb);
 		}
-		gpu_loader_destroy(gl);
-		loader_destroy(cl);
-		cpu_decoder_free(&cd);
-		dataset_close(ds);
+		both_close(&bl);
 	}
 	unsetenv("GPUPERF_DECODE_BUFFERS");
 	tuning_reload();
@@ -470,37 +464,23 @@ TEST(gpu_loader_thread_runs_buffers_less_one_ahead)
  * the run before: batches 3.. of a loader started at 3 are the CPU loader's. */
 TEST(gpu_loader_thread_resumes_at_start_batch)
 {
-	struct dataset *ds;
-	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
-	if (test_failed())
+	struct both_loaders bl;
+	if (both_open(&bl, 1, 42, 3) < 0) {
+		both_close(&bl);
 		return;
-	dataset_set_scaled_decode(ds, 0);
-	struct cpu_decoder cd;
-	CHECK_EQ_INT(cpu_decoder_init(&cd, 4, 16), 0);
-	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
-	struct loader_config lc = { .batch = 4, .workers = 0, .prefetch = 1, .size = 16,
-				    .train = 1, .seed = 42, .start_batch = 3 };
-	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42,
-					.start_batch = 3 };
-	struct loader *cl = NULL;
-	struct gpu_loader *gl = NULL;
-	CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
-	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+	}
 	for (int b = 0; !test_failed() && b < 4; b++) {
 		struct batch *cb;
 		struct gpu_batch gb;
-		CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
-		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+		CHECK_MSG(loader_next(bl.cl, &cb) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_next(bl.gl, &gb) == 0, "%s", gp_errmsg());
 		if (test_failed())
 			break;
 		CHECK_EQ_INT(gb.epoch * 2 + gb.index, 3 + b);
 		check_same_batch(&gb, cb, 3 + b);
-		loader_release(cl, cb);
+		loader_release(bl.cl, cb);
 	}
-	gpu_loader_destroy(gl);
-	loader_destroy(cl);
-	cpu_decoder_free(&cd);
-	dataset_close(ds);
+	both_close(&bl);
 }
 
 /* A failure of the decoder (a CUDA error on the GPU) in the thread comes back at the
