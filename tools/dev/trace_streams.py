@@ -12,6 +12,7 @@ streams with and without it, the decoder's and nvJPEG's own.
 import collections
 import glob
 import json
+import os
 import sys
 
 
@@ -72,7 +73,7 @@ def gaps(ev, gpu, by, n):
 
 def main(dirs):
     for d in dirs:
-        if not glob.os.path.isdir(d):
+        if not os.path.isdir(d):
             continue
         paths = glob.glob(d + "/profiler_logs/*.pt.trace.json")
         if not paths:
