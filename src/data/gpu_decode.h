@@ -83,9 +83,12 @@ struct gpu_decoder_opts {
 	 * ones of the decoder (which are also dropped, with a note, where the device has
 	 * no memory pools or nvJPEG refuses them) */
 	int default_allocators;
+	/* the hardware decoder's memory pool made at create for max_batch images
+	 * (nvjpegDecodeBatchedPreAllocate), not grown over the first batches */
+	int hw_preallocate;
 };
 /* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says, no
- * CPU threads. */
+ * CPU threads, the pool made. */
 struct gpu_decoder_opts gpu_decoder_opts_default(void);
 int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_layout layout,
 			    int outputs, const struct gpu_decoder_opts *opts,

@@ -28,6 +28,15 @@ static const struct {
 	SYM(nvjpegDecodeBatchedSupported),
 };
 
+/* Resolved where the library has them, else left NULL. */
+static const struct {
+	const char *name;
+	size_t offset;
+} nvjpeg_optional_syms[] = {
+	SYM(nvjpegDecodeBatchedPreAllocate),
+	SYM(nvjpegGetHardwareDecoderInfo),
+};
+
 /* The sonames of CUDA 13 and 12, then the development link. */
 static const char *const nvjpeg_default_libs[] = {
 	"libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so",
@@ -91,6 +100,11 @@ int nvjpeg_open(const struct nvjpeg_api **api)
 			goto unlock;
 		}
 		memcpy((char *)&nvjpeg + nvjpeg_syms[i].offset, &sym, sizeof(sym));
+	}
+	for (size_t i = 0; i < sizeof(nvjpeg_optional_syms) / sizeof(nvjpeg_optional_syms[0]);
+	     i++) {
+		void *sym = dlsym(nvjpeg_lib, nvjpeg_optional_syms[i].name);
+		memcpy((char *)&nvjpeg + nvjpeg_optional_syms[i].offset, &sym, sizeof(sym));
 	}
 	void *v2 = dlsym(nvjpeg_lib, "nvjpegCreateExV2");
 	memcpy(&nvjpeg_v2, &v2, sizeof(v2));

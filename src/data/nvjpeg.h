@@ -100,6 +100,15 @@ struct nvjpeg_api {
 	/* *is_supported == 0 means nvjpegDecodeBatched can decode it (docs 2.3.3.5) */
 	int (*nvjpegDecodeBatchedSupported)(nvjpeg_handle handle, nvjpeg_stream stream,
 					    int *is_supported);
+	/* Optional (NULL where the library lacks them, before CUDA 11.x): */
+	/* the hardware decoder's memory pool, allocated ahead for batch_size images of
+	 * width x height (docs 2.3.3.3: "pre-allocates memory for hardware decode") */
+	int (*nvjpegDecodeBatchedPreAllocate)(nvjpeg_handle handle, nvjpeg_state state,
+					      int batch_size, int width, int height,
+					      int chroma_subsampling, int output_format);
+	/* JPEG engines and cores per engine of the hardware backend */
+	int (*nvjpegGetHardwareDecoderInfo)(nvjpeg_handle handle, unsigned *num_engines,
+					    unsigned *num_cores_per_engine);
 };
 
 /* nvjpegCreateExV2's allocators (docs 2.2.8, 2.2.11): stream-ordered, with a context.

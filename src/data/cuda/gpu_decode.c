@@ -27,6 +27,11 @@
 #include "data/nvjpeg.h"
 #include "ops/cuda/cuda_common.h"
 
+/* The image size the hardware decoder's pool is made for: ImageNet's typical 500x375,
+ * rounded up to whole 4:2:0 blocks. */
+#define PREALLOCATE_W 512
+#define PREALLOCATE_H 384
+
 /* nvjpegCreateEx flags (docs 2.2.17 "nvJPEG Flags"). */
 #define NVJPEG_FLAGS_HW_DECODE_NO_PIPELINE 1u
 #define NVJPEG_FLAGS_BITSTREAM_STRICT 4u
@@ -160,6 +165,15 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 				"it keeps its own, which wait for the device when they free\n");
 	NJ_TRY(d->nj->nvjpegJpegStateCreate(d->h, &d->st));
 	NJ_TRY(d->nj->nvjpegJpegStreamCreate(d->h, &d->js));
+	/* The hardware decoder's memory pool, made for the whole batch at the start.
+	 * Without it a batch beside mobilenet_v2's training decoded in 35.9 ms, with it
+	 * in 26.6 (H100, s14-1): training from JPEGs went from 7,322 to 7,869 img/s
+	 * (resnet50 5,351 to 5,578). NVIDIA's nvImageCodec makes it always, for ">20%" in
+	 * 8-GPU training. A refusal costs only the pool. */
+	if (d->hw && o->hw_preallocate && d->nj->nvjpegDecodeBatchedPreAllocate)
+		d->nj->nvjpegDecodeBatchedPreAllocate(d->h, d->st, d->max_batch, PREALLOCATE_W,
+						      PREALLOCATE_H, NVJPEG_CSS_420,
+						      NVJPEG_OUTPUT_YUV);
 	status = nj_create(d, NVJPEG_BACKEND_DEFAULT, NVJPEG_FLAGS_BITSTREAM_STRICT, &d->h_single);
 	if (status != NVJPEG_STATUS_SUCCESS)
 		NJ_TRY(nj_create(d, NVJPEG_BACKEND_DEFAULT, 0, &d->h_single));
@@ -178,6 +192,7 @@ struct gpu_decoder_opts gpu_decoder_opts_default(void)
 {
 	return (struct gpu_decoder_opts){
 		.backend = (enum gpu_decode_backend)tuning_get()->nvjpeg_backend,
+		.hw_preallocate = 1,
 	};
 }
 
