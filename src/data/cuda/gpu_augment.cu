@@ -138,13 +138,15 @@ __global__ void augment_kernel(const gpu_augment_item *items, int size, float3 s
 	}
 }
 
-/* A 32 x 8 tile of one item's pixels (blockIdx.z): no division to find a pixel. */
+/* A 32 x 8 tile of one item's region (blockIdx.z): no division to find a pixel. */
 __global__ void ycc_kernel(const gpu_ycc_item *items)
 {
 	const gpu_ycc_item &it = items[blockIdx.z];
 	int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
 	if (x >= it.w || y >= it.h)
 		return;
+	x += it.x0;
+	y += it.y0;
 	unsigned char *o = it.dst + (size_t)y * it.dst_pitch + (size_t)x * 3;
 	if (!it.cb.p) {
 		unsigned char v = it.y[(size_t)y * it.y_pitch + x];

@@ -34,18 +34,20 @@ int gpu_augment_launch(const struct gpu_augment_item *items_dev, int n, int size
 		       void *table, void *out, void *stream);
 
 /* One image decoded by nvJPEG as planes (NVJPEG_OUTPUT_YUV, or NVJPEG_OUTPUT_Y for a
- * grey JPEG: cb.p NULL), to become interleaved RGB at dst as TurboJPEG makes it. */
+ * grey JPEG: cb.p NULL), to become interleaved RGB at dst as TurboJPEG makes it, in
+ * the region [x0, x0 + w) x [y0, y0 + h) of the image (what the augment reads of it,
+ * image_resample_reach); dst is the image's pixel (0, 0). */
 struct gpu_ycc_item {
 	const unsigned char *y;
 	size_t y_pitch;
 	struct ycc_plane cb, cr;
-	int w, h;
+	int x0, y0, w, h;
 	unsigned char *dst;
 	size_t dst_pitch;
 };
 
 /* Chroma upsampling and colour conversion (data/ycc.h) of n items already on the
- * device, on stream; max_w, max_h: the largest width and height among them. */
+ * device, on stream; max_w, max_h: the largest region width and height among them. */
 int gpu_ycc_launch(const struct gpu_ycc_item *items_dev, int n, int max_w, int max_h,
 		   void *stream);
 

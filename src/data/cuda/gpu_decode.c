@@ -596,7 +596,9 @@ static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items
 	return 0;
 }
 
-/* Items decoded as planes become RGB in their staging place, TurboJPEG's way. */
+/* Items decoded as planes become RGB in their staging place, TurboJPEG's way, but
+ * only where the augment reads (image_resample_reach): a random crop's reach is about
+ * half the image on average, and the conversion's time goes with its pixels. */
 static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
 	int m = 0, max_w = 0, max_h = 0;
@@ -615,12 +617,16 @@ static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *it
 			y->cr = y->cb;
 			y->cr.p = img.channel[2];
 		}
-		y->w = it->w;
-		y->h = it->h;
+		int reach[4];
+		image_resample_reach(&it->geo.box, d->size, d->size, reach);
+		y->x0 = reach[0];
+		y->y0 = reach[1];
+		y->w = reach[2] - reach[0];
+		y->h = reach[3] - reach[1];
 		y->dst = d->staging + d->offset[i];
 		y->dst_pitch = (size_t)it->w * 3;
-		max_w = it->w > max_w ? it->w : max_w;
-		max_h = it->h > max_h ? it->h : max_h;
+		max_w = y->w > max_w ? y->w : max_w;
+		max_h = y->h > max_h ? y->h : max_h;
 	}
 	if (m == 0)
 		return 0;
