@@ -53,7 +53,9 @@ struct gpu_decode_stats {
 	long nvjpeg_chroma; /* of the hardware/CUDA counts: RGB with nvJPEG's own chroma
 			     * upsampling (the batched call refused planes), not TurboJPEG's */
 	long cpu_shared;    /* decoded by the CPU threads beside nvJPEG (cpu_threads) */
-	double decode_ms, augment_ms; /* wall time of the two stages, synchronized */
+	double decode_ms;   /* wall time of the decode, on the calling thread */
+	double augment_ms;  /* GPU time from the colour conversion's start to the augment's
+			     * end, waits for SMs included; counted once waited for */
 	double parse_ms;    /* of decode_ms: nvJPEG reading the headers (the CPU) */
 	long parsed_ahead;  /* items whose header a parser read before the run */
 };
@@ -100,6 +102,14 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
  * returned. One thread at a time. */
 int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
 		    int n, unsigned char *failed);
+/* gpu_decoder_run that returns once the buffer's writes are queued on the device:
+ * failed[] is final, the pixels are there once gpu_decoder_output_wait(d, output)
+ * returns. The next launch may start at once: it decodes into the other of two plane
+ * buffers, and waits only for the kernels of the launch before the last. */
+int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
+		       int n, unsigned char *failed);
+/* Wait (the host) until the last launch into buffer `output` has written it. */
+int gpu_decoder_output_wait(struct gpu_decoder *d, int output);
 const char *gpu_decoder_error(const struct gpu_decoder *d, int i);
 /* Device batch buffer `output`, max_batch samples in the decoder's layout. */
 void *gpu_decoder_output(const struct gpu_decoder *d, int output);

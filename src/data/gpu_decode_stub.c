@@ -28,6 +28,17 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
 }
 
+int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
+		       int n, unsigned char *failed)
+{
+	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
+}
+
+int gpu_decoder_output_wait(struct gpu_decoder *d, int output)
+{
+	return gp_error(GP_ENODEV, "this gpuperf was built without CUDA: no GPU decoding");
+}
+
 const char *gpu_decoder_error(const struct gpu_decoder *d, int i) { return ""; }
 void *gpu_decoder_output(const struct gpu_decoder *d, int output) { return 0; }
 void *gpu_decoder_output_event(const struct gpu_decoder *d, int output) { return 0; }

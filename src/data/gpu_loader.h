@@ -60,6 +60,10 @@ struct gpu_loader_decoder {
 	const char *(*error)(void *self, int i);
 	void *(*output)(void *self, int output);
 	void *(*output_event)(void *self, int output); /* may be NULL: none */
+	/* may be NULL: run returns with the buffer written; else run may return once
+	 * the writes are queued (gpu_decoder_launch), and wait blocks until they are done
+	 * (gpu_decoder_output_wait), which gpu_loader_next calls before it returns */
+	int (*wait)(void *self, int output);
 };
 
 /* gpu_loader_create with another decoder, which the caller keeps and frees. */

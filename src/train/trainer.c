@@ -650,7 +650,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 			fprintf(log, "decode: on the GPU, nvJPEG %s backend: %ld hardware, %ld CUDA, "
 				"%ld on the CPU (nvJPEG refused them), %ld by %d CPU threads beside "
 				"it; per batch %.1f ms decoding (%.1f ms of it reading headers, %ld%% "
-				"read ahead), %.1f ms converting and augmenting; %d batch buffers\n",
+				"read ahead), %.1f ms of GPU time converting and augmenting; %d batch "
+				"buffers\n",
 				gpu_loader_backend(data.gl), gs.hw_decoded, gs.cuda_decoded,
 				gs.cpu_fallback, gs.cpu_shared, o->decode_threads,
 				st.images ? gs.decode_ms * o->batch / st.images : 0,

@@ -80,11 +80,16 @@ static void busy_gemm(struct busy *q)
 		    q->b, BUSY_M, &zero, q->c, BUSY_M);
 }
 
-static int busy_make(struct busy *q)
+/* top: the stream at the greatest priority, as the net's streams are */
+static int busy_make(struct busy *q, int top)
 {
 	memset(q, 0, sizeof(*q));
 	size_t bytes = sizeof(float) * BUSY_M * BUSY_M;
-	int ok = cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking) == cudaSuccess &&
+	int least = 0, greatest = 0;
+	if (top)
+		cudaDeviceGetStreamPriorityRange(&least, &greatest);
+	int ok = cudaStreamCreateWithPriority(&q->stream, cudaStreamNonBlocking, greatest) ==
+			 cudaSuccess &&
 		 cublasCreate(&q->blas) == CUBLAS_STATUS_SUCCESS &&
 		 cublasSetStream(q->blas, q->stream) == CUBLAS_STATUS_SUCCESS &&
 		 cudaMalloc((void **)&q->a, bytes) == cudaSuccess &&
@@ -180,7 +185,7 @@ TEST(gpu_decode_beside_a_busy_gpu)
 		{ "cuda backend", 0, { GPU_DECODE_CUDA, 0 } },
 	};
 	struct busy q;
-	int have = busy_make(&q) == 0;
+	int have = busy_make(&q, 0) == 0;
 	CHECK_MSG(have, "no queue of products: %s", cudaGetErrorString(cudaGetLastError()));
 	for (size_t vi = 0; have && vi < sizeof(variants) / sizeof(variants[0]); vi++) {
 		struct busy *bq = &q;
@@ -245,11 +250,87 @@ TEST(gpu_decode_beside_a_busy_gpu)
 	jpegs_close(ds, &ctx, &f);
 }
 
-/* A thread that decodes batches into one buffer until told to stop. */
+/* Launches back to back (gpu_decoder_launch, the loader's way) while a queue of
+ * matrix products on a stream of the greatest priority (as the net's are) holds the
+ * SMs, so that each batch's colour and augment kernels are still queued when the next
+ * batch's nvJPEG call writes its planes: every buffer must still hold what
+ * gpu_decoder_run makes of its batch alone, bit for bit. Four batches, each of other
+ * crops, into four buffers, the two plane buffers each used twice. */
+TEST(gpu_decode_launches_back_to_back_give_run_batches)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 64, SETS = 4 };
+	struct dataset *ds;
+	struct image_ctx ctx;
+	struct files f;
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
+	static struct gpu_decode_item items[SETS][BATCH];
+	static unsigned char failed[BATCH];
+	for (int b = 0; b < SETS; b++)
+		items_repeat(&f, BATCH, 21 + b, items[b]);
+	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
+	uint16_t *want[SETS] = { 0 }, *got = malloc(bytes);
+	for (int b = 0; b < SETS; b++)
+		want[b] = malloc(bytes);
+	struct gpu_decoder *ref = NULL, *d = NULL;
+	struct busy q;
+	int have = 0, pending = 0;
+	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &ref) == 0, "%s",
+		  gp_errmsg());
+	CHECK_MSG(gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, SETS, &d) == 0, "%s",
+		  gp_errmsg());
+	CHECK(got && want[SETS - 1]);
+	if (test_failed())
+		goto out;
+	for (int b = 0; b < SETS && !test_failed(); b++) {
+		CHECK_EQ_INT(gpu_decoder_run(ref, 0, items[b], BATCH, failed), 0);
+		CHECK(cudaMemcpy(want[b], gpu_decoder_output(ref, 0), bytes,
+				 cudaMemcpyDeviceToHost) == cudaSuccess);
+	}
+	for (int b = 0; b < SETS && !test_failed(); b++) /* warm: the sides' buffers made */
+		CHECK_EQ_INT(gpu_decoder_run(d, b, items[b], BATCH, failed), 0);
+	CHECK_EQ_INT(busy_make(&q, 1), 0);
+	have = !test_failed();
+	if (!have)
+		goto out;
+	busy_queue(&q, 300);
+	double t0 = gp_now_ms();
+	for (int b = 0; b < SETS && !test_failed(); b++) {
+		CHECK_EQ_INT(gpu_decoder_launch(d, b, items[b], BATCH, failed), 0);
+		for (int i = 0; i < BATCH; i++)
+			CHECK_EQ_INT(failed[i], 0);
+	}
+	double launched = gp_now_ms() - t0;
+	pending = !busy_drained(&q);
+	for (int b = 0; b < SETS && !test_failed(); b++) {
+		CHECK_EQ_INT(gpu_decoder_output_wait(d, b), 0);
+		CHECK(cudaMemcpy(got, gpu_decoder_output(d, b), bytes, cudaMemcpyDeviceToHost) ==
+		      cudaSuccess);
+		CHECK_MSG(!memcmp(want[b], got, bytes), "batch %d differs from its run alone", b);
+	}
+	printf("    %d launches of %d beside a %.0f ms queue at the greatest priority: %.1f ms, "
+	       "the queue %s by then\n", SETS, BATCH, busy_wait(&q), launched,
+	       pending ? "still running" : "drained");
+out:
+	if (have)
+		busy_free(&q);
+	gpu_decoder_destroy(ref);
+	gpu_decoder_destroy(d);
+	for (int b = 0; b < SETS; b++)
+		free(want[b]);
+	free(got);
+	jpegs_close(ds, &ctx, &f);
+}
+
+/* A thread that decodes batches until told to stop: into one buffer with
+ * gpu_decoder_run, or (launch) into two in turn with gpu_decoder_launch, waiting for
+ * a buffer only before it is written again, as the loader's thread does. */
 struct decode_loop {
 	struct gpu_decoder *d;
 	const struct gpu_decode_item *items;
-	int n;
+	int n, launch;
 	unsigned char *failed;
 	atomic_int stop;
 	int batches, rc;
@@ -261,9 +342,15 @@ static void *decode_loop_main(void *arg)
 	struct decode_loop *l = arg;
 	double t0 = gp_now_ms();
 	while (!atomic_load(&l->stop) && l->rc == 0) {
-		l->rc = gpu_decoder_run(l->d, 0, l->items, l->n, l->failed);
+		int k = l->batches % 2;
+		if (!l->launch)
+			l->rc = gpu_decoder_run(l->d, 0, l->items, l->n, l->failed);
+		else if ((l->rc = gpu_decoder_output_wait(l->d, k)) == 0)
+			l->rc = gpu_decoder_launch(l->d, k, l->items, l->n, l->failed);
 		l->batches++;
 	}
+	for (int k = 0; l->launch && l->rc == 0 && k < 2; k++)
+		l->rc = gpu_decoder_output_wait(l->d, k);
 	l->ms = gp_now_ms() - t0;
 	return NULL;
 }
@@ -304,15 +391,17 @@ TEST(gpu_decode_keeps_up_beside_training)
 		CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
 	CHECK_EQ_INT(net_wait(net), 0);
 	/* made: 1 gpu_decoder_create's, 0 the options given, 2 the defaults with
-	 * hw_preallocate as given */
+	 * hw_preallocate as given; launch: gpu_decoder_launch into two buffers in turn,
+	 * as the loader runs it */
 	static const struct {
 		const char *name;
-		int made;
+		int made, launch;
 		struct gpu_decoder_opts o;
 	} variants[] = {
-		{ "gpu_decoder_create's", 1, { 0 } },
-		{ "without the pool made at the start", 2, { .hw_preallocate = 0 } },
-		{ "hardware, nvJPEG's pipelining", 0, { GPU_DECODE_HARDWARE, 1 } },
+		{ "gpu_decoder_create's, launched", 1, 1, { 0 } },
+		{ "gpu_decoder_create's, run", 1, 0, { 0 } },
+		{ "without the pool made at the start", 2, 1, { .hw_preallocate = 0 } },
+		{ "hardware, nvJPEG's pipelining", 0, 0, { GPU_DECODE_HARDWARE, 1 } },
 	};
 	for (size_t vi = 0; !test_failed() && vi < sizeof(variants) / sizeof(variants[0]); vi++) {
 		struct gpu_decoder *d = NULL;
@@ -322,8 +411,8 @@ TEST(gpu_decode_keeps_up_beside_training)
 			o.hw_preallocate = variants[vi].o.hw_preallocate;
 		}
 		int rc = variants[vi].made == 1
-				 ? gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &d)
-				 : gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o,
+				 ? gpu_decoder_create(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 2, &d)
+				 : gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 2, &o,
 							   &d);
 		if (rc < 0) {
 			CHECK_MSG(variants[vi].made != 1, "%s", gp_errmsg());
@@ -341,7 +430,8 @@ TEST(gpu_decode_keeps_up_beside_training)
 			CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
 		CHECK_EQ_INT(net_wait(net), 0);
 		double step_alone = (gp_now_ms() - t0) / STEPS;
-		struct decode_loop loop = { .d = d, .items = items, .n = BATCH, .failed = failed };
+		struct decode_loop loop = { .d = d, .items = items, .n = BATCH, .failed = failed,
+					    .launch = variants[vi].launch };
 		pthread_t th;
 		int started = pthread_create(&th, NULL, decode_loop_main, &loop) == 0;
 		CHECK(started);
@@ -359,7 +449,7 @@ TEST(gpu_decode_keeps_up_beside_training)
 		       "a batch decoded in %.1f ms alone, %.1f ms beside training (%d batches)\n",
 		       variants[vi].name, step_alone, step_beside,
 		       100.0 * (step_beside / step_alone - 1), alone_dec, dec_beside, loop.batches);
-		if (variants[vi].made == 1)
+		if (variants[vi].made == 1 && variants[vi].launch)
 			CHECK_MSG(dec_beside < step_beside,
 				  "the decode does not keep up: %.1f ms a batch beside a %.1f ms step",
 				  dec_beside, step_beside);

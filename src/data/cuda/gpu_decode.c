@@ -46,21 +46,32 @@ struct gpu_decoder {
 	nvjpeg_state st_single;
 	nvjpeg_stream js;
 	int hw, batched_n;         /* batched_n: the size last initialized, -1 none */
-	cudaStream_t stream;
+	cudaStream_t stream;       /* colour conversion, augment and their copies */
+	cudaStream_t nj_stream;    /* nvJPEG's calls, synchronized after each */
 	int device, max_batch, size;
 	enum gpu_batch_layout layout;
 
 	unsigned char *staging;    /* decoded RGB of the whole batch, device */
 	size_t staging_cap;
-	unsigned char *yuv;        /* nvJPEG's planes of the whole batch, device */
-	size_t yuv_cap;
+	/* Two sides, used by launches in turn, so that nvJPEG writes the planes of one
+	 * batch while the kernels of the last still read the other side's: the hardware
+	 * writes when the call is made, not in a stream's order. */
+	struct gpu_decode_side {
+		unsigned char *yuv;        /* nvJPEG's planes of the whole batch, device */
+		size_t yuv_cap;
+		struct gpu_ycc_item *ycc_host;       /* pinned, copied to ycc_dev */
+		struct gpu_augment_item *items_host; /* pinned, copied to items_dev */
+		cudaEvent_t start, done;   /* around its kernels, on stream */
+		int pending;               /* done recorded, not yet waited for */
+	} side[2], *cur;
 	int batched_fmt;           /* NVJPEG_OUTPUT_YUV, or RGBI where the batched call refuses it */
 	int yuv_batch_failures;    /* whole batched calls with planes that failed */
-	struct gpu_ycc_item *ycc_host, *ycc_dev;
+	struct gpu_ycc_item *ycc_dev;
 	void **out;                /* the batch buffers, device */
 	cudaEvent_t *out_read;     /* each: recorded by the reader of out[k] once it is read */
+	cudaEvent_t *out_ready;    /* each: recorded after the last launch's writes into out[k] */
 	int outputs;
-	struct gpu_augment_item *items_host, *items_dev;
+	struct gpu_augment_item *items_dev;
 	void *aug_table;           /* the augment kernel's filter windows, device */
 
 	/* per item of the running batch */
@@ -219,6 +230,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->layout = layout;
 	d->batched_n = -1;
 	d->batched_fmt = NVJPEG_OUTPUT_YUV;
+	d->cur = &d->side[0];
 	int rc = nvjpeg_open(&d->nj);
 	if (rc < 0) {
 		free(d);
@@ -238,7 +250,8 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->errmsg = calloc(n, sizeof(*d->errmsg));
 	d->out = calloc(outputs, sizeof(*d->out));
 	d->out_read = calloc(outputs, sizeof(*d->out_read));
-	if (!d->out || !d->out_read || !d->offset || !d->yuv_offset || !d->route || !d->fmt ||
+	d->out_ready = calloc(outputs, sizeof(*d->out_ready));
+	if (!d->out || !d->out_read || !d->out_ready || !d->offset || !d->yuv_offset || !d->route || !d->fmt ||
 	    !d->chroma || !d->planar || !d->bat_data || !d->bat_len || !d->bat_img ||
 	    !d->bat_item || !d->errmsg) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
@@ -247,25 +260,38 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	if ((rc = image_ctx_init(&d->cpu)) < 0)
 		goto fail;
 	if ((rc = CUDA_CHECK(cudaSetDevice(device))) < 0 ||
-	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking))) < 0)
+	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking))) < 0 ||
+	    (rc = CUDA_CHECK(cudaStreamCreateWithFlags(&d->nj_stream, cudaStreamNonBlocking))) < 0)
 		goto fail;
 	for (; d->outputs < outputs; d->outputs++) {
-		if ((rc = CUDA_CHECK(cudaMalloc(&d->out[d->outputs], n * 3 * size * size *
+		int k = d->outputs;
+		if ((rc = CUDA_CHECK(cudaMalloc(&d->out[k], n * 3 * size * size *
 						gpu_batch_elem_bytes(layout)))) < 0)
 			goto fail;
-		if ((rc = CUDA_CHECK(cudaEventCreateWithFlags(&d->out_read[d->outputs],
+		if ((rc = CUDA_CHECK(cudaEventCreateWithFlags(&d->out_read[k],
+							      cudaEventDisableTiming))) < 0 ||
+		    (rc = CUDA_CHECK(cudaEventCreateWithFlags(&d->out_ready[k],
 							      cudaEventDisableTiming))) < 0) {
-			cudaFree(d->out[d->outputs]);
+			if (d->out_read[k])
+				cudaEventDestroy(d->out_read[k]);
+			cudaFree(d->out[k]);
 			goto fail;
 		}
 	}
 	if ((rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMalloc(&d->aug_table, gpu_augment_table_bytes(max_batch, size)))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->items_host,
-					    n * sizeof(*d->items_host)))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0 ||
-	    (rc = CUDA_CHECK(cudaMallocHost((void **)&d->ycc_host, n * sizeof(*d->ycc_host)))) < 0)
+	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0)
 		goto fail;
+	for (int k = 0; k < 2; k++) {
+		struct gpu_decode_side *sd = &d->side[k];
+		if ((rc = CUDA_CHECK(cudaMallocHost((void **)&sd->items_host,
+						    n * sizeof(*sd->items_host)))) < 0 ||
+		    (rc = CUDA_CHECK(cudaMallocHost((void **)&sd->ycc_host,
+						    n * sizeof(*sd->ycc_host)))) < 0 ||
+		    (rc = CUDA_CHECK(cudaEventCreate(&sd->start))) < 0 ||
+		    (rc = CUDA_CHECK(cudaEventCreate(&sd->done))) < 0)
+			goto fail;
+	}
 	if ((rc = nj_memory_pick(d, opts)) < 0 || (rc = handles_create(d, opts)) < 0)
 		goto fail;
 	if (opts->cpu_threads > 0) {
@@ -314,7 +340,8 @@ static int staging_reserve(struct gpu_decoder *d, const struct gpu_decode_item *
 /* Room for one plane of item i: a full-size one, even for subsampled chroma. nvJPEG's
  * documents give the chroma planes their subsampled size, which is what ycc.h reads;
  * the room beyond it costs 1.5 bytes a pixel and guards the next image against a
- * decoder that would write more. */
+ * decoder that would write more. Rows are packed: 256-byte rows (pitch) kept nvJPEG's
+ * copies out of the engines' buffers just the same (s14-3). */
 static size_t plane_room(const struct gpu_decode_item *it)
 {
 	return align_up((size_t)it->w * it->h, 256);
@@ -329,21 +356,22 @@ static size_t planes_bytes(const struct gpu_decoder *d, const struct gpu_decode_
 /* Room for the planes of the items nvJPEG decodes (after route_items). */
 static int yuv_reserve(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
+	struct gpu_decode_side *sd = d->cur;
 	size_t total = 0;
 	for (int i = 0; i < n; i++) {
 		d->yuv_offset[i] = total;
 		if (d->route[i] == ROUTE_BATCHED || d->route[i] == ROUTE_SINGLE)
 			total += planes_bytes(d, &items[i], i);
 	}
-	if (total <= d->yuv_cap)
+	if (total <= sd->yuv_cap)
 		return 0;
 	CUDA_TRY(cudaStreamSynchronize(d->stream));
-	cudaFree(d->yuv);
-	d->yuv = NULL;
-	d->yuv_cap = 0;
+	cudaFree(sd->yuv);
+	sd->yuv = NULL;
+	sd->yuv_cap = 0;
 	size_t cap = total + total / 4;
-	CUDA_TRY(cudaMalloc((void **)&d->yuv, cap));
-	d->yuv_cap = cap;
+	CUDA_TRY(cudaMalloc((void **)&sd->yuv, cap));
+	sd->yuv_cap = cap;
 	return 0;
 }
 
@@ -358,7 +386,7 @@ static struct nvjpeg_image item_image(struct gpu_decoder *d, const struct gpu_de
 		img.pitch[0] = (size_t)it->w * 3;
 		return img;
 	}
-	img.channel[0] = d->yuv + d->yuv_offset[i];
+	img.channel[0] = d->cur->yuv + d->yuv_offset[i];
 	img.pitch[0] = (size_t)it->w;
 	if (fmt == NVJPEG_OUTPUT_YUV) {
 		img.channel[1] = img.channel[0] + plane_room(it);
@@ -479,9 +507,12 @@ void gpu_decode_parser_destroy(struct gpu_decode_parser *p)
  * by one (a single bad file must not cost the others their GPU decode).
  * The hardware path writes its planes when the call is made, not in the stream's
  * order (measured on H100s with nvJPEG 12.3 to 13.2, torchcodec #1634): work still
- * queued on the stream that reads d->yuv would see them overwritten. None is: every
- * gpu_decoder_run ends with the stream synchronized, and yuv_reserve synchronizes it
- * before it replaces the buffer. Splitting a batch into two calls made at once from
+ * queued that reads the same planes would see them overwritten. None is: the planes
+ * are the running side's, whose last kernels gpu_decoder_launch waited for; RGB
+ * (RGBI) goes straight into the staging that the last batch's augment may still
+ * read, so the stream is synchronized first; yuv_reserve synchronizes it before it
+ * replaces a buffer. The call gets a stream of its own (nvJPEG makes its engines'
+ * work wait for what is queued on it), synchronized after it. Splitting a batch into two calls made at once from
  * two threads (own states and streams) brought back the wait for the net's queue on
  * the H100 (s11-5: 226 ms a batch beside resnet50's training), so one call it is. */
 static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
@@ -511,11 +542,13 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 		}
 		d->batched_n = status == NVJPEG_STATUS_SUCCESS ? nb : -1;
 	}
+	if (status == NVJPEG_STATUS_SUCCESS && d->batched_fmt == NVJPEG_OUTPUT_RGBI)
+		CUDA_TRY(cudaStreamSynchronize(d->stream));
 	if (status == NVJPEG_STATUS_SUCCESS)
 		status = d->nj->nvjpegDecodeBatched(d->h, d->st, d->bat_data, d->bat_len, d->bat_img,
-						    d->stream);
+						    d->nj_stream);
 	if (status == NVJPEG_STATUS_SUCCESS)
-		status = cudaStreamSynchronize(d->stream) == cudaSuccess
+		status = cudaStreamSynchronize(d->nj_stream) == cudaSuccess
 				 ? NVJPEG_STATUS_SUCCESS : NVJPEG_STATUS_EXECUTION_FAILED;
 	if (status == NVJPEG_STATUS_SUCCESS) {
 		if (d->hw)
@@ -551,9 +584,9 @@ static int decode_single(struct gpu_decoder *d, const struct gpu_decode_item *it
 			continue;
 		struct nvjpeg_image img = item_image(d, &items[i], i, d->fmt[i]);
 		int status = d->nj->nvjpegDecode(d->h_single, d->st_single, items[i].data,
-						 items[i].len_bytes, d->fmt[i], &img, d->stream);
+						 items[i].len_bytes, d->fmt[i], &img, d->nj_stream);
 		if (status == NVJPEG_STATUS_SUCCESS &&
-		    cudaStreamSynchronize(d->stream) != cudaSuccess)
+		    cudaStreamSynchronize(d->nj_stream) != cudaSuccess)
 			status = NVJPEG_STATUS_EXECUTION_FAILED;
 		if (status == NVJPEG_STATUS_ALLOCATOR_FAILURE)
 			return nj_check(status, "nvjpegDecode");
@@ -607,7 +640,7 @@ static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *it
 			continue;
 		const struct gpu_decode_item *it = &items[i];
 		struct nvjpeg_image img = item_image(d, it, i, d->fmt[i]);
-		struct gpu_ycc_item *y = &d->ycc_host[m++];
+		struct gpu_ycc_item *y = &d->cur->ycc_host[m++];
 		memset(y, 0, sizeof(*y));
 		y->y = img.channel[0];
 		y->y_pitch = img.pitch[0];
@@ -630,7 +663,7 @@ static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *it
 	}
 	if (m == 0)
 		return 0;
-	CUDA_TRY(cudaMemcpyAsync(d->ycc_dev, d->ycc_host, (size_t)m * sizeof(*d->ycc_dev),
+	CUDA_TRY(cudaMemcpyAsync(d->ycc_dev, d->cur->ycc_host, (size_t)m * sizeof(*d->ycc_dev),
 				 cudaMemcpyHostToDevice, d->stream));
 	return gpu_ycc_launch(d->ycc_dev, m, max_w, max_h, d->stream);
 }
@@ -681,8 +714,21 @@ static int share_finish(struct gpu_decoder *d, int k, int rc, double batched_ms,
 	return 0;
 }
 
-int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
-		    int n, unsigned char *failed)
+/* Wait for side sd's last kernels, and count their GPU time. */
+static int side_settle(struct gpu_decoder *d, struct gpu_decode_side *sd)
+{
+	if (!sd->pending)
+		return 0;
+	sd->pending = 0;
+	CUDA_TRY(cudaEventSynchronize(sd->done));
+	float ms = 0;
+	CUDA_TRY(cudaEventElapsedTime(&ms, sd->start, sd->done));
+	d->stats.augment_ms += ms;
+	return 0;
+}
+
+int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
+		       int n, unsigned char *failed)
 {
 	if (n < 0 || n > d->max_batch)
 		return gp_error(GP_EINVAL, "gpu decoder: %d items for a batch of %d", n,
@@ -694,6 +740,8 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 			return gp_error(GP_EINVAL, "gpu decoder: item %d goes to sample %d of %d", i,
 					items[i].dst, d->max_batch);
 	CUDA_TRY(cudaSetDevice(d->device));
+	d->cur = &d->side[d->cur == &d->side[0]];
+	GP_TRY(side_settle(d, d->cur)); /* the launch before the last: done long since */
 	double t0 = gp_now_ms();
 	GP_TRY(staging_reserve(d, items, n));
 	double tp = gp_now_ms();
@@ -702,6 +750,8 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 	int k = share_pick(d, n);
 	GP_TRY(yuv_reserve(d, items, n));
 	memset(d->planar, 0, (size_t)n);
+	if (k > 0) /* the threads write staging on their own stream: the last augment first */
+		CUDA_TRY(cudaStreamSynchronize(d->stream));
 	if (k > 0)
 		decode_share_start(d->share, items, d->share_idx, k, d->staging, d->offset,
 				   d->share_failed, d->errmsg);
@@ -718,13 +768,15 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 		rc = share_finish(d, k, rc, batched_ms, batched_n);
 	GP_TRY(rc);
 	double t1 = gp_now_ms();
+	struct gpu_decode_side *sd = d->cur;
+	CUDA_TRY(cudaEventRecord(sd->start, d->stream));
 	GP_TRY(planes_to_rgb(d, items, n));
 	int m = 0;
 	for (int i = 0; i < n; i++) {
 		failed[i] = d->route[i] == ROUTE_FAILED;
 		if (failed[i])
 			continue;
-		struct gpu_augment_item *a = &d->items_host[m++];
+		struct gpu_augment_item *a = &sd->items_host[m++];
 		const struct gpu_decode_item *it = &items[i];
 		a->src = d->staging + d->offset[i];
 		a->pitch = (size_t)it->w * 3;
@@ -735,17 +787,32 @@ int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_i
 		a->dst = it->dst;
 	}
 	if (m > 0) {
-		CUDA_TRY(cudaMemcpyAsync(d->items_dev, d->items_host, (size_t)m * sizeof(*d->items_dev),
+		CUDA_TRY(cudaMemcpyAsync(d->items_dev, sd->items_host, (size_t)m * sizeof(*d->items_dev),
 					 cudaMemcpyHostToDevice, d->stream));
 		/* the buffer's last reader done (a never recorded event is no wait) */
 		CUDA_TRY(cudaStreamWaitEvent(d->stream, d->out_read[output], 0));
 		GP_TRY(gpu_augment_launch(d->items_dev, m, d->size, d->layout, imagenet_mean,
 					  imagenet_std, d->aug_table, d->out[output], d->stream));
-		CUDA_TRY(cudaStreamSynchronize(d->stream));
 	}
+	CUDA_TRY(cudaEventRecord(d->out_ready[output], d->stream));
+	CUDA_TRY(cudaEventRecord(sd->done, d->stream));
+	sd->pending = 1;
 	d->stats.decode_ms += t1 - t0;
-	d->stats.augment_ms += gp_now_ms() - t1;
 	return 0;
+}
+
+int gpu_decoder_run(struct gpu_decoder *d, int output, const struct gpu_decode_item *items,
+		    int n, unsigned char *failed)
+{
+	GP_TRY(gpu_decoder_launch(d, output, items, n, failed));
+	return side_settle(d, d->cur);
+}
+
+int gpu_decoder_output_wait(struct gpu_decoder *d, int output)
+{
+	if (output < 0 || output >= d->outputs)
+		return gp_error(GP_EINVAL, "gpu decoder: output %d of %d", output, d->outputs);
+	return CUDA_CHECK(cudaEventSynchronize(d->out_ready[output]));
 }
 
 const char *gpu_decoder_error(const struct gpu_decoder *d, int i)
@@ -779,6 +846,8 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 		return;
 	if (d->stream)
 		cudaStreamSynchronize(d->stream);
+	if (d->nj_stream)
+		cudaStreamSynchronize(d->nj_stream);
 	decode_share_destroy(d->share); /* idle between runs: joined at once */
 	free(d->share_idx);
 	free(d->share_failed);
@@ -795,24 +864,37 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 			d->nj->nvjpegDestroy(d->h_single);
 		if (d->stream)
 			cudaStreamSynchronize(d->stream);
+		if (d->nj_stream)
+			cudaStreamSynchronize(d->nj_stream);
 		nj_memory_free(d->mem); /* after the handles: they free through it */
 		nvjpeg_close();
 	}
 	cudaFree(d->staging);
-	cudaFree(d->yuv);
 	cudaFree(d->ycc_dev);
-	cudaFreeHost(d->ycc_host);
+	for (int k = 0; k < 2; k++) {
+		struct gpu_decode_side *sd = &d->side[k];
+		cudaFree(sd->yuv);
+		cudaFreeHost(sd->ycc_host);
+		cudaFreeHost(sd->items_host);
+		if (sd->start)
+			cudaEventDestroy(sd->start);
+		if (sd->done)
+			cudaEventDestroy(sd->done);
+	}
 	for (int k = 0; k < d->outputs; k++) {
 		cudaFree(d->out[k]);
 		cudaEventDestroy(d->out_read[k]);
+		cudaEventDestroy(d->out_ready[k]);
 	}
 	free(d->out);
 	free(d->out_read);
+	free(d->out_ready);
 	cudaFree(d->items_dev);
 	cudaFree(d->aug_table);
-	cudaFreeHost(d->items_host);
 	if (d->stream)
 		cudaStreamDestroy(d->stream);
+	if (d->nj_stream)
+		cudaStreamDestroy(d->nj_stream);
 	image_ctx_free(&d->cpu);
 	free(d->offset);
 	free(d->yuv_offset);
