@@ -6,8 +6,8 @@
 # training speed: the GPU decode tests; loader --decode gpu, and the CPU path at 16 workers
 # against torchvision's; workers --decode gpu at task 3's settings, sweeping the CPU
 # threads beside nvJPEG; a summary), gpudecodetrain (issue 21's 0.95x: train resnet50 and
-# mobilenet_v2 bf16 batch 256 synthetic against JPEGs decoded on the GPU, as built and with
-# two batch buffers, DECODE_REPEAT (3) runs each; DECODE_MODELS), profile, workers, kprof (kernel
+# mobilenet_v2 bf16 batch 256 synthetic against JPEGs decoded on the GPU, DECODE_REPEAT (3)
+# runs each; DECODE_MODELS), profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
@@ -102,7 +102,7 @@ for s in "$@"; do
 		grep -h "gpu +\|recommended" "$OUT/workers_gpudecode.log" ;;
 	gpudecodetrain)
 		# issue 21's 0.95x: resnet50 and mobilenet_v2 bf16 b256, synthetic against JPEGs
-		# decoded on the GPU as built (GPUPERF_DECODE_BUFFERS=3) and with two buffers;
+		# decoded on the GPU;
 		# DECODE_REPEAT runs of each (train --repeat: mean and spread), as one 60-step run
 		# moves 2-3 points from the next (s13-7/8)
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
@@ -110,11 +110,10 @@ for s in "$@"; do
 		for m in ${DECODE_MODELS:-resnet50 mobilenet_v2}; do
 			stage "train_${m}_synthetic" 200 $BIN train --model $m $T
 			stage "train_${m}_gpudecode" 200 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu
-			GPUPERF_DECODE_BUFFERS=2 stage "train_${m}_gpudecode_buf2" 200 $BIN train --model $m $T --data /tmp/gp_ds --decode gpu
 		done
 		echo "=== gpudecodetrain summary"
 		for m in ${DECODE_MODELS:-resnet50 mobilenet_v2}; do
-			for k in synthetic gpudecode gpudecode_buf2; do
+			for k in synthetic gpudecode; do
 				printf '%s %s: ' $m $k; grep -h "^over .* repeats:" "$OUT/train_${m}_$k.log"
 				grep -h "^decode:" "$OUT/train_${m}_$k.log" | tail -1
 			done
