@@ -177,10 +177,10 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 	NJ_TRY(d->nj->nvjpegJpegStateCreate(d->h, &d->st));
 	NJ_TRY(d->nj->nvjpegJpegStreamCreate(d->h, &d->js));
 	/* The hardware decoder's memory pool, made for the whole batch at the start.
-	 * Without it a batch beside mobilenet_v2's training decoded in 35.9 ms, with it
-	 * in 26.6 (H100, s14-1): training from JPEGs went from 7,322 to 7,869 img/s
-	 * (resnet50 5,351 to 5,578). NVIDIA's nvImageCodec makes it always, for ">20%" in
-	 * 8-GPU training. A refusal costs only the pool. */
+	 * Training from JPEGs on the H100 (s14-1, same call): mobilenet_v2 bf16 7,322 ->
+	 * 7,658 img/s, resnet50 5,351 -> 5,514; a batch beside resnet50's training 30-31
+	 * ms -> 26-27 (gpu_decode_keeps_up_beside_training). NVIDIA's nvImageCodec makes
+	 * it always, for ">20%" in 8-GPU training. A refusal costs only the pool. */
 	if (d->hw && o->hw_preallocate && d->nj->nvjpegDecodeBatchedPreAllocate)
 		d->nj->nvjpegDecodeBatchedPreAllocate(d->h, d->st, d->max_batch, PREALLOCATE_W,
 						      PREALLOCATE_H, NVJPEG_CSS_420,
