@@ -225,10 +225,14 @@ TEST(gpu_loader_refuses_what_it_cannot_decode)
 /* A CPU stand-in for nvJPEG: TurboJPEG at full size and image.c's resampler, into
  * host batches, failing where libjpeg fails. With fail_batch >= 0, the run that
  * starts batch fail_batch (the fail_batch-th with a whole batch of items: a
- * replacement run has fewer) fails as a CUDA error would. */
+ * replacement run has fewer) fails as a CUDA error would. With launch, a run only
+ * "launches" (writes a shadow buffer) and the buffer holds the pixels once waited
+ * for (cpu_decoder_wait), as gpu_decoder_launch's do. */
 struct cpu_decoder {
 	struct image_ctx ctx;
 	float *out[GPU_LOADER_OUTPUTS_MAX];
+	float *shadow[GPU_LOADER_OUTPUTS_MAX]; /* with launch */
+	int launch, waits, fail_wait;
 	int size, batch;
 	int fail_batch, full_runs;
 	/* for the auto probe: sleep this long per run (a slow GPU path), or decode
@@ -239,17 +243,21 @@ struct cpu_decoder {
 
 static int cpu_decoder_init(struct cpu_decoder *c, int batch, int size)
 {
-	*c = (struct cpu_decoder){ .size = size, .batch = batch, .fail_batch = -1 };
+	*c = (struct cpu_decoder){ .size = size, .batch = batch, .fail_batch = -1,
+				   .fail_wait = -1 };
 	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++)
-		if (!(c->out[k] = calloc((size_t)batch * 3 * size * size, sizeof(float))))
+		if (!(c->out[k] = calloc((size_t)batch * 3 * size * size, sizeof(float))) ||
+		    !(c->shadow[k] = calloc((size_t)batch * 3 * size * size, sizeof(float))))
 			return GP_ENOMEM;
 	return image_ctx_init(&c->ctx);
 }
 
 static void cpu_decoder_free(struct cpu_decoder *c)
 {
-	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++)
+	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++) {
 		free(c->out[k]);
+		free(c->shadow[k]);
+	}
 	image_ctx_free(&c->ctx);
 }
 
@@ -279,8 +287,18 @@ static int cpu_decoder_run(void *self, int output, const struct gpu_decode_item 
 		GP_TRY(rc);
 		GP_TRY(image_resample_chw(&c->ctx, &img, &it->geo.box, c->size, c->size,
 					  it->geo.flip, imagenet_mean, imagenet_std,
-					  c->out[output] + sample * it->dst));
+					  (c->launch ? c->shadow : c->out)[output] + sample * it->dst));
 	}
+	return 0;
+}
+
+static int cpu_decoder_wait(void *self, int output)
+{
+	struct cpu_decoder *c = self;
+	if (c->waits++ == c->fail_wait)
+		return gp_error(GP_EDEVICE, "injected failure of wait %d", c->fail_wait);
+	memcpy(c->out[output], c->shadow[output],
+	       sizeof(float) * (size_t)c->batch * 3 * c->size * c->size);
 	return 0;
 }
 
@@ -517,6 +535,47 @@ TEST(gpu_loader_thread_error_reaches_its_batch)
 	gpu_loader_destroy(gl);
 	cpu_decoder_free(&cd);
 	dataset_close(ds);
+}
+
+/* A decoder that launches (gpu_decoder_launch's way: the pixels there once waited
+ * for): gpu_loader_next waits for each batch's buffer before it returns, once a batch,
+ * so the batches are still the CPU loader's, replacements included; a failed wait is
+ * that batch's error. */
+TEST(gpu_loader_waits_for_launched_batches)
+{
+	for (int fail = -1; fail <= 2 && !test_failed(); fail += 3) {
+		struct both_loaders bl;
+		if (both_open(&bl, 1, 42, 0) < 0) {
+			both_close(&bl);
+			return;
+		}
+		gpu_loader_destroy(bl.gl); /* again, with the launching stand-in */
+		bl.gl = NULL;
+		bl.cd.launch = 1;
+		bl.cd.fail_wait = fail;
+		struct gpu_loader_decoder ops = cpu_decoder_ops(&bl.cd);
+		ops.wait = cpu_decoder_wait;
+		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42 };
+		CHECK_MSG(gpu_loader_create_with(bl.ds, &gc, &ops, &bl.gl) == 0, "%s", gp_errmsg());
+		for (int b = 0; !test_failed() && b < 6; b++) {
+			struct batch *cb;
+			struct gpu_batch gb;
+			CHECK_MSG(loader_next(bl.cl, &cb) == 0, "%s", gp_errmsg());
+			int rc = gpu_loader_next(bl.gl, &gb);
+			if (b == fail) {
+				CHECK_EQ_INT(rc, GP_EDEVICE);
+				CHECK(strstr(gp_errmsg(), "injected failure of wait") != NULL);
+				loader_release(bl.cl, cb);
+				break;
+			}
+			CHECK_MSG(rc == 0, "%s", gp_errmsg());
+			if (!test_failed())
+				check_same_batch(&gb, cb, b);
+			CHECK_EQ_INT(bl.cd.waits, b + 1);
+			loader_release(bl.cl, cb);
+		}
+		both_close(&bl);
+	}
 }
 
 /* destroy joins the thread wherever it is: never started, decoding ahead right after
