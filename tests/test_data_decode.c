@@ -537,6 +537,66 @@ TEST(gpu_loader_thread_error_reaches_its_batch)
 	dataset_close(ds);
 }
 
+/* Data parallelism: rank r of 2 through the GPU loader (CPU stand-in) reads the
+ * samples, crops and replacements of the CPU loader's shard r, batch after batch over
+ * three epochs; a shard outside the ranks, or a shard too small for a batch, is one
+ * clear line. */
+TEST(gpu_loader_shards_as_cpu_loader)
+{
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 1, 16, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0);
+	for (int rank = 0; rank < 2 && !test_failed(); rank++) {
+		struct cpu_decoder cd;
+		CHECK_EQ_INT(cpu_decoder_init(&cd, 2, 16), 0);
+		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
+		struct loader_config lc = { .batch = 2, .workers = 0, .prefetch = 1, .size = 16,
+					    .train = 1, .drop_last = 1, .seed = 5, .shard = rank,
+					    .shards = 2 };
+		struct gpu_loader_config gc = { .batch = 2, .size = 16, .train = 1, .drop_last = 1,
+						.seed = 5, .shard = rank, .shards = 2 };
+		struct loader *cl = NULL;
+		struct gpu_loader *gl = NULL;
+		CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		if (!test_failed()) {
+			CHECK_EQ_INT(gpu_loader_batches_per_epoch(gl), loader_batches_per_epoch(cl));
+			CHECK_EQ_INT(gpu_loader_batches_per_epoch(gl), 2);
+		}
+		for (int b = 0; !test_failed() && b < 6; b++) {
+			struct batch *cb;
+			struct gpu_batch gb;
+			CHECK_MSG(loader_next(cl, &cb) == 0, "%s", gp_errmsg());
+			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
+			if (test_failed())
+				break;
+			CHECK_EQ_INT(gb.n, cb->n);
+			check_same_batch(&gb, cb, b);
+			loader_release(cl, cb);
+		}
+		gpu_loader_destroy(gl);
+		loader_destroy(cl);
+		cpu_decoder_free(&cd);
+	}
+	struct cpu_decoder cd;
+	CHECK_EQ_INT(cpu_decoder_init(&cd, 5, 16), 0);
+	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
+	struct gpu_loader *gl = NULL;
+	struct gpu_loader_config bad = { .batch = 2, .size = 16, .train = 1, .drop_last = 1,
+					 .shard = 2, .shards = 2 };
+	CHECK_EQ_INT(gpu_loader_create_with(ds, &bad, &ops, &gl), GP_EINVAL);
+	CHECK(strstr(gp_errmsg(), "shard 2 of 2") != NULL);
+	bad = (struct gpu_loader_config){ .batch = 5, .size = 16, .train = 1, .drop_last = 1,
+					  .shard = 1, .shards = 2 };
+	CHECK_EQ_INT(gpu_loader_create_with(ds, &bad, &ops, &gl), GP_EINVAL);
+	CHECK(strstr(gp_errmsg(), "4 images make no full batch of 5 on each rank") != NULL);
+	CHECK(gl == NULL);
+	cpu_decoder_free(&cd);
+	dataset_close(ds);
+}
+
 /* A decoder that launches (gpu_decoder_launch's way: the pixels there once waited
  * for): gpu_loader_next waits for each batch's buffer before it returns, once a batch,
  * so the batches are still the CPU loader's, replacements included; a failed wait is

@@ -51,7 +51,8 @@ struct gpu_slot {
 struct gpu_loader {
 	struct dataset *ds;
 	struct gpu_loader_config cfg;
-	int per_epoch, count;
+	int per_epoch, count; /* count: the dataset's samples */
+	int local;            /* those this loader reads per epoch: its shard's */
 	long seq;        /* the batch gpu_loader_next returns next */
 	int32_t *perm;  /* used by one reader at a time */
 	int perm_epoch;
@@ -125,8 +126,18 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 				cfg->batch, cfg->size, dataset_size(ds));
 	if (cfg->start_batch < 0)
 		return gp_error(GP_EINVAL, "loader start batch %ld is negative", cfg->start_batch);
-	if (cfg->drop_last && count < cfg->batch)
-		return gp_error(GP_EINVAL, "%d images make no full batch of %d", count, cfg->batch);
+	int local = count;
+	if (cfg->shards > 1) { /* as loader.c's config_check */
+		if (cfg->shard < 0 || cfg->shard >= cfg->shards)
+			return gp_error(GP_EINVAL, "loader shard %d of %d", cfg->shard, cfg->shards);
+		if (count < cfg->shards)
+			return gp_error(GP_EINVAL, "%d images cannot be shared among %d ranks", count,
+					cfg->shards);
+		local = count / cfg->shards;
+	}
+	if (cfg->drop_last && local < cfg->batch)
+		return gp_error(GP_EINVAL, "%d images make no full batch of %d%s", local, cfg->batch,
+				cfg->shards > 1 ? " on each rank" : "");
 	struct gpu_loader *l = calloc(1, sizeof(*l));
 	if (!l)
 		return gp_error(GP_ENOMEM, "out of memory");
@@ -134,7 +145,8 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	l->ds = ds;
 	l->cfg = *cfg;
 	l->count = count;
-	l->per_epoch = cfg->drop_last ? count / cfg->batch : (count + cfg->batch - 1) / cfg->batch;
+	l->local = local;
+	l->per_epoch = cfg->drop_last ? local / cfg->batch : (local + cfg->batch - 1) / cfg->batch;
 	l->perm_epoch = -1;
 	l->seq = cfg->start_batch;
 	l->perm = malloc(sizeof(*l->perm) * count);
@@ -283,14 +295,16 @@ static int set_fill(struct gpu_loader *l, struct gpu_set *set, long seq)
 	set->seq = -1;
 	set->epoch = (int)(seq / l->per_epoch);
 	set->index = (int)(seq % l->per_epoch);
-	int start = set->index * l->cfg.batch;
-	set->n = l->count - start < l->cfg.batch ? l->count - start : l->cfg.batch;
+	int start = set->index * l->cfg.batch, shards = l->cfg.shards > 1 ? l->cfg.shards : 1;
+	set->n = l->local - start < l->cfg.batch ? l->local - start : l->cfg.batch;
 	if (l->perm_epoch != set->epoch) {
 		loader_epoch_order(l->cfg.seed, l->cfg.train, l->count, set->epoch, l->perm);
 		l->perm_epoch = set->epoch;
 	}
 	for (int i = 0; i < set->n; i++) {
-		set->samples[i].idx = l->perm[start + i];
+		/* every rank shuffles the same order and takes every shards-th sample of it */
+		set->samples[i].idx = l->perm[(size_t)(start + i) * shards +
+					      (shards > 1 ? l->cfg.shard : 0)];
 		set->samples[i].attempt = 0;
 		set->items[i].dst = i;
 		GP_TRY(sample_prepare(l, set, &set->samples[i], &set->items[i]));

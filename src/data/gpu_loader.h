@@ -25,6 +25,9 @@ struct gpu_loader_config {
 	enum gpu_batch_layout layout;
 	long start_batch; /* the first batch delivered, counted over epochs (a resumed run's) */
 	int decode_threads; /* CPU threads decoding a share of each batch (0: nvJPEG alone) */
+	/* Data parallelism: shard `shard` of `shards` (0 or 1: all), as loader_config's:
+	 * the samples and batches of the CPU loader with the same shard */
+	int shard, shards;
 };
 
 struct gpu_batch {

@@ -143,17 +143,15 @@ static int train_gpu_layout(struct net *net, struct train_data *d, enum gpu_batc
  * buffers are pinned on the CUDA backend so the copy in runs at full speed. With
  * --decode auto both loaders are timed first (decode_probe_run), each in the form
  * the run would create it; the one picked is then created here at start_batch, so
- * the run's batches are those of that mode. auto without a GPU run, or across
- * ranks (the GPU loader does not shard yet), is cpu without a probe. */
+ * the run's batches are those of that mode. auto without a GPU run is cpu without a
+ * probe, and so is auto across ranks: each rank would time its own probe and could
+ * pick otherwise than the rest. Either loader reads the rank's shard. */
 int train_data_start(const struct train_opts *o, int size, struct train_data *d,
 		     struct net *net, int *steps, struct train_result *res, long start_batch)
 {
 	enum decode_mode mode = o->decode;
 	if (mode == DECODE_AUTO && (o->backend != BACKEND_CUDA || dist_world(o->dist) > 1))
 		mode = DECODE_CPU;
-	if (mode == DECODE_GPU && dist_world(o->dist) > 1)
-		return gp_error(GP_EINVAL, "--decode gpu does not shard a dataset over ranks "
-				"yet: use --decode cpu with data parallelism");
 	enum gpu_batch_layout layout = GPU_BATCH_NCHW_F32;
 	if (mode != DECODE_CPU)
 		GP_TRY(train_gpu_layout(net, d, &layout));
@@ -164,7 +162,8 @@ int train_data_start(const struct train_opts *o, int size, struct train_data *d,
 	struct gpu_loader_config gc = { .batch = o->batch, .size = size, .train = 1,
 					.drop_last = 1, .seed = o->seed, .device = o->device,
 					.layout = layout, .start_batch = start_batch,
-					.decode_threads = o->decode_threads };
+					.decode_threads = o->decode_threads,
+					.shard = dist_rank(o->dist), .shards = dist_world(o->dist) };
 	struct loader_config lc = {
 		/* one batch stays held while its copy runs: the ring needs two at least */
 		.batch = o->batch, .workers = o->workers,
