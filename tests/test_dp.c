@@ -358,6 +358,48 @@ TEST(dp_cli_scale_csv)
 	CHECK_EQ_INT(test_count_lines(text), 2);
 }
 
+/* scale --data: every count's run reads the folder through the loader (each rank its
+ * shard), the table gains "data wait" and scale.json says what was read and how much
+ * of each step waited for it. Run again into the same folder with --overwrite it
+ * replaces the runs too (the runs' own train.json refused before, exit 2). */
+TEST(dp_cli_scale_data_and_overwrite)
+{
+	char out[16384], args[1024], path[600], tmp[400];
+	snprintf(tmp, sizeof(tmp), "%s", test_tmpdir());
+	snprintf(args, sizeof(args), "scale --model simple_cnn --device cpu --batch 2 --size 32 "
+		 "--steps 3 --gpus 2 --data tests/data/bad --workers 1 --out %s/scale", tmp);
+	int rc = run_cli(args, out, sizeof(out));
+	CHECK_MSG(rc == 0, "scale --data exited %d: %s", rc, out);
+	CHECK_MSG(strstr(out, "data wait") != NULL, "%s", out);
+	snprintf(path, sizeof(path), "%s/scale/scale.json", tmp);
+	json_t *res = json_load_file(path, 0, NULL);
+	CHECK_MSG(res != NULL, "no %s", path);
+	json_t *set = json_object_get(res, "settings");
+	CHECK(!strcmp(json_string_value(json_object_get(set, "data")), "tests/data/bad"));
+	CHECK_EQ_INT(json_integer_value(json_object_get(set, "workers")), 1);
+	CHECK(!strcmp(json_string_value(json_object_get(set, "decode")), "cpu"));
+	json_t *runs = json_object_get(json_object_get(res, "measurements"), "runs");
+	CHECK_EQ_INT(json_array_size(runs), 2);
+	for (size_t i = 0; i < json_array_size(runs); i++) {
+		json_t *dw = json_object_get(json_array_get(runs, i), "data_wait_pct");
+		CHECK_MSG(json_is_number(dw) && json_number_value(dw) >= 0 &&
+			  json_number_value(dw) <= 100, "run %zu: data_wait_pct", i);
+	}
+	json_decref(res);
+	snprintf(args, sizeof(args), "scale --model simple_cnn --device cpu --batch 2 --size 32 "
+		 "--steps 2 --gpus 2 --overwrite --out %s/scale", tmp);
+	rc = run_cli(args, out, sizeof(out));
+	CHECK_MSG(rc == 0, "scale --overwrite exited %d: %s", rc, out);
+	CHECK_MSG(strstr(out, "data wait") == NULL, "%s", out);
+	res = json_load_file(path, 0, NULL);
+	set = json_object_get(res, "settings");
+	CHECK(!strcmp(json_string_value(json_object_get(set, "data")), "synthetic"));
+	CHECK(json_is_null(json_object_get(set, "workers")));
+	runs = json_object_get(json_object_get(res, "measurements"), "runs");
+	CHECK(json_is_null(json_object_get(json_array_get(runs, 1), "data_wait_pct")));
+	json_decref(res);
+}
+
 TEST(dp_cli_bad_input_one_line)
 {
 	test_check_bad("train --model simple_cnn --device cpu --nproc 0", "--nproc must be between 1 and");
@@ -366,6 +408,9 @@ TEST(dp_cli_bad_input_one_line)
 		       "--rendezvous must be auto, tcp or mpi (got 'pigeon')");
 	test_check_bad("scale --device cpu --precision bf16", "--precision bf16 needs the CUDA backend");
 	test_check_bad("scale --device cpu --transport socket", "--transport socket is NCCL's");
+	test_check_bad("scale --device cpu --workers 2", "--workers needs --data DIR or cifar10:DIR");
+	test_check_bad("scale --device cpu --data /nonexistent/gpuperf_data",
+		       "dataset folder '/nonexistent/gpuperf_data' does not exist");
 	/* a launched rank may not launch */
 	char out[4096], cmd[1024];
 	snprintf(cmd, sizeof(cmd), "RANK=0 WORLD_SIZE=1 %s train --model simple_cnn --device cpu "

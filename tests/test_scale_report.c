@@ -47,6 +47,9 @@ static void rows_make(struct scale_row *r)
 		r[i].slowest_ms = r[i].fastest_ms = ms[i];
 		r[i].mfu = (struct mfu){ 4.0e9, 4.0e9 * img[i] / 1e12, -1, -1, -1, -1, NULL };
 	}
+	r[0].data_wait_pct = 1.5; /* as read from a run on --data; the last unknown */
+	r[1].data_wait_pct = 3.3;
+	r[2].data_wait_pct = -1;
 	r[0].torch = (struct scale_torch){ .state = SCALE_TORCH_OK, .img_s = 800, .img_s_per_gpu = 800,
 					   .ms_per_step = 125, .peak_reserved_mib = 20480 };
 	r[1].torch = (struct scale_torch){ .state = SCALE_TORCH_OK, .img_s = 1500, .img_s_per_gpu = 750,
@@ -95,7 +98,7 @@ TEST(scale_report_table_csv_and_summary_with_torch)
 	scale_rows_derive(r, 3);
 	struct table t;
 	table_init(&t);
-	CHECK_EQ_INT(scale_table_fill(&t, r, 3, 1, 1), 0);
+	CHECK_EQ_INT(scale_table_fill(&t, r, 3, 1, 1, 0), 0);
 	CHECK_EQ_INT(t.n_cols, 13);
 	CHECK(!strcmp(t.titles[11], "torch img/s"));
 	CHECK(!strcmp(t.titles[12], "x torch"));
@@ -126,8 +129,22 @@ TEST(scale_report_table_csv_and_summary_with_torch)
 
 	/* without --torch the table keeps its eleven columns */
 	table_init(&t);
-	CHECK_EQ_INT(scale_table_fill(&t, r, 3, 1, 0), 0);
+	CHECK_EQ_INT(scale_table_fill(&t, r, 3, 1, 0, 0), 0);
 	CHECK_EQ_INT(t.n_cols, 11);
+	table_free(&t);
+
+	/* --data: the data wait after J/img, before PyTorch's two */
+	table_init(&t);
+	CHECK_EQ_INT(scale_table_fill(&t, r, 3, 1, 1, 1), 0);
+	CHECK_EQ_INT(t.n_cols, 14);
+	if (t.n_cols == 14 && t.n_rows == 3) {
+		CHECK(!strcmp(t.titles[11], "data wait"));
+		CHECK(!strcmp(t.titles[12], "torch img/s"));
+		CHECK(!strcmp(t.cells[0 * 14 + 11], "1.5%"));
+		CHECK(!strcmp(t.cells[1 * 14 + 11], "3.3%"));
+		CHECK(!strcmp(t.cells[2 * 14 + 11], "-"));
+		CHECK(!strcmp(t.cells[0 * 14 + 12], "800.0"));
+	}
 	table_free(&t);
 
 	char line[512];
@@ -165,6 +182,8 @@ TEST(scale_report_json_and_chart_with_torch)
 	CHECK_NEAR(json_number_value(json_object_get(json_array_get(runs, 2), "efficiency")), 0.9, 1e-15);
 	json_t *plain = scale_runs_json(r, 3, 0);
 	CHECK(json_object_get(json_array_get(plain, 0), "torch") == NULL);
+	CHECK_NEAR(json_number_value(json_object_get(json_array_get(runs, 1), "data_wait_pct")), 3.3, 0);
+	CHECK(json_is_null(json_object_get(json_array_get(runs, 2), "data_wait_pct")));
 
 	/* the chart, drawn from the result as `gpuperf plot` draws it */
 	struct test_pixel_counts with, without;

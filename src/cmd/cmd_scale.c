@@ -2,7 +2,8 @@
  * GPU each), each a `train` run of its own started as --nproc would start it, and the
  * scaling report: img/s in total and per GPU, efficiency against N x one GPU, step
  * time, the gradient all-reduce timed alone and how much of it backward hides, and
- * the slowest rank. Result scale.json, table, chart scaling.png (and scaling.csv with
+ * the slowest rank. With --data DIR every rank reads its shard through the loader
+ * (--workers, --decode), and the table says how long the step waited for data. Result scale.json, table, chart scaling.png (and scaling.csv with
  * --csv). With --torch, PyTorch DDP (tools/torch_ddp.py under torchrun) runs right
  * after each count on the same settings, and its img/s stands beside gpuperf's. */
 #include <fcntl.h>
@@ -23,6 +24,8 @@
 #include "core/error.h"
 #include "core/names.h"
 #include "core/timeutil.h"
+#include "data/dataset.h"
+#include "data/decode.h"
 #include "nn/models.h"
 #include "report/mfu.h"
 #include "report/plots.h"
@@ -68,6 +71,8 @@ static int scale_one(int n, char **train_argv, int train_argc, const char *dir, 
 	row->ms_per_step = json_number_value(json_object_get(m, "ms_per_step"));
 	row->img_s_per_gpu = row->img_s / n;
 	row->allreduce_ms = json_number_value(json_object_get(m, "allreduce_ms"));
+	json_t *dw = json_object_get(m, "data_wait_pct");
+	row->data_wait_pct = json_is_number(dw) ? json_number_value(dw) : -1;
 	row->slowest_rank = (int)json_integer_value(json_object_get(m, "slowest_rank"));
 	json_t *ranks = json_object_get(m, "rank_ms_per_step");
 	row->slowest_ms = row->fastest_ms = row->ms_per_step;
@@ -224,9 +229,9 @@ static int scale_torch_one(struct scale_torch_run *t, int n, const char *dir, do
 int cmd_scale(int argc, char **argv)
 {
 	const char *model = "resnet50", *device = "auto", *precision = NULL, *out = NULL;
-	const char *transport = "auto", *layout = NULL;
+	const char *transport = "auto", *layout = NULL, *data = "synthetic", *decode = "cpu";
 	int csv = 0, batch = 256, steps = 60, help = 0, json = 0, overwrite = 0, sync_bn = 0, size = 0;
-	int bucket_mb = 0, torch = 0;
+	int bucket_mb = 0, torch = 0, workers = -1;
 	struct int_list gpus = { 0 };
 	struct opt opts[] = {
 		OPT_MODEL(&model, "(resnet50)"),
@@ -240,6 +245,11 @@ int cmd_scale(int argc, char **argv)
 		{ "transport", OPT_STR, &transport, "NCCL's path between GPUs: auto, or socket (no P2P or shared memory: rehearses a run across hosts)", .choices = nccl_transport_at },
 		{ "sync-bn", OPT_FLAG, &sync_bn, "batch-norm statistics over every rank (SyncBatchNorm)", 0 },
 		{ "bucket-mb", OPT_INT, &bucket_mb, "gradient all-reduce bucket size in MiB (25, as DDP)", 1, 1024 },
+		OPT_DATA(&data, "synthetic (one fixed batch, the default) | DIR (ImageFolder) | cifar10:DIR: "
+			 "each rank reads its shard, and the table gives the step's data wait"),
+		OPT_WORKERS(&workers, "data-loader threads per rank with --data (4)"),
+		OPT_DECODE(&decode, "where each rank decodes JPEGs with --data DIR: cpu (its loader "
+			   "threads) | gpu (its GPU's nvJPEG) | auto (cpu over several ranks)"),
 		{ "torch", OPT_FLAG, &torch, "after each count, PyTorch DDP (tools/torch_ddp.py under torchrun) "
 		  "on the same settings, its img/s and the ratio beside (needs python3, torch and GPUs)", 0 },
 		OPT_OUT(&out, "scale.json, scaling.png and one train run per GPU count", "scale"),
@@ -300,6 +310,18 @@ int cmd_scale(int argc, char **argv)
 	int nccl_socket = !strcmp(transport, "socket");
 	if (nccl_socket && backend != BACKEND_CUDA)
 		return gp_error(GP_EINVAL, "--transport socket is NCCL's: it needs --device cuda");
+	/* the data, checked here so that a bad one is one line before any run */
+	int synthetic = !strcmp(data, "synthetic");
+	if (synthetic && workers >= 0)
+		return gp_error(GP_EINVAL, "--workers needs --data DIR or cifar10:DIR");
+	enum decode_mode dmode = DECODE_CPU;
+	GP_TRY(args_decode_pick(decode, args_data_is_files(data) && backend == BACKEND_CUDA, "scale",
+				&dmode));
+	if (!synthetic) {
+		struct dataset *ds = NULL;
+		GP_TRY(dataset_open(data, 1, size ? size : model_defaults(model).size, &ds));
+		dataset_close(ds);
+	}
 	char dir[4096];
 	GP_TRY(result_dir_prepare("scale", "scale", out, overwrite, dir, sizeof(dir)));
 	if (nccl_socket) {
@@ -307,12 +329,13 @@ int cmd_scale(int argc, char **argv)
 		setenv("NCCL_P2P_DISABLE", "1", 1);
 		setenv("NCCL_SHM_DISABLE", "1", 1);
 	}
-	char b_s[16], st_s[16], sz_s[16], bm_s[16];
+	char b_s[16], st_s[16], sz_s[16], bm_s[16], w_s[16];
+	snprintf(w_s, sizeof(w_s), "%d", workers >= 0 ? workers : 4);
 	snprintf(b_s, sizeof(b_s), "%d", batch);
 	snprintf(st_s, sizeof(st_s), "%d", steps);
 	snprintf(sz_s, sizeof(sz_s), "%d", size);
 	snprintf(bm_s, sizeof(bm_s), "%d", bucket_mb);
-	char *targv[24];
+	char *targv[32];
 	int targc = 0;
 	targv[targc++] = (char *)"train";
 	targv[targc++] = (char *)"--model";
@@ -343,6 +366,16 @@ int cmd_scale(int argc, char **argv)
 		targv[targc++] = (char *)"--bucket-mb";
 		targv[targc++] = bm_s;
 	}
+	if (overwrite) /* the runs of an earlier scale in this folder are replaced too */
+		targv[targc++] = (char *)"--overwrite";
+	if (!synthetic) {
+		targv[targc++] = (char *)"--data";
+		targv[targc++] = (char *)data;
+		targv[targc++] = (char *)"--workers";
+		targv[targc++] = w_s;
+		targv[targc++] = (char *)"--decode";
+		targv[targc++] = (char *)decode_mode_name_at((int)dmode);
+	}
 	targv[targc] = NULL;
 
 	static struct scale_torch_run tr;
@@ -367,6 +400,8 @@ int cmd_scale(int argc, char **argv)
 		rc = scale_one(g.v[i], targv, targc, dir, &rows[i]);
 		if (rc < 0)
 			break;
+		if (synthetic)
+			rows[i].data_wait_pct = -1;
 		done++;
 		if (!tr.on)
 			continue;
@@ -392,7 +427,7 @@ int cmd_scale(int argc, char **argv)
 	scale_rows_derive(rows, done);
 	struct table t;
 	table_init(&t);
-	int rc_w = scale_table_fill(&t, rows, done, on_gpu, tr.on);
+	int rc_w = scale_table_fill(&t, rows, done, on_gpu, tr.on, !synthetic);
 	json_t *arr = rc_w == 0 ? scale_runs_json(rows, done, tr.on) : NULL;
 	json_t *res = arr ? result_new("scale", argc, argv) : NULL;
 	if (rc_w == 0 && !res) {
@@ -402,10 +437,12 @@ int cmd_scale(int argc, char **argv)
 	char path[4096] = "", csv_path[4200] = "", cmd[2048], summary[512];
 	if (rc_w == 0) {
 		table_print(&t, stdout);
-		json_object_set_new(res, "settings", json_pack("{s:s, s:s, s:s, s:i, s:i, s:s, s:b, s:i, s:b}",
+		json_object_set_new(res, "settings", json_pack("{s:s, s:s, s:s, s:i, s:i, s:s, s:b, s:i, s:b, s:s, s:o, s:o}",
 				    "model", model, "device", train_device_name(backend), "precision", precision,
 				    "batch_per_gpu", batch, "steps", steps, "nccl_transport", transport,
-				    "sync_bn", sync_bn, "bucket_mb", bucket_mb ? bucket_mb : 25, "torch", torch));
+				    "sync_bn", sync_bn, "bucket_mb", bucket_mb ? bucket_mb : 25, "torch", torch,
+				    "data", data, "workers", synthetic ? json_null() : json_integer(workers >= 0 ? workers : 4),
+				    "decode", synthetic ? json_null() : json_string(decode_mode_name_at((int)dmode))));
 		json_t *gpu = train_gpu_json(backend, 0);
 		if (gpu)
 			result_set_gpu(res, gpu);

@@ -36,13 +36,16 @@ void scale_rows_derive(struct scale_row *rows, int n)
 	}
 }
 
-int scale_table_fill(struct table *t, const struct scale_row *rows, int n, int on_gpu, int torch)
+int scale_table_fill(struct table *t, const struct scale_row *rows, int n, int on_gpu, int torch,
+		     int data)
 {
 	static const char *const cols[] = { "GPUs", "img/s", "img/s/GPU", "efficiency", "ms/step",
 					    "all-reduce ms", "hidden", "slowest rank", "TFLOP/s",
 					    "MFU", "J/img" };
 	for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
 		GP_TRY(table_add_col(t, cols[i], TABLE_RIGHT));
+	if (data)
+		GP_TRY(table_add_col(t, "data wait", TABLE_RIGHT));
 	if (torch) {
 		GP_TRY(table_add_col(t, "torch img/s", TABLE_RIGHT));
 		GP_TRY(table_add_col(t, "x torch", TABLE_RIGHT));
@@ -50,7 +53,11 @@ int scale_table_fill(struct table *t, const struct scale_row *rows, int n, int o
 	for (int i = 0; i < n; i++) {
 		const struct scale_row *r = &rows[i];
 		char hidden[16] = "-", slow[64] = "-", ar[24] = "-", mfu[32], joule[32];
-		char tcols[64] = "";
+		char tcols[64] = "", dcol[24] = "";
+		if (data && r->data_wait_pct >= 0)
+			snprintf(dcol, sizeof(dcol), "\t%.1f%%", r->data_wait_pct);
+		else if (data)
+			snprintf(dcol, sizeof(dcol), "\t-");
 		if (r->gpus > 1)
 			snprintf(ar, sizeof(ar), "%.2f", r->allreduce_ms);
 		if (r->hidden_pct >= 0)
@@ -63,10 +70,11 @@ int scale_table_fill(struct table *t, const struct scale_row *rows, int n, int o
 		else if (torch)
 			snprintf(tcols, sizeof(tcols), "\t%s\t-",
 				 r->torch.state == SCALE_TORCH_FAILED ? "failed" : "-");
-		GP_TRY(table_add_row(t, "%d\t%.1f\t%.1f\t%.1f%%\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s%s", r->gpus,
-				     r->img_s, r->img_s_per_gpu, 100 * r->efficiency, r->ms_per_step, ar,
-				     hidden, slow, r->mfu.tflops, mfu_pct_str(&r->mfu, on_gpu, mfu, sizeof(mfu)),
-				     mfu_energy_str(&r->mfu, joule, sizeof(joule)), tcols));
+		GP_TRY(table_add_row(t, "%d\t%.1f\t%.1f\t%.1f%%\t%.2f\t%s\t%s\t%s\t%.2f\t%s\t%s%s%s",
+				     r->gpus, r->img_s, r->img_s_per_gpu, 100 * r->efficiency,
+				     r->ms_per_step, ar, hidden, slow, r->mfu.tflops,
+				     mfu_pct_str(&r->mfu, on_gpu, mfu, sizeof(mfu)),
+				     mfu_energy_str(&r->mfu, joule, sizeof(joule)), dcol, tcols));
 	}
 	return 0;
 }
@@ -90,13 +98,15 @@ json_t *scale_runs_json(const struct scale_row *rows, int n, int torch)
 		return NULL;
 	for (int i = 0; i < n; i++) {
 		const struct scale_row *r = &rows[i];
-		json_t *o = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}", "gpus", r->gpus,
+		json_t *o = json_pack("{s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:o}", "gpus", r->gpus,
 				      "img_s", result_real(r->img_s), "img_s_per_gpu", result_real(r->img_s_per_gpu),
 				      "efficiency", result_real(r->efficiency), "ms_per_step", result_real(r->ms_per_step),
 				      "allreduce_ms", result_real(r->allreduce_ms),
 				      "exposed_comm_ms", result_real(r->exposed_ms),
 				      "allreduce_hidden_pct", r->hidden_pct >= 0 ? result_real(r->hidden_pct) : json_null(),
-				      "slowest_rank", r->slowest_rank);
+				      "slowest_rank", r->slowest_rank,
+				      "data_wait_pct", r->data_wait_pct >= 0 ? result_real(r->data_wait_pct)
+									 : json_null());
 		if (!o || json_array_append_new(arr, o) < 0)
 			goto oom;
 		if (r->train && json_object_set(o, "train", r->train) < 0)

@@ -30,6 +30,7 @@ struct scale_row {
 	double allreduce_ms, exposed_ms, hidden_pct; /* hidden_pct < 0: not known */
 	int slowest_rank;
 	double slowest_ms, fastest_ms;
+	double data_wait_pct; /* of the step, waiting for data (--data); < 0: synthetic */
 	json_t *train;   /* the run's measurements (a reference the caller owns) */
 	struct mfu mfu;  /* their model FLOPs figures (all ranks together) */
 	struct scale_torch torch;
@@ -41,8 +42,9 @@ double scale_ratio(double ours, double theirs);
  * ran, its efficiency and the ratio; rows[0] is the one-GPU run. */
 void scale_rows_derive(struct scale_row *rows, int n);
 /* The table's columns and rows (t initialised, empty); torch: --torch's two columns,
- * "torch img/s" and "x torch". */
-int scale_table_fill(struct table *t, const struct scale_row *rows, int n, int on_gpu, int torch);
+ * "torch img/s" and "x torch"; data: a "data wait" column (the runs read --data). */
+int scale_table_fill(struct table *t, const struct scale_row *rows, int n, int on_gpu, int torch,
+		     int data);
 /* measurements.runs of scale.json; each row gets a "torch" object when torch. */
 json_t *scale_runs_json(const struct scale_row *rows, int n, int torch);
 /* One line without a newline: the largest GPU count's img/s and efficiency and, where
