@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/tuning.h"
+#include "gpu/devinfo.h"
 
 #define MAX_TESTS 1024
 
@@ -203,6 +204,7 @@ int main(int argc, char **argv)
 	if (part_parse(argc, argv, &part_k, &part_n) < 0)
 		return 2;
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	gpu_process_defaults(); /* the GPU tests run as gpuperf does */
 	/* results the commands under test write without --out land in the scratch dir */
 	setenv("GPUPERF_RESULTS", test_tmpdir(), 1);
 	tuning_reload();

@@ -1,10 +1,13 @@
 /* The boundary between the net and its backend: what the net's creator chooses (the
  * device) is checked at set-up, on any machine. */
 #include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/tuning.h"
+#include "gpu/devinfo.h"
 #include "nn/models.h"
 #include "nn/net.h"
 #include "test.h"
@@ -93,4 +96,34 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	CHECK_MSG(nb && !strcmp(nb, "2"), "GPUPERF_DECODE_BUFFERS recorded as %s", nb ? nb : "nothing");
 	CHECK_EQ_INT(json_object_size(tuning), tuning_table_len);
 	json_decref(res);
+}
+
+/* The CUDA settings gpuperf gives its process before any CUDA call: 32 hardware work
+ * queues unless the environment names a number, which stays as it is. */
+TEST(gpu_process_defaults_keep_a_set_value)
+{
+	const char *was = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	char saved[32] = "";
+	if (was)
+		snprintf(saved, sizeof(saved), "%s", was);
+	unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	gpu_process_defaults();
+	const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	CHECK_MSG(v && !strcmp(v, "32"), "unset: %s", v ? v : "still unset");
+	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8", 1);
+	gpu_process_defaults();
+	v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	CHECK_MSG(v && !strcmp(v, "8"), "set to 8: %s", v ? v : "unset");
+	if (was)
+		setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved, 1);
+	else
+		unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	/* gpuperf sets it at its start, and `info` shows it */
+	char cmd[600], out[8192];
+	snprintf(cmd, sizeof(cmd), "env -u CUDA_DEVICE_MAX_CONNECTIONS %s info", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "CUDA_DEVICE_MAX_CONNECTIONS=32 ") != NULL, "info: %s", out);
+	snprintf(cmd, sizeof(cmd), "CUDA_DEVICE_MAX_CONNECTIONS=8 %s info", test_bin());
+	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
+	CHECK_MSG(strstr(out, "CUDA_DEVICE_MAX_CONNECTIONS=8 ") != NULL, "info: %s", out);
 }

@@ -76,6 +76,9 @@ static int info_system(int json)
 		       d.driver_version, d.cudnn_version, d.cublas_version);
 	char models[256];
 	printf("  models          %s\n", names_join(models, sizeof(models), model_name_at, ", ", ", "));
+	const char *queues = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	printf("  CUDA queues     CUDA_DEVICE_MAX_CONNECTIONS=%s (gpuperf's default 32; a value "
+	       "in the environment wins)\n", queues ? queues : "unset");
 	printf("  tuning (environment)\n");
 	for (int i = 0; i < tuning_table_len; i++) {
 		char v[TUNING_PATH_MAX];

@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "core/interrupt.h"
 #include "core/version.h"
+#include "gpu/devinfo.h"
 #include "report/result.h"
 
 struct command {
@@ -84,6 +85,7 @@ static int stdout_check(const char *name)
 int main(int argc, char **argv)
 {
 	std_fds_hold();
+	gpu_process_defaults();
 	/* An interrupted run leaves no half-written temporary files behind. */
 	if (file_cleanup_on_signals() < 0) {
 		fprintf(stderr, "gpuperf: error: %s\n", gp_errmsg());

@@ -1,6 +1,7 @@
 #include "gpu/devinfo.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef GP_HAVE_CUDA
@@ -38,4 +39,9 @@ void devinfo_query(struct gp_devinfo *d)
 #else
 	snprintf(d->note, sizeof(d->note), "this gpuperf was built without CUDA");
 #endif
+}
+
+void gpu_process_defaults(void)
+{
+	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 }

@@ -17,4 +17,11 @@ struct gp_devinfo {
 
 void devinfo_query(struct gp_devinfo *d);
 
+/* Before any CUDA call of the process: the hardware work queues CUDA spreads streams
+ * over (CUDA_DEVICE_MAX_CONNECTIONS) at their most, 32, unless the environment sets
+ * them. With the default 8, nvJPEG's seven copy streams, the decoder's, the net's
+ * and NCCL's share queues, and a copy waits behind the training kernels queued
+ * ahead of it on another stream (docs/cuda.md, "Streams and hardware queues"). */
+void gpu_process_defaults(void);
+
 #endif
