@@ -88,6 +88,9 @@ struct gpu_decoder_opts {
 	/* the hardware decoder's memory pool made at create for max_batch images
 	 * (nvjpegDecodeBatchedPreAllocate), not grown over the first batches */
 	int hw_preallocate;
+	/* test-only: nvJPEG's work alone, neither the colour nor the augment kernels (the
+	 * batch buffer left unwritten), to split what a batch costs the step beside it */
+	int nvjpeg_only;
 };
 /* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says, no
  * CPU threads, the pool made. */

@@ -461,6 +461,131 @@ TEST(gpu_decode_keeps_up_beside_training)
 	jpegs_close(ds, &ctx, &f);
 }
 
+/* What decoding costs mobilenet_v2 bf16's training at batch 256 (the model whose step
+ * the decode paces, issue 21), printed as step time per decoded batch with the decode
+ * rate: one decoder; two decoders on two threads at once (whether nvJPEG's batched
+ * call waits, so that two in flight overlap their waits, or the JPEG engines are
+ * full); one that does nvJPEG's work alone (the rest is what the colour and augment
+ * kernels cost). Held to it: the two decoders' batches, made at once, are the lone
+ * decoder's bit for bit, and the two at once decode a batch in less time than one
+ * alone. With CUDA's default 8 hardware queues they took 85-127 ms a batch against
+ * 34-45 for one (H100, s15): their copies waited behind the step's kernels queued on
+ * the same hardware queue; gpu_process_defaults' 32 queues are what this holds. */
+TEST(gpu_decode_costs_beside_mobilenet_v2_training)
+{
+	if (!gpu_decode_ready())
+		return;
+	enum { BATCH = 256, STEPS = 40, PAIR = 3 };
+	struct dataset *ds;
+	struct image_ctx ctx;
+	struct files f;
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
+	static struct gpu_decode_item items[BATCH];
+	static unsigned char failed[PAIR][BATCH];
+	items_repeat(&f, BATCH, 11, items);
+	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
+	uint16_t *want = malloc(bytes), *got = malloc(bytes);
+	struct model_opts mo = model_defaults("mobilenet_v2");
+	mo.batch = BATCH;
+	mo.classes = 10;
+	struct net *net = NULL;
+	float *x = NULL;
+	int32_t *y = NULL;
+	struct gpu_decoder *d[PAIR] = { 0 };
+	CHECK(want && got);
+	CHECK_EQ_INT(model_build("mobilenet_v2", &mo, &net), 0);
+	if (net)
+		net->use_graphs = 1;
+	CHECK_MSG(net && net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(train_synthetic_batch(BATCH, 3, SIZE, SIZE, 10, 1, &x, &y), 0);
+	CHECK_EQ_INT(net_set_batch_data(net, x, y), 0);
+	for (int k = 0; k < PAIR && !test_failed(); k++) {
+		/* the third: nvJPEG's work alone, without the colour and augment kernels */
+		struct gpu_decoder_opts o = gpu_decoder_opts_default();
+		o.nvjpeg_only = k == 2;
+		CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 2, &o, &d[k]) ==
+				  0, "%s", gp_errmsg());
+	}
+	if (test_failed())
+		goto out;
+	static const struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int s = 0; s < 5 && !test_failed(); s++) /* warm-up and graph capture */
+		CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
+	CHECK_EQ_INT(net_wait(net), 0);
+	for (int k = 0; k < PAIR && !test_failed(); k++) /* warm: the buffers made */
+		CHECK_EQ_INT(gpu_decoder_run(d[k], 0, items, BATCH, failed[k]), 0);
+	CHECK(cudaMemcpy(want, gpu_decoder_output(d[0], 0), bytes, cudaMemcpyDeviceToHost) ==
+	      cudaSuccess);
+	double t0 = gp_now_ms();
+	for (int s = 0; s < STEPS; s++)
+		CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
+	CHECK_EQ_INT(net_wait(net), 0);
+	double step_alone = (gp_now_ms() - t0) / STEPS, per_batch[PAIR + 1] = { 0 };
+	for (int used = 1; used <= PAIR && !test_failed(); used++) {
+		struct decode_loop loop[PAIR];
+		pthread_t th[PAIR];
+		int started[PAIR] = { 0 };
+		int first = used == 3 ? 2 : 0; /* 3: the nvJPEG-only decoder alone */
+		if (used == 3)
+			used = 1;
+		for (int k = 0; k < used; k++) {
+			loop[k] = (struct decode_loop){ .d = d[first + k], .items = items, .n = BATCH,
+							.failed = failed[k], .launch = 1 };
+			started[k] = pthread_create(&th[k], NULL, decode_loop_main, &loop[k]) == 0;
+			CHECK(started[k]);
+		}
+		t0 = gp_now_ms();
+		for (int s = 0; s < STEPS; s++)
+			CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
+		CHECK_EQ_INT(net_wait(net), 0);
+		double step_beside = (gp_now_ms() - t0) / STEPS;
+		int batches = 0;
+		double ms = 0;
+		for (int k = 0; k < used; k++) {
+			atomic_store(&loop[k].stop, 1);
+			if (started[k])
+				pthread_join(th[k], NULL);
+			CHECK_MSG(loop[k].rc == 0, "%s", gp_errmsg());
+			batches += loop[k].batches;
+			ms = fmax(ms, loop[k].ms);
+		}
+		if (!first)
+			per_batch[used] = batches ? ms / batches : 1e30;
+		printf("    %d decoder%s%s: mobilenet_v2 bf16 step %.2f ms alone, %.2f ms beside "
+		       "(%+.1f%%, %.2f ms of step a decoded batch); %.1f ms a batch over %d batches "
+		       "(%.0f img/s)\n", used, used > 1 ? "s at once" : "",
+		       first ? ", nvJPEG only" : "", step_alone, step_beside,
+		       100.0 * (step_beside / step_alone - 1),
+		       batches ? (step_beside - step_alone) * STEPS / batches : 0,
+		       batches ? ms / batches : 0, batches, ms > 0 ? 1000.0 * batches * BATCH / ms : 0);
+		for (int k = 0; k < used && !first && !test_failed(); k++)
+			for (int b = 0; b < 2; b++) {
+				CHECK(cudaMemcpy(got, gpu_decoder_output(d[first + k], b), bytes,
+						 cudaMemcpyDeviceToHost) == cudaSuccess);
+				CHECK_MSG(!memcmp(want, got, bytes),
+					  "decoder %d of %d at once: buffer %d differs", first + k, used, b);
+			}
+		if (first)
+			break;
+	}
+	if (!test_failed())
+		CHECK_MSG(per_batch[2] < per_batch[1],
+			  "two decoders at once: %.1f ms a batch, one alone %.1f (CUDA_DEVICE_MAX_"
+			  "CONNECTIONS=%s)", per_batch[2], per_batch[1],
+			  getenv("CUDA_DEVICE_MAX_CONNECTIONS") ? getenv("CUDA_DEVICE_MAX_CONNECTIONS")
+								: "unset");
+out:
+	for (int k = 0; k < PAIR; k++)
+		gpu_decoder_destroy(d[k]);
+	free(want);
+	free(got);
+	free(x);
+	free(y);
+	net_free(net);
+	jpegs_close(ds, &ctx, &f);
+}
+
 /* --decode-threads: CPU threads decode a share of each batch with TurboJPEG while
  * nvJPEG decodes the rest; the batch is the one nvJPEG alone makes, bit for bit (both
  * give TurboJPEG's pixels, data/ycc.h), batch after batch while the split moves from

@@ -49,6 +49,7 @@ struct gpu_decoder {
 	cudaStream_t stream;       /* colour conversion, augment and their copies */
 	cudaStream_t nj_stream;    /* nvJPEG's calls, synchronized after each */
 	int device, max_batch, size;
+	int nvjpeg_only;           /* gpu_decoder_opts' */
 	enum gpu_batch_layout layout;
 
 	unsigned char *staging;    /* decoded RGB of the whole batch, device */
@@ -228,6 +229,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->max_batch = max_batch;
 	d->size = size;
 	d->layout = layout;
+	d->nvjpeg_only = opts->nvjpeg_only;
 	d->batched_n = -1;
 	d->batched_fmt = NVJPEG_OUTPUT_YUV;
 	d->cur = &d->side[0];
@@ -770,7 +772,8 @@ int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decod
 	double t1 = gp_now_ms();
 	struct gpu_decode_side *sd = d->cur;
 	CUDA_TRY(cudaEventRecord(sd->start, d->stream));
-	GP_TRY(planes_to_rgb(d, items, n));
+	if (!d->nvjpeg_only)
+		GP_TRY(planes_to_rgb(d, items, n));
 	int m = 0;
 	for (int i = 0; i < n; i++) {
 		failed[i] = d->route[i] == ROUTE_FAILED;
@@ -786,7 +789,7 @@ int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decod
 		a->flip = it->geo.flip;
 		a->dst = it->dst;
 	}
-	if (m > 0) {
+	if (m > 0 && !d->nvjpeg_only) {
 		CUDA_TRY(cudaMemcpyAsync(d->items_dev, sd->items_host, (size_t)m * sizeof(*d->items_dev),
 					 cudaMemcpyHostToDevice, d->stream));
 		/* the buffer's last reader done (a never recorded event is no wait) */
