@@ -150,3 +150,42 @@ TEST(ycc_to_rgb_known_values)
 	ycc_to_rgb(100, 100, 200, rgb);
 	CHECK_EQ_INT(rgb[1], 58);
 }
+
+/* ycc_quad_h2v2 gives ycc_pixel's pixels, four at a time from any even column, on
+ * random planes of odd sizes (the clamped edge columns and rows, a last group of
+ * fewer than four) and of even ones. */
+TEST(ycc_quad_h2v2_matches_ycc_pixel)
+{
+	static const int sizes[][2] = { { 37, 23 }, { 38, 24 }, { 1, 1 }, { 2, 3 }, { 5, 2 } };
+	unsigned seed = 12345;
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]) && !test_failed(); s++) {
+		int w = sizes[s][0], h = sizes[s][1], cw = (w + 1) / 2, ch = (h + 1) / 2;
+		size_t ypitch = (size_t)w + 3, cpitch = (size_t)cw + 1;
+		uint8_t *yp = malloc(ypitch * h), *pb = malloc(cpitch * ch), *pr = malloc(cpitch * ch);
+		for (size_t i = 0; i < ypitch * h; i++)
+			yp[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+		for (size_t i = 0; i < cpitch * ch; i++) {
+			pb[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+			pr[i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+		}
+		struct ycc_plane cb = { pb, cpitch, cw, ch, 2, 2 }, cr = { pr, cpitch, cw, ch, 2, 2 };
+		int bad = 0;
+		for (int y = 0; y < h; y++)
+			for (int x = 0; x < w; x += 2) {
+				int n = w - x < 4 ? w - x : 4;
+				uint8_t quad[12], one[3];
+				ycc_quad_h2v2(yp, ypitch, &cb, &cr, x, y, n, quad);
+				for (int k = 0; k < n; k++) {
+					ycc_pixel(yp, ypitch, &cb, &cr, x + k, y, one);
+					if (memcmp(one, quad + 3 * k, 3) && bad++ < 5)
+						CHECK_MSG(0, "%dx%d: pixel (%d, %d) from x = %d: %d %d %d, "
+							  "ycc_pixel %d %d %d", w, h, x + k, y, x,
+							  quad[3 * k], quad[3 * k + 1], quad[3 * k + 2],
+							  one[0], one[1], one[2]);
+				}
+			}
+		free(yp);
+		free(pb);
+		free(pr);
+	}
+}

@@ -138,26 +138,42 @@ __global__ void augment_kernel(const gpu_augment_item *items, int size, float3 s
 	}
 }
 
-/* A 32 x 8 tile of one item's region (blockIdx.z): no division to find a pixel. */
+/* A tile of 32 x YCC_PX pixels by 8 rows of one item's region (blockIdx.z), a thread
+ * per YCC_PX pixels of a row from a column that is a multiple of YCC_PX (so a few
+ * pixels left of the region are made too, which are the image's own): 4:2:0 through
+ * ycc_quad_h2v2, which reads each chroma plane 8 times for the four, and the 12
+ * bytes stored as 3 words where they are aligned; other layouts pixel by pixel. */
+#define YCC_PX 4
 __global__ void ycc_kernel(const gpu_ycc_item *items)
 {
 	const gpu_ycc_item &it = items[blockIdx.z];
-	int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
-	if (x >= it.w || y >= it.h)
+	int x = (it.x0 & ~(YCC_PX - 1)) + (blockIdx.x * blockDim.x + threadIdx.x) * YCC_PX;
+	int y = blockIdx.y * blockDim.y + threadIdx.y;
+	int end = it.x0 + it.w;
+	if (x >= end || y >= it.h)
 		return;
-	x += it.x0;
 	y += it.y0;
+	int n = end - x < YCC_PX ? end - x : YCC_PX;
 	unsigned char *o = it.dst + (size_t)y * it.dst_pitch + (size_t)x * 3;
+	uint8_t rgb[3 * YCC_PX];
 	if (!it.cb.p) {
-		unsigned char v = it.y[(size_t)y * it.y_pitch + x];
-		o[0] = o[1] = o[2] = v;
-		return;
+		for (int k = 0; k < n; k++)
+			rgb[3 * k] = rgb[3 * k + 1] = rgb[3 * k + 2] = it.y[(size_t)y * it.y_pitch + x + k];
+	} else if (it.cb.hs == 2 && it.cb.vs == 2) {
+		ycc_quad_h2v2(it.y, it.y_pitch, &it.cb, &it.cr, x, y, n, rgb);
+	} else {
+		for (int k = 0; k < n; k++)
+			ycc_pixel(it.y, it.y_pitch, &it.cb, &it.cr, x + k, y, rgb + 3 * k);
 	}
-	uint8_t rgb[3];
-	ycc_pixel(it.y, it.y_pitch, &it.cb, &it.cr, x, y, rgb);
-	o[0] = rgb[0];
-	o[1] = rgb[1];
-	o[2] = rgb[2];
+	if (n == YCC_PX && ((uintptr_t)o & 3) == 0) {
+		uint32_t *w = (uint32_t *)o;
+		for (int k = 0; k < 3; k++)
+			w[k] = (uint32_t)rgb[4 * k] | (uint32_t)rgb[4 * k + 1] << 8 |
+			       (uint32_t)rgb[4 * k + 2] << 16 | (uint32_t)rgb[4 * k + 3] << 24;
+	} else {
+		for (int k = 0; k < 3 * n; k++)
+			o[k] = rgb[k];
+	}
 }
 
 extern "C" int gpu_ycc_launch(const gpu_ycc_item *items_dev, int n, int max_w, int max_h,
@@ -168,7 +184,9 @@ extern "C" int gpu_ycc_launch(const gpu_ycc_item *items_dev, int n, int max_w, i
 	if (n > 65535 || (max_h + 7) / 8 > 65535)
 		return gp_error(GP_EINVAL, "gpu ycc: %d images of up to %d rows in one launch "
 				"(at most 65535 and 524280)", n, max_h);
-	dim3 block(32, 8), grid((unsigned)((max_w + 31) / 32), (unsigned)((max_h + 7) / 8),
+	/* a region's first group may start up to YCC_PX - 1 pixels left of it */
+	int groups = (max_w + YCC_PX - 1 + YCC_PX - 1) / YCC_PX;
+	dim3 block(32, 8), grid((unsigned)((groups + 31) / 32), (unsigned)((max_h + 7) / 8),
 				(unsigned)n);
 	ycc_kernel<<<grid, block, 0, (cudaStream_t)stream>>>(items_dev);
 	CUDA_CHECK_LAUNCH();
