@@ -7,7 +7,8 @@
 # against torchvision's; workers --decode gpu at task 3's settings, sweeping the CPU
 # threads beside nvJPEG; a summary), gpudecodetrain (issue 21's 0.95x: train resnet50 and
 # mobilenet_v2 bf16 batch 256 synthetic against JPEGs decoded on the GPU, DECODE_REPEAT (3)
-# runs each; DECODE_MODELS), profile, workers, kprof (kernel
+# runs each; DECODE_MODELS), decodecost (what a decoded batch costs mobilenet_v2's
+# step, by decoder variant, and the decoder's pixels against the CPU path), profile, workers, kprof (kernel
 # time by kernel beside torch.profiler's), cudnn19 (training on PyTorch's cuDNN), parityamp
 # (bf16 against torch.autocast, SEEDS runs), torch50 (PyTorch resnet50 bf16 eager and compiled), ampspeed (bf16/fp16 at batch 256 against amp_bf16_cl),
 # ampfuse (recompute on), ampcmd (gpuperf amp, AMP_BATCHES), kprofmnv2
@@ -118,6 +119,8 @@ for s in "$@"; do
 				grep -h "^decode:" "$OUT/train_${m}_$k.log" | tail -1
 			done
 		done ;;
+	decodecost)
+		TAIL=30 stage decodecost 300 sh -c "build/bundle/gpuperf_tests gpu_decode_costs gpu_decode_options gpu_decode_matches | grep -v '^warning'" ;;
 	profile)
 		stage profile 300 $BIN profile --model mobilenet_v2 --batch 64 --steps 20 --device cuda --overwrite --out /tmp/gp_prof
 		cp /tmp/gp_prof/profile_report.md /tmp/gp_prof/stage_breakdown.png "$OUT/" 2>/dev/null
