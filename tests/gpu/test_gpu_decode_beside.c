@@ -355,6 +355,45 @@ static void *decode_loop_main(void *arg)
 	return NULL;
 }
 
+static const struct sgd_args beside_sgd = { .lr = 0.01, .momentum = 0.9 };
+
+/* A net of `model` training bf16 on one synthetic batch of `batch` at SIZE (10
+ * classes) with CUDA graphs, as `train` runs it, warmed up and captured; *x and *y
+ * (the batch) are the caller's to free. NULL after a failed check. */
+static struct net *beside_net(const char *model, int batch, float **x, int32_t **y)
+{
+	struct model_opts mo = model_defaults(model);
+	mo.batch = batch;
+	mo.classes = 10;
+	struct net *net = NULL;
+	CHECK_EQ_INT(model_build(model, &mo, &net), 0);
+	if (!net)
+		return NULL;
+	net->use_graphs = 1;
+	CHECK_MSG(net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
+	CHECK_EQ_INT(train_synthetic_batch(batch, 3, SIZE, SIZE, 10, 1, x, y), 0);
+	if (!test_failed())
+		CHECK_EQ_INT(net_set_batch_data(net, *x, *y), 0);
+	for (int s = 0; s < 5 && !test_failed(); s++) /* warm-up and graph capture */
+		CHECK_EQ_INT(net_train_step(net, &beside_sgd, NULL, NULL), 0);
+	CHECK_EQ_INT(net_wait(net), 0);
+	if (test_failed()) {
+		net_free(net);
+		return NULL;
+	}
+	return net;
+}
+
+/* The mean wall time of a training step over `steps`, the GPU waited for. */
+static double beside_step_ms(struct net *net, int steps)
+{
+	double t0 = gp_now_ms();
+	for (int s = 0; s < steps; s++)
+		CHECK_EQ_INT(net_train_step(net, &beside_sgd, NULL, NULL), 0);
+	CHECK_EQ_INT(net_wait(net), 0);
+	return (gp_now_ms() - t0) / steps;
+}
+
 /* What hides the decode behind training: a batch of 256 decoded while resnet50 bf16
  * trains on batches of 256 (CUDA graphs, as `train` runs it) in the same process takes
  * less than a training step, and what it costs the step (its kernels and copies share
@@ -374,22 +413,9 @@ TEST(gpu_decode_keeps_up_beside_training)
 	static struct gpu_decode_item items[BATCH];
 	static unsigned char failed[BATCH];
 	items_repeat(&f, BATCH, 7, items);
-	struct model_opts mo = model_defaults("resnet50");
-	mo.batch = BATCH;
-	mo.classes = 10;
-	struct net *net = NULL;
 	float *x = NULL;
 	int32_t *y = NULL;
-	CHECK_EQ_INT(model_build("resnet50", &mo, &net), 0);
-	if (net)
-		net->use_graphs = 1;
-	CHECK_MSG(net && net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
-	CHECK_EQ_INT(train_synthetic_batch(BATCH, 3, SIZE, SIZE, 10, 1, &x, &y), 0);
-	CHECK_EQ_INT(net_set_batch_data(net, x, y), 0);
-	static const struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
-	for (int s = 0; s < 5 && !test_failed(); s++) /* warm-up and graph capture */
-		CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
-	CHECK_EQ_INT(net_wait(net), 0);
+	struct net *net = beside_net("resnet50", BATCH, &x, &y);
 	/* made: 1 gpu_decoder_create's, 0 the options given, 2 the defaults with
 	 * hw_preallocate as given; launch: gpu_decoder_launch into two buffers in turn,
 	 * as the loader runs it */
@@ -425,21 +451,13 @@ TEST(gpu_decode_keeps_up_beside_training)
 			CHECK_EQ_INT(gpu_decoder_run(d, 0, items, BATCH, failed), 0);
 			alone_dec = fmin(alone_dec, gp_now_ms() - t0);
 		}
-		double t0 = gp_now_ms();
-		for (int s = 0; s < STEPS; s++)
-			CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
-		CHECK_EQ_INT(net_wait(net), 0);
-		double step_alone = (gp_now_ms() - t0) / STEPS;
+		double step_alone = beside_step_ms(net, STEPS);
 		struct decode_loop loop = { .d = d, .items = items, .n = BATCH, .failed = failed,
 					    .launch = variants[vi].launch };
 		pthread_t th;
 		int started = pthread_create(&th, NULL, decode_loop_main, &loop) == 0;
 		CHECK(started);
-		t0 = gp_now_ms();
-		for (int s = 0; s < STEPS; s++)
-			CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
-		CHECK_EQ_INT(net_wait(net), 0);
-		double step_beside = (gp_now_ms() - t0) / STEPS;
+		double step_beside = beside_step_ms(net, STEPS);
 		atomic_store(&loop.stop, 1);
 		if (started)
 			pthread_join(th, NULL);
@@ -496,20 +514,11 @@ TEST(gpu_decode_costs_beside_mobilenet_v2_training)
 	items_repeat(&f, BATCH, 11, items);
 	size_t bytes = (size_t)BATCH * 3 * SIZE * SIZE * 2;
 	uint16_t *want = malloc(bytes), *got = malloc(bytes);
-	struct model_opts mo = model_defaults("mobilenet_v2");
-	mo.batch = BATCH;
-	mo.classes = 10;
-	struct net *net = NULL;
 	float *x = NULL;
 	int32_t *y = NULL;
 	struct gpu_decoder *d[DECODERS] = { 0 };
 	CHECK(want && got);
-	CHECK_EQ_INT(model_build("mobilenet_v2", &mo, &net), 0);
-	if (net)
-		net->use_graphs = 1;
-	CHECK_MSG(net && net_setup(net, BACKEND_CUDA, GP_F32, PREC_BF16) == 0, "%s", gp_errmsg());
-	CHECK_EQ_INT(train_synthetic_batch(BATCH, 3, SIZE, SIZE, 10, 1, &x, &y), 0);
-	CHECK_EQ_INT(net_set_batch_data(net, x, y), 0);
+	struct net *net = beside_net("mobilenet_v2", BATCH, &x, &y);
 	for (int k = 0; k < DECODERS && !test_failed(); k++) {
 		struct gpu_decoder_opts o = gpu_decoder_opts_default();
 		o.nvjpeg_only = k == 2;
@@ -518,19 +527,11 @@ TEST(gpu_decode_costs_beside_mobilenet_v2_training)
 	}
 	if (test_failed())
 		goto out;
-	static const struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
-	for (int s = 0; s < 5 && !test_failed(); s++) /* warm-up and graph capture */
-		CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
-	CHECK_EQ_INT(net_wait(net), 0);
 	for (int k = 0; k < DECODERS && !test_failed(); k++) /* warm: the buffers made */
 		CHECK_EQ_INT(gpu_decoder_run(d[k], 0, items, BATCH, failed[0]), 0);
 	CHECK(cudaMemcpy(want, gpu_decoder_output(d[0], 0), bytes, cudaMemcpyDeviceToHost) ==
 	      cudaSuccess);
-	double t0 = gp_now_ms();
-	for (int s = 0; s < STEPS; s++)
-		CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
-	CHECK_EQ_INT(net_wait(net), 0);
-	double step_alone = (gp_now_ms() - t0) / STEPS, per_batch[3] = { 0 };
+	double step_alone = beside_step_ms(net, STEPS), per_batch[3] = { 0 };
 	for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]) && !test_failed(); r++) {
 		int first = runs[r].first, used = runs[r].count;
 		struct decode_loop loop[2];
@@ -542,11 +543,7 @@ TEST(gpu_decode_costs_beside_mobilenet_v2_training)
 			started[k] = pthread_create(&th[k], NULL, decode_loop_main, &loop[k]) == 0;
 			CHECK(started[k]);
 		}
-		t0 = gp_now_ms();
-		for (int s = 0; s < STEPS; s++)
-			CHECK_EQ_INT(net_train_step(net, &sgd, NULL, NULL), 0);
-		CHECK_EQ_INT(net_wait(net), 0);
-		double step_beside = (gp_now_ms() - t0) / STEPS;
+		double step_beside = beside_step_ms(net, STEPS);
 		int batches = 0;
 		double ms = 0;
 		for (int k = 0; k < used; k++) {
