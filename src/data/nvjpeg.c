@@ -35,6 +35,10 @@ static const struct {
 } nvjpeg_optional_syms[] = {
 	SYM(nvjpegDecodeBatchedPreAllocate),
 	SYM(nvjpegGetHardwareDecoderInfo),
+	SYM(nvjpegDecodeBatchedEx),
+	SYM(nvjpegDecodeParamsCreate),
+	SYM(nvjpegDecodeParamsDestroy),
+	SYM(nvjpegDecodeParamsSetROI),
 };
 
 /* The sonames of CUDA 13 and 12, then the development link. */

@@ -67,6 +67,8 @@ struct nvjpeg_image {
 typedef struct nvjpeg_handle_opaque *nvjpeg_handle;
 typedef struct nvjpeg_state_opaque *nvjpeg_state;
 typedef struct nvjpeg_stream_opaque *nvjpeg_stream;
+/* nvjpegDecodeParams_t (docs 2.2.4): per-image decode settings, here the region. */
+typedef struct nvjpeg_decode_params_opaque *nvjpeg_decode_params;
 /* cudaStream_t is a pointer; 0 is the legacy default stream. */
 typedef void *nvjpeg_cuda_stream;
 
@@ -109,6 +111,19 @@ struct nvjpeg_api {
 	/* JPEG engines and cores per engine of the hardware backend */
 	int (*nvjpegGetHardwareDecoderInfo)(nvjpeg_handle handle, unsigned *num_engines,
 					    unsigned *num_cores_per_engine);
+	/* Region decodes (docs 2.3.3.4, 2.3.4): nvjpegDecodeBatched with one parameter
+	 * object per image; the hardware backend only. An image's region is written at
+	 * its destination's start, region-sized. */
+	int (*nvjpegDecodeBatchedEx)(nvjpeg_handle handle, nvjpeg_state state,
+				     const unsigned char *const *data, const size_t *lengths,
+				     struct nvjpeg_image *destinations,
+				     nvjpeg_decode_params *decode_params,
+				     nvjpeg_cuda_stream stream);
+	int (*nvjpegDecodeParamsCreate)(nvjpeg_handle handle, nvjpeg_decode_params *params);
+	int (*nvjpegDecodeParamsDestroy)(nvjpeg_decode_params params);
+	/* width and height -1: the whole image */
+	int (*nvjpegDecodeParamsSetROI)(nvjpeg_decode_params params, int offset_x, int offset_y,
+					int roi_width, int roi_height);
 };
 
 /* nvjpegCreateExV2's allocators (docs 2.2.8, 2.2.11): stream-ordered, with a context.
