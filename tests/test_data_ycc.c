@@ -189,3 +189,79 @@ TEST(ycc_quad_h2v2_matches_ycc_pixel)
 		free(pr);
 	}
 }
+
+/* ycc_roi: the region holds every luma and chroma sample that ycc_pixel reads for
+ * the reach's pixels. The planes outside the region are replaced by other values
+ * (each sample xor 0x5a), as if the decoder had made only the region; every pixel of
+ * the reach must come out as from the whole planes. Random image sizes, reaches and
+ * the three subsamplings; without the region's one-sample margin, reaches that start
+ * or end on an MCU's edge read outside it, and this fails. */
+TEST(ycc_roi_holds_what_the_reach_reads)
+{
+	static const int sub[][2] = { { 2, 2 }, { 2, 1 }, { 1, 1 } };
+	unsigned seed = 777;
+#define RND() ((seed = seed * 1103515245u + 12345u) >> 8)
+	int bad = 0;
+	for (int trial = 0; trial < 600 && !bad; trial++) {
+		int hs = sub[trial % 3][0], vs = sub[trial % 3][1];
+		int w = 1 + (int)(RND() % 120), h = 1 + (int)(RND() % 90);
+		int cw = (w + hs - 1) / hs, ch = (h + vs - 1) / vs;
+		int reach[4], roi[4];
+		reach[0] = (int)(RND() % (unsigned)w);
+		reach[2] = reach[0] + 1 + (int)(RND() % (unsigned)(w - reach[0]));
+		reach[1] = (int)(RND() % (unsigned)h);
+		reach[3] = reach[1] + 1 + (int)(RND() % (unsigned)(h - reach[1]));
+		if (trial % 5 == 0) { /* on MCU edges */
+			reach[0] = reach[0] / (8 * hs) * 8 * hs;
+			reach[1] = reach[1] / (8 * vs) * 8 * vs;
+		}
+		ycc_roi(w, h, hs, vs, reach, roi);
+		CHECK(roi[0] % (8 * hs) == 0 && roi[1] % (8 * vs) == 0);
+		CHECK(roi[0] <= reach[0] && roi[1] <= reach[1] && roi[2] >= reach[2] &&
+		      roi[3] >= reach[3] && roi[2] <= w && roi[3] <= h);
+		uint8_t *yp = malloc((size_t)w * h), *yk = malloc((size_t)w * h);
+		uint8_t *c[2], *ck[2];
+		for (int p = 0; p < 2; p++) {
+			c[p] = malloc((size_t)cw * ch);
+			ck[p] = malloc((size_t)cw * ch);
+			for (int i = 0; i < cw * ch; i++) {
+				c[p][i] = (uint8_t)RND();
+				int cx = i % cw, cy = i / cw;
+				int in = cx >= roi[0] / hs && cx < (roi[2] + hs - 1) / hs &&
+					 cy >= roi[1] / vs && cy < (roi[3] + vs - 1) / vs;
+				ck[p][i] = in ? c[p][i] : c[p][i] ^ 0x5a;
+			}
+		}
+		for (int i = 0; i < w * h; i++) {
+			int x = i % w, y = i / w;
+			int in = x >= roi[0] && x < roi[2] && y >= roi[1] && y < roi[3];
+			yp[i] = (uint8_t)RND();
+			yk[i] = in ? yp[i] : yp[i] ^ 0x5a;
+		}
+		struct ycc_plane cb = { c[0], (size_t)cw, cw, ch, hs, vs }, cr = cb;
+		cr.p = c[1];
+		struct ycc_plane kb = cb, kr = cb;
+		kb.p = ck[0];
+		kr.p = ck[1];
+		for (int y = reach[1]; y < reach[3] && !bad; y++)
+			for (int x = reach[0]; x < reach[2] && !bad; x++) {
+				uint8_t want[3], got[3];
+				ycc_pixel(yp, (size_t)w, &cb, &cr, x, y, want);
+				ycc_pixel(yk, (size_t)w, &kb, &kr, x, y, got);
+				if (memcmp(want, got, 3)) {
+					bad = 1;
+					CHECK_MSG(0, "%dx%d h%dv%d: reach %d,%d-%d,%d, region %d,%d-%d,%d: "
+						  "pixel (%d, %d) reads outside the region", w, h, hs, vs,
+						  reach[0], reach[1], reach[2], reach[3], roi[0], roi[1],
+						  roi[2], roi[3], x, y);
+				}
+			}
+		free(yp);
+		free(yk);
+		for (int p = 0; p < 2; p++) {
+			free(c[p]);
+			free(ck[p]);
+		}
+	}
+#undef RND
+}

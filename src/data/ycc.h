@@ -120,4 +120,25 @@ YCC_FN void ycc_quad_h2v2(const uint8_t *yp, size_t y_pitch, const struct ycc_pl
 	}
 }
 
+/* The region to have the JPEG decoder make so that ycc_pixel gives every pixel of
+ * reach[] = {x0, y0, x1, y1} (image pixels, x1 and y1 past the end) of a w x h image
+ * with chroma at hs x vs pixels a sample: the reach widened by one chroma sample each
+ * side (the upsampling's neighbour), out to whole MCUs (8 hs x 8 vs pixels) and
+ * clipped to the image, into roi[] in the same form. The region's chroma planes then
+ * start at chroma sample (roi[0] / hs, roi[1] / vs) exactly, and decoding it costs
+ * the decoder only the MCUs the reach touches. */
+YCC_FN void ycc_roi(int w, int h, int hs, int vs, const int reach[4], int roi[4])
+{
+	int mw = 8 * hs, mh = 8 * vs;
+	int x0 = reach[0] - hs, y0 = reach[1] - vs, x1 = reach[2] + hs, y1 = reach[3] + vs;
+	x0 = x0 < 0 ? 0 : x0 / mw * mw;
+	y0 = y0 < 0 ? 0 : y0 / mh * mh;
+	x1 = (x1 + mw - 1) / mw * mw;
+	y1 = (y1 + mh - 1) / mh * mh;
+	roi[0] = x0;
+	roi[1] = y0;
+	roi[2] = x1 > w ? w : x1;
+	roi[3] = y1 > h ? h : y1;
+}
+
 #endif
