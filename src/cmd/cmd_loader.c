@@ -194,11 +194,15 @@ int cmd_loader(int argc, char **argv)
 			       run.total_ms, run.wait_ms_mean, run.st.skipped_corrupt, 1.0);
 			print_cpu(&run.cpu);
 			long made = gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback + gs.cpu_shared;
-			printf("gpu decode (%s backend): %ld by the JPEG engines, %ld by CUDA, %ld on "
+			printf("gpu decode (%s backend): %ld by the JPEG engines (%ld as the crop's "
+			       "region, %.0f%% of their pixels), %ld by CUDA, %ld on "
 			       "the CPU, %ld by %d CPU threads beside them, %ld corrupt; decode %.1f ms, "
 			       "augment %.1f ms of GPU time, reading %.1f ms (%.0f img/s decode + "
 			       "augment alone)\n",
-			       backend, gs.hw_decoded, gs.cuda_decoded, gs.cpu_fallback, gs.cpu_shared,
+			       backend, gs.hw_decoded, gs.region_decoded,
+			       gs.region_full_pixels > 0
+				       ? 100 * gs.region_pixels / gs.region_full_pixels : 0,
+			       gs.cuda_decoded, gs.cpu_fallback, gs.cpu_shared,
 			       decode_threads, gs.failed, gs.decode_ms, gs.augment_ms,
 			       run.st.decode_ms_total, made / ((gs.decode_ms + gs.augment_ms) / 1e3));
 		}

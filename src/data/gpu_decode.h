@@ -58,6 +58,9 @@ struct gpu_decode_stats {
 			     * end, waits for SMs included; counted once waited for */
 	double parse_ms;    /* of decode_ms: nvJPEG reading the headers (the CPU) */
 	long parsed_ahead;  /* items whose header a parser read before the run */
+	long region_decoded; /* of hw_decoded: only the region the crop reads (ycc_roi) */
+	double region_pixels, region_full_pixels; /* those regions' pixels, and their
+						    * images' whole sizes */
 };
 
 struct gpu_decoder;
@@ -91,6 +94,9 @@ struct gpu_decoder_opts {
 	/* test-only: nvJPEG's work alone, neither the colour nor the augment kernels (the
 	 * batch buffer left unwritten), to split what a batch costs the step beside it */
 	int nvjpeg_only;
+	/* test-only: the hardware backend decodes whole images, not only the region each
+	 * crop reads (nvjpegDecodeBatchedEx), for the test that compares the two */
+	int whole_images;
 };
 /* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says, no
  * CPU threads, the pool made. */

@@ -357,6 +357,9 @@ static void decode_stats_add(struct gpu_decode_stats *to, const struct gpu_decod
 	to->augment_ms += from->augment_ms;
 	to->parse_ms += from->parse_ms;
 	to->parsed_ahead += from->parsed_ahead;
+	to->region_decoded += from->region_decoded;
+	to->region_pixels += from->region_pixels;
+	to->region_full_pixels += from->region_full_pixels;
 }
 
 /* What the decoder counted since `before`: the counts of one batch. */
@@ -373,6 +376,9 @@ static void decode_stats_since(const struct gpu_decode_stats *now,
 	d->augment_ms = now->augment_ms - before->augment_ms;
 	d->parse_ms = now->parse_ms - before->parse_ms;
 	d->parsed_ahead = now->parsed_ahead - before->parsed_ahead;
+	d->region_decoded = now->region_decoded - before->region_decoded;
+	d->region_pixels = now->region_pixels - before->region_pixels;
+	d->region_full_pixels = now->region_full_pixels - before->region_full_pixels;
 }
 
 /* Make batch seq into slot k (decode thread): its files (read ahead by the reader

@@ -641,11 +641,12 @@ TEST(gpu_decode_auto_probes_both)
 	dataset_close(fresh);
 }
 
-/* An option that changes how the decoder runs, never what it makes: nvJPEG's own
- * allocators instead of the decoder's stream-ordered ones (also the fallback where
- * the device has no memory pools or nvJPEG refuses ours) give the default decoder's
- * batch bit for bit, batch after batch (nvJPEG's allocators free and take again
- * between batches). */
+/* Options that change how the decoder runs, never what it makes, give the default
+ * decoder's batch bit for bit, batch after batch: nvJPEG's own allocators instead of
+ * the decoder's stream-ordered ones (also the fallback where the device has no memory
+ * pools or nvJPEG refuses ours; they free and take again between batches), and whole
+ * images instead of the default's region decodes (on the JPEG engines the default
+ * decodes every image of the batch as the region its crop reads, and must say so). */
 TEST(gpu_decode_options_give_the_same_batch)
 {
 	if (!gpu_decode_ready())
@@ -669,10 +670,21 @@ TEST(gpu_decode_options_give_the_same_batch)
 	CHECK_EQ_INT(gpu_decoder_run(dflt, 0, items, BATCH, failed), 0);
 	CHECK(cudaMemcpy(want, gpu_decoder_output(dflt, 0), bytes, cudaMemcpyDeviceToHost) ==
 	      cudaSuccess);
-	{
-		const char *what = "nvJPEG's allocators";
+	struct gpu_decode_stats ds0;
+	gpu_decoder_get_stats(dflt, &ds0);
+	if (!strcmp(gpu_decoder_backend(dflt), "hardware")) {
+		CHECK_MSG(ds0.region_decoded == BATCH, "%ld of %d images decoded as regions",
+			  ds0.region_decoded, BATCH);
+		double share = ds0.region_pixels / ds0.region_full_pixels;
+		printf("    regions: %ld images, %.1f%% of their pixels\n", ds0.region_decoded,
+		       100 * share);
+		CHECK(share > 0.05 && share < 1.0);
+	}
+	for (int v = 0; v < 2 && !test_failed(); v++) {
+		const char *what = v == 0 ? "nvJPEG's allocators" : "whole images";
 		struct gpu_decoder_opts o = gpu_decoder_opts_default();
-		o.default_allocators = 1;
+		o.default_allocators = v == 0;
+		o.whole_images = v == 1;
 		struct gpu_decoder *d = NULL;
 		CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &d) == 0,
 			  "%s: %s", what, gp_errmsg());
@@ -684,6 +696,12 @@ TEST(gpu_decode_options_give_the_same_batch)
 					 cudaMemcpyDeviceToHost) == cudaSuccess);
 			CHECK_MSG(!memcmp(want, got, bytes), "%s: batch %d differs from the default's",
 				  what, r);
+		}
+		struct gpu_decode_stats st;
+		if (d) {
+			gpu_decoder_get_stats(d, &st);
+			if (v == 1)
+				CHECK_EQ_INT(st.region_decoded, 0);
 		}
 		gpu_decoder_destroy(d);
 	}

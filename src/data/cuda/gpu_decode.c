@@ -25,6 +25,7 @@
 #include "data/cuda/nj_memory.h"
 #include "data/decode_split.h"
 #include "data/nvjpeg.h"
+#include "data/ycc.h"
 #include "ops/cuda/cuda_common.h"
 
 /* The image size the hardware decoder's pool is made for: ImageNet's typical 500x375,
@@ -46,6 +47,10 @@ struct gpu_decoder {
 	nvjpeg_state st_single;
 	nvjpeg_stream js;
 	int hw, batched_n;         /* batched_n: the size last initialized, -1 none */
+	/* Region decodes: one parameter object per batch position, or NULL where the
+	 * hardware backend or nvjpegDecodeBatchedEx is missing, or they were declined or
+	 * refused (decode_batched) */
+	nvjpeg_decode_params *params;
 	cudaStream_t stream;       /* colour conversion, augment and their copies */
 	cudaStream_t nj_stream;    /* nvJPEG's calls, synchronized after each */
 	int device, max_batch, size;
@@ -81,6 +86,8 @@ struct gpu_decoder {
 	int *route;                /* ROUTE_* */
 	int *fmt;                  /* NVJPEG_OUTPUT_YUV, or _Y for a grey JPEG */
 	int (*chroma)[4];          /* cw, ch, hs, vs of a YUV item */
+	int (*region)[4];          /* x0, y0, x1, y1 of what nvJPEG decodes: the whole
+				    * image, or (regions) ycc_roi of the crop's reach */
 	unsigned char *planar;     /* 1: decoded as planes, to be converted */
 	const unsigned char **bat_data;
 	size_t *bat_len;
@@ -126,6 +133,18 @@ static int nj_create(struct gpu_decoder *d, int backend, unsigned flags, nvjpeg_
 		return nvjpeg_create_ex_v2()(backend, nj_memory_dev(d->mem), nj_memory_pinned(d->mem),
 					     flags, h);
 	return d->nj->nvjpegCreateEx(backend, NULL, NULL, flags, h);
+}
+
+/* Back to whole images: the parameter objects freed. */
+static void regions_destroy(struct gpu_decoder *d)
+{
+	if (!d->params)
+		return;
+	for (int i = 0; i < d->max_batch; i++)
+		if (d->params[i])
+			d->nj->nvjpegDecodeParamsDestroy(d->params[i]);
+	free(d->params);
+	d->params = NULL;
 }
 
 /* Hardware with strict parsing, hardware, CUDA strict, CUDA: the first that nvJPEG
@@ -193,6 +212,29 @@ static int handles_create(struct gpu_decoder *d, const struct gpu_decoder_opts *
 	return 0;
 }
 
+/* Region decodes: the engines decode only the MCUs a crop reads (ycc_roi), about half
+ * of a 500x375 image's pixels under RandomResizedCrop (gpu_decode_options_give_the_
+ * same_batch prints the share). Made where the hardware backend and
+ * nvjpegDecodeBatchedEx are there; a parameter object that cannot be made leaves the
+ * decoder on whole images. */
+static void regions_create(struct gpu_decoder *d, const struct gpu_decoder_opts *o)
+{
+	const struct nvjpeg_api *nj = d->nj;
+	if (!d->hw || o->whole_images || !nj->nvjpegDecodeBatchedEx ||
+	    !nj->nvjpegDecodeParamsCreate || !nj->nvjpegDecodeParamsDestroy ||
+	    !nj->nvjpegDecodeParamsSetROI)
+		return;
+	d->params = calloc((size_t)d->max_batch, sizeof(*d->params));
+	if (!d->params)
+		return;
+	for (int i = 0; i < d->max_batch; i++)
+		if (nj->nvjpegDecodeParamsCreate(d->h, &d->params[i]) != NVJPEG_STATUS_SUCCESS) {
+			d->params[i] = NULL;
+			regions_destroy(d);
+			return;
+		}
+}
+
 int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layout layout,
 		       int outputs, struct gpu_decoder **out)
 {
@@ -244,6 +286,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->route = calloc(n, sizeof(*d->route));
 	d->fmt = calloc(n, sizeof(*d->fmt));
 	d->chroma = calloc(n, sizeof(*d->chroma));
+	d->region = calloc(n, sizeof(*d->region));
 	d->planar = calloc(n, 1);
 	d->bat_data = calloc(n, sizeof(*d->bat_data));
 	d->bat_len = calloc(n, sizeof(*d->bat_len));
@@ -254,7 +297,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->out_read = calloc(outputs, sizeof(*d->out_read));
 	d->out_ready = calloc(outputs, sizeof(*d->out_ready));
 	if (!d->out || !d->out_read || !d->out_ready || !d->offset || !d->yuv_offset || !d->route || !d->fmt ||
-	    !d->chroma || !d->planar || !d->bat_data || !d->bat_len || !d->bat_img ||
+	    !d->chroma || !d->region || !d->planar || !d->bat_data || !d->bat_len || !d->bat_img ||
 	    !d->bat_item || !d->errmsg) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
@@ -296,6 +339,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	}
 	if ((rc = nj_memory_pick(d, opts)) < 0 || (rc = handles_create(d, opts)) < 0)
 		goto fail;
+	regions_create(d, opts);
 	if (opts->cpu_threads > 0) {
 		d->share_idx = calloc(n, sizeof(*d->share_idx));
 		d->share_failed = calloc(n, 1);
@@ -377,7 +421,8 @@ static int yuv_reserve(struct gpu_decoder *d, const struct gpu_decode_item *item
 	return 0;
 }
 
-/* Where nvJPEG writes item i in format fmt: its planes, or (RGBI) its RGB staging. */
+/* Where nvJPEG writes item i in format fmt: its planes, region-sized (d->region[i]),
+ * or (RGBI) its RGB staging. */
 static struct nvjpeg_image item_image(struct gpu_decoder *d, const struct gpu_decode_item *it,
 				      int i, int fmt)
 {
@@ -388,12 +433,14 @@ static struct nvjpeg_image item_image(struct gpu_decoder *d, const struct gpu_de
 		img.pitch[0] = (size_t)it->w * 3;
 		return img;
 	}
+	const int *r = d->region[i];
 	img.channel[0] = d->cur->yuv + d->yuv_offset[i];
-	img.pitch[0] = (size_t)it->w;
+	img.pitch[0] = (size_t)(r[2] - r[0]);
 	if (fmt == NVJPEG_OUTPUT_YUV) {
+		int hs = d->chroma[i][2];
 		img.channel[1] = img.channel[0] + plane_room(it);
 		img.channel[2] = img.channel[1] + plane_room(it);
-		img.pitch[1] = img.pitch[2] = (size_t)d->chroma[i][0];
+		img.pitch[1] = img.pitch[2] = (size_t)((r[2] + hs - 1) / hs - r[0] / hs);
 	}
 	return img;
 }
@@ -455,6 +502,9 @@ static void route_items(struct gpu_decoder *d, const struct gpu_decode_item *ite
 		d->errmsg[i][0] = 0;
 		d->route[i] = ROUTE_CPU;
 		d->fmt[i] = NVJPEG_OUTPUT_YUV;
+		d->region[i][0] = d->region[i][1] = 0;
+		d->region[i][2] = it->w;
+		d->region[i][3] = it->h;
 		if (it->kind != IMAGE_JPEG || !hd->info_ok || hd->ws[0] != it->w ||
 		    hd->hs[0] != it->h || (hd->nc != 1 && hd->nc != 3))
 			continue;
@@ -505,6 +555,69 @@ void gpu_decode_parser_destroy(struct gpu_decode_parser *p)
 	free(p);
 }
 
+/* Item i's region: what its crop reads (ycc_roi), or (whole) the image. */
+static void region_set(struct gpu_decoder *d, const struct gpu_decode_item *it, int i,
+		       int whole)
+{
+	int *r = d->region[i];
+	if (whole) {
+		r[0] = r[1] = 0;
+		r[2] = it->w;
+		r[3] = it->h;
+		return;
+	}
+	int reach[4];
+	image_resample_reach(&it->geo.box, d->size, d->size, reach);
+	ycc_roi(it->w, it->h, d->chroma[i][2], d->chroma[i][3], reach, r);
+}
+
+/* The batched call's destinations for its nb items, with regions or whole images;
+ * 0, or the status of the first region nvJPEG refused. */
+static int batched_prepare(struct gpu_decoder *d, const struct gpu_decode_item *items, int nb,
+			   int regions)
+{
+	for (int k = 0; k < nb; k++) {
+		int i = d->bat_item[k];
+		region_set(d, &items[i], i, !regions);
+		d->bat_img[k] = item_image(d, &items[i], i, d->batched_fmt);
+		if (!regions)
+			continue;
+		const int *r = d->region[i];
+		int status = d->nj->nvjpegDecodeParamsSetROI(d->params[k], r[0], r[1], r[2] - r[0],
+							     r[3] - r[1]);
+		if (status != NVJPEG_STATUS_SUCCESS)
+			return status;
+	}
+	return NVJPEG_STATUS_SUCCESS;
+}
+
+/* One batched call over the nb items of bat_*, with regions or not: initialized for
+ * nb when it was not, made on nj_stream and waited for. */
+static int batched_call(struct gpu_decoder *d, const struct gpu_decode_item *items, int nb,
+			int regions)
+{
+	int status = NVJPEG_STATUS_SUCCESS;
+	if (d->batched_n != nb) {
+		status = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1, d->batched_fmt);
+		d->batched_n = status == NVJPEG_STATUS_SUCCESS ? nb : -1;
+	}
+	if (status == NVJPEG_STATUS_SUCCESS)
+		status = batched_prepare(d, items, nb, regions);
+	if (status == NVJPEG_STATUS_SUCCESS)
+		status = regions ? d->nj->nvjpegDecodeBatchedEx(d->h, d->st, d->bat_data, d->bat_len,
+								d->bat_img, d->params, d->nj_stream)
+				 : d->nj->nvjpegDecodeBatched(d->h, d->st, d->bat_data, d->bat_len,
+							      d->bat_img, d->nj_stream);
+	if (status == NVJPEG_STATUS_SUCCESS)
+		status = cudaStreamSynchronize(d->nj_stream) == cudaSuccess
+				 ? NVJPEG_STATUS_SUCCESS : NVJPEG_STATUS_EXECUTION_FAILED;
+	if (status != NVJPEG_STATUS_SUCCESS) {
+		cudaGetLastError();
+		d->batched_n = -1; /* the docs ask for a new initialization after a failure */
+	}
+	return status;
+}
+
 /* The batched call over the items routed to it; if it fails as a whole, they go one
  * by one (a single bad file must not cost the others their GPU decode).
  * The hardware path writes its planes when the call is made, not in the stream's
@@ -514,9 +627,12 @@ void gpu_decode_parser_destroy(struct gpu_decode_parser *p)
  * (RGBI) goes straight into the staging that the last batch's augment may still
  * read, so the stream is synchronized first; yuv_reserve synchronizes it before it
  * replaces a buffer. The call gets a stream of its own (nvJPEG makes its engines'
- * work wait for what is queued on it), synchronized after it. Splitting a batch into two calls made at once from
- * two threads (own states and streams) brought back the wait for the net's queue on
- * the H100 (s11-5: 226 ms a batch beside resnet50's training), so one call it is. */
+ * work wait for what is queued on it), synchronized after it. Splitting a batch into
+ * two calls made at once from two threads (own states and streams) brought back the
+ * wait for the net's queue on the H100 (s11-5: 226 ms a batch beside resnet50's
+ * training), so one call it is. With regions, a failed call is made again on whole
+ * images: if that one succeeds, the engines refused the regions, and the decoder
+ * keeps to whole images from then on; if it fails too, a file was bad. */
 static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
 	int nb = 0;
@@ -525,40 +641,47 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 			continue;
 		d->bat_data[nb] = items[i].data;
 		d->bat_len[nb] = items[i].len_bytes;
-		d->bat_img[nb] = item_image(d, &items[i], i, d->batched_fmt);
 		d->bat_item[nb++] = i;
 	}
 	if (nb == 0)
 		return 0;
-	int status = NVJPEG_STATUS_SUCCESS;
-	if (d->batched_n != nb) {
-		status = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1, d->batched_fmt);
-		if (status != NVJPEG_STATUS_SUCCESS && d->batched_fmt == NVJPEG_OUTPUT_YUV) {
-			/* planes refused: nvJPEG's RGB (its chroma upsampling), counted */
+	if (d->batched_n != nb && d->batched_fmt == NVJPEG_OUTPUT_YUV) {
+		int init = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1, d->batched_fmt);
+		d->batched_n = init == NVJPEG_STATUS_SUCCESS ? nb : -1;
+		if (init != NVJPEG_STATUS_SUCCESS) /* planes refused: nvJPEG's RGB (its chroma
+						    * upsampling), counted */
 			d->batched_fmt = NVJPEG_OUTPUT_RGBI;
-			for (int k = 0; k < nb; k++)
-				d->bat_img[k] = item_image(d, &items[d->bat_item[k]], d->bat_item[k],
-							   d->batched_fmt);
-			status = d->nj->nvjpegDecodeBatchedInitialize(d->h, d->st, nb, 1,
-								      d->batched_fmt);
-		}
-		d->batched_n = status == NVJPEG_STATUS_SUCCESS ? nb : -1;
 	}
-	if (status == NVJPEG_STATUS_SUCCESS && d->batched_fmt == NVJPEG_OUTPUT_RGBI)
+	if (d->batched_fmt == NVJPEG_OUTPUT_RGBI) /* staging, which the last augment reads */
 		CUDA_TRY(cudaStreamSynchronize(d->stream));
-	if (status == NVJPEG_STATUS_SUCCESS)
-		status = d->nj->nvjpegDecodeBatched(d->h, d->st, d->bat_data, d->bat_len, d->bat_img,
-						    d->nj_stream);
-	if (status == NVJPEG_STATUS_SUCCESS)
-		status = cudaStreamSynchronize(d->nj_stream) == cudaSuccess
-				 ? NVJPEG_STATUS_SUCCESS : NVJPEG_STATUS_EXECUTION_FAILED;
+	int regions = d->params && d->batched_fmt == NVJPEG_OUTPUT_YUV;
+	int status = batched_call(d, items, nb, regions);
+	if (status != NVJPEG_STATUS_SUCCESS && status != NVJPEG_STATUS_ALLOCATOR_FAILURE &&
+	    regions) {
+		status = batched_call(d, items, nb, 0);
+		if (status == NVJPEG_STATUS_SUCCESS) {
+			fprintf(stderr, "note: nvJPEG's engines refused region decodes; whole images "
+					"from now on\n");
+			regions_destroy(d);
+		}
+		regions = 0;
+	}
 	if (status == NVJPEG_STATUS_SUCCESS) {
 		if (d->hw)
 			d->stats.hw_decoded += nb;
 		else
 			d->stats.cuda_decoded += nb;
-		for (int k = 0; k < nb; k++)
-			d->planar[d->bat_item[k]] = d->batched_fmt != NVJPEG_OUTPUT_RGBI;
+		for (int k = 0; k < nb; k++) {
+			int i = d->bat_item[k];
+			const int *r = d->region[i];
+			d->planar[i] = d->batched_fmt != NVJPEG_OUTPUT_RGBI;
+			if (regions) {
+				d->stats.region_pixels += (double)(r[2] - r[0]) * (r[3] - r[1]);
+				d->stats.region_full_pixels += (double)items[i].w * items[i].h;
+			}
+		}
+		if (regions)
+			d->stats.region_decoded += nb;
 		if (d->batched_fmt == NVJPEG_OUTPUT_RGBI)
 			d->stats.nvjpeg_chroma += nb;
 		else
@@ -567,10 +690,11 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 	}
 	if (status == NVJPEG_STATUS_ALLOCATOR_FAILURE)
 		return nj_check(status, "nvjpegDecodeBatched");
-	cudaGetLastError();
-	d->batched_n = -1; /* the docs ask for a new initialization after a failure */
-	for (int k = 0; k < nb; k++)
-		d->route[d->bat_item[k]] = ROUTE_SINGLE;
+	for (int k = 0; k < nb; k++) {
+		int i = d->bat_item[k];
+		d->route[i] = ROUTE_SINGLE;
+		region_set(d, &items[i], i, 1);
+	}
 	/* Whole batched calls failing again and again with planes, while one bad file
 	 * fails only its own batch: the engines take planes at initialization but not at
 	 * decode. Then speed wins over TurboJPEG's chroma, and the count says so. */
@@ -631,6 +755,15 @@ static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items
 	return 0;
 }
 
+/* Where sample (0, 0) of a plane would be, given the address of sample (x, y), the
+ * region's corner: the colour kernel indexes planes by image coordinates, and reads
+ * only inside the region (ycc_roi), so this address itself is never read. Device
+ * addresses, computed as integers. */
+static const unsigned char *plane_origin(const unsigned char *p, size_t pitch, int x, int y)
+{
+	return (const unsigned char *)((uintptr_t)p - (size_t)y * pitch - (size_t)x);
+}
+
 /* Items decoded as planes become RGB in their staging place, TurboJPEG's way, but
  * only where the augment reads (image_resample_reach): a random crop's reach is about
  * half the image on average, and the conversion's time goes with its pixels. */
@@ -643,14 +776,17 @@ static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *it
 		const struct gpu_decode_item *it = &items[i];
 		struct nvjpeg_image img = item_image(d, it, i, d->fmt[i]);
 		struct gpu_ycc_item *y = &d->cur->ycc_host[m++];
+		const int *r = d->region[i];
 		memset(y, 0, sizeof(*y));
-		y->y = img.channel[0];
+		y->y = plane_origin(img.channel[0], img.pitch[0], r[0], r[1]);
 		y->y_pitch = img.pitch[0];
 		if (d->fmt[i] == NVJPEG_OUTPUT_YUV) {
 			const int *c = d->chroma[i];
-			y->cb = (struct ycc_plane){ img.channel[1], img.pitch[1], c[0], c[1], c[2], c[3] };
+			y->cb = (struct ycc_plane){
+				plane_origin(img.channel[1], img.pitch[1], r[0] / c[2], r[1] / c[3]),
+				img.pitch[1], c[0], c[1], c[2], c[3] };
 			y->cr = y->cb;
-			y->cr.p = img.channel[2];
+			y->cr.p = plane_origin(img.channel[2], img.pitch[2], r[0] / c[2], r[1] / c[3]);
 		}
 		int reach[4];
 		image_resample_reach(&it->geo.box, d->size, d->size, reach);
@@ -855,6 +991,7 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 	free(d->share_idx);
 	free(d->share_failed);
 	if (d->nj) {
+		regions_destroy(d);
 		if (d->js)
 			d->nj->nvjpegJpegStreamDestroy(d->js);
 		if (d->st)
@@ -904,6 +1041,7 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 	free(d->route);
 	free(d->fmt);
 	free(d->chroma);
+	free(d->region);
 	free(d->planar);
 	free(d->bat_data);
 	free(d->bat_len);
