@@ -151,7 +151,7 @@ static inline int both_open(struct both_loaders *b, int train, uint64_t seed, lo
 	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = train, .seed = seed,
 					.start_batch = start };
 	CHECK_MSG(loader_create(b->ds, &lc, &b->cl) == 0, "%s", gp_errmsg());
-	CHECK_MSG(gpu_loader_create_with(b->ds, &gc, &ops, &b->gl) == 0, "%s", gp_errmsg());
+	CHECK_MSG(gpu_loader_create_with(b->ds, &gc, &ops, 1, &b->gl) == 0, "%s", gp_errmsg());
 	return test_failed() ? -1 : 0;
 }
 

@@ -273,7 +273,7 @@ static void probe_check_run_batches(struct dataset *probed, const char *dir, int
 		CHECK_EQ_INT(cpu_decoder_init(&cd[k], PROBE_BATCH, PROBE_SIZE), 0);
 		ops[k] = (struct gpu_loader_decoder){ &cd[k], cpu_decoder_run, cpu_decoder_error,
 						      cpu_decoder_output };
-		int rc = use_gpu ? gpu_loader_create_with(ds[k], &pc.gpu, &ops[k], &gl[k])
+		int rc = use_gpu ? gpu_loader_create_with(ds[k], &pc.gpu, &ops[k], 1, &gl[k])
 				 : loader_create(ds[k], &pc.cpu, &cl[k]);
 		CHECK_MSG(rc == 0, "%s", gp_errmsg());
 	}

@@ -157,7 +157,7 @@ TEST(gpu_loader_thread_error_reaches_its_batch)
 	struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 0, .seed = 42 };
 	struct gpu_loader *gl = NULL;
-	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+	CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, 1, &gl) == 0, "%s", gp_errmsg());
 	struct gpu_batch gb;
 	for (int b = 0; !test_failed() && b < 2; b++) {
 		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "batch %d: %s", b, gp_errmsg());
@@ -200,7 +200,7 @@ TEST(gpu_loader_shards_as_cpu_loader)
 		struct loader *cl = NULL;
 		struct gpu_loader *gl = NULL;
 		CHECK_MSG(loader_create(ds, &lc, &cl) == 0, "%s", gp_errmsg());
-		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, 1, &gl) == 0, "%s", gp_errmsg());
 		if (!test_failed()) {
 			CHECK_EQ_INT(gpu_loader_batches_per_epoch(gl), loader_batches_per_epoch(cl));
 			CHECK_EQ_INT(gpu_loader_batches_per_epoch(gl), 2);
@@ -226,11 +226,11 @@ TEST(gpu_loader_shards_as_cpu_loader)
 	struct gpu_loader *gl = NULL;
 	struct gpu_loader_config bad = { .batch = 2, .size = 16, .train = 1, .drop_last = 1,
 					 .shard = 2, .shards = 2 };
-	CHECK_EQ_INT(gpu_loader_create_with(ds, &bad, &ops, &gl), GP_EINVAL);
+	CHECK_EQ_INT(gpu_loader_create_with(ds, &bad, &ops, 1, &gl), GP_EINVAL);
 	CHECK(strstr(gp_errmsg(), "shard 2 of 2") != NULL);
 	bad = (struct gpu_loader_config){ .batch = 5, .size = 16, .train = 1, .drop_last = 1,
 					  .shard = 1, .shards = 2 };
-	CHECK_EQ_INT(gpu_loader_create_with(ds, &bad, &ops, &gl), GP_EINVAL);
+	CHECK_EQ_INT(gpu_loader_create_with(ds, &bad, &ops, 1, &gl), GP_EINVAL);
 	CHECK(strstr(gp_errmsg(), "4 images make no full batch of 5 on each rank") != NULL);
 	CHECK(gl == NULL);
 	cpu_decoder_free(&cd);
@@ -256,7 +256,7 @@ TEST(gpu_loader_waits_for_launched_batches)
 		struct gpu_loader_decoder ops = cpu_decoder_ops(&bl.cd);
 		ops.wait = cpu_decoder_wait;
 		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42 };
-		CHECK_MSG(gpu_loader_create_with(bl.ds, &gc, &ops, &bl.gl) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_create_with(bl.ds, &gc, &ops, 1, &bl.gl) == 0, "%s", gp_errmsg());
 		for (int b = 0; !test_failed() && b < 6; b++) {
 			struct batch *cb;
 			struct gpu_batch gb;
@@ -294,7 +294,7 @@ TEST(gpu_loader_thread_destroy_at_any_point)
 		struct gpu_loader_decoder ops = cpu_decoder_ops(&cd);
 		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 3 };
 		struct gpu_loader *gl = NULL;
-		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, &gl) == 0, "%s", gp_errmsg());
+		CHECK_MSG(gpu_loader_create_with(ds, &gc, &ops, 1, &gl) == 0, "%s", gp_errmsg());
 		for (int b = 0; !test_failed() && b < batches; b++) {
 			struct gpu_batch gb;
 			CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "%s", gp_errmsg());
@@ -306,5 +306,77 @@ TEST(gpu_loader_thread_destroy_at_any_point)
 		gpu_loader_destroy(gl);
 		cpu_decoder_free(&cd);
 	}
+	dataset_close(ds);
+}
+
+/* Two decoders (the loader's default on the JPEG engines), each with its own thread
+ * taking every other batch: the batches are still the CPU loader's in order over
+ * three epochs, from batch 0 and from a resumed batch 3, and both decoders work; a
+ * failure of the second decoder's second batch (batch 3) comes back at batch 3, after
+ * batches 0 to 2, and at every call after, wherever the first decoder is by then. */
+TEST(gpu_loader_two_decoders_match_cpu_loader)
+{
+	for (long start = 0; start <= 3 && !test_failed(); start += 3) {
+		struct both_loaders bl;
+		if (both_open(&bl, 1, 42, start) < 0) {
+			both_close(&bl);
+			return;
+		}
+		gpu_loader_destroy(bl.gl); /* again, with two stand-ins */
+		bl.gl = NULL;
+		struct cpu_decoder second;
+		CHECK_EQ_INT(cpu_decoder_init(&second, 4, 16), 0);
+		struct gpu_loader_decoder ops[2] = { cpu_decoder_ops(&bl.cd),
+						     cpu_decoder_ops(&second) };
+		struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 1, .seed = 42,
+						.start_batch = start };
+		CHECK_MSG(gpu_loader_create_with(bl.ds, &gc, ops, 2, &bl.gl) == 0, "%s",
+			  gp_errmsg());
+		if (!test_failed()) {
+			CHECK_EQ_INT(gpu_loader_decoders(bl.gl), 2);
+			CHECK_EQ_INT(gpu_loader_outputs(bl.gl) % 2, 0);
+		}
+		for (int b = 0; !test_failed() && b < 6; b++) {
+			struct batch *cb;
+			struct gpu_batch gb;
+			if (both_next(&bl, &cb, &gb) < 0)
+				break;
+			CHECK_EQ_INT(gb.epoch * 2 + gb.index, start + b);
+			check_same_batch(&gb, cb, (int)start + b);
+			loader_release(bl.cl, cb);
+		}
+		CHECK_MSG(bl.cd.full_runs >= 3 && second.full_runs >= 3,
+			  "runs per decoder: %d and %d", bl.cd.full_runs, second.full_runs);
+		both_close(&bl);
+		cpu_decoder_free(&second);
+	}
+
+	struct dataset *ds;
+	CHECK_EQ_INT(dataset_open("tests/data/bad", 0, 16, &ds), 0);
+	if (test_failed())
+		return;
+	dataset_set_scaled_decode(ds, 0);
+	struct cpu_decoder cd[2];
+	CHECK_EQ_INT(cpu_decoder_init(&cd[0], 4, 16), 0);
+	CHECK_EQ_INT(cpu_decoder_init(&cd[1], 4, 16), 0);
+	cd[1].fail_batch = 1;
+	struct gpu_loader_decoder ops[2] = { cpu_decoder_ops(&cd[0]), cpu_decoder_ops(&cd[1]) };
+	struct gpu_loader_config gc = { .batch = 4, .size = 16, .train = 0, .seed = 42 };
+	struct gpu_loader *gl = NULL;
+	CHECK_MSG(gpu_loader_create_with(ds, &gc, ops, 2, &gl) == 0, "%s", gp_errmsg());
+	struct gpu_batch gb;
+	for (int b = 0; !test_failed() && b < 3; b++) {
+		CHECK_MSG(gpu_loader_next(gl, &gb) == 0, "batch %d: %s", b, gp_errmsg());
+		CHECK_EQ_INT(gb.epoch * 2 + gb.index, b);
+	}
+	for (int again = 0; !test_failed() && again < 2; again++) {
+		CHECK_EQ_INT(gpu_loader_next(gl, &gb), GP_EDEVICE);
+		CHECK_MSG(strstr(gp_errmsg(), "injected failure at batch 1"), "got '%s'",
+			  gp_errmsg());
+	}
+	CHECK_EQ_INT(gpu_loader_create_with(ds, &gc, ops, 3, &gl), GP_EINVAL);
+	gpu_loader_destroy(gl);
+	cpu_decoder_free(&cd[0]);
+	cpu_decoder_free(&cd[1]);
 	dataset_close(ds);
 }

@@ -21,7 +21,10 @@ const struct tuning_entry tuning_table[] = {
 	  "call: auto (the hardware engines where the GPU has them), hardware or cuda" },
 	{ "GPUPERF_DECODE_BUFFERS", "3", "N batch buffers for --decode gpu, 2 to 4: its decode "
 	  "thread runs up to N-1 batches ahead of the step; each buffer is one batch of GPU "
-	  "memory" },
+	  "memory (rounded up to a multiple of the decoders)" },
+	{ "GPUPERF_DECODERS", "auto", "nvJPEG decoders for --decode gpu, each with its own "
+	  "thread taking every other batch: auto (2 on the hardware engines, 1 on CUDA's "
+	  "backend), 1 or 2" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -69,6 +72,9 @@ void tuning_reload(void)
 	t.decode_buffers = (int)int_from_env("GPUPERF_DECODE_BUFFERS", TUNING_DECODE_BUFFERS_MIN,
 					     TUNING_DECODE_BUFFERS_MAX,
 					     TUNING_DECODE_BUFFERS_DEFAULT);
+	v = getenv("GPUPERF_DECODERS");
+	t.decoders = !v || !*v || !strcmp(v, "auto") ? 0
+		     : (int)int_from_env("GPUPERF_DECODERS", 1, TUNING_DECODERS_MAX, 0);
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -106,6 +112,12 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 		return;
 	case 7:
 		snprintf(buf, cap, "%d", t->decode_buffers);
+		return;
+	case 8:
+		if (t->decoders)
+			snprintf(buf, cap, "%d", t->decoders);
+		else
+			snprintf(buf, cap, "auto");
 		return;
 	default:
 		snprintf(buf, cap, "?");

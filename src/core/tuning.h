@@ -12,6 +12,7 @@
 #define TUNING_DECODE_BUFFERS_MIN 2
 #define TUNING_DECODE_BUFFERS_MAX 4
 #define TUNING_DECODE_BUFFERS_DEFAULT 3
+#define TUNING_DECODERS_MAX 2
 
 struct tuning {
 	/* GPUPERF_CONV_WORKSPACE_MIB: the most workspace a convolution algorithm may take
@@ -36,6 +37,9 @@ struct tuning {
 	 * its decode thread works up to decode_buffers - 1 batches ahead of the step (one
 	 * is the step's); outside 2..4 the default */
 	int decode_buffers;
+	/* GPUPERF_DECODERS: nvJPEG decoders in --decode gpu's loader, each with its own
+	 * thread; 0 auto (2 on the hardware engines, 1 on CUDA's backend), else 1..2 */
+	int decoders;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

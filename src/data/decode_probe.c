@@ -75,7 +75,7 @@ static void probe_gpu(struct dataset *ds, const struct decode_probe_config *cfg,
 		      const struct gpu_loader_decoder *dec, double cap_s, struct decode_probe *out)
 {
 	struct gpu_loader *gl = NULL;
-	int rc = dec ? gpu_loader_create_with(ds, &cfg->gpu, dec, &gl)
+	int rc = dec ? gpu_loader_create_with(ds, &cfg->gpu, dec, 1, &gl)
 		     : gpu_loader_create(ds, &cfg->gpu, &gl);
 	if (rc == 0) {
 		struct probe_path p = { gl, probe_gpu_next, 1 };

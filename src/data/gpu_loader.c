@@ -21,10 +21,10 @@ struct gpu_sample {
 	size_t cap_bytes;
 };
 
-/* A batch's files, read and with their geometry drawn. Two of them: while the
- * decoder works on batch seq, a thread reads batch seq + 1 into the other. */
+/* A batch's files, read and with their geometry drawn. Two of them a lane: while its
+ * decoder works on batch seq, a thread reads the lane's next batch into the other. */
 struct gpu_set {
-	struct gpu_loader *l;
+	struct gpu_lane *lane;
 	long seq;  /* the batch it holds, -1 none */
 	long want; /* the batch the thread is reading */
 	int n, epoch, index;
@@ -48,35 +48,45 @@ struct gpu_slot {
 	struct gpu_decode_stats gst;
 };
 
+/* One decoder with its decode thread, its reader thread and their two sets: lane j
+ * of `lanes` makes the batches seq with seq % lanes == j, into the slots k with k %
+ * lanes == j (its decoder's buffer k / lanes). */
+struct gpu_lane {
+	struct gpu_loader *l;
+	int id;
+	struct gpu_decoder *dec; /* owned; NULL with a caller's decoder */
+	struct gpu_loader_decoder ops;
+	struct gpu_set set[2];
+	int32_t *perm;     /* the epoch order, of perm_epoch; one thread at a time */
+	int perm_epoch;
+	pthread_t reader;  /* started and joined by the decode thread */
+	int reading;
+	pthread_t thread;
+	int running;
+	unsigned char *failed;
+};
+
 struct gpu_loader {
 	struct dataset *ds;
 	struct gpu_loader_config cfg;
 	int per_epoch, count; /* count: the dataset's samples */
 	int local;            /* those this loader reads per epoch: its shard's */
 	long seq;        /* the batch gpu_loader_next returns next */
-	int32_t *perm;  /* used by one reader at a time */
-	int perm_epoch;
 	atomic_uchar *bad; /* per dataset sample: found corrupt (warned once) */
-	struct gpu_decoder *dec; /* owned; NULL with a caller's decoder */
-	struct gpu_loader_decoder ops;
-	struct gpu_set set[2];
-	pthread_t reader;  /* started and joined by the decode thread */
-	int reading;
-	unsigned char *failed;
+	struct gpu_lane lane[GPU_LOADER_DECODERS_MAX];
+	int lanes;
 
-	/* Between the decode thread and the caller, under mu: the slots' seq, stop and
+	/* Between the decode threads and the caller, under mu: the slots' seq, stop and
 	 * the error. The rest of a slot belongs to whoever its state gives it to. */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int sync_made;
-	pthread_t decoder;
-	int decoding;
 	int stop;
-	long err_seq;      /* the batch the decode thread failed on, -1 none */
+	long err_seq;      /* the first batch a decode thread failed on, -1 none */
 	int err_rc;
 	char errmsg[512];
 	struct gpu_slot slot[GPU_LOADER_OUTPUTS_MAX];
-	int outputs;       /* slots in use, GPUPERF_DECODE_BUFFERS */
+	int outputs;       /* slots in use: GPUPERF_DECODE_BUFFERS, a multiple of lanes */
 	int held;          /* the slot the caller holds, -1 none */
 
 	struct loader_stats st;       /* over delivered batches */
@@ -114,8 +124,84 @@ static void *nvjpeg_output_event(void *self, int output)
 	return gpu_decoder_output_event(self, output);
 }
 
+/* A lane's sets and its order of the samples. */
+static int lane_init(struct gpu_loader *l, int j)
+{
+	struct gpu_lane *ln = &l->lane[j];
+	ln->l = l;
+	ln->id = j;
+	ln->perm_epoch = -1;
+	ln->perm = malloc(sizeof(*ln->perm) * l->count);
+	ln->failed = calloc(l->cfg.batch, 1);
+	if (!ln->perm || !ln->failed)
+		return gp_error(GP_ENOMEM, "out of memory");
+	for (int k = 0; k < 2; k++) {
+		struct gpu_set *set = &ln->set[k];
+		set->lane = ln;
+		set->seq = -1;
+		set->samples = calloc(l->cfg.batch, sizeof(*set->samples));
+		set->items = calloc(l->cfg.batch, sizeof(*set->items));
+		if (!set->samples || !set->items)
+			return gp_error(GP_ENOMEM, "out of memory");
+		GP_TRY(image_ctx_init(&set->ctx));
+	}
+	return 0;
+}
+
+/* The decoder of lane j of `lanes`: its share of the CPU threads (split exactly) and
+ * `per` batch buffers. */
+static int lane_decoder_create(struct gpu_loader *l, int j, int lanes, int per)
+{
+	struct gpu_lane *ln = &l->lane[j];
+	struct gpu_decoder_opts o = gpu_decoder_opts_default();
+	o.cpu_threads = l->cfg.decode_threads / lanes + (j < l->cfg.decode_threads % lanes);
+	GP_TRY(gpu_decoder_create_opts(l->cfg.device, l->cfg.batch, l->cfg.size, l->cfg.layout,
+				       per, &o, &ln->dec));
+	ln->ops = (struct gpu_loader_decoder){ ln->dec, nvjpeg_run, nvjpeg_error, nvjpeg_output,
+					       nvjpeg_output_event, nvjpeg_wait };
+	return 0;
+}
+
+/* The batch buffers, rounded up to a multiple of the lanes. */
+static int outputs_for(int lanes)
+{
+	int n = tuning_get()->decode_buffers;
+	n = (n + lanes - 1) / lanes * lanes;
+	return n > GPU_LOADER_OUTPUTS_MAX ? GPU_LOADER_OUTPUTS_MAX / lanes * lanes : n;
+}
+
+/* nvJPEG decoders: GPUPERF_DECODERS, or (auto) two where the first one made runs on
+ * the JPEG engines, one on CUDA's backend. Two decoders, each with its own thread,
+ * reader and buffers, take alternate batches: a batch that one decoder is slow on
+ * (its nvJPEG call waiting behind the step's kernels) no longer holds up the next
+ * one. mobilenet_v2 bf16 from JPEGs on the H100 (s16): the spread between repeats
+ * went from 67-87 to 8-11 img/s. The first decoder is made for two and made again
+ * for one where it turns out to be alone. */
+static int decoders_create(struct gpu_loader *l)
+{
+	int want = tuning_get()->decoders;
+	int lanes = want ? want : GPU_LOADER_DECODERS_MAX;
+	GP_TRY(lane_decoder_create(l, 0, lanes, outputs_for(lanes) / lanes));
+	if (!want && strcmp(gpu_decoder_backend(l->lane[0].dec), "hardware")) {
+		gpu_decoder_destroy(l->lane[0].dec);
+		l->lane[0].dec = NULL;
+		lanes = 1;
+		GP_TRY(lane_decoder_create(l, 0, lanes, outputs_for(lanes)));
+	}
+	l->lanes = lanes;
+	l->outputs = outputs_for(lanes);
+	for (int j = 1; j < lanes; j++)
+		GP_TRY(lane_decoder_create(l, j, lanes, l->outputs / lanes));
+	for (int j = 0; j < lanes; j++) {
+		GP_TRY(lane_init(l, j));
+		for (int k = 0; k < 2; k++)
+			GP_TRY(gpu_decode_parser_create(l->lane[j].dec, &l->lane[j].set[k].parser));
+	}
+	return 0;
+}
+
 static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
-		       const struct gpu_loader_decoder *dec, struct gpu_loader **out)
+		       const struct gpu_loader_decoder *decs, int n_decs, struct gpu_loader **out)
 {
 	int count = dataset_count(ds);
 	if (!dataset_path(ds, 0))
@@ -126,6 +212,9 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 				cfg->batch, cfg->size, dataset_size(ds));
 	if (cfg->start_batch < 0)
 		return gp_error(GP_EINVAL, "loader start batch %ld is negative", cfg->start_batch);
+	if (decs && (n_decs < 1 || n_decs > GPU_LOADER_DECODERS_MAX))
+		return gp_error(GP_EINVAL, "gpu loader: %d decoders (1 to %d)", n_decs,
+				GPU_LOADER_DECODERS_MAX);
 	int local = count;
 	if (cfg->shards > 1) { /* as loader.c's config_check */
 		if (cfg->shard < 0 || cfg->shard >= cfg->shards)
@@ -147,15 +236,11 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 	l->count = count;
 	l->local = local;
 	l->per_epoch = cfg->drop_last ? local / cfg->batch : (local + cfg->batch - 1) / cfg->batch;
-	l->perm_epoch = -1;
 	l->seq = cfg->start_batch;
-	l->perm = malloc(sizeof(*l->perm) * count);
 	l->bad = calloc(count, sizeof(*l->bad));
-	l->failed = calloc(cfg->batch, 1);
 	l->err_seq = -1;
 	l->held = -1;
-	l->outputs = tuning_get()->decode_buffers;
-	if (!l->perm || !l->bad || !l->failed) {
+	if (!l->bad) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -169,7 +254,7 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 		goto fail;
 	}
 	l->sync_made = 1;
-	for (int k = 0; k < l->outputs; k++) {
+	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++) {
 		l->slot[k].seq = -1;
 		l->slot[k].labels = calloc(cfg->batch, sizeof(*l->slot[k].labels));
 		if (!l->slot[k].labels) {
@@ -177,35 +262,18 @@ static int loader_make(struct dataset *ds, const struct gpu_loader_config *cfg,
 			goto fail;
 		}
 	}
-	for (int k = 0; k < 2; k++) {
-		struct gpu_set *set = &l->set[k];
-		set->l = l;
-		set->seq = -1;
-		set->samples = calloc(cfg->batch, sizeof(*set->samples));
-		set->items = calloc(cfg->batch, sizeof(*set->items));
-		if (!set->samples || !set->items) {
-			rc = gp_error(GP_ENOMEM, "out of memory");
-			goto fail;
+	if (decs) {
+		l->lanes = n_decs;
+		l->outputs = outputs_for(n_decs);
+		for (int j = 0; j < n_decs && rc == 0; j++) {
+			l->lane[j].ops = decs[j];
+			rc = lane_init(l, j);
 		}
-		if ((rc = image_ctx_init(&set->ctx)) < 0)
-			goto fail;
-	}
-	if (dec) {
-		l->ops = *dec;
 	} else {
-		struct gpu_decoder_opts o = gpu_decoder_opts_default();
-		o.cpu_threads = cfg->decode_threads;
-		rc = gpu_decoder_create_opts(cfg->device, cfg->batch, cfg->size, cfg->layout,
-					     l->outputs, &o, &l->dec);
-		if (rc < 0)
-			goto fail;
-		l->ops = (struct gpu_loader_decoder){ l->dec, nvjpeg_run, nvjpeg_error,
-						      nvjpeg_output, nvjpeg_output_event,
-						      nvjpeg_wait };
-		for (int k = 0; k < 2; k++)
-			if ((rc = gpu_decode_parser_create(l->dec, &l->set[k].parser)) < 0)
-				goto fail;
+		rc = decoders_create(l);
 	}
+	if (rc < 0)
+		goto fail;
 	*out = l;
 	return 0;
 fail:
@@ -216,13 +284,16 @@ fail:
 int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
 		      struct gpu_loader **out)
 {
-	return loader_make(ds, cfg, NULL, out);
+	return loader_make(ds, cfg, NULL, 0, out);
 }
 
 int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
-			   const struct gpu_loader_decoder *dec, struct gpu_loader **out)
+			   const struct gpu_loader_decoder *decs, int n_decs,
+			   struct gpu_loader **out)
 {
-	return loader_make(ds, cfg, dec, out);
+	if (!decs)
+		return gp_error(GP_EINVAL, "gpu loader: no decoder");
+	return loader_make(ds, cfg, decs, n_decs, out);
 }
 
 static void warn_bad(struct gpu_loader *l, int idx, const char *why)
@@ -290,20 +361,22 @@ static int sample_prepare(struct gpu_loader *l, struct gpu_set *set, struct gpu_
 }
 
 /* Read batch seq's files into set. */
-static int set_fill(struct gpu_loader *l, struct gpu_set *set, long seq)
+static int set_fill(struct gpu_set *set, long seq)
 {
+	struct gpu_lane *ln = set->lane;
+	struct gpu_loader *l = ln->l;
 	set->seq = -1;
 	set->epoch = (int)(seq / l->per_epoch);
 	set->index = (int)(seq % l->per_epoch);
 	int start = set->index * l->cfg.batch, shards = l->cfg.shards > 1 ? l->cfg.shards : 1;
 	set->n = l->local - start < l->cfg.batch ? l->local - start : l->cfg.batch;
-	if (l->perm_epoch != set->epoch) {
-		loader_epoch_order(l->cfg.seed, l->cfg.train, l->count, set->epoch, l->perm);
-		l->perm_epoch = set->epoch;
+	if (ln->perm_epoch != set->epoch) {
+		loader_epoch_order(l->cfg.seed, l->cfg.train, l->count, set->epoch, ln->perm);
+		ln->perm_epoch = set->epoch;
 	}
 	for (int i = 0; i < set->n; i++) {
 		/* every rank shuffles the same order and takes every shards-th sample of it */
-		set->samples[i].idx = l->perm[(size_t)(start + i) * shards +
+		set->samples[i].idx = ln->perm[(size_t)(start + i) * shards +
 					      (shards > 1 ? l->cfg.shard : 0)];
 		set->samples[i].attempt = 0;
 		set->items[i].dst = i;
@@ -321,18 +394,18 @@ static int set_fill(struct gpu_loader *l, struct gpu_set *set, long seq)
 static void *reader_main(void *arg)
 {
 	struct gpu_set *set = arg;
-	set->rc = set_fill(set->l, set, set->want);
+	set->rc = set_fill(set, set->want);
 	if (set->rc < 0)
 		snprintf(set->errmsg, sizeof(set->errmsg), "%s", gp_errmsg());
 	return NULL;
 }
 
-/* Wait for the reading thread, if one runs. */
-static void reader_join(struct gpu_loader *l)
+/* Wait for the lane's reading thread, if one runs. */
+static void reader_join(struct gpu_lane *ln)
 {
-	if (l->reading)
-		pthread_join(l->reader, NULL);
-	l->reading = 0;
+	if (ln->reading)
+		pthread_join(ln->reader, NULL);
+	ln->reading = 0;
 }
 
 static void stats_add(struct loader_stats *to, struct loader_stats *from)
@@ -381,39 +454,43 @@ static void decode_stats_since(const struct gpu_decode_stats *now,
 	d->region_full_pixels = now->region_full_pixels - before->region_full_pixels;
 }
 
-/* Make batch seq into slot k (decode thread): its files (read ahead by the reader
- * thread, which then starts on seq + 1), decoded into buffer k; what no decoder could
- * read is replaced and the replacements decoded, until every position holds an
- * image. The batch's counts go into the slot, to be added when it is delivered. */
-static int batch_make(struct gpu_loader *l, long seq, int k)
+/* Make batch seq into slot k (lane ln's decode thread): its files (read ahead by the
+ * lane's reader thread, which then starts on the lane's next batch), decoded into the
+ * lane's buffer k / lanes; what no decoder could read is replaced and the
+ * replacements decoded, until every position holds an image. The batch's counts go
+ * into the slot, to be added when it is delivered. */
+static int batch_make(struct gpu_lane *ln, long seq, int k)
 {
-	struct gpu_set *set = &l->set[seq % 2], *next = &l->set[(seq + 1) % 2];
+	struct gpu_loader *l = ln->l;
+	long q = seq / l->lanes; /* the lane's own count */
+	struct gpu_set *set = &ln->set[q % 2], *next = &ln->set[(q + 1) % 2];
 	struct gpu_slot *slot = &l->slot[k];
 	struct gpu_decode_stats before = { 0 }, after = { 0 };
-	reader_join(l);
+	int buf = k / l->lanes;
+	reader_join(ln);
 	if (set->seq != seq) {
 		if (set->want == seq && set->rc < 0)
 			return gp_error(set->rc, "%s", set->errmsg);
-		GP_TRY(set_fill(l, set, seq));
+		GP_TRY(set_fill(set, seq));
 	}
-	next->want = seq + 1;
+	next->want = seq + l->lanes;
 	next->rc = 0;
 	next->seq = -1;
-	if (pthread_create(&l->reader, NULL, reader_main, next) == 0)
-		l->reading = 1;
-	if (l->dec)
-		gpu_decoder_get_stats(l->dec, &before);
+	if (pthread_create(&ln->reader, NULL, reader_main, next) == 0)
+		ln->reading = 1;
+	if (ln->dec)
+		gpu_decoder_get_stats(ln->dec, &before);
 	int pending = set->n;
 	struct gpu_decode_item *items = set->items;
 	while (pending > 0) {
-		GP_TRY(l->ops.run(l->ops.self, k, items, pending, l->failed));
+		GP_TRY(ln->ops.run(ln->ops.self, buf, items, pending, ln->failed));
 		int k_next = 0;
 		for (int i = 0; i < pending; i++) {
-			if (!l->failed[i])
+			if (!ln->failed[i])
 				continue;
 			int dst = items[i].dst;
 			struct gpu_sample *s = &set->samples[dst];
-			warn_bad(l, s->idx, l->ops.error(l->ops.self, i));
+			warn_bad(l, s->idx, ln->ops.error(ln->ops.self, i));
 			GP_TRY(sample_replace(l, set, s));
 			struct gpu_decode_item it = { .dst = dst };
 			GP_TRY(sample_prepare(l, set, s, &it));
@@ -421,8 +498,8 @@ static int batch_make(struct gpu_loader *l, long seq, int k)
 		}
 		pending = k_next;
 	}
-	if (l->dec)
-		gpu_decoder_get_stats(l->dec, &after);
+	if (ln->dec)
+		gpu_decoder_get_stats(ln->dec, &after);
 	decode_stats_since(&after, &before, &slot->gst);
 	for (int i = 0; i < set->n; i++)
 		slot->labels[i] = dataset_label(l->ds, set->samples[i].idx);
@@ -436,17 +513,21 @@ static int batch_make(struct gpu_loader *l, long seq, int k)
 	return 0;
 }
 
-/* The decode thread: batches in order from the first the caller asks for, each into
- * the slot of its number once the caller has handed that slot back; stops at stop or
- * at its first error, which the caller finds at that batch. Signals go to the other
- * threads (the trainer's SIGINT handler), not to a read here. */
-static void *decoder_main(void *arg)
+/* A lane's decode thread: its batches in order from the first at or after the one
+ * the caller asks for, each into the slot of its number once the caller has handed
+ * that slot back; stops at stop or at its first error, which the caller finds at that
+ * batch (the earliest of the lanes' errors). Signals go to the other threads (the
+ * trainer's SIGINT handler), not to a read here. */
+static void *lane_main(void *arg)
 {
-	struct gpu_loader *l = arg;
+	struct gpu_lane *ln = arg;
+	struct gpu_loader *l = ln->l;
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	for (long seq = l->seq;; seq++) {
+	long s0 = l->cfg.start_batch; /* where gpu_loader_next's first call starts */
+	long first = s0 + ((ln->id - s0 % l->lanes) % l->lanes + l->lanes) % l->lanes;
+	for (long seq = first;; seq += l->lanes) {
 		int k = (int)(seq % l->outputs);
 		pthread_mutex_lock(&l->mu);
 		while (!l->stop && l->slot[k].seq != -1)
@@ -455,12 +536,14 @@ static void *decoder_main(void *arg)
 		pthread_mutex_unlock(&l->mu);
 		if (stop)
 			break;
-		int rc = batch_make(l, seq, k);
+		int rc = batch_make(ln, seq, k);
 		pthread_mutex_lock(&l->mu);
 		if (rc < 0) {
-			l->err_rc = rc;
-			l->err_seq = seq;
-			snprintf(l->errmsg, sizeof(l->errmsg), "%s", gp_errmsg());
+			if (l->err_seq < 0 || seq < l->err_seq) {
+				l->err_rc = rc;
+				l->err_seq = seq;
+				snprintf(l->errmsg, sizeof(l->errmsg), "%s", gp_errmsg());
+			}
 		} else {
 			l->slot[k].seq = seq;
 		}
@@ -469,13 +552,29 @@ static void *decoder_main(void *arg)
 		if (rc < 0)
 			break;
 	}
-	reader_join(l);
+	reader_join(ln);
 	return NULL;
 }
 
+/* The lanes' threads, at the first call to gpu_loader_next (under mu). */
+static int lanes_start(struct gpu_loader *l)
+{
+	for (int j = 0; j < l->lanes; j++) {
+		struct gpu_lane *ln = &l->lane[j];
+		if (ln->running)
+			continue;
+		int e = pthread_create(&ln->thread, NULL, lane_main, ln);
+		if (e != 0)
+			return gp_error(GP_ENOMEM, "cannot start the gpu loader's thread: %s",
+					strerror(e));
+		ln->running = 1;
+	}
+	return 0;
+}
+
 /* Hand back the slot the caller holds, wait for batch l->seq (the time the caller
- * blocks is its data wait) and hold its slot in turn. The decode thread starts at the
- * first call, not at create, so that it does not compete with the net's set-up. */
+ * blocks is its data wait) and hold its slot in turn. The decode threads start at
+ * the first call, not at create, so that they do not compete with the net's set-up. */
 int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 {
 	long seq = l->seq;
@@ -486,34 +585,32 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 		l->held = -1;
 		pthread_cond_broadcast(&l->cv);
 	}
-	if (!l->decoding) {
-		int e = pthread_create(&l->decoder, NULL, decoder_main, l);
-		if (e != 0) {
-			pthread_mutex_unlock(&l->mu);
-			return gp_error(GP_ENOMEM, "cannot start the gpu loader's thread: %s",
-					strerror(e));
-		}
-		l->decoding = 1;
+	int rc = lanes_start(l);
+	if (rc < 0) {
+		pthread_mutex_unlock(&l->mu);
+		return rc;
 	}
-	while (l->slot[k].seq != seq && l->err_seq != seq)
+	while (l->slot[k].seq != seq && !(l->err_seq >= 0 && l->err_seq <= seq))
 		pthread_cond_wait(&l->cv, &l->mu);
 	if (l->slot[k].seq != seq) {
 		char why[sizeof(l->errmsg)];
-		int rc = l->err_rc;
+		rc = l->err_rc;
 		snprintf(why, sizeof(why), "%s", l->errmsg);
 		pthread_mutex_unlock(&l->mu);
 		return gp_error(rc, "%s", why);
 	}
 	l->held = k;
 	pthread_mutex_unlock(&l->mu);
-	if (l->ops.wait)
-		GP_TRY(l->ops.wait(l->ops.self, k));
+	const struct gpu_loader_decoder *ops = &l->lane[k % l->lanes].ops;
+	int buf = k / l->lanes;
+	if (ops->wait)
+		GP_TRY(ops->wait(ops->self, buf));
 	struct gpu_slot *slot = &l->slot[k];
 	stats_add(&l->st, &slot->st);
 	decode_stats_add(&l->gst, &slot->gst);
 	l->seq++;
-	out->x = l->ops.output(l->ops.self, k);
-	out->read_event = l->ops.output_event ? l->ops.output_event(l->ops.self, k) : NULL;
+	out->x = ops->output(ops->self, buf);
+	out->read_event = ops->output_event ? ops->output_event(ops->self, buf) : NULL;
 	out->labels = slot->labels;
 	out->n = slot->n;
 	out->epoch = slot->epoch;
@@ -524,6 +621,11 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 int gpu_loader_outputs(const struct gpu_loader *l)
 {
 	return l->outputs;
+}
+
+int gpu_loader_decoders(const struct gpu_loader *l)
+{
+	return l->lanes;
 }
 
 int gpu_loader_batches_per_epoch(const struct gpu_loader *l)
@@ -540,32 +642,38 @@ void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,
 
 const char *gpu_loader_backend(const struct gpu_loader *l)
 {
-	return l->dec ? gpu_decoder_backend(l->dec) : "caller's";
+	return l->lane[0].dec ? gpu_decoder_backend(l->lane[0].dec) : "caller's";
 }
 
 void gpu_loader_destroy(struct gpu_loader *l)
 {
 	if (!l)
 		return;
-	if (l->decoding) {
+	if (l->sync_made) {
 		pthread_mutex_lock(&l->mu);
 		l->stop = 1;
 		pthread_cond_broadcast(&l->cv);
 		pthread_mutex_unlock(&l->mu);
-		pthread_join(l->decoder, NULL);
 	}
-	reader_join(l);
-	for (int k = 0; k < 2; k++)
-		gpu_decode_parser_destroy(l->set[k].parser); /* before the decoder: its handle */
-	gpu_decoder_destroy(l->dec);
-	for (int k = 0; k < 2; k++) {
-		struct gpu_set *set = &l->set[k];
-		image_ctx_free(&set->ctx);
-		if (set->samples)
-			for (int i = 0; i < l->cfg.batch; i++)
-				free(set->samples[i].file);
-		free(set->samples);
-		free(set->items);
+	for (int j = 0; j < GPU_LOADER_DECODERS_MAX; j++) {
+		struct gpu_lane *ln = &l->lane[j];
+		if (ln->running)
+			pthread_join(ln->thread, NULL);
+		reader_join(ln);
+		for (int k = 0; k < 2; k++) /* before the decoder: its handle */
+			gpu_decode_parser_destroy(ln->set[k].parser);
+		gpu_decoder_destroy(ln->dec);
+		for (int k = 0; k < 2; k++) {
+			struct gpu_set *set = &ln->set[k];
+			image_ctx_free(&set->ctx);
+			if (set->samples)
+				for (int i = 0; i < l->cfg.batch; i++)
+					free(set->samples[i].file);
+			free(set->samples);
+			free(set->items);
+		}
+		free(ln->failed);
+		free(ln->perm);
 	}
 	for (int k = 0; k < GPU_LOADER_OUTPUTS_MAX; k++)
 		free(l->slot[k].labels);
@@ -573,8 +681,6 @@ void gpu_loader_destroy(struct gpu_loader *l)
 		pthread_cond_destroy(&l->cv);
 		pthread_mutex_destroy(&l->mu);
 	}
-	free(l->failed);
-	free(l->perm);
 	free((void *)l->bad);
 	free(l);
 }

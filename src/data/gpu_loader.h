@@ -2,15 +2,18 @@
  * draws the sample's geometry from the same seed as the CPU loader (so the crops and
  * flips are the same), nvJPEG decodes and one kernel augments into a device batch
  * (data/gpu_decode.h). Sample order, replacement of corrupt files and the counts
- * follow loader.h. A decode thread runs up to GPUPERF_DECODE_BUFFERS - 1 batches
- * ahead of the caller, into the decoder's other batch buffers and on its own stream,
- * so that decoding overlaps the training step and a slow batch does not stall it; a
- * reader thread reads the files of the batch after the one being decoded. */
+ * follow loader.h. Decode threads run up to GPUPERF_DECODE_BUFFERS - 1 batches ahead
+ * of the caller, into their decoders' other batch buffers and on their own streams,
+ * so that decoding overlaps the training step and a slow batch does not stall it.
+ * Where there are two decoders (GPUPERF_DECODERS; two on the JPEG engines), each has
+ * its own thread and takes every other batch; each decode thread has a reader thread
+ * that reads the files of its next batch while it decodes one. */
 #ifndef GP_DATA_GPU_LOADER_H
 #define GP_DATA_GPU_LOADER_H
 
 #include <stdint.h>
 
+#include "core/tuning.h"
 #include "data/dataset.h"
 #include "data/gpu_decode.h"
 #include "data/loader.h"
@@ -46,15 +49,17 @@ struct gpu_loader;
 int gpu_loader_create(struct dataset *ds, const struct gpu_loader_config *cfg,
 		      struct gpu_loader **out);
 /* Batch buffers the loader cycles through: the caller holds one while the decode
- * thread writes the next ones, up to GPUPERF_DECODE_BUFFERS - 1 batches ahead
- * (tuning.h), at most GPU_LOADER_OUTPUTS_MAX in all. */
+ * threads write the next ones, up to GPUPERF_DECODE_BUFFERS - 1 batches ahead
+ * (tuning.h, rounded up to a multiple of the decoders), at most GPU_LOADER_OUTPUTS_MAX
+ * in all, shared evenly among at most GPU_LOADER_DECODERS_MAX decoders. */
 #define GPU_LOADER_OUTPUTS_MAX 4
+#define GPU_LOADER_DECODERS_MAX TUNING_DECODERS_MAX
 
 /* What turns read files into a batch buffer: the nvJPEG decoder (gpu_decode.h) for
  * gpu_loader_create; a test puts a CPU decoder in its place to check the order,
- * replacements, counts and the decode thread on a machine without a GPU. It has
- * GPU_LOADER_OUTPUTS_MAX buffers, of which the loader uses the number
- * gpu_loader_outputs gives; run and error are called from the decode thread only. */
+ * replacements, counts and the decode threads on a machine without a GPU. With d
+ * decoders, each has GPU_LOADER_OUTPUTS_MAX buffers, of which the loader uses
+ * gpu_loader_outputs / d; run and error are called from its decode thread only. */
 struct gpu_loader_decoder {
 	void *self;
 	/* as gpu_decoder_run */
@@ -69,9 +74,11 @@ struct gpu_loader_decoder {
 	int (*wait)(void *self, int output);
 };
 
-/* gpu_loader_create with another decoder, which the caller keeps and frees. */
+/* gpu_loader_create with n_decs other decoders (1..GPU_LOADER_DECODERS_MAX), which
+ * the caller keeps and frees; decoder j makes the batches b with b % n_decs == j. */
 int gpu_loader_create_with(struct dataset *ds, const struct gpu_loader_config *cfg,
-			   const struct gpu_loader_decoder *dec, struct gpu_loader **out);
+			   const struct gpu_loader_decoder *decs, int n_decs,
+			   struct gpu_loader **out);
 /* The next batch, in order, endless; blocks until the decode thread has it written.
  * Its x and labels stay valid until the next call, and nothing may read x after it,
  * unless the reading is queued on a stream before it and x's read_event recorded
@@ -83,6 +90,8 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out);
 int gpu_loader_batches_per_epoch(const struct gpu_loader *l);
 /* The batch buffers it cycles through (GPUPERF_DECODE_BUFFERS). */
 int gpu_loader_outputs(const struct gpu_loader *l);
+/* Its decoders, each with its own thread. */
+int gpu_loader_decoders(const struct gpu_loader *l);
 /* Counts over the batches delivered so far (not those decoded ahead); gs is zero
  * with a caller's decoder. */
 void gpu_loader_get_stats(const struct gpu_loader *l, struct loader_stats *st,

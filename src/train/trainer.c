@@ -647,18 +647,21 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 		else
 			loader_get_stats(data.ld, &st);
 		if (data.gl && log)
-			fprintf(log, "decode: on the GPU, nvJPEG %s backend: %ld hardware, %ld CUDA, "
+			fprintf(log, "decode: on the GPU, nvJPEG %s backend: %ld hardware (%ld as "
+				"the crop's region, %.0f%% of their pixels), %ld CUDA, "
 				"%ld on the CPU (nvJPEG refused them), %ld by %d CPU threads beside "
 				"it; per batch %.1f ms decoding (%.1f ms of it reading headers, %ld%% "
-				"read ahead), %.1f ms of GPU time converting and augmenting; %d batch "
-				"buffers\n",
-				gpu_loader_backend(data.gl), gs.hw_decoded, gs.cuda_decoded,
-				gs.cpu_fallback, gs.cpu_shared, o->decode_threads,
+				"read ahead), %.1f ms of GPU time converting and augmenting; %d "
+				"decoders, %d batch buffers\n",
+				gpu_loader_backend(data.gl), gs.hw_decoded, gs.region_decoded,
+				gs.region_full_pixels > 0
+					? 100 * gs.region_pixels / gs.region_full_pixels : 0,
+				gs.cuda_decoded, gs.cpu_fallback, gs.cpu_shared, o->decode_threads,
 				st.images ? gs.decode_ms * o->batch / st.images : 0,
 				st.images ? gs.parse_ms * o->batch / st.images : 0,
 				st.images ? 100 * gs.parsed_ahead / st.images : 0,
 				st.images ? gs.augment_ms * o->batch / st.images : 0,
-				gpu_loader_outputs(data.gl));
+				gpu_loader_decoders(data.gl), gpu_loader_outputs(data.gl));
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;
 		res->copy_ms = data.copy_ms_total / (steps - start);

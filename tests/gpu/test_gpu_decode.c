@@ -23,6 +23,7 @@
 #include "../test.h"
 #include "core/error.h"
 #include "core/timeutil.h"
+#include "core/tuning.h"
 #include "data/dataset.h"
 #include "data/decode.h"
 #include "data/decode_probe.h"
@@ -523,6 +524,12 @@ TEST(gpu_loader_thread_matches_decoder_run)
 	       gs.decode_ms, gs.augment_ms);
 	CHECK_EQ_INT(st.images, BATCHES * B);
 	CHECK_EQ_INT(gs.hw_decoded + gs.cuda_decoded + gs.cpu_fallback, BATCHES * B);
+	/* on the JPEG engines, two decoders took the batches in turn */
+	printf("    %d decoders (%s backend), %d buffers\n", gpu_loader_decoders(gl),
+	       gpu_loader_backend(gl), gpu_loader_outputs(gl));
+	if (!tuning_get()->decoders)
+		CHECK_EQ_INT(gpu_loader_decoders(gl),
+			     strcmp(gpu_loader_backend(gl), "hardware") ? 1 : 2);
 	/* every header was read by the reading thread */
 	CHECK_EQ_INT(gs.parsed_ahead, BATCHES * B);
 	gpu_loader_destroy(gl);
