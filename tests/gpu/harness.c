@@ -257,3 +257,26 @@ struct conv2d_args dw_args(int n, int c, int h, int w, int k, int stride, int pa
 	a.w_out = conv_out_size(w, k, stride, pad);
 	return a;
 }
+
+/* N,C,HW -> N,HW,C (nhwc) or back, on the host. */
+static void *host_transpose(struct gpu *g, const void *src, size_t elem, int n, int c, int hw, int nhwc)
+{
+	char *dst = host_bytes(g, (size_t)n * c * hw * elem);
+	for (int ni = 0; ni < n; ni++)
+		for (int ch = 0; ch < c; ch++)
+			for (int j = 0; j < hw; j++) {
+				size_t a = ((size_t)ni * c + ch) * hw + j, b = ((size_t)ni * hw + j) * c + ch;
+				memcpy(dst + (nhwc ? b : a) * elem, (const char *)src + (nhwc ? a : b) * elem, elem);
+			}
+	return dst;
+}
+
+void *host_to_nhwc(struct gpu *g, const void *src, size_t elem, int n, int c, int hw)
+{
+	return host_transpose(g, src, elem, n, c, hw, 1);
+}
+
+void *host_to_nchw(struct gpu *g, const void *src, size_t elem, int n, int c, int hw)
+{
+	return host_transpose(g, src, elem, n, c, hw, 0);
+}

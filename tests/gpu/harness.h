@@ -74,6 +74,9 @@ float h_round(enum gp_dtype ht, float f);
 float *host_rand_h(struct gpu *g, enum gp_dtype ht, size_t n, double scale, double shift);
 void put_h(struct gpu *g, enum gp_dtype ht, void *d, const float *h, size_t n);
 float *down_h(struct gpu *g, enum gp_dtype ht, const void *d, size_t n);
+/* N,C,HW <-> N,HW,C on the host, for elements of elem bytes: a copy owned by g. */
+void *host_to_nhwc(struct gpu *g, const void *src, size_t elem, int n, int c, int hw);
+void *host_to_nchw(struct gpu *g, const void *src, size_t elem, int n, int c, int hw);
 
 /* A depthwise convolution (groups = channels, square k x k window) and its output size. */
 struct conv2d_args dw_args(int n, int c, int h, int w, int k, int stride, int pad, int bias);

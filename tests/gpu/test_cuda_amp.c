@@ -46,40 +46,17 @@ static void *dev_h_from(struct gpu *g, enum gp_dtype ht, const float *h, size_t 
 	return d;
 }
 
-/* N,C,HW <-> N,HW,C on the host, for elements of any size. */
-static void *to_nhwc(struct gpu *g, const void *src, size_t elem, int n, int c, int hw)
-{
-	char *dst = host_bytes(g, (size_t)n * c * hw * elem);
-	for (int ni = 0; ni < n; ni++)
-		for (int ch = 0; ch < c; ch++)
-			for (int j = 0; j < hw; j++)
-				memcpy(dst + (((size_t)ni * hw + j) * c + ch) * elem,
-				       (const char *)src + (((size_t)ni * c + ch) * hw + j) * elem, elem);
-	return dst;
-}
-
-static void *to_nchw(struct gpu *g, const void *src, size_t elem, int n, int c, int hw)
-{
-	char *dst = host_bytes(g, (size_t)n * c * hw * elem);
-	for (int ni = 0; ni < n; ni++)
-		for (int ch = 0; ch < c; ch++)
-			for (int j = 0; j < hw; j++)
-				memcpy(dst + (((size_t)ni * c + ch) * hw + j) * elem,
-				       (const char *)src + (((size_t)ni * hw + j) * c + ch) * elem, elem);
-	return dst;
-}
-
 /* The host array in the device's layout (a copy either way). */
 static float *in_layout(struct gpu *g, int nhwc, const float *x, int n, int c, int hw)
 {
-	return nhwc ? to_nhwc(g, x, 4, n, c, hw) : copy_f(g, x, (size_t)n * c * hw);
+	return nhwc ? host_to_nhwc(g, x, 4, n, c, hw) : copy_f(g, x, (size_t)n * c * hw);
 }
 
 /* A device result in the layout nhwc names, as NCHW floats. */
 static float *down_nchw(struct gpu *g, enum gp_dtype ht, int nhwc, const void *d, int n, int c, int hw)
 {
 	float *f = down_h(g, ht, d, (size_t)n * c * hw);
-	return nhwc ? to_nchw(g, f, 4, n, c, hw) : f;
+	return nhwc ? host_to_nchw(g, f, 4, n, c, hw) : f;
 }
 
 static void check_rel(enum gp_dtype ht, const char *what, const float *got, const float *want,
@@ -404,7 +381,7 @@ TEST(amp_maxpool_matches_cpu)
 				CHECK_LE(max_abs_diff(down_nchw(&g, ht, nhwc, d_y, a.n, a.c, hw_out), y, ny), 0);
 				get(&g, am_gpu, d_am, ny);
 				if (nhwc)
-					am_gpu = to_nchw(&g, am_gpu, 1, a.n, a.c, hw_out);
+					am_gpu = host_to_nchw(&g, am_gpu, 1, a.n, a.c, hw_out);
 				CHECK_MSG(memcmp(am_gpu, am, ny) == 0, "%s %s maxpool case %zu: argmax differs",
 					  dtype_name(ht), nhwc ? "NHWC" : "NCHW", k);
 				for (int acc = 0; acc <= 1; acc++) {

@@ -73,38 +73,17 @@ static float *down_dt(struct gpu *g, enum gp_dtype dt, const void *d, size_t n)
 	return dt == GP_F32 ? down(g, d, n) : down_h(g, dt, d, n);
 }
 
-/* N,C,HW <-> N,HW,C floats on the host. */
-static float *to_nhwc(struct gpu *g, const float *src, int n, int c, int hw)
-{
-	float *dst = host_f(g, (size_t)n * c * hw);
-	for (int ni = 0; ni < n; ni++)
-		for (int ch = 0; ch < c; ch++)
-			for (int j = 0; j < hw; j++)
-				dst[((size_t)ni * hw + j) * c + ch] = src[((size_t)ni * c + ch) * hw + j];
-	return dst;
-}
-
-static float *to_nchw(struct gpu *g, const float *src, int n, int c, int hw)
-{
-	float *dst = host_f(g, (size_t)n * c * hw);
-	for (int ni = 0; ni < n; ni++)
-		for (int ch = 0; ch < c; ch++)
-			for (int j = 0; j < hw; j++)
-				dst[((size_t)ni * c + ch) * hw + j] = src[((size_t)ni * hw + j) * c + ch];
-	return dst;
-}
-
 /* An NCHW host activation onto the device in dt's layout (float NCHW, 16 bits NHWC),
  * and back. */
 static void put_act(struct gpu *g, enum gp_dtype dt, void *d, const float *x, int n, int c, int hw)
 {
-	put_dt(g, dt, d, dt == GP_F32 ? x : to_nhwc(g, x, n, c, hw), (size_t)n * c * hw);
+	put_dt(g, dt, d, dt == GP_F32 ? x : (const float *)host_to_nhwc(g, x, 4, n, c, hw), (size_t)n * c * hw);
 }
 
 static float *down_act(struct gpu *g, enum gp_dtype dt, const void *d, int n, int c, int hw)
 {
 	float *h = down_dt(g, dt, d, (size_t)n * c * hw);
-	return dt == GP_F32 ? h : to_nchw(g, h, n, c, hw);
+	return dt == GP_F32 ? h : (float *)host_to_nchw(g, h, 4, n, c, hw);
 }
 
 static void check_rel(enum gp_dtype dt, const char *what, const char *part, const float *got,
