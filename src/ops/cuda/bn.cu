@@ -31,6 +31,7 @@ extern "C" {
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/eltwise.cuh"
+#include "ops/cuda/bn_val.cuh"
 
 /* Slices of the batch per channel: enough blocks to fill the GPU (about 2,048), at most
  * BN_SLICES (the scratch is sized for that) and at most one per image. */
@@ -187,14 +188,8 @@ __global__ static void bn_stats_final_kernel(int c, size_t hw, int slices, doubl
 			s1 += partial[(ch * slices + s) * 2];
 			s2 += partial[(ch * slices + s) * 2 + 1];
 		}
-		double dm = s1 / m, var = s2 / m - dm * dm, mean = (double)x[ch * hw] + dm;
-		if (var < 0.0)
-			var = 0.0;
-		save_mean[ch] = (float)mean;
-		save_invstd[ch] = (float)(1.0 / sqrt(var + eps));
-		running_mean[ch] = (float)((1.0 - momentum) * running_mean[ch] + momentum * mean);
-		running_var[ch] = (float)((1.0 - momentum) * running_var[ch] +
-					  momentum * var * (m > 1.0 ? m / (m - 1.0) : 1.0));
+		bn_stats_write(ch, s1, s2, m, x[ch * hw], eps, momentum, save_mean, save_invstd, running_mean,
+			       running_var);
 	}
 }
 
@@ -459,15 +454,11 @@ struct bn_apply_op {
 	const float *gamma, *beta, *mean, *invstd;
 	int act;
 	float cap;
-	/* One element from its channel's statistics and parameters (both kernels' formula). */
+	/* One element from its channel's statistics and parameters (both kernels' formula,
+	 * and the own NHWC kernels' backward's: bn_val.cuh). */
 	__device__ float at(float x, float id, float m, float is, float g, float b) const
 	{
-		float v = (x - m) * is * g + b + id;
-		if (act) {
-			v = v > 0.0f ? v : 0.0f;
-			v = v > cap ? cap : v;
-		}
-		return v;
+		return bn16_act(bn16_pre(x, id, m, is, g, b), act, cap);
 	}
 	__device__ float operator()(const cursor &p, float x, float id, int) const
 	{
