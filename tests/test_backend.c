@@ -53,7 +53,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 {
 	const struct tuning *t = tuning_get();
 	CHECK(t == tuning_get());
-	CHECK_EQ_INT(tuning_table_len, 9);
+	CHECK_EQ_INT(tuning_table_len, 10);
 	for (int i = 0; i < tuning_table_len; i++)
 		CHECK(!strncmp(tuning_table[i].name, "GPUPERF_", 8) && tuning_table[i].meaning[0]);
 	CHECK(t->test.bn_fuse && t->test.bn_own && t->test.conv_ws_arena && t->test.wgrad_stream);

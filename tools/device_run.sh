@@ -28,6 +28,8 @@
 # DDP after each count), scale --transport socket --torch; the run folders as $OUT/scale19.tgz),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
+# bn16 (the own 16-bit NHWC batch norms: their GPU tests, then mobilenet_v2 and resnet50
+# bf16 at batch 256 under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -174,6 +176,20 @@ for s in "$@"; do
 		done
 		[ -n "${AMP_FP16:-}" ] && stage amp_resnet50_fp16 180 $BIN train --model resnet50 --device cuda --precision fp16 --batch 256 --steps 40 --json
 		stage torch_ampspeed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes amp_bf16_cl --batch 256 --iters 30 ;;
+	bn16)
+		# the own 16-bit NHWC batch norms (GPUPERF_BN16): their tests, then mobilenet_v2
+		# and resnet50 bf16 batch 256 under each mode, interleaved, beside PyTorch's eager
+		TAIL=40 stage bn16_tests 300 sh -c "build/bundle/gpuperf_tests cuda_bn16 cuda_amp_own_bn16 cuda_amp_fused_batch_norm amp_bn | grep -v '^warning'"
+		for r in 1 2; do
+			for mode in cudnn auto own; do
+				for m in ${BN16_MODELS:-mobilenet_v2 resnet50}; do
+					GPUPERF_BN16=$mode stage "bn16_${m}_${mode}_$r" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40
+				done
+			done
+		done
+		stage torch_bn16 400 python3 $TB train --models ${BN16_TORCH_MODELS:-mobilenet_v2} --modes amp_bf16_cl --batch 256 --iters 30
+		echo "=== bn16 summary"
+		grep -H "^done:" "$OUT"/bn16_*_[12].log ;;
 	ampfuse)
 		# recompute (memory)
 		for m in resnet50 resnet18; do

@@ -25,6 +25,10 @@ const struct tuning_entry tuning_table[] = {
 	{ "GPUPERF_DECODERS", "auto", "nvJPEG decoders for --decode gpu, each with its own "
 	  "thread taking every other batch: auto (2 on the hardware engines, 1 on CUDA's "
 	  "backend), 1 or 2" },
+	{ "GPUPERF_BN16", "cudnn", "16-bit NHWC training batch norms: cudnn (cuDNN's), auto "
+	  "(the own kernels where they are faster: large tensors before an unfused ReLU6 or "
+	  "with channels not a multiple of 64) or own (the own kernels wherever the channels "
+	  "are a multiple of 8)" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -75,6 +79,12 @@ void tuning_reload(void)
 	v = getenv("GPUPERF_DECODERS");
 	t.decoders = !v || !*v || !strcmp(v, "auto") ? 0
 		     : (int)int_from_env("GPUPERF_DECODERS", 1, TUNING_DECODERS_MAX, 0);
+	v = getenv("GPUPERF_BN16");
+	t.bn16 = !v || !*v || !strcmp(v, "cudnn") ? 0 : !strcmp(v, "auto") ? 1 : !strcmp(v, "own") ? 2 : -1;
+	if (t.bn16 < 0) {
+		fprintf(stderr, "warning: GPUPERF_BN16='%s' is not cudnn, auto or own; using cudnn\n", v);
+		t.bn16 = 0;
+	}
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -118,6 +128,9 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 			snprintf(buf, cap, "%d", t->decoders);
 		else
 			snprintf(buf, cap, "auto");
+		return;
+	case 9:
+		snprintf(buf, cap, "%s", t->bn16 == 1 ? "auto" : t->bn16 == 2 ? "own" : "cudnn");
 		return;
 	default:
 		snprintf(buf, cap, "?");

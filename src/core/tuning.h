@@ -40,6 +40,10 @@ struct tuning {
 	/* GPUPERF_DECODERS: nvJPEG decoders in --decode gpu's loader, each with its own
 	 * thread; 0 auto (2 on the hardware engines, 1 on CUDA's backend), else 1..2 */
 	int decoders;
+	/* GPUPERF_BN16: which 16-bit NHWC training batch norms run on the own kernels
+	 * (ops/cuda/bn16_rule.h's enum bn16_mode): 0 cudnn (none), 1 auto (the rule),
+	 * 2 own (every one whose channels they take) */
+	int bn16;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "nn/models.h"
 #include "train/trainer.h"
+#include "ops/cuda/bn16_rule.h"
 #include "ops/cuda/device.h"
 #include "net_util.h"
 
@@ -293,7 +294,7 @@ static double near_as(double fused, double separate)
 	return 1.5 * separate + 1e-2 - fused;
 }
 
-static void check_fused_bn(const char *model, int must_fuse)
+static void check_fused_bn(const char *model, int must_fuse, int bn16)
 {
 	const int size = 64, batch = 8, classes = 10;
 	struct net *nets[3] = { build(model, size, batch, classes), build(model, size, batch, classes),
@@ -303,6 +304,7 @@ static void check_fused_bn(const char *model, int must_fuse)
 	int32_t *y = NULL;
 	if (!f || !a || !b)
 		goto out;
+	a->tuning.bn16 = bn16;
 	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_BF16);
 	b->tuning.test.bn_fuse = 0;
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_BF16);
@@ -371,7 +373,17 @@ out:
 TEST(cuda_amp_fused_batch_norm)
 {
 	NEED_GPU();
-	check_fused_bn("resnet18", 1);
-	check_fused_bn("resnet50", 1);
-	check_fused_bn("mobilenet_v2", 1); /* ReLU6 folded into the depthwise convolutions */
+	check_fused_bn("resnet18", 1, BN16_CUDNN);
+	check_fused_bn("resnet50", 1, BN16_CUDNN);
+	check_fused_bn("mobilenet_v2", 1, BN16_CUDNN); /* ReLU6 folded into the depthwise convolutions */
+}
+
+/* Every batch norm on the own 16-bit kernels (GPUPERF_BN16=own: bn_nhwc16.cu, fused
+ * with the ReLU, ReLU6 and add + ReLU after it where the net fuses): held to cuDNN's
+ * separate ops' distance from FP32 as the fused cuDNN net is. */
+TEST(cuda_amp_own_bn16_as_close_as_cudnn)
+{
+	NEED_GPU();
+	check_fused_bn("mobilenet_v2", 1, BN16_OWN);
+	check_fused_bn("resnet18", 1, BN16_OWN);
 }

@@ -5,11 +5,14 @@
  * (PyTorch's own cuDNN path makes the same call without any correction.)
  * Tensors of more than 2^31 - 1 elements, which cuDNN cannot describe, go to own
  * kernels (bn.cu) with the same semantics; so does, in FP32 NCHW, a batch norm fused
- * with the activation after it (cuDNN fuses only 16-bit NHWC). */
+ * with the activation after it (cuDNN fuses only 16-bit NHWC). In 16-bit NHWC the own
+ * kernels of bn_nhwc16.cu take the training batch norms that bn16_rule.h gives them
+ * (GPUPERF_BN16), fused or not; evaluation stays on cuDNN. */
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "ops/cuda/bn16_rule.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -38,6 +41,25 @@ static int bn_own(const struct cuda_ctx *ctx, const struct bn_args *a)
 }
 
 static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a);
+
+/* 16-bit NHWC training batch norm a, followed by op, on the own kernels. The same
+ * answer for the plan and for every call of a node, which the fused calls need: a
+ * cuDNN backward reads the reserve space of a cuDNN forward. */
+static int bn_own16(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op)
+{
+	return ctx->nhwc && ctx->act_dtype != GP_F32 && !force_own &&
+	       bn16_own_wanted(ctx->bn16, a->n, a->c, a->h, a->w, op == BN_FUSE_RELU6);
+}
+
+/* The own 16-bit kernels' scratch: the shared workspace, reserved by the plan. */
+static int bn16_scratch(struct cuda_ctx *ctx, const struct bn_args *a, void **scratch)
+{
+	if (ctx->workspace_bytes < bn16_scratch_bytes(a->c))
+		return gp_error(GP_EINVAL, "16-bit batch norm of %d channels: workspace not reserved "
+				"(bn_plan_cuda)", a->c);
+	*scratch = ctx->workspace;
+	return 0;
+}
 
 /* NHWC with 16-bit data: cuDNN's persistent spatial kernels through the Ex calls (what
  * PyTorch uses for channels-last half batch norm); the plain calls' NHWC path is a
@@ -70,6 +92,8 @@ static int bn_ex_workspace(struct cuda_ctx *ctx, size_t *bytes)
 
 int bn_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a)
 {
+	if (bn_own16(ctx, a, BN_FUSE_NONE))
+		return cuda_workspace_reserve(ctx, bn16_scratch_bytes(a->c));
 	if (!bn_own(ctx, a) && bn_ex(ctx)) {
 		size_t ws = 0;
 		GP_TRY(bn_describe(ctx, a));
@@ -112,6 +136,12 @@ int bn_fwd_train_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void 
 		      const float *gamma, const float *beta, void *y, float *save_mean,
 		      float *save_invstd, float *running_mean, float *running_var)
 {
+	if (bn_own16(ctx, a, BN_FUSE_NONE)) {
+		void *scratch = NULL;
+		GP_TRY(bn16_scratch(ctx, a, &scratch));
+		return bn16_fwd_train_cuda(ctx->stream, ctx->act_dtype, a, x, NULL, BN_APPLY_LINEAR, gamma, beta, y,
+					   save_mean, save_invstd, running_mean, running_var, scratch);
+	}
 	if (bn_own(ctx, a)) {
 		void *scratch = NULL;
 		GP_TRY(bn_scratch(ctx, a, &scratch));
@@ -153,6 +183,12 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 		const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
 		int accumulate, float *dgamma, float *dbeta)
 {
+	if (bn_own16(ctx, a, BN_FUSE_NONE)) {
+		void *scratch = NULL;
+		GP_TRY(bn16_scratch(ctx, a, &scratch));
+		return bn16_bwd_cuda(ctx->stream, ctx->act_dtype, a, BN_APPLY_LINEAR, x, dy, gamma, NULL, save_mean,
+				     save_invstd, dx, accumulate, dgamma, dbeta, scratch);
+	}
 	if (bn_own(ctx, a)) {
 		void *scratch = NULL;
 		GP_TRY(bn_scratch(ctx, a, &scratch));
@@ -220,6 +256,10 @@ static cudnnStatus_t bn_fuse_sizes(struct cuda_ctx *ctx, enum bn_fuse op, size_t
 int bn_fuse_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, size_t *reserve_bytes)
 {
 	*reserve_bytes = 0;
+	if (op != BN_FUSE_NONE && bn_own16(ctx, a, op)) {
+		GP_TRY(cuda_workspace_reserve(ctx, bn16_scratch_bytes(a->c)));
+		return 1;
+	}
 	if (op != BN_FUSE_NONE && bn_own_fused(ctx)) {
 		GP_TRY(cuda_workspace_reserve(ctx, bn_own_scratch_bytes(a->c)));
 		return 1;
@@ -255,6 +295,13 @@ int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum 
 			    void *reserve, size_t reserve_bytes)
 {
 	size_t ws = 0;
+	if (bn_own16(ctx, a, op)) {
+		void *scratch = NULL;
+		GP_TRY(bn16_scratch(ctx, a, &scratch));
+		return bn16_fwd_train_cuda(ctx->stream, ctx->act_dtype, a, x, op == BN_FUSE_ADD_RELU ? z : NULL,
+					   bn_apply_of(op), gamma, beta, y, save_mean, save_invstd, running_mean,
+					   running_var, scratch);
+	}
 	if (bn_own_fused(ctx)) {
 		void *scratch = NULL;
 		GP_TRY(bn_scratch(ctx, a, &scratch));
@@ -279,6 +326,12 @@ int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum b
 	if (op == BN_FUSE_ADD_RELU)
 		return gp_error(GP_EINVAL, "fused batch norm backward: the add's runs plain");
 	size_t ws = 0;
+	if (bn_own16(ctx, a, op)) { /* the mask comes from x; y is not read */
+		void *scratch = NULL;
+		GP_TRY(bn16_scratch(ctx, a, &scratch));
+		return bn16_bwd_cuda(ctx->stream, ctx->act_dtype, a, bn_apply_of(op), x, dy, gamma, beta, save_mean,
+				     save_invstd, dx, accumulate, dgamma, dbeta, scratch);
+	}
 	if (bn_own_fused(ctx)) { /* the mask comes from x; y is not read */
 		void *scratch = NULL;
 		GP_TRY(bn_scratch(ctx, a, &scratch));

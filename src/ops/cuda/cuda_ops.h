@@ -268,6 +268,21 @@ int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, enum bn_apply_act a
 		    const float *save_invstd, float *dx, int accumulate, float *dgamma, float *dbeta,
 		    void *scratch);
 
+/* --- batch norm with own kernels (bn_nhwc16.cu), 16-bit NHWC training ------------
+ * Where bn16_rule.h takes them over cuDNN's (bn_cudnn.c routes): dt GP_F16 or GP_BF16,
+ * channels a multiple of 8, tensors 16-byte aligned; statistics and parameters float,
+ * with the semantics of bn_fwd_train_own_cuda and bn_bwd_own_cuda. Scratch:
+ * bn16_scratch_bytes. */
+size_t bn16_scratch_bytes(int c);
+int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
+			const void *z, enum bn_apply_act act, const float *gamma, const float *beta,
+			void *y, float *save_mean, float *save_invstd, float *running_mean,
+			float *running_var, void *scratch);
+int bn16_bwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, enum bn_apply_act act,
+		  const void *x, const void *dy, const float *gamma, const float *beta,
+		  const float *save_mean, const float *save_invstd, void *dx, int accumulate,
+		  float *dgamma, float *dbeta, void *scratch);
+
 /* Grow (never shrink) the shared workspace to at least bytes (whole 2 MiB pages);
  * synchronizes the device when it grows. */
 int cuda_workspace_reserve(struct cuda_ctx *ctx, size_t bytes);

@@ -44,6 +44,9 @@ struct cuda_ctx {
 	/* FP32 NCHW batch norms run on the own kernels (bn.cu) unless this is set
 	 * (cuDNN's for those not fused with an activation: a test's yardstick) */
 	int bn_cudnn;
+	/* 16-bit NHWC training batch norms on the own kernels: enum bn16_mode (bn16_rule.h),
+	 * the net's GPUPERF_BN16 */
+	int bn16;
 	struct mem_stats *mem;        /* may be NULL: nothing is counted */
 	/* A second stream, with its own cuDNN handle, for convolution weight gradients
 	 * that run beside the main stream's backward (backend_cuda_ops.c: wgrad on the side);

@@ -1,0 +1,416 @@
+/* Batch norm in training on 16-bit NHWC tensors with own kernels, fused with the ReLU
+ * or ReLU6 after it and, forward, with a residual add before that activation:
+ *   forward  y  = act(bn(x) (+ z))          (batch statistics, running update)
+ *   backward dx = bn'(x)^T (dy * act'(bn(x)))  (the mask recomputed from x)
+ * cuDNN's NHWC batch norm fuses ReLU but not ReLU6 (MobileNetV2's activation then
+ * costs a pass forward and another backward), and on MobileNetV2's small channel
+ * counts over large planes its persistent kernels are far from the memory bound
+ * (docs/cuda.md, "16-bit batch norm on own kernels"). Which batch norms take these
+ * kernels is bn16_rule.h's decision.
+ *
+ * Layout of the work: a thread owns 8 adjacent channels (one 16-byte load per row of
+ * the N x H x W rows), a block cx threads across channel groups by ry rows; a slice
+ * of the rows per block row of the grid. Each block's sums are combined over its rows
+ * in a fixed order, the slices per channel in order by a per-channel kernel: the
+ * result is the same on every run (no atomics). The forward's output is bn.cu's apply
+ * pass (bn_apply_cuda); every pre-activation value comes from bn_val.cuh, so the
+ * mask in backward is the forward's. */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+extern "C" {
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+}
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/eltwise.cuh"
+#include "ops/cuda/bn_val.cuh"
+
+/* Slices of the rows: enough blocks to keep every SM's memory pipe busy (about 1,024
+ * in all), at most BN16_SLICES (the scratch is sized for that). */
+#define BN16_SLICES 512
+#define BN16_TARGET_BLOCKS 1024
+/* Rows loaded before any is summed, so that several 16-byte loads are in flight. */
+#define BN16_UNROLL 4
+
+/* Scratch: the slices' double partial sums, then two float coefficients per channel. */
+extern "C" size_t bn16_scratch_bytes(int c)
+{
+	return (size_t)BN16_SLICES * 2 * (size_t)c * sizeof(double) + 2 * (size_t)c * sizeof(float);
+}
+
+/* The block's shape and the grid for c channels over `rows` rows. */
+struct bn16_grid {
+	int groups, cx, ry, slices;
+	dim3 grid, block;
+};
+
+static bn16_grid bn16_grid_for(size_t rows, int c)
+{
+	bn16_grid g;
+	g.groups = c / VEC;
+	g.cx = g.groups < 32 ? g.groups : 32;
+	g.ry = BLOCK / g.cx;
+	int bx = (g.groups + g.cx - 1) / g.cx;
+	size_t s = (BN16_TARGET_BLOCKS + bx - 1) / bx, most = (rows + g.ry - 1) / g.ry;
+	s = s > most ? most : s;
+	s = s > BN16_SLICES ? BN16_SLICES : s;
+	g.slices = s < 1 ? 1 : (int)s;
+	g.grid = dim3((unsigned)bx, (unsigned)g.slices);
+	g.block = dim3((unsigned)g.cx, (unsigned)g.ry);
+	return g;
+}
+
+/* Sums of 8 channels: float for 32 rows at a time, then moved into double. */
+struct sums8 {
+	float f1[VEC], f2[VEC];
+	double d1[VEC], d2[VEC];
+	int k;
+	__device__ sums8() : k(0)
+	{
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			f1[e] = f2[e] = 0.0f;
+			d1[e] = d2[e] = 0.0;
+		}
+	}
+	__device__ void add(int e, float a, float b)
+	{
+		f1[e] += a;
+		f2[e] += b;
+	}
+	__device__ void step()
+	{
+		if (++k == 32) {
+			flush();
+			k = 0;
+		}
+	}
+	__device__ void flush()
+	{
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			d1[e] += f1[e];
+			d2[e] += f2[e];
+			f1[e] = f2[e] = 0.0f;
+		}
+	}
+};
+
+/* The block's sums combined over its ry rows of threads, in row order, into
+ * partial[(ch * slices + slice) * 2 + {0, 1}]. sh: shared, 2 x BLOCK x VEC doubles. */
+__device__ static void bn16_block_combine(sums8 &s, int c, int slices, double *sh, double *partial)
+{
+	int cx = blockDim.x, ry = blockDim.y, t = threadIdx.y * cx + threadIdx.x;
+	s.flush();
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		sh[(size_t)t * VEC + e] = s.d1[e];
+		sh[(size_t)(BLOCK + t) * VEC + e] = s.d2[e];
+	}
+	__syncthreads();
+	/* one thread per (channel of the block, sum): cx * VEC * 2 values */
+	int block_threads = cx * ry;
+	for (int v = t; v < cx * VEC * 2; v += block_threads) {
+		int which = v / (cx * VEC), rest = v % (cx * VEC), tx = rest / VEC, e = rest % VEC;
+		int ch = (blockIdx.x * cx + tx) * VEC + e;
+		if (ch >= c)
+			continue;
+		double acc = 0.0;
+		for (int y = 0; y < ry; y++)
+			acc += sh[(size_t)(which * BLOCK + y * cx + tx) * VEC + e];
+		partial[((size_t)ch * slices + blockIdx.y) * 2 + which] = acc;
+	}
+}
+
+/* Rows [r0, r1) of this block's slice, for this thread's row lane. */
+__device__ static inline void bn16_slice(size_t rows, int slices, size_t *r0, size_t *r1)
+{
+	size_t per = (rows + slices - 1) / slices;
+	*r0 = (size_t)blockIdx.y * per;
+	*r1 = *r0 + per < rows ? *r0 + per : rows;
+}
+
+/* Walks this thread's rows of the block's slice for channel group cg: BN16_UNROLL rows
+ * of a (and of b, with TWO) are loaded before any is used, then f(a_row, b_row) for
+ * each, the 8 channels' values as float. */
+template <bool TWO, typename T, typename F>
+__device__ static inline void bn16_walk(size_t rows, int slices, int groups, int cg, const T *a, const T *b, F f)
+{
+	size_t r0, r1;
+	bn16_slice(rows, slices, &r0, &r1);
+	for (size_t r = r0 + threadIdx.y; r < r1; r += (size_t)blockDim.y * BN16_UNROLL) {
+		float va[BN16_UNROLL][VEC], vb[TWO ? BN16_UNROLL : 1][VEC];
+#pragma unroll
+		for (int u = 0; u < BN16_UNROLL; u++) {
+			size_t ru = r + (size_t)u * blockDim.y;
+			if (ru < r1) {
+				load8<true>(a, ru * groups + cg, va[u]);
+				if constexpr (TWO)
+					load8<true>(b, ru * groups + cg, vb[u]);
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < BN16_UNROLL; u++)
+			if (r + (size_t)u * blockDim.y < r1)
+				f(va[u], vb[TWO ? u : 0]);
+	}
+}
+
+/* partial = { sum d, sum d^2 } per channel and slice, d = x - shift, with shift the
+ * channel's first element: sums about a value inside the data's range keep the
+ * variance from cancelling. */
+template <typename T>
+__global__ static void bn16_stats_kernel(size_t rows, int c, int slices, const T *x, double *partial)
+{
+	__shared__ double sh[2 * BLOCK * VEC];
+	int groups = c / VEC, cg = blockIdx.x * blockDim.x + threadIdx.x;
+	sums8 s;
+	if (cg < groups) {
+		float shift[VEC];
+		load8<true>(x, (size_t)cg, shift);
+		bn16_walk<false>(rows, slices, groups, cg, x, x, [&](const float *v, const float *) {
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float d = v[e] - shift[e];
+				s.add(e, d, d * d);
+			}
+			s.step();
+		});
+	}
+	bn16_block_combine(s, c, slices, sh, partial);
+}
+
+/* The slices' two sums of channel ch, combined by one warp: each lane sums every 32nd
+ * slice, then a butterfly over the lanes, in the same order on every run (a single
+ * thread's chain over 512 slices would take microseconds per batch norm). */
+__device__ static void bn16_combine(const double *partial, size_t ch, int slices, double *s1, double *s2)
+{
+	int lane = threadIdx.x & 31;
+	double a = 0.0, b = 0.0;
+	for (int s = lane; s < slices; s += 32) {
+		a += partial[(ch * slices + s) * 2];
+		b += partial[(ch * slices + s) * 2 + 1];
+	}
+	for (int off = 16; off > 0; off >>= 1) {
+		a += __shfl_xor_sync(FULL_MASK, a, off);
+		b += __shfl_xor_sync(FULL_MASK, b, off);
+	}
+	*s1 = a;
+	*s2 = b;
+}
+
+/* A warp per channel, for the final kernels. */
+static unsigned bn16_warp_blocks(int c)
+{
+	return (unsigned)(((size_t)c * 32 + BLOCK - 1) / BLOCK);
+}
+
+/* Batch statistics as PyTorch keeps them: saved mean and 1 / sqrt(biased var + eps);
+ * the running variance takes the unbiased one. */
+template <typename T>
+__global__ static void bn16_stats_final_kernel(int c, int slices, double m, double eps, double momentum,
+					       const T *x, const double *partial, float *save_mean,
+					       float *save_invstd, float *running_mean, float *running_var)
+{
+	size_t ch = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	if (ch >= (size_t)c) /* whole warps: c * 32 threads and more */
+		return;
+	double s1, s2;
+	bn16_combine(partial, ch, slices, &s1, &s2);
+	if ((threadIdx.x & 31) == 0) {
+		bn_stats_write(ch, s1, s2, m, to_f(x[ch]), eps, momentum, save_mean, save_invstd, running_mean,
+			       running_var);
+	}
+}
+
+/* partial = { sum g, sum g * xhat } per channel and slice, g = dy where the activation
+ * passes. */
+template <typename T>
+__global__ static void bn16_bwd_reduce_kernel(size_t rows, int c, int slices, int act, float cap, const T *x,
+					      const T *dy, const float *gamma, const float *beta,
+					      const float *mean, const float *invstd, double *partial)
+{
+	__shared__ double sh[2 * BLOCK * VEC];
+	int groups = c / VEC, cg = blockIdx.x * blockDim.x + threadIdx.x;
+	sums8 s;
+	if (cg < groups) {
+		float mu[VEC], is[VEC], ga[VEC], be[VEC];
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			int ch = cg * VEC + e;
+			mu[e] = mean[ch];
+			is[e] = invstd[ch];
+			ga[e] = gamma[ch];
+			be[e] = act ? beta[ch] : 0.0f; /* beta only decides the mask */
+		}
+		bn16_walk<true>(rows, slices, groups, cg, x, dy, [&](const float *v, const float *d) {
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float xh = bn16_xhat(v[e], mu[e], is[e]);
+				float pre = bn16_pre(v[e], 0.0f, mu[e], is[e], ga[e], be[e]);
+				float g = bn16_passes(pre, act, cap) ? d[e] : 0.0f;
+				s.add(e, g, g * xh);
+			}
+			s.step();
+		});
+	}
+	bn16_block_combine(s, c, slices, sh, partial);
+}
+
+/* dbeta = sum g, dgamma = sum g * xhat; coef = { mean(g), mean(g * xhat) } for dx. */
+__global__ static void bn16_bwd_final_kernel(int c, int slices, double m, const double *partial, float *coef,
+					     float *dgamma, float *dbeta)
+{
+	size_t ch = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	if (ch >= (size_t)c)
+		return;
+	double s1, s2;
+	bn16_combine(partial, ch, slices, &s1, &s2);
+	if ((threadIdx.x & 31) == 0) {
+		dbeta[ch] = (float)s1;
+		dgamma[ch] = (float)s2;
+		coef[ch * 2] = (float)(s1 / m);
+		coef[ch * 2 + 1] = (float)(s2 / m);
+	}
+}
+
+/* dx (+)= gamma * invstd * (g - mean(g) - xhat * mean(g * xhat)), rounded once. A
+ * thread keeps one channel group (its chunks step by a multiple of c / 8), so its
+ * statistics load once. */
+template <typename T>
+__global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int act, float cap, const T *x,
+					  const T *dy, const float *gamma, const float *beta, const float *mean,
+					  const float *invstd, const float *coef, T *dx, int accumulate)
+{
+	unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
+	unsigned threads = gridDim.x * blockDim.x / groups * groups;
+	if (tid >= threads)
+		return;
+	unsigned c0 = tid % groups * VEC;
+	float mu[VEC], is[VEC], ga[VEC], be[VEC], k1[VEC], k2[VEC];
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		unsigned ch = c0 + e;
+		mu[e] = mean[ch];
+		is[e] = invstd[ch];
+		ga[e] = gamma[ch];
+		be[e] = act ? beta[ch] : 0.0f;
+		k1[e] = coef[ch * 2];
+		k2[e] = coef[ch * 2 + 1];
+	}
+	for (size_t k = tid; k < chunks; k += threads) {
+		float v[VEC], d[VEC], o[VEC];
+		load8<true>(x, k, v);
+		load8<true>(dy, k, d);
+		if (accumulate)
+			load8<true>(dx, k, o);
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			float xh = bn16_xhat(v[e], mu[e], is[e]);
+			float pre = bn16_pre(v[e], 0.0f, mu[e], is[e], ga[e], be[e]);
+			float g = bn16_passes(pre, act, cap) ? d[e] : 0.0f;
+			float r = ga[e] * is[e] * (g - k1[e] - xh * k2[e]);
+			o[e] = accumulate ? o[e] + r : r;
+		}
+		store8<true>(dx, k, o);
+	}
+}
+
+/* --- launchers ----------------------------------------------------------------------- */
+
+static int bn16_check(const struct bn_args *a, const void *p, const void *q, const void *r)
+{
+	if (a->c % VEC || !aligned(p, 16) || !aligned(q, 16) || !aligned(r, 16))
+		return gp_error(GP_EINVAL, "16-bit NHWC batch norm of %dx%dx%dx%d: the own kernels take "
+				"channels in multiples of %d and 16-byte aligned tensors", a->n, a->c, a->h,
+				a->w, VEC);
+	return 0;
+}
+
+static int act_of(enum bn_apply_act act, float *cap)
+{
+	*cap = act == BN_APPLY_RELU6 ? 6.0f : INFINITY;
+	return act != BN_APPLY_LINEAR;
+}
+
+template <typename T>
+static int bn16_stats_t(cudaStream_t s, const struct bn_args *a, const void *x, float *save_mean,
+			float *save_invstd, float *running_mean, float *running_var, void *scratch)
+{
+	size_t rows = (size_t)a->n * a->h * a->w;
+	bn16_grid g = bn16_grid_for(rows, a->c);
+	double *partial = (double *)scratch;
+	bn16_stats_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, (const T *)x, partial);
+	CUDA_CHECK_LAUNCH();
+	bn16_stats_final_kernel<T><<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, a->eps,
+								    a->momentum, (const T *)x, partial,
+								    save_mean, save_invstd, running_mean,
+								    running_var);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
+				   const void *z, enum bn_apply_act act, const float *gamma, const float *beta,
+				   void *y, float *save_mean, float *save_invstd, float *running_mean,
+				   float *running_var, void *scratch)
+{
+	if (!a->n || !a->c || !a->h || !a->w)
+		return 0;
+	GP_TRY(bn16_check(a, x, z, y));
+	GP_TRY(DISPATCH_H(dt, bn16_stats_t, s, a, x, save_mean, save_invstd, running_mean, running_var,
+			  scratch));
+	return bn_apply_cuda(s, dt, 1, a->n, a->c, a->h * a->w, x, z, gamma, beta, save_mean, save_invstd,
+			     act, y);
+}
+
+template <typename T>
+static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act act, const void *x,
+		      const void *dy, const float *gamma, const float *beta, const float *save_mean,
+		      const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta,
+		      void *scratch)
+{
+	size_t rows = (size_t)a->n * a->h * a->w, chunks = rows * (size_t)a->c / VEC;
+	float cap = 0.0f;
+	int on = act_of(act, &cap);
+	bn16_grid g = bn16_grid_for(rows, a->c);
+	double *partial = (double *)scratch;
+	float *coef = (float *)(partial + (size_t)BN16_SLICES * 2 * a->c);
+	bn16_bwd_reduce_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, on, cap, (const T *)x,
+							     (const T *)dy, gamma, beta, save_mean,
+							     save_invstd, partial);
+	CUDA_CHECK_LAUNCH();
+	bn16_bwd_final_kernel<<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, partial, coef,
+							       dgamma, dbeta);
+	CUDA_CHECK_LAUNCH();
+	unsigned blocks = grid_for(chunks) < 4096 ? grid_for(chunks) : 4096;
+	if ((unsigned)g.groups > blocks * BLOCK)
+		return gp_error(GP_EINVAL, "16-bit NHWC batch norm of %d channels: too many for one pass",
+				a->c);
+	bn16_bwd_dx_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)g.groups, on, cap, (const T *)x,
+						       (const T *)dy, gamma, beta, save_mean, save_invstd,
+						       coef, (T *)dx, accumulate);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int bn16_bwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, enum bn_apply_act act,
+			     const void *x, const void *dy, const float *gamma, const float *beta,
+			     const float *save_mean, const float *save_invstd, void *dx, int accumulate,
+			     float *dgamma, float *dbeta, void *scratch)
+{
+	if (!a->n || !a->c || !a->h || !a->w)
+		return 0;
+	if (act != BN_APPLY_LINEAR && !beta)
+		return gp_error(GP_EINVAL, "batch norm backward with an activation needs beta (the mask)");
+	GP_TRY(bn16_check(a, x, dy, dx));
+	return DISPATCH_H(dt, bn16_bwd_t, s, a, act, x, dy, gamma, beta, save_mean, save_invstd, dx, accumulate,
+			  dgamma, dbeta, scratch);
+}

@@ -1,0 +1,235 @@
+/* The own 16-bit NHWC batch norm kernels (bn_nhwc16.cu), reached through bn_cudnn.c's
+ * calls with GPUPERF_BN16's own mode, in fp16 and bf16, plain and fused with ReLU,
+ * ReLU6 and the residual add + ReLU:
+ * - the statistics and running values against the CPU's double-precision reference
+ *   on the same 16-bit inputs (1e-5, relative error of the norm);
+ * - the output bit for bit against the host's evaluation of the same formula
+ *   (bn_val.cuh's roundings, each explicit, then the activation, rounded once) on the
+ *   device's statistics, so an element written twice, skipped or from the wrong
+ *   channel is found exactly;
+ * - backward (and accumulated) against the CPU's batch norm backward of dy masked where
+ *   the host's same pre-activation passes: dx to the 16-bit tolerance, the parameter
+ *   gradients to 1e-5.
+ * Shapes: channels of one group of 8 threads' loads (24, 3 groups), of a whole
+ * block's 32 groups (256), of two blocks across channels (320), and a batch of 70
+ * images of 3 x 3 (rows split unevenly among the slices). Without a device every test
+ * skips with the reason. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "harness.h"
+#include "core/error.h"
+#include "ops/cuda/bn16_rule.h"
+#include "ops/cuda/cuda_common.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/ops.h"
+
+static const enum gp_dtype HTS[] = { GP_F16, GP_BF16 };
+
+/* bn_val.cuh's pre-activation on the host: the same roundings in the same order (ISO
+ * C: no contraction across them). */
+static float pre_host(float x, float id, float m, float is, float g, float b)
+{
+	float d = x - m;
+	float xh = d * is;
+	float p = fmaf(xh, g, b);
+	return p + id;
+}
+
+static void *dev_h_from(struct gpu *g, enum gp_dtype ht, const float *nchw, int n, int c, int hw)
+{
+	size_t cnt = (size_t)n * c * hw;
+	void *d = dev_bytes(g, cnt * 2);
+	put_h(g, ht, d, host_to_nhwc(g, nchw, 4, n, c, hw), cnt);
+	return d;
+}
+
+static float *down_nchw(struct gpu *g, enum gp_dtype ht, const void *d, int n, int c, int hw)
+{
+	return host_to_nchw(g, down_h(g, ht, d, (size_t)n * c * hw), 4, n, c, hw);
+}
+
+static void check_bn16(struct gpu *g, enum gp_dtype ht, const struct bn_args *args, enum bn_fuse op)
+{
+	struct bn_args a = *args;
+	int c = a.c, hw = a.h * a.w, act = op != BN_FUSE_NONE, six = op == BN_FUSE_RELU6;
+	int add = op == BN_FUSE_ADD_RELU;
+	float cap = six ? 6.0f : INFINITY;
+	size_t nx = (size_t)a.n * c * hw, reserve = 1;
+	int dmark = g->n_dev, hmark = g->n_host;
+	CHECK_OK(cuda_ctx_set_act(g->ctx, ht, 1));
+	CHECK_OK(bn_plan_cuda(g->ctx, &a));
+	if (act)
+		CHECK_EQ_INT(bn_fuse_plan_cuda(g->ctx, &a, op, &reserve), 1);
+	else
+		reserve = 0;
+	CHECK_EQ_INT(reserve, 0);
+	float *x = host_rand_h(g, ht, nx, 2, 0.5), *z = host_rand_h(g, ht, nx, 1, 0);
+	float *dy = host_rand_h(g, ht, nx, 1, 0), *dx0 = host_rand_h(g, ht, nx, 1, 0);
+	float *gamma = host_f(g, c), *beta = host_f(g, c), *rm = host_rand(g, c, 1, 0);
+	float *rv = host_rand(g, c, 0.2, 1.5), *mean = host_f(g, c), *invstd = host_f(g, c);
+	float *yref = host_f(g, nx);
+	for (int k = 0; k < c; k++) { /* a good share past 6, so the clip is exercised */
+		gamma[k] = 4.0f + 0.05f * (k % 16);
+		beta[k] = 1.0f;
+	}
+	float *d_gamma = dev_from(g, gamma, c), *d_beta = dev_from(g, beta, c);
+	float *d_rm = dev_from(g, rm, c), *d_rv = dev_from(g, rv, c);
+	float *d_mean = dev_f(g, c), *d_invstd = dev_f(g, c), *d_dg = dev_f(g, c), *d_db = dev_f(g, c);
+	void *d_x = dev_h_from(g, ht, x, a.n, c, hw), *d_z = dev_h_from(g, ht, z, a.n, c, hw);
+	void *d_dy = dev_h_from(g, ht, dy, a.n, c, hw), *d_y = dev_bytes(g, nx * 2);
+	void *d_dx = dev_bytes(g, nx * 2);
+	if (test_failed())
+		goto out;
+
+	bn_fwd_train_cpu_f32(&a, x, gamma, beta, yref, mean, invstd, rm, rv);
+	if (act)
+		CHECK_OK(bn_fwd_train_fused_cuda(g->ctx, &a, op, d_x, add ? d_z : NULL, d_gamma, d_beta, d_y, d_mean,
+						 d_invstd, d_rm, d_rv, NULL, 0));
+	else
+		CHECK_OK(bn_fwd_train_cuda(g->ctx, &a, d_x, d_gamma, d_beta, d_y, d_mean, d_invstd, d_rm, d_rv));
+	float *gm = down(g, d_mean, c), *gi = down(g, d_invstd, c);
+	CHECK_LE(rel_err_norm_f32(gm, mean, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(gi, invstd, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(g, d_rm, c), rm, c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(g, d_rv, c), rv, c), 1e-5);
+
+	/* the output, element by element, from the device's statistics */
+	float *gy = down_nchw(g, ht, d_y, a.n, c, hw);
+	size_t wrong = 0, zeros = 0, capped = 0, first = 0;
+	for (size_t i = 0; i < nx; i++) {
+		int k = (int)(i / hw % c);
+		float v = pre_host(x[i], add ? z[i] : 0.0f, gm[k], gi[k], gamma[k], beta[k]);
+		if (act) {
+			v = v > 0.0f ? v : 0.0f;
+			v = v > cap ? cap : v;
+		}
+		float want = h_round(ht, v);
+		if (f_bits(gy[i]) != f_bits(want) && !wrong++)
+			first = i;
+		zeros += gy[i] == 0.0f;
+		capped += gy[i] == 6.0f;
+	}
+	CHECK_MSG(wrong == 0, "%s %dx%dx%dx%d op %d: %zu of %zu outputs differ, the first at %zu: %g, want %g",
+		  dtype_name(ht), a.n, c, a.h, a.w, op, wrong, nx, first, gy[first],
+		  h_round(ht, pre_host(x[first], add ? z[first] : 0.0f, gm[first / hw % c], gi[first / hw % c],
+				       gamma[first / hw % c], beta[first / hw % c])));
+	if (act)
+		CHECK_MSG(zeros > nx / 20 && (!six || capped > nx / 100), "op %d: %zu zeros, %zu at 6 of %zu", op,
+			  zeros, capped, nx);
+	if (add) /* its backward runs as the separate ops */
+		goto out;
+
+	float *t = host_f(g, nx), *dgamma = host_f(g, c), *dbeta = host_f(g, c);
+	for (size_t i = 0; i < nx; i++) {
+		int k = (int)(i / hw % c);
+		float v = pre_host(x[i], 0.0f, gm[k], gi[k], gamma[k], beta[k]);
+		t[i] = !act || (v > 0.0f && v < cap) ? dy[i] : 0.0f;
+	}
+	for (int acc = 0; acc <= 1; acc++) {
+		float *dx = copy_f(g, dx0, nx);
+		put_h(g, ht, d_dx, host_to_nhwc(g, dx0, 4, a.n, c, hw), nx);
+		if (!acc)
+			poison(g, d_dx, nx * 2);
+		poison(g, d_dg, c * sizeof(float));
+		poison(g, d_db, c * sizeof(float));
+		bn_bwd_cpu_f32(&a, x, t, gamma, gm, gi, dx, acc, dgamma, dbeta);
+		if (act)
+			CHECK_OK(bn_bwd_relu_fused_cuda(g->ctx, &a, op, d_x, d_y, d_dy, d_gamma, d_beta, d_mean, d_invstd,
+							d_dx, acc, d_dg, d_db, NULL, 0));
+		else
+			CHECK_OK(bn_bwd_cuda(g->ctx, &a, d_x, d_dy, d_gamma, d_mean, d_invstd, d_dx, acc, d_dg, d_db));
+		double e = rel_err_norm_f32(down_nchw(g, ht, d_dx, a.n, c, hw), dx, nx);
+		CHECK_MSG(e <= tol_for(ht), "%s %dx%dx%dx%d op %d acc %d: dx off by %.3g", dtype_name(ht), a.n, c, a.h,
+			  a.w, op, acc, e);
+		CHECK_LE(rel_err_norm_f32(down(g, d_dg, c), dgamma, c), 1e-5);
+		CHECK_LE(rel_err_norm_f32(down(g, d_db, c), dbeta, c), 1e-5);
+	}
+out:
+	gpu_release(g, dmark, hmark);
+}
+
+TEST(cuda_bn16_own_kernels_match_cpu)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 23);
+	g.ctx->bn16 = BN16_OWN;
+	const struct bn_args shapes[] = {
+		{ .n = 4, .c = 24, .h = 6, .w = 5, .eps = 1e-5, .momentum = 0.1 },
+		{ .n = 3, .c = 256, .h = 5, .w = 7, .eps = 1e-5, .momentum = 0.1 },
+		{ .n = 2, .c = 320, .h = 4, .w = 4, .eps = 1e-5, .momentum = 0.1 },
+		{ .n = 70, .c = 16, .h = 3, .w = 3, .eps = 1e-5, .momentum = 0.1 },
+	};
+	for (int t = 0; t < 2 && !test_failed(); t++)
+		for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]) && !test_failed(); k++)
+			for (int op = BN_FUSE_NONE; op <= BN_FUSE_RELU6 && !test_failed(); op++)
+				check_bn16(&g, HTS[t], &shapes[k], (enum bn_fuse)op);
+	g.ctx->bn16 = BN16_CUDNN;
+	gpu_close(&g);
+}
+
+/* Values far from 0 (about 100, spread about 1, in fp16: steps of 1/16 there): the
+ * sums about the channel's first element keep the variance; float sums of x and x^2
+ * would lose most of it. The statistics within 1e-5 of the CPU's double ones. */
+TEST(cuda_bn16_own_kernels_keep_variance_of_offset_data)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 29);
+	g.ctx->bn16 = BN16_OWN;
+	struct bn_args a = { .n = 16, .c = 8, .h = 32, .w = 32, .eps = 1e-5, .momentum = 0.1 };
+	size_t nx = (size_t)a.n * a.c * a.h * a.w;
+	int hw = a.h * a.w;
+	CHECK_OK(cuda_ctx_set_act(g.ctx, GP_F16, 1));
+	CHECK_OK(bn_plan_cuda(g.ctx, &a));
+	float *x = host_rand_h(&g, GP_F16, nx, 1, 100), *y = host_f(&g, nx);
+	float *gamma = host_rand(&g, a.c, 0.5, 1), *beta = host_rand(&g, a.c, 1, 0);
+	float *rm = host_f(&g, a.c), *rv = host_f(&g, a.c), *mean = host_f(&g, a.c), *invstd = host_f(&g, a.c);
+	float *d_gamma = dev_from(&g, gamma, a.c), *d_beta = dev_from(&g, beta, a.c);
+	float *d_rm = dev_from(&g, rm, a.c), *d_rv = dev_from(&g, rv, a.c);
+	float *d_mean = dev_f(&g, a.c), *d_invstd = dev_f(&g, a.c);
+	void *d_x = dev_h_from(&g, GP_F16, x, a.n, a.c, hw), *d_y = dev_bytes(&g, nx * 2);
+	bn_fwd_train_cpu_f32(&a, x, gamma, beta, y, mean, invstd, rm, rv);
+	CHECK_OK(bn_fwd_train_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_y, d_mean, d_invstd, d_rm, d_rv));
+	CHECK_LE(rel_err_norm_f32(down(&g, d_mean, a.c), mean, a.c), 1e-5);
+	CHECK_LE(rel_err_norm_f32(down(&g, d_invstd, a.c), invstd, a.c), 1e-5);
+	g.ctx->bn16 = BN16_CUDNN;
+	gpu_close(&g);
+}
+
+/* The mode reaches the routing: under auto a small batch norm stays on cuDNN (its
+ * plan reserves no own scratch and its fused ReLU6 is declined as before), and a
+ * channel count the kernels cannot take stays on cuDNN even under own. */
+TEST(cuda_bn16_routing_follows_the_mode)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 31);
+	CHECK_OK(cuda_ctx_set_act(g.ctx, GP_BF16, 1));
+	struct bn_args small = { .n = 2, .c = 24, .h = 4, .w = 4, .eps = 1e-5, .momentum = 0.1 };
+	struct bn_args odd = { .n = 2, .c = 12, .h = 4, .w = 4, .eps = 1e-5, .momentum = 0.1 };
+	size_t r_cudnn = 0, r_auto = 0, r_odd = 0;
+	g.ctx->bn16 = BN16_CUDNN;
+	int f_cudnn = bn_fuse_plan_cuda(g.ctx, &small, BN_FUSE_RELU, &r_cudnn);
+	g.ctx->bn16 = BN16_AUTO;
+	int f_auto = bn_fuse_plan_cuda(g.ctx, &small, BN_FUSE_RELU, &r_auto);
+	g.ctx->bn16 = BN16_OWN;
+	int f_odd = bn_fuse_plan_cuda(g.ctx, &odd, BN_FUSE_RELU, &r_odd);
+	size_t r_own = 1;
+	int f_own = bn_fuse_plan_cuda(g.ctx, &small, BN_FUSE_RELU, &r_own);
+	/* cuDNN's fused ReLU keeps a reserve (its mask), which tells the paths apart; the
+	 * own kernels keep none */
+	CHECK_EQ_INT(f_cudnn, 1);
+	CHECK_MSG(r_cudnn > 0, "cuDNN's fused ReLU keeps no reserve: the test cannot tell the paths apart");
+	CHECK_EQ_INT(f_auto, f_cudnn);
+	CHECK(r_auto == r_cudnn);
+	CHECK_EQ_INT(f_odd, 1);
+	CHECK(r_odd > 0);
+	CHECK_EQ_INT(f_own, 1);
+	CHECK(r_own == 0);
+	printf("      cuDNN's fused ReLU reserve: %zu bytes; the own kernels': %zu\n", r_cudnn, r_own);
+	g.ctx->bn16 = BN16_CUDNN;
+	gpu_close(&g);
+}

@@ -1,0 +1,47 @@
+/* Which 16-bit NHWC batch norms the own kernels take (ops/cuda/bn16_rule.h), on both
+ * sides of each bound of auto's rule, and GPUPERF_BN16 read into the tuning. Runs
+ * without a GPU: the rule is plain C. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tuning.h"
+#include "ops/cuda/bn16_rule.h"
+#include "test.h"
+
+TEST(bn16_auto_takes_the_shapes_it_won)
+{
+	/* MobileNetV2 at batch 256: 32 channels over 112x112 (102.8 Mi elements), 24 over
+	 * 56x56, 144 over 56x56; ResNet's 64 over 56x56 */
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 32, 112, 112, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 24, 56, 56, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 144, 56, 56, 1));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 64, 56, 56, 0));
+	/* a multiple of 64 takes them only before an unfused ReLU6 */
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 1));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 0));
+	/* the size bound: 16 Mi elements exactly, one image fewer */
+	CHECK(bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1024, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1023, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 64, 32, 128, 64, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 63, 32, 128, 64, 0));
+	/* channels the kernels cannot take: never, in any mode */
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 12, 112, 112, 1));
+	CHECK(!bn16_own_wanted(BN16_OWN, 2, 12, 4, 4, 0));
+	/* own: every shape whose channels are a multiple of 8; cudnn: none */
+	CHECK(bn16_own_wanted(BN16_OWN, 2, 64, 4, 4, 0));
+	CHECK(!bn16_own_wanted(BN16_CUDNN, 256, 32, 112, 112, 1));
+}
+
+TEST(bn16_switch_read_from_the_environment)
+{
+	static const char *const vals[] = { "cudnn", "auto", "own", "fast" };
+	static const int want[] = { BN16_CUDNN, BN16_AUTO, BN16_OWN, BN16_CUDNN };
+	for (int i = 0; i < 4; i++) {
+		setenv("GPUPERF_BN16", vals[i], 1);
+		tuning_reload();
+		CHECK_EQ_INT(tuning_get()->bn16, want[i]);
+	}
+	unsetenv("GPUPERF_BN16");
+	tuning_reload();
+	CHECK_EQ_INT(tuning_get()->bn16, BN16_CUDNN);
+}
