@@ -795,3 +795,41 @@ out:
 	free(got);
 	jpegs_close(ds, &ctx, &f);
 }
+
+/* A JPEG cut short after the part its crop reads fails on the GPU path as on the CPU
+ * path (libjpeg's "premature end" makes it corrupt there), although a region decode
+ * of the crop alone would need none of the missing data: a file without its end
+ * marker is decoded whole. The intact file beside it decodes (one by one, once the
+ * batched call with the bad file has failed). */
+TEST(gpu_decode_truncated_file_fails_with_regions)
+{
+	if (!gpu_decode_ready())
+		return;
+	struct dataset *ds;
+	struct image_ctx ctx;
+	struct files f;
+	if (jpegs_open(&ds, &ctx, &f) < 0)
+		return;
+	struct gpu_decoder *d = NULL;
+	CHECK_MSG(gpu_decoder_create(0, 2, SIZE, GPU_BATCH_NHWC_BF16, 1, &d) == 0, "%s", gp_errmsg());
+	struct gpu_decode_item items[2];
+	unsigned char failed[2] = { 9, 9 };
+	for (int i = 0; i < 2 && d; i++) {
+		items[i] = (struct gpu_decode_item){ .data = f.data[0], .len_bytes = f.len[0],
+						     .kind = f.kind[0], .w = f.w[0], .h = f.h[0], .dst = i };
+		/* a crop in the top-left corner: its MCUs come first in the file */
+		items[i].geo.box = (struct resample_box){ 8, 8, 108, 88, 0, 0, f.w[0], f.h[0] };
+	}
+	items[0].len_bytes = f.len[0] * 6 / 10;
+	if (d) {
+		CHECK_EQ_INT(gpu_decoder_run(d, 0, items, 2, failed), 0);
+		CHECK_MSG(failed[0] == 1, "the truncated file was decoded (failed = %d)", failed[0]);
+		CHECK_EQ_INT(failed[1], 0);
+		struct gpu_decode_stats st;
+		gpu_decoder_get_stats(d, &st);
+		printf("    truncated: %s; %ld decoded as regions, %ld on the CPU, %ld failed\n",
+		       gpu_decoder_error(d, 0), st.region_decoded, st.cpu_fallback, st.failed);
+	}
+	gpu_decoder_destroy(d);
+	jpegs_close(ds, &ctx, &f);
+}

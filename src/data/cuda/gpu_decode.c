@@ -72,6 +72,7 @@ struct gpu_decoder {
 	} side[2], *cur;
 	int batched_fmt;           /* NVJPEG_OUTPUT_YUV, or RGBI where the batched call refuses it */
 	int yuv_batch_failures;    /* whole batched calls with planes that failed */
+	int region_refusals;       /* batched calls in a row that failed with regions only */
 	struct gpu_ycc_item *ycc_dev;
 	void **out;                /* the batch buffers, device */
 	cudaEvent_t *out_read;     /* each: recorded by the reader of out[k] once it is read */
@@ -555,12 +556,24 @@ void gpu_decode_parser_destroy(struct gpu_decode_parser *p)
 	free(p);
 }
 
-/* Item i's region: what its crop reads (ycc_roi), or (whole) the image. */
+/* Whether a JPEG's data end with its EOI marker (within a few bytes of padding). A
+ * truncated file must fail on the engines as it fails on the CPU, and a region that
+ * ends before the truncation would decode: such a file is decoded whole. */
+static int jpeg_ends_whole(const unsigned char *p, size_t len)
+{
+	for (size_t k = 2; k <= len && k <= 32; k++)
+		if (p[len - k] == 0xFF && p[len - k + 1] == 0xD9)
+			return 1;
+	return 0;
+}
+
+/* Item i's region: what its crop reads (ycc_roi), or (whole, or a file without its
+ * end) the image. */
 static void region_set(struct gpu_decoder *d, const struct gpu_decode_item *it, int i,
 		       int whole)
 {
 	int *r = d->region[i];
-	if (whole) {
+	if (whole || !jpeg_ends_whole(it->data, it->len_bytes)) {
 		r[0] = r[1] = 0;
 		r[2] = it->w;
 		r[3] = it->h;
@@ -631,8 +644,9 @@ static int batched_call(struct gpu_decoder *d, const struct gpu_decode_item *ite
  * two calls made at once from two threads (own states and streams) brought back the
  * wait for the net's queue on the H100 (s11-5: 226 ms a batch beside resnet50's
  * training), so one call it is. With regions, a failed call is made again on whole
- * images: if that one succeeds, the engines refused the regions, and the decoder
- * keeps to whole images from then on; if it fails too, a file was bad. */
+ * images: if that one succeeds, the engines refused the regions (three calls in a
+ * row, and the decoder keeps to whole images from then on); if it fails too, a file
+ * was bad. */
 static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
 {
 	int nb = 0;
@@ -659,12 +673,14 @@ static int decode_batched(struct gpu_decoder *d, const struct gpu_decode_item *i
 	if (status != NVJPEG_STATUS_SUCCESS && status != NVJPEG_STATUS_ALLOCATOR_FAILURE &&
 	    regions) {
 		status = batched_call(d, items, nb, 0);
-		if (status == NVJPEG_STATUS_SUCCESS) {
-			fprintf(stderr, "note: nvJPEG's engines refused region decodes; whole images "
-					"from now on\n");
+		if (status == NVJPEG_STATUS_SUCCESS && ++d->region_refusals >= 3) {
+			fprintf(stderr, "note: nvJPEG's engines refused region decodes in %d batches "
+					"in a row; whole images from now on\n", d->region_refusals);
 			regions_destroy(d);
 		}
 		regions = 0;
+	} else if (status == NVJPEG_STATUS_SUCCESS && regions) {
+		d->region_refusals = 0;
 	}
 	if (status == NVJPEG_STATUS_SUCCESS) {
 		if (d->hw)
@@ -756,9 +772,12 @@ static int decode_cpu(struct gpu_decoder *d, const struct gpu_decode_item *items
 }
 
 /* Where sample (0, 0) of a plane would be, given the address of sample (x, y), the
- * region's corner: the colour kernel indexes planes by image coordinates, and reads
- * only inside the region (ycc_roi), so this address itself is never read. Device
- * addresses, computed as integers. */
+ * region's corner: the colour kernel indexes planes by image coordinates. For the
+ * reach's pixels it reads only inside the region (ycc_roi); for the few pixels it
+ * converts beside the reach (its groups of four start on a multiple of 4) it may read
+ * a chroma sample just outside, which stays inside the item's plane room (plane_room:
+ * full-size rooms) and reaches no pixel the augment reads. Device addresses, computed
+ * as integers. */
 static const unsigned char *plane_origin(const unsigned char *p, size_t pitch, int x, int y)
 {
 	return (const unsigned char *)((uintptr_t)p - (size_t)y * pitch - (size_t)x);
