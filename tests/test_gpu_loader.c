@@ -240,7 +240,8 @@ TEST(gpu_loader_shards_as_cpu_loader)
 /* A decoder that launches (gpu_decoder_launch's way: the pixels there once waited
  * for): gpu_loader_next waits for each batch's buffer before it returns, once a batch,
  * so the batches are still the CPU loader's, replacements included; a failed wait is
- * that batch's error. */
+ * that batch's error, and the next call's (it waited for ever before: its slot had
+ * gone back to the decode thread for a later batch). */
 TEST(gpu_loader_waits_for_launched_batches)
 {
 	for (int fail = -1; fail <= 2 && !test_failed(); fail += 3) {
@@ -264,6 +265,8 @@ TEST(gpu_loader_waits_for_launched_batches)
 			int rc = gpu_loader_next(bl.gl, &gb);
 			if (b == fail) {
 				CHECK_EQ_INT(rc, GP_EDEVICE);
+				CHECK(strstr(gp_errmsg(), "injected failure of wait") != NULL);
+				CHECK_EQ_INT(gpu_loader_next(bl.gl, &gb), GP_EDEVICE);
 				CHECK(strstr(gp_errmsg(), "injected failure of wait") != NULL);
 				loader_release(bl.cl, cb);
 				break;

@@ -603,8 +603,18 @@ int gpu_loader_next(struct gpu_loader *l, struct gpu_batch *out)
 	pthread_mutex_unlock(&l->mu);
 	const struct gpu_loader_decoder *ops = &l->lane[k % l->lanes].ops;
 	int buf = k / l->lanes;
-	if (ops->wait)
-		GP_TRY(ops->wait(ops->self, buf));
+	if (ops->wait && (rc = ops->wait(ops->self, buf)) < 0) {
+		/* this batch is lost: the next calls give the same error, not a wait for a
+		 * slot that the decode thread fills with a later batch */
+		pthread_mutex_lock(&l->mu);
+		if (l->err_seq < 0 || seq < l->err_seq) {
+			l->err_rc = rc;
+			l->err_seq = seq;
+			snprintf(l->errmsg, sizeof(l->errmsg), "%s", gp_errmsg());
+		}
+		pthread_mutex_unlock(&l->mu);
+		return rc;
+	}
 	struct gpu_slot *slot = &l->slot[k];
 	stats_add(&l->st, &slot->st);
 	decode_stats_add(&l->gst, &slot->gst);
