@@ -348,6 +348,8 @@ TEST(gpu_loader_two_decoders_match_cpu_loader)
 			check_same_batch(&gb, cb, (int)start + b);
 			loader_release(bl.cl, cb);
 		}
+		gpu_loader_destroy(bl.gl); /* its threads joined: the counts are still */
+		bl.gl = NULL;
 		CHECK_MSG(bl.cd.full_runs >= 3 && second.full_runs >= 3,
 			  "runs per decoder: %d and %d", bl.cd.full_runs, second.full_runs);
 		both_close(&bl);

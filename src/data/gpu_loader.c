@@ -176,7 +176,9 @@ static int outputs_for(int lanes)
  * (its nvJPEG call waiting behind the step's kernels) no longer holds up the next
  * one. mobilenet_v2 bf16 from JPEGs on the H100 (s16): the spread between repeats
  * went from 67-87 to 8-11 img/s. The first decoder is made for two and made again
- * for one where it turns out to be alone. */
+ * for one where it turns out to be alone; under auto, a second decoder that cannot be
+ * made (device memory: it doubles the decoder's) leaves the first alone, with its
+ * buffers, and a note. */
 static int decoders_create(struct gpu_loader *l)
 {
 	int want = tuning_get()->decoders;
@@ -190,8 +192,19 @@ static int decoders_create(struct gpu_loader *l)
 	}
 	l->lanes = lanes;
 	l->outputs = outputs_for(lanes);
-	for (int j = 1; j < lanes; j++)
-		GP_TRY(lane_decoder_create(l, j, lanes, l->outputs / lanes));
+	for (int j = 1; j < lanes; j++) {
+		int rc = lane_decoder_create(l, j, lanes, l->outputs / lanes);
+		if (rc < 0 && !want) {
+			fprintf(stderr, "note: a second nvJPEG decoder could not be made (%s); one "
+				"decoder with %d batch buffers\n", gp_errmsg(), l->outputs / lanes);
+			gp_error_clear();
+			l->outputs /= lanes;
+			l->lanes = 1;
+			break;
+		}
+		GP_TRY(rc);
+	}
+	lanes = l->lanes;
 	for (int j = 0; j < lanes; j++) {
 		GP_TRY(lane_init(l, j));
 		for (int k = 0; k < 2; k++)
@@ -665,11 +678,15 @@ void gpu_loader_destroy(struct gpu_loader *l)
 		pthread_cond_broadcast(&l->cv);
 		pthread_mutex_unlock(&l->mu);
 	}
-	for (int j = 0; j < GPU_LOADER_DECODERS_MAX; j++) {
+	for (int j = 0; j < GPU_LOADER_DECODERS_MAX; j++) { /* every thread, then the rest */
 		struct gpu_lane *ln = &l->lane[j];
 		if (ln->running)
 			pthread_join(ln->thread, NULL);
+		ln->running = 0;
 		reader_join(ln);
+	}
+	for (int j = 0; j < GPU_LOADER_DECODERS_MAX; j++) {
+		struct gpu_lane *ln = &l->lane[j];
 		for (int k = 0; k < 2; k++) /* before the decoder: its handle */
 			gpu_decode_parser_destroy(ln->set[k].parser);
 		gpu_decoder_destroy(ln->dec);
