@@ -36,6 +36,8 @@ TEST(bn16_switch_read_from_the_environment)
 {
 	static const char *const vals[] = { "cudnn", "auto", "own", "fast" };
 	static const int want[] = { BN16_CUDNN, BN16_AUTO, BN16_OWN, BN16_CUDNN };
+	const char *was = getenv("GPUPERF_BN16");
+	char *keep = was ? strdup(was) : NULL;
 	for (int i = 0; i < 4; i++) {
 		setenv("GPUPERF_BN16", vals[i], 1);
 		tuning_reload();
@@ -44,4 +46,8 @@ TEST(bn16_switch_read_from_the_environment)
 	unsetenv("GPUPERF_BN16");
 	tuning_reload();
 	CHECK_EQ_INT(tuning_get()->bn16, BN16_CUDNN);
+	if (keep) /* the run's own setting back */
+		setenv("GPUPERF_BN16", keep, 1);
+	free(keep);
+	tuning_reload();
 }

@@ -8,12 +8,14 @@
  *   device's statistics, so an element written twice, skipped or from the wrong
  *   channel is found exactly;
  * - backward (and accumulated) against the CPU's batch norm backward of dy masked where
- *   the host's same pre-activation passes: dx to the 16-bit tolerance, the parameter
- *   gradients to 1e-5.
- * Shapes: channels of one group of 8 threads' loads (24, 3 groups), of a whole
- * block's 32 groups (256), of two blocks across channels (320), and a batch of 70
- * images of 3 x 3 (rows split unevenly among the slices). Without a device every test
- * skips with the reason. */
+ *   the device's output passes it (y > 0, and y < 6 for ReLU6: the unfused ReLU's
+ *   backward on that output): dx to the 16-bit tolerance, the parameter gradients to
+ *   1e-5.
+ * Shapes: 3 channel groups of 8 (24 channels), a whole block's 32 groups (256, over
+ * 105 rows: the slices uneven), two blocks of 20 groups (320), and 70 images of 3 x 3;
+ * and again with the slices capped (bn16_cuda_set_max_slices), so that each thread
+ * walks many rows: the unrolled loads, their remainder and the float sums' move into
+ * double every 32 rows. Without a device every test skips with the reason. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -125,11 +127,8 @@ static void check_bn16(struct gpu *g, enum gp_dtype ht, const struct bn_args *ar
 		goto out;
 
 	float *t = host_f(g, nx), *dgamma = host_f(g, c), *dbeta = host_f(g, c);
-	for (size_t i = 0; i < nx; i++) {
-		int k = (int)(i / hw % c);
-		float v = pre_host(x[i], 0.0f, gm[k], gi[k], gamma[k], beta[k]);
-		t[i] = !act || (v > 0.0f && v < cap) ? dy[i] : 0.0f;
-	}
+	for (size_t i = 0; i < nx; i++)
+		t[i] = !act || (gy[i] > 0.0f && gy[i] < cap) ? dy[i] : 0.0f;
 	for (int acc = 0; acc <= 1; acc++) {
 		float *dx = copy_f(g, dx0, nx);
 		put_h(g, ht, d_dx, host_to_nhwc(g, dx0, 4, a.n, c, hw), nx);
@@ -163,18 +162,29 @@ TEST(cuda_bn16_own_kernels_match_cpu)
 		{ .n = 3, .c = 256, .h = 5, .w = 7, .eps = 1e-5, .momentum = 0.1 },
 		{ .n = 2, .c = 320, .h = 4, .w = 4, .eps = 1e-5, .momentum = 0.1 },
 		{ .n = 70, .c = 16, .h = 3, .w = 3, .eps = 1e-5, .momentum = 0.1 },
+		{ .n = 16, .c = 8, .h = 32, .w = 32, .eps = 1e-5, .momentum = 0.1 },
 	};
-	for (int t = 0; t < 2 && !test_failed(); t++)
-		for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]) && !test_failed(); k++)
-			for (int op = BN_FUSE_NONE; op <= BN_FUSE_RELU6 && !test_failed(); op++)
-				check_bn16(&g, HTS[t], &shapes[k], (enum bn_fuse)op);
+	/* uncapped, then 1 and 3 slices: 64 rows a thread at 16 x 8 x 32 x 32 */
+	static const int caps[] = { 0, 1, 3 };
+	for (int cap = 0; cap < 3 && !test_failed(); cap++) {
+		bn16_cuda_set_max_slices(caps[cap]);
+		for (int t = 0; t < 2 && !test_failed(); t++)
+			for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]) && !test_failed(); k++)
+				for (int op = BN_FUSE_NONE; op <= BN_FUSE_RELU6 && !test_failed(); op++)
+					check_bn16(&g, HTS[t], &shapes[k], (enum bn_fuse)op);
+		if (test_failed())
+			printf("      with the slices capped at %d (0: none)\n", caps[cap]);
+	}
+	bn16_cuda_set_max_slices(0);
 	g.ctx->bn16 = BN16_CUDNN;
 	gpu_close(&g);
 }
 
 /* Values far from 0 (about 100, spread about 1, in fp16: steps of 1/16 there): the
  * sums about the channel's first element keep the variance; float sums of x and x^2
- * would lose most of it. The statistics within 1e-5 of the CPU's double ones. */
+ * would lose most of it. The statistics within 1e-5 of the CPU's double ones, with
+ * the slices as they come and capped at one (256 rows a thread: the float sums move
+ * into double 8 times). */
 TEST(cuda_bn16_own_kernels_keep_variance_of_offset_data)
 {
 	struct gpu g;
@@ -193,23 +203,31 @@ TEST(cuda_bn16_own_kernels_keep_variance_of_offset_data)
 	float *d_mean = dev_f(&g, a.c), *d_invstd = dev_f(&g, a.c);
 	void *d_x = dev_h_from(&g, GP_F16, x, a.n, a.c, hw), *d_y = dev_bytes(&g, nx * 2);
 	bn_fwd_train_cpu_f32(&a, x, gamma, beta, y, mean, invstd, rm, rv);
-	CHECK_OK(bn_fwd_train_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_y, d_mean, d_invstd, d_rm, d_rv));
-	CHECK_LE(rel_err_norm_f32(down(&g, d_mean, a.c), mean, a.c), 1e-5);
-	CHECK_LE(rel_err_norm_f32(down(&g, d_invstd, a.c), invstd, a.c), 1e-5);
+	for (int cap = 0; cap <= 1; cap++) {
+		bn16_cuda_set_max_slices(cap);
+		CHECK_OK(bn_fwd_train_cuda(g.ctx, &a, d_x, d_gamma, d_beta, d_y, d_mean, d_invstd, d_rm, d_rv));
+		CHECK_LE(rel_err_norm_f32(down(&g, d_mean, a.c), mean, a.c), 1e-5);
+		CHECK_LE(rel_err_norm_f32(down(&g, d_invstd, a.c), invstd, a.c), 1e-5);
+	}
+	bn16_cuda_set_max_slices(0);
 	g.ctx->bn16 = BN16_CUDNN;
 	gpu_close(&g);
 }
 
-/* The mode reaches the routing: under auto a small batch norm stays on cuDNN (its
- * plan reserves no own scratch and its fused ReLU6 is declined as before), and a
- * channel count the kernels cannot take stays on cuDNN even under own. */
+/* The mode reaches the routing, told apart by the reserve space cuDNN's fused ReLU
+ * keeps (its mask) and the own kernels do not: under auto a small batch norm stays on
+ * cuDNN, and a large one takes the own kernels before an unfused ReLU6 but not before
+ * a ReLU when its channels are a multiple of 64 (MobileNetV2's 192 over 28 x 28 at
+ * batch 256); a channel count the kernels cannot take stays on cuDNN even under own.
+ * Planning allocates no tensors. */
 TEST(cuda_bn16_routing_follows_the_mode)
 {
 	struct gpu g;
 	GPU_OPEN(&g, 31);
 	CHECK_OK(cuda_ctx_set_act(g.ctx, GP_BF16, 1));
 	struct bn_args small = { .n = 2, .c = 24, .h = 4, .w = 4, .eps = 1e-5, .momentum = 0.1 };
-	struct bn_args odd = { .n = 2, .c = 12, .h = 4, .w = 4, .eps = 1e-5, .momentum = 0.1 };
+	struct bn_args odd = { .n = 4, .c = 20, .h = 6, .w = 5, .eps = 1e-5, .momentum = 0.1 };
+	struct bn_args large = { .n = 256, .c = 192, .h = 28, .w = 28, .eps = 1e-5, .momentum = 0.1 };
 	size_t r_cudnn = 0, r_auto = 0, r_odd = 0;
 	g.ctx->bn16 = BN16_CUDNN;
 	int f_cudnn = bn_fuse_plan_cuda(g.ctx, &small, BN_FUSE_RELU, &r_cudnn);
@@ -217,8 +235,11 @@ TEST(cuda_bn16_routing_follows_the_mode)
 	int f_auto = bn_fuse_plan_cuda(g.ctx, &small, BN_FUSE_RELU, &r_auto);
 	g.ctx->bn16 = BN16_OWN;
 	int f_odd = bn_fuse_plan_cuda(g.ctx, &odd, BN_FUSE_RELU, &r_odd);
-	size_t r_own = 1;
+	size_t r_own = 1, r_six = 1, r_relu = 0;
 	int f_own = bn_fuse_plan_cuda(g.ctx, &small, BN_FUSE_RELU, &r_own);
+	g.ctx->bn16 = BN16_AUTO;
+	int f_six = bn_fuse_plan_cuda(g.ctx, &large, BN_FUSE_RELU6, &r_six);
+	int f_relu = bn_fuse_plan_cuda(g.ctx, &large, BN_FUSE_RELU, &r_relu);
 	/* cuDNN's fused ReLU keeps a reserve (its mask), which tells the paths apart; the
 	 * own kernels keep none */
 	CHECK_EQ_INT(f_cudnn, 1);
@@ -229,6 +250,10 @@ TEST(cuda_bn16_routing_follows_the_mode)
 	CHECK(r_odd > 0);
 	CHECK_EQ_INT(f_own, 1);
 	CHECK(r_own == 0);
+	CHECK_EQ_INT(f_six, 1);
+	CHECK(r_six == 0);
+	CHECK_EQ_INT(f_relu, 1);
+	CHECK(r_relu > 0);
 	printf("      cuDNN's fused ReLU reserve: %zu bytes; the own kernels': %zu\n", r_cudnn, r_own);
 	g.ctx->bn16 = BN16_CUDNN;
 	gpu_close(&g);

@@ -318,6 +318,9 @@ static void check_fused_bn(const char *model, int must_fuse, int bn16)
 		CHECK_EQ_INT(b->scratch[i].keep_last, 0);
 	}
 	printf("      %s: %d batch norms fused (%d with reserve space)\n", model, fused, reserve);
+	/* the own kernels keep no reserve space: cuDNN's fused ones do */
+	if (bn16 == BN16_OWN)
+		CHECK_MSG(reserve == 0, "%s: %d batch norms kept cuDNN's reserve space under own", model, reserve);
 	CHECK_MSG(fused > 0 || !must_fuse, "%s: no batch norm fused (cuDNN declined every one)", model);
 	if (!fused) /* mobilenet_v2's ReLU6, where cuDNN does not fuse it: the separate ops run */
 		goto out;

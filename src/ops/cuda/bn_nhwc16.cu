@@ -14,7 +14,8 @@
  * in a fixed order, the slices per channel in order by a per-channel kernel: the
  * result is the same on every run (no atomics). The forward's output is bn.cu's apply
  * pass (bn_apply_cuda); every pre-activation value comes from bn_val.cuh, so the
- * mask in backward is the forward's. */
+ * mask in backward, taken from the output the forward wrote (recomputed, rounded to
+ * 16 bits) as the unfused ReLU's backward takes it, is the forward's. */
 #include <math.h>
 #include <stdint.h>
 
@@ -33,16 +34,46 @@ extern "C" {
 #include "ops/cuda/bn_val.cuh"
 
 /* Slices of the rows: enough blocks to keep every SM's memory pipe busy (about 1,024
- * in all), at most BN16_SLICES (the scratch is sized for that). */
+ * in all), at most BN16_SLICES. */
 #define BN16_SLICES 512
 #define BN16_TARGET_BLOCKS 1024
-/* Rows loaded before any is summed, so that several 16-byte loads are in flight. */
-#define BN16_UNROLL 4
+/* Rows loaded before any is summed, so that several 16-byte loads are in flight: four
+ * of x for the statistics, two of x and two of dy in backward (four would take 180
+ * registers, one block a multiprocessor). */
+#define BN16_UNROLL_STATS 4
+#define BN16_UNROLL_BWD 2
+
+/* Test hook: at most this many slices (0: no cap), to give each thread many rows on a
+ * small tensor. Set between runs, never during one. */
+static int bn16_max_slices;
+
+extern "C" void bn16_cuda_set_max_slices(int n)
+{
+	bn16_max_slices = n > 0 ? n : 0;
+}
+
+/* Channel groups of 8 per block across: at most 32, spread evenly over the blocks
+ * (40 groups: 2 x 20, not 32 + 8). */
+static int bn16_cx(int groups)
+{
+	int bx = (groups + 31) / 32;
+	return (groups + bx - 1) / bx;
+}
+
+/* The most slices c channels take, whatever the rows: what the scratch holds. */
+static int bn16_slices_cap(int c)
+{
+	int groups = c / VEC, cx = bn16_cx(groups), bx = (groups + cx - 1) / cx;
+	int s = (BN16_TARGET_BLOCKS + bx - 1) / bx;
+	return s > BN16_SLICES ? BN16_SLICES : s;
+}
 
 /* Scratch: the slices' double partial sums, then two float coefficients per channel. */
 extern "C" size_t bn16_scratch_bytes(int c)
 {
-	return (size_t)BN16_SLICES * 2 * (size_t)c * sizeof(double) + 2 * (size_t)c * sizeof(float);
+	if (c < VEC)
+		return 0;
+	return (size_t)bn16_slices_cap(c) * 2 * (size_t)c * sizeof(double) + 2 * (size_t)c * sizeof(float);
 }
 
 /* The block's shape and the grid for c channels over `rows` rows. */
@@ -55,12 +86,13 @@ static bn16_grid bn16_grid_for(size_t rows, int c)
 {
 	bn16_grid g;
 	g.groups = c / VEC;
-	g.cx = g.groups < 32 ? g.groups : 32;
+	g.cx = bn16_cx(g.groups);
 	g.ry = BLOCK / g.cx;
 	int bx = (g.groups + g.cx - 1) / g.cx;
-	size_t s = (BN16_TARGET_BLOCKS + bx - 1) / bx, most = (rows + g.ry - 1) / g.ry;
+	size_t s = (size_t)bn16_slices_cap(c), most = (rows + g.ry - 1) / g.ry;
 	s = s > most ? most : s;
-	s = s > BN16_SLICES ? BN16_SLICES : s;
+	if (bn16_max_slices && s > (size_t)bn16_max_slices)
+		s = (size_t)bn16_max_slices;
 	g.slices = s < 1 ? 1 : (int)s;
 	g.grid = dim3((unsigned)bx, (unsigned)g.slices);
 	g.block = dim3((unsigned)g.cx, (unsigned)g.ry);
@@ -129,6 +161,18 @@ __device__ static void bn16_block_combine(sums8 &s, int c, int slices, double *s
 	}
 }
 
+/* Whether the activation passes the gradient at x: as the unfused ReLU (ReLU6) backward
+ * decides from the forward's output, y > 0 (and y < 6), y the 16-bit value the forward
+ * wrote (bn_val.cuh's formula, rounded to T), so also where rounding makes it 0 or 6. */
+template <typename T>
+__device__ static inline bool bn16_mask(float x, float m, float is, float g, float b, int act, float cap)
+{
+	if (!act)
+		return true;
+	float y = rounded<T>(bn16_act(bn16_pre(x, 0.0f, m, is, g, b), act, cap));
+	return y > 0.0f && y < cap;
+}
+
 /* Rows [r0, r1) of this block's slice, for this thread's row lane. */
 __device__ static inline void bn16_slice(size_t rows, int slices, size_t *r0, size_t *r1)
 {
@@ -137,27 +181,29 @@ __device__ static inline void bn16_slice(size_t rows, int slices, size_t *r0, si
 	*r1 = *r0 + per < rows ? *r0 + per : rows;
 }
 
-/* Walks this thread's rows of the block's slice for channel group cg: BN16_UNROLL rows
- * of a (and of b, with TWO) are loaded before any is used, then f(a_row, b_row) for
- * each, the 8 channels' values as float. */
-template <bool TWO, typename T, typename F>
-__device__ static inline void bn16_walk(size_t rows, int slices, int groups, int cg, const T *a, const T *b, F f)
+/* Walks this thread's rows of the block's slice for channel group cg: U rows of a (and
+ * of b, with TWO) are loaded before any is used, then f(a_row, b_row) for each, as the
+ * 16-bit packs they are (widened where used: fewer registers than U x 8 floats). */
+template <int U, bool TWO, typename T, typename F>
+__device__ static inline void bn16_walk(size_t rows, int slices, int groups, int cg, const T *__restrict__ a,
+					const T *__restrict__ b, F f)
 {
+	const pack<T> *pa = reinterpret_cast<const pack<T> *>(a), *pb = reinterpret_cast<const pack<T> *>(b);
 	size_t r0, r1;
 	bn16_slice(rows, slices, &r0, &r1);
-	for (size_t r = r0 + threadIdx.y; r < r1; r += (size_t)blockDim.y * BN16_UNROLL) {
-		float va[BN16_UNROLL][VEC], vb[TWO ? BN16_UNROLL : 1][VEC];
+	for (size_t r = r0 + threadIdx.y; r < r1; r += (size_t)blockDim.y * U) {
+		pack<T> va[U], vb[TWO ? U : 1];
 #pragma unroll
-		for (int u = 0; u < BN16_UNROLL; u++) {
+		for (int u = 0; u < U; u++) {
 			size_t ru = r + (size_t)u * blockDim.y;
 			if (ru < r1) {
-				load8<true>(a, ru * groups + cg, va[u]);
+				va[u] = pa[ru * groups + cg];
 				if constexpr (TWO)
-					load8<true>(b, ru * groups + cg, vb[u]);
+					vb[u] = pb[ru * groups + cg];
 			}
 		}
 #pragma unroll
-		for (int u = 0; u < BN16_UNROLL; u++)
+		for (int u = 0; u < U; u++)
 			if (r + (size_t)u * blockDim.y < r1)
 				f(va[u], vb[TWO ? u : 0]);
 	}
@@ -175,10 +221,11 @@ __global__ static void bn16_stats_kernel(size_t rows, int c, int slices, const T
 	if (cg < groups) {
 		float shift[VEC];
 		load8<true>(x, (size_t)cg, shift);
-		bn16_walk<false>(rows, slices, groups, cg, x, x, [&](const float *v, const float *) {
+		bn16_walk<BN16_UNROLL_STATS, false>(rows, slices, groups, cg, x, x,
+						    [&](const pack<T> &v, const pack<T> &) {
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
-				float d = v[e] - shift[e];
+				float d = to_f(v.v[e]) - shift[e];
 				s.add(e, d, d * d);
 			}
 			s.step();
@@ -233,7 +280,7 @@ __global__ static void bn16_stats_final_kernel(int c, int slices, double m, doub
 /* partial = { sum g, sum g * xhat } per channel and slice, g = dy where the activation
  * passes. */
 template <typename T>
-__global__ static void bn16_bwd_reduce_kernel(size_t rows, int c, int slices, int act, float cap, const T *x,
+__global__ static void __launch_bounds__(BLOCK, 2) bn16_bwd_reduce_kernel(size_t rows, int c, int slices, int act, float cap, const T *x,
 					      const T *dy, const float *gamma, const float *beta,
 					      const float *mean, const float *invstd, double *partial)
 {
@@ -250,12 +297,12 @@ __global__ static void bn16_bwd_reduce_kernel(size_t rows, int c, int slices, in
 			ga[e] = gamma[ch];
 			be[e] = act ? beta[ch] : 0.0f; /* beta only decides the mask */
 		}
-		bn16_walk<true>(rows, slices, groups, cg, x, dy, [&](const float *v, const float *d) {
+		bn16_walk<BN16_UNROLL_BWD, true>(rows, slices, groups, cg, x, dy,
+						 [&](const pack<T> &v, const pack<T> &d) {
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
-				float xh = bn16_xhat(v[e], mu[e], is[e]);
-				float pre = bn16_pre(v[e], 0.0f, mu[e], is[e], ga[e], be[e]);
-				float g = bn16_passes(pre, act, cap) ? d[e] : 0.0f;
+				float xv = to_f(v.v[e]), xh = bn16_xhat(xv, mu[e], is[e]);
+				float g = bn16_mask<T>(xv, mu[e], is[e], ga[e], be[e], act, cap) ? to_f(d.v[e]) : 0.0f;
 				s.add(e, g, g * xh);
 			}
 			s.step();
@@ -285,9 +332,10 @@ __global__ static void bn16_bwd_final_kernel(int c, int slices, double m, const 
  * thread keeps one channel group (its chunks step by a multiple of c / 8), so its
  * statistics load once. */
 template <typename T>
-__global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int act, float cap, const T *x,
-					  const T *dy, const float *gamma, const float *beta, const float *mean,
-					  const float *invstd, const float *coef, T *dx, int accumulate)
+__global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int act, float cap,
+					  const T *__restrict__ x, const T *__restrict__ dy, const float *gamma,
+					  const float *beta, const float *mean, const float *invstd,
+					  const float *coef, T *__restrict__ dx, int accumulate)
 {
 	unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
 	unsigned threads = gridDim.x * blockDim.x / groups * groups;
@@ -314,8 +362,7 @@ __global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int ac
 #pragma unroll
 		for (int e = 0; e < VEC; e++) {
 			float xh = bn16_xhat(v[e], mu[e], is[e]);
-			float pre = bn16_pre(v[e], 0.0f, mu[e], is[e], ga[e], be[e]);
-			float g = bn16_passes(pre, act, cap) ? d[e] : 0.0f;
+			float g = bn16_mask<T>(v[e], mu[e], is[e], ga[e], be[e], act, cap) ? d[e] : 0.0f;
 			float r = ga[e] * is[e] * (g - k1[e] - xh * k2[e]);
 			o[e] = accumulate ? o[e] + r : r;
 		}
@@ -382,7 +429,7 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	int on = act_of(act, &cap);
 	bn16_grid g = bn16_grid_for(rows, a->c);
 	double *partial = (double *)scratch;
-	float *coef = (float *)(partial + (size_t)BN16_SLICES * 2 * a->c);
+	float *coef = (float *)(partial + (size_t)bn16_slices_cap(a->c) * 2 * a->c);
 	bn16_bwd_reduce_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, on, cap, (const T *)x,
 							     (const T *)dy, gamma, beta, save_mean,
 							     save_invstd, partial);

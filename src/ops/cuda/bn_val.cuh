@@ -29,12 +29,6 @@ __device__ static inline float bn16_act(float v, int act, float cap)
 	return v > cap ? cap : v;
 }
 
-/* Whether the activation passes the gradient at pre-activation v. */
-__device__ static inline bool bn16_passes(float v, int act, float cap)
-{
-	return !act || (v > 0.0f && v < cap);
-}
-
 /* Channel ch's batch statistics from the sums of d = x - shift and d^2 over m elements,
  * as PyTorch keeps them: saved mean and 1 / sqrt(biased var + eps); the running variance
  * takes the unbiased one (the FP32 and the 16-bit own kernels' final step). */

@@ -274,6 +274,9 @@ int bn_bwd_own_cuda(cudaStream_t s, const struct bn_args *a, enum bn_apply_act a
  * with the semantics of bn_fwd_train_own_cuda and bn_bwd_own_cuda. Scratch:
  * bn16_scratch_bytes. */
 size_t bn16_scratch_bytes(int c);
+/* Test hook: the row slices capped at n (0: no cap), so that on a small tensor each
+ * thread walks many rows. */
+void bn16_cuda_set_max_slices(int n);
 int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
 			const void *z, enum bn_apply_act act, const float *gamma, const float *beta,
 			void *y, float *save_mean, float *save_invstd, float *running_mean,
