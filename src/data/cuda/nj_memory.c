@@ -17,7 +17,7 @@
  * released with the decoder. Needed for the
  * decode thread to overlap training, not enough: on the H100 (s10-6) a batch still
  * decoded in about the training step's time plus its own beside training, which was
- * nvJPEG's pipelining (gpu_decode.c, handles_create). */
+ * nvJPEG's pipelining (gpu_decode_nvjpeg.c, nj_decode_handles_create). */
 struct pinned_block {
 	void *p;
 	size_t size;
