@@ -75,7 +75,7 @@ int gpu_decoder_create(int device, int max_batch, int size, enum gpu_batch_layou
 /* Which nvJPEG backend makes the batched call: the hardware one where it can be made
  * (else CUDA's; gpu_decoder_create's choice), or only one of the two (GP_ENODEV
  * where it cannot be made); hw_pipelined keeps nvJPEG's pipelined hardware decode,
- * which gpu_decoder_create turns off (gpu_decode.c says why), for the test that
+ * which gpu_decoder_create turns off (gpu_decode_nvjpeg.c says why), for the test that
  * compares the two. */
 enum gpu_decode_backend { GPU_DECODE_ANY = 0, GPU_DECODE_HARDWARE, GPU_DECODE_CUDA };
 struct gpu_decoder_opts {

@@ -2,7 +2,7 @@
  * device memory from a stream-ordered pool kept once taken, pinned host blocks reused
  * once the stream work queued before their free is done. nvJPEG's defaults
  * (cudaFree, cudaFreeHost) wait for the whole device, so a free in the decode thread
- * would wait for the training step. Internal to data/cuda/gpu_decode.c. */
+ * would wait for the training step. Internal to the GPU decoder (data/cuda/gpu_decode*.c). */
 #ifndef GP_DATA_CUDA_NJ_MEMORY_H
 #define GP_DATA_CUDA_NJ_MEMORY_H
 
