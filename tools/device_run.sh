@@ -29,7 +29,8 @@
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
 # bn16 (the own 16-bit NHWC batch norms: their GPU tests, then mobilenet_v2 and resnet50
-# bf16 at batch 256 under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager).
+# bf16 at batch 256 under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager),
+# rebuilt (the GPU tests of what the seventeenth session rebuilt without a GPU).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -176,6 +177,12 @@ for s in "$@"; do
 		done
 		[ -n "${AMP_FP16:-}" ] && stage amp_resnet50_fp16 180 $BIN train --model resnet50 --device cuda --precision fp16 --batch 256 --steps 40 --json
 		stage torch_ampspeed 400 python3 $TB train --models resnet50,resnet18,mobilenet_v2 --modes amp_bf16_cl --batch 256 --iters 30 ;;
+	rebuilt)
+		# the seventeenth session's rebuild, never run on a GPU when written: the decode
+		# and loader tests (region decodes bit for bit against whole images, two
+		# decoders, the truncated file, the cost of regions against whole images beside
+		# mobilenet_v2's step) and the own 16-bit batch norms' tests, in one stage
+		TAIL=60 stage rebuilt_tests 540 sh -c "build/bundle/gpuperf_tests gpu_decode gpu_loader gpu_batch cuda_bn16 cuda_amp_own_bn16 cuda_amp_fused_batch_norm amp_bn | grep -v '^warning'" ;;
 	bn16)
 		# the own 16-bit NHWC batch norms (GPUPERF_BN16): their tests, then mobilenet_v2
 		# and resnet50 bf16 batch 256 under each mode, interleaved, beside PyTorch's eager
