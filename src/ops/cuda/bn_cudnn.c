@@ -51,6 +51,11 @@ static int bn_own16(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn
 	       bn16_own_wanted(ctx->bn16, a->n, a->c, a->h, a->w, op == BN_FUSE_RELU6);
 }
 
+int bn16_routed_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op)
+{
+	return bn_own16(ctx, a, op);
+}
+
 /* The own 16-bit kernels' scratch: the shared workspace, reserved by the plan. */
 static int bn16_scratch(struct cuda_ctx *ctx, const struct bn_args *a, void **scratch)
 {

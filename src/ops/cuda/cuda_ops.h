@@ -339,6 +339,10 @@ enum bn_fuse { BN_FUSE_NONE = 0, BN_FUSE_RELU, BN_FUSE_ADD_RELU, BN_FUSE_RELU6 }
  * 0 when it does not (plain batch norm then); < 0 on error. */
 int bn_fuse_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op,
 		      size_t *reserve_bytes);
+/* 1 when a's training batch norm followed by op runs on the own 16-bit NHWC kernels
+ * (bn_nhwc16.cu) in this context, as every call for it will: the answer of the mode
+ * (ctx->bn16, GPUPERF_BN16) and the shape's rule (bn16_rule.h); 0 on cuDNN. */
+int bn16_routed_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op);
 /* Training forward of a fused op (z only for BN_FUSE_ADD_RELU). */
 int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op,
 			    const void *x, const void *z, const float *gamma, const float *beta, void *y,
