@@ -25,7 +25,7 @@ const struct tuning_entry tuning_table[] = {
 	{ "GPUPERF_DECODERS", "auto", "nvJPEG decoders for --decode gpu, each with its own "
 	  "thread taking every other batch: auto (2 on the hardware engines, 1 on CUDA's "
 	  "backend), 1 or 2" },
-	{ "GPUPERF_BN16", "cudnn", "16-bit NHWC training batch norms: cudnn (cuDNN's), auto "
+	{ "GPUPERF_BN16", "auto", "16-bit NHWC training batch norms: cudnn (cuDNN's), auto "
 	  "(the own kernels where they are faster: large tensors before an unfused ReLU6 or "
 	  "with channels not a multiple of 64) or own (the own kernels wherever the channels "
 	  "are a multiple of 8)" },
@@ -80,10 +80,10 @@ void tuning_reload(void)
 	t.decoders = !v || !*v || !strcmp(v, "auto") ? 0
 		     : (int)int_from_env("GPUPERF_DECODERS", 1, TUNING_DECODERS_MAX, 0);
 	v = getenv("GPUPERF_BN16");
-	t.bn16 = !v || !*v || !strcmp(v, "cudnn") ? 0 : !strcmp(v, "auto") ? 1 : !strcmp(v, "own") ? 2 : -1;
+	t.bn16 = !v || !*v || !strcmp(v, "auto") ? 1 : !strcmp(v, "cudnn") ? 0 : !strcmp(v, "own") ? 2 : -1;
 	if (t.bn16 < 0) {
-		fprintf(stderr, "warning: GPUPERF_BN16='%s' is not cudnn, auto or own; using cudnn\n", v);
-		t.bn16 = 0;
+		fprintf(stderr, "warning: GPUPERF_BN16='%s' is not cudnn, auto or own; using auto\n", v);
+		t.bn16 = 1;
 	}
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
