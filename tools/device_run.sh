@@ -30,7 +30,8 @@
 # $OUT/<stage>.tgz, its report and bench.json beside).
 # bn16 (the own 16-bit NHWC batch norms: their GPU tests, then mobilenet_v2 and resnet50
 # bf16 at batch 256 under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager),
-# rebuilt (the GPU tests of what the seventeenth session rebuilt without a GPU).
+# rebuilt (the GPU tests of what the seventeenth session rebuilt without a GPU, and of
+# the eighteenth's one-pass decode kernel).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -182,7 +183,8 @@ for s in "$@"; do
 		# and loader tests (region decodes bit for bit against whole images, two
 		# decoders, the truncated file, the cost of regions against whole images beside
 		# mobilenet_v2's step) and the own 16-bit batch norms' tests, in one stage
-		TAIL=60 stage rebuilt_tests 540 sh -c "build/bundle/gpuperf_tests gpu_decode gpu_loader gpu_batch cuda_bn16 cuda_amp_own_bn16 cuda_amp_fused_batch_norm amp_bn | grep -v '^warning'" ;;
+		# and the eighteenth's one-pass and augment kernels against the CPU
+		TAIL=60 stage rebuilt_tests 540 sh -c "build/bundle/gpuperf_tests gpu_augment gpu_planar gpu_decode gpu_loader gpu_batch cuda_bn16 cuda_amp_own_bn16 cuda_amp_fused_batch_norm amp_bn | grep -v '^warning'" ;;
 	bn16)
 		# the own 16-bit NHWC batch norms (GPUPERF_BN16): their tests, then mobilenet_v2
 		# and resnet50 bf16 batch 256 under each mode, interleaved, beside PyTorch's eager

@@ -197,13 +197,13 @@ int cmd_loader(int argc, char **argv)
 			printf("gpu decode (%s backend): %ld by the JPEG engines (%ld as the crop's "
 			       "region, %.0f%% of their pixels), %ld by CUDA, %ld on "
 			       "the CPU, %ld by %d CPU threads beside them, %ld corrupt; decode %.1f ms, "
-			       "augment %.1f ms of GPU time, reading %.1f ms (%.0f img/s decode + "
-			       "augment alone)\n",
+			       "augment %.1f ms of GPU time (%ld images in one pass), reading %.1f ms "
+			       "(%.0f img/s decode + augment alone)\n",
 			       backend, gs.hw_decoded, gs.region_decoded,
 			       gs.region_full_pixels > 0
 				       ? 100 * gs.region_pixels / gs.region_full_pixels : 0,
 			       gs.cuda_decoded, gs.cpu_fallback, gs.cpu_shared,
-			       decode_threads, gs.failed, gs.decode_ms, gs.augment_ms,
+			       decode_threads, gs.failed, gs.decode_ms, gs.augment_ms, gs.one_pass,
 			       run.st.decode_ms_total, made / ((gs.decode_ms + gs.augment_ms) / 1e3));
 		}
 		dataset_close(ds);

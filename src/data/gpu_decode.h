@@ -61,6 +61,8 @@ struct gpu_decode_stats {
 	long region_decoded; /* of hw_decoded: only the region the crop reads (ycc_roi) */
 	double region_pixels, region_full_pixels; /* those regions' pixels, and their
 						    * images' whole sizes */
+	long one_pass;      /* decoded as planes and made into the batch by the one-pass
+			     * kernel (gpu_planar_launch), not converted then augmented */
 };
 
 struct gpu_decoder;
@@ -97,6 +99,9 @@ struct gpu_decoder_opts {
 	/* test-only: the hardware backend decodes whole images, not only the region each
 	 * crop reads (nvjpegDecodeBatchedEx), for the test that compares the two */
 	int whole_images;
+	/* test-only: planes converted to RGB by one kernel, then augmented by another, as
+	 * before the one-pass kernel, for the tests that compare the two */
+	int two_pass;
 };
 /* The options gpu_decoder_create uses: the backend GPUPERF_NVJPEG_BACKEND says, no
  * CPU threads, the pool made. */

@@ -446,6 +446,7 @@ static void decode_stats_add(struct gpu_decode_stats *to, const struct gpu_decod
 	to->region_decoded += from->region_decoded;
 	to->region_pixels += from->region_pixels;
 	to->region_full_pixels += from->region_full_pixels;
+	to->one_pass += from->one_pass;
 }
 
 /* What the decoder counted since `before`: the counts of one batch. */
@@ -465,6 +466,7 @@ static void decode_stats_since(const struct gpu_decode_stats *now,
 	d->region_decoded = now->region_decoded - before->region_decoded;
 	d->region_pixels = now->region_pixels - before->region_pixels;
 	d->region_full_pixels = now->region_full_pixels - before->region_full_pixels;
+	d->one_pass = now->one_pass - before->one_pass;
 }
 
 /* Make batch seq into slot k (lane ln's decode thread): its files (read ahead by the

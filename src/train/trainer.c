@@ -651,8 +651,8 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				"the crop's region, %.0f%% of their pixels), %ld CUDA, "
 				"%ld on the CPU (nvJPEG refused them), %ld by %d CPU threads beside "
 				"it; per batch %.1f ms decoding (%.1f ms of it reading headers, %ld%% "
-				"read ahead), %.1f ms of GPU time converting and augmenting; %d "
-				"decoders, %d batch buffers\n",
+				"read ahead), %.1f ms of GPU time converting and augmenting (%ld images "
+				"in one pass); %d decoders, %d batch buffers\n",
 				gpu_loader_backend(data.gl), gs.hw_decoded, gs.region_decoded,
 				gs.region_full_pixels > 0
 					? 100 * gs.region_pixels / gs.region_full_pixels : 0,
@@ -660,7 +660,7 @@ int train_run_observed(const struct train_opts *o, const struct train_observer *
 				st.images ? gs.decode_ms * o->batch / st.images : 0,
 				st.images ? gs.parse_ms * o->batch / st.images : 0,
 				st.images ? 100 * gs.parsed_ahead / st.images : 0,
-				st.images ? gs.augment_ms * o->batch / st.images : 0,
+				st.images ? gs.augment_ms * o->batch / st.images : 0, gs.one_pass,
 				gpu_loader_decoders(data.gl), gpu_loader_outputs(data.gl));
 		res->images = st.images;
 		res->skipped_corrupt = st.skipped_corrupt;

@@ -651,9 +651,10 @@ TEST(gpu_decode_auto_probes_both)
 /* Options that change how the decoder runs, never what it makes, give the default
  * decoder's batch bit for bit, batch after batch: nvJPEG's own allocators instead of
  * the decoder's stream-ordered ones (also the fallback where the device has no memory
- * pools or nvJPEG refuses ours; they free and take again between batches), and whole
+ * pools or nvJPEG refuses ours; they free and take again between batches), whole
  * images instead of the default's region decodes (on the JPEG engines the default
- * decodes every image of the batch as the region its crop reads, and must say so). */
+ * decodes every image of the batch as the region its crop reads, and must say so),
+ * and the colour and augment kernels in two passes instead of the default's one. */
 TEST(gpu_decode_options_give_the_same_batch)
 {
 	if (!gpu_decode_ready())
@@ -687,11 +688,15 @@ TEST(gpu_decode_options_give_the_same_batch)
 		       100 * share);
 		CHECK(share > 0.05 && share < 1.0);
 	}
-	for (int v = 0; v < 2 && !test_failed(); v++) {
-		const char *what = v == 0 ? "nvJPEG's allocators" : "whole images";
+	/* the planes it decodes go through the one-pass kernel */
+	printf("    one pass: %ld of %d images\n", ds0.one_pass, BATCH);
+	CHECK_EQ_INT(ds0.one_pass, ds0.hw_decoded + ds0.cuda_decoded - ds0.nvjpeg_chroma);
+	for (int v = 0; v < 3 && !test_failed(); v++) {
+		const char *what = v == 0 ? "nvJPEG's allocators" : v == 1 ? "whole images" : "two passes";
 		struct gpu_decoder_opts o = gpu_decoder_opts_default();
 		o.default_allocators = v == 0;
 		o.whole_images = v == 1;
+		o.two_pass = v == 2;
 		struct gpu_decoder *d = NULL;
 		CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 1, &o, &d) == 0,
 			  "%s: %s", what, gp_errmsg());
@@ -709,6 +714,8 @@ TEST(gpu_decode_options_give_the_same_batch)
 			gpu_decoder_get_stats(d, &st);
 			if (v == 1)
 				CHECK_EQ_INT(st.region_decoded, 0);
+			if (v == 2)
+				CHECK_EQ_INT(st.one_pass, 0);
 		}
 		gpu_decoder_destroy(d);
 	}

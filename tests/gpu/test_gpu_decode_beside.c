@@ -484,7 +484,8 @@ TEST(gpu_decode_keeps_up_beside_training)
  * rate: one decoder; two decoders on two threads at once (whether nvJPEG's batched
  * call waits, so that two in flight overlap their waits, or the JPEG engines are
  * full); one that does nvJPEG's work alone (the rest is what the colour and augment
- * kernels cost); one that decodes whole images instead of the crops' regions. Held to
+ * kernels cost); one that decodes whole images instead of the crops' regions; one
+ * that converts the planes and augments in two passes, not the one-pass kernel. Held to
  * it: every decoder's batches but nvJPEG-alone's, whole images too, are the lone
  * decoder's bit for bit, and the two at once decode a batch in less time than one
  * alone. With CUDA's default 8 hardware queues they took 85-127 ms a batch against
@@ -495,8 +496,8 @@ TEST(gpu_decode_costs_beside_mobilenet_v2_training)
 	if (!gpu_decode_ready())
 		return;
 	/* decoders: 0 and 1 the default, 2 nvJPEG's work alone (no colour or augment
-	 * kernels), 3 whole images */
-	enum { BATCH = 256, STEPS = 40, DECODERS = 4 };
+	 * kernels), 3 whole images, 4 the colour and augment kernels in two passes */
+	enum { BATCH = 256, STEPS = 40, DECODERS = 5 };
 	static const struct {
 		const char *name;
 		int first, count;
@@ -505,6 +506,7 @@ TEST(gpu_decode_costs_beside_mobilenet_v2_training)
 		{ "2 decoders at once", 0, 2 },
 		{ "1 decoder, nvJPEG only", 2, 1 },
 		{ "1 decoder, whole images", 3, 1 },
+		{ "1 decoder, two passes", 4, 1 },
 	};
 	struct dataset *ds;
 	struct image_ctx ctx;
@@ -525,6 +527,7 @@ TEST(gpu_decode_costs_beside_mobilenet_v2_training)
 		struct gpu_decoder_opts o = gpu_decoder_opts_default();
 		o.nvjpeg_only = k == 2;
 		o.whole_images = k == 3;
+		o.two_pass = k == 4;
 		CHECK_MSG(gpu_decoder_create_opts(0, BATCH, SIZE, GPU_BATCH_NHWC_BF16, 2, &o, &d[k]) ==
 				  0, "%s", gp_errmsg());
 	}
@@ -534,7 +537,7 @@ TEST(gpu_decode_costs_beside_mobilenet_v2_training)
 		CHECK_EQ_INT(gpu_decoder_run(d[k], 0, items, BATCH, failed[0]), 0);
 	CHECK(cudaMemcpy(want, gpu_decoder_output(d[0], 0), bytes, cudaMemcpyDeviceToHost) ==
 	      cudaSuccess);
-	double step_alone = beside_step_ms(net, STEPS), per_batch[4] = { 0 };
+	double step_alone = beside_step_ms(net, STEPS), per_batch[5] = { 0 };
 	for (size_t r = 0; r < sizeof(runs) / sizeof(runs[0]) && !test_failed(); r++) {
 		int first = runs[r].first, used = runs[r].count;
 		struct decode_loop loop[2];

@@ -51,6 +51,29 @@ struct gpu_ycc_item {
 int gpu_ycc_launch(const struct gpu_ycc_item *items_dev, int n, int max_w, int max_h,
 		   void *stream);
 
+/* One sample decoded by nvJPEG as planes (y, cb, cr as in gpu_ycc_item: pixel (x, y)
+ * of the image at y[y * y_pitch + x], cb.p NULL for grey), made into the batch in one
+ * pass: colour conversion, crop, resize, flip and normalize, each tile of the output
+ * from its source pixels converted once into shared memory, the rows filtered there
+ * horizontally and then combined vertically. The same pixels as gpu_ycc_launch then
+ * gpu_augment_launch, bit for bit; a.src and a.pitch are not read. */
+struct gpu_planar_item {
+	struct gpu_augment_item a;
+	const unsigned char *y;
+	size_t y_pitch;
+	struct ycc_plane cb, cr;
+};
+
+/* The shared memory a tile of box b at output size needs, or 0 when that is more than
+ * the kernel takes (48 KB: at 224, a shrink by more than about 3.5x on both axes),
+ * left to the two passes. */
+size_t gpu_planar_shared_bytes(const struct resample_box *b, int size);
+/* Launch for n items already on the device, each of which gpu_planar_shared_bytes
+ * took, shared_bytes the largest of theirs; table as for gpu_augment_launch. */
+int gpu_planar_launch(const struct gpu_planar_item *items_dev, int n, int size,
+		      enum gpu_batch_layout layout, const float mean[3], const float std[3],
+		      size_t shared_bytes, void *table, void *out, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

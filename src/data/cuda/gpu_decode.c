@@ -70,6 +70,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->size = size;
 	d->layout = layout;
 	d->nvjpeg_only = opts->nvjpeg_only;
+	d->two_pass = opts->two_pass;
 	d->batched_n = -1;
 	d->batched_fmt = NVJPEG_OUTPUT_YUV;
 	d->cur = &d->side[0];
@@ -86,6 +87,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->chroma = calloc(n, sizeof(*d->chroma));
 	d->region = calloc(n, sizeof(*d->region));
 	d->planar = calloc(n, 1);
+	d->one_pass = calloc(n, 1);
 	d->bat_data = calloc(n, sizeof(*d->bat_data));
 	d->bat_len = calloc(n, sizeof(*d->bat_len));
 	d->bat_img = calloc(n, sizeof(*d->bat_img));
@@ -95,7 +97,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 	d->out_read = calloc(outputs, sizeof(*d->out_read));
 	d->out_ready = calloc(outputs, sizeof(*d->out_ready));
 	if (!d->out || !d->out_read || !d->out_ready || !d->offset || !d->yuv_offset || !d->route || !d->fmt ||
-	    !d->chroma || !d->region || !d->planar || !d->bat_data || !d->bat_len || !d->bat_img ||
+	    !d->chroma || !d->region || !d->planar || !d->one_pass || !d->bat_data || !d->bat_len || !d->bat_img ||
 	    !d->bat_item || !d->errmsg) {
 		rc = gp_error(GP_ENOMEM, "out of memory");
 		goto fail;
@@ -122,6 +124,7 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 		}
 	}
 	if ((rc = CUDA_CHECK(cudaMalloc((void **)&d->items_dev, n * sizeof(*d->items_dev)))) < 0 ||
+	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->planar_dev, n * sizeof(*d->planar_dev)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMalloc(&d->aug_table, gpu_augment_table_bytes(max_batch, size)))) < 0 ||
 	    (rc = CUDA_CHECK(cudaMalloc((void **)&d->ycc_dev, n * sizeof(*d->ycc_dev)))) < 0)
 		goto fail;
@@ -129,6 +132,8 @@ int gpu_decoder_create_opts(int device, int max_batch, int size, enum gpu_batch_
 		struct gpu_decode_side *sd = &d->side[k];
 		if ((rc = CUDA_CHECK(cudaMallocHost((void **)&sd->items_host,
 						    n * sizeof(*sd->items_host)))) < 0 ||
+		    (rc = CUDA_CHECK(cudaMallocHost((void **)&sd->planar_host,
+						    n * sizeof(*sd->planar_host)))) < 0 ||
 		    (rc = CUDA_CHECK(cudaMallocHost((void **)&sd->ycc_host,
 						    n * sizeof(*sd->ycc_host)))) < 0 ||
 		    (rc = CUDA_CHECK(cudaEventCreate(&sd->start))) < 0 ||
@@ -283,41 +288,64 @@ static const unsigned char *plane_origin(const unsigned char *p, size_t pitch, i
 	return (const unsigned char *)((uintptr_t)p - (size_t)y * pitch - (size_t)x);
 }
 
-/* Items decoded as planes become RGB in their staging place, TurboJPEG's way, but
- * only where the augment reads (image_resample_reach): a random crop's reach is about
- * half the image on average, and the conversion's time goes with its pixels. */
-static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *items, int n)
+/* Items decoded as planes go to the one-pass kernel (gpu_planar_launch: colour,
+ * crop, resize, flip and normalize straight into the batch) where its shared memory
+ * holds a tile's source span, into sd->planar_host (*np of them, *shared the most
+ * shared memory one asks for). The others (a shrink by more than about 5x, or
+ * two_pass) become RGB in their staging place, TurboJPEG's way, but only where the
+ * augment reads (image_resample_reach): a random crop's reach is about half the image
+ * on average, and the conversion's time goes with its pixels. */
+static int planes_to_rgb(struct gpu_decoder *d, const struct gpu_decode_item *items, int n,
+			 int *np, size_t *shared)
 {
 	int m = 0, max_w = 0, max_h = 0;
+	*np = 0;
+	*shared = 0;
 	for (int i = 0; i < n; i++) {
 		if (!d->planar[i] || d->route[i] == ROUTE_FAILED || d->route[i] == ROUTE_CPU)
 			continue;
 		const struct gpu_decode_item *it = &items[i];
 		struct nvjpeg_image img = gpu_decoder_item_image(d, it, i, d->fmt[i]);
-		struct gpu_ycc_item *y = &d->cur->ycc_host[m++];
+		struct gpu_ycc_item yi;
 		const int *r = d->region[i];
-		memset(y, 0, sizeof(*y));
-		y->y = plane_origin(img.channel[0], img.pitch[0], r[0], r[1]);
-		y->y_pitch = img.pitch[0];
+		memset(&yi, 0, sizeof(yi));
+		yi.y = plane_origin(img.channel[0], img.pitch[0], r[0], r[1]);
+		yi.y_pitch = img.pitch[0];
 		if (d->fmt[i] == NVJPEG_OUTPUT_YUV) {
 			const int *c = d->chroma[i];
-			y->cb = (struct ycc_plane){
+			yi.cb = (struct ycc_plane){
 				plane_origin(img.channel[1], img.pitch[1], r[0] / c[2], r[1] / c[3]),
 				img.pitch[1], c[0], c[1], c[2], c[3] };
-			y->cr = y->cb;
-			y->cr.p = plane_origin(img.channel[2], img.pitch[2], r[0] / c[2], r[1] / c[3]);
+			yi.cr = yi.cb;
+			yi.cr.p = plane_origin(img.channel[2], img.pitch[2], r[0] / c[2], r[1] / c[3]);
+		}
+		size_t sb = d->two_pass ? 0 : gpu_planar_shared_bytes(&it->geo.box, d->size);
+		if (sb > 0) {
+			struct gpu_planar_item *p = &d->cur->planar_host[(*np)++];
+			memset(p, 0, sizeof(*p));
+			p->a = (struct gpu_augment_item){ .w = it->w, .h = it->h, .box = it->geo.box,
+							  .flip = it->geo.flip, .dst = it->dst };
+			p->y = yi.y;
+			p->y_pitch = yi.y_pitch;
+			p->cb = yi.cb;
+			p->cr = yi.cr;
+			*shared = sb > *shared ? sb : *shared;
+			d->one_pass[i] = 1;
+			continue;
 		}
 		int reach[4];
 		image_resample_reach(&it->geo.box, d->size, d->size, reach);
-		y->x0 = reach[0];
-		y->y0 = reach[1];
-		y->w = reach[2] - reach[0];
-		y->h = reach[3] - reach[1];
-		y->dst = d->staging + d->offset[i];
-		y->dst_pitch = (size_t)it->w * 3;
-		max_w = y->w > max_w ? y->w : max_w;
-		max_h = y->h > max_h ? y->h : max_h;
+		yi.x0 = reach[0];
+		yi.y0 = reach[1];
+		yi.w = reach[2] - reach[0];
+		yi.h = reach[3] - reach[1];
+		yi.dst = d->staging + d->offset[i];
+		yi.dst_pitch = (size_t)it->w * 3;
+		max_w = yi.w > max_w ? yi.w : max_w;
+		max_h = yi.h > max_h ? yi.h : max_h;
+		d->cur->ycc_host[m++] = yi;
 	}
+	d->stats.one_pass += *np;
 	if (m == 0)
 		return 0;
 	CUDA_TRY(cudaMemcpyAsync(d->ycc_dev, d->cur->ycc_host, (size_t)m * sizeof(*d->ycc_dev),
@@ -407,6 +435,7 @@ int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decod
 	int k = share_pick(d, n);
 	GP_TRY(yuv_reserve(d, items, n));
 	memset(d->planar, 0, (size_t)n);
+	memset(d->one_pass, 0, (size_t)n);
 	if (k > 0) /* the threads write staging on their own stream: the last augment first */
 		CUDA_TRY(cudaStreamSynchronize(d->stream));
 	if (k > 0)
@@ -427,12 +456,14 @@ int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decod
 	double t1 = gp_now_ms();
 	struct gpu_decode_side *sd = d->cur;
 	CUDA_TRY(cudaEventRecord(sd->start, d->stream));
+	int np = 0;
+	size_t shared = 0;
 	if (!d->nvjpeg_only)
-		GP_TRY(planes_to_rgb(d, items, n));
+		GP_TRY(planes_to_rgb(d, items, n, &np, &shared));
 	int m = 0;
 	for (int i = 0; i < n; i++) {
 		failed[i] = d->route[i] == ROUTE_FAILED;
-		if (failed[i])
+		if (failed[i] || d->one_pass[i])
 			continue;
 		struct gpu_augment_item *a = &sd->items_host[m++];
 		const struct gpu_decode_item *it = &items[i];
@@ -444,13 +475,25 @@ int gpu_decoder_launch(struct gpu_decoder *d, int output, const struct gpu_decod
 		a->flip = it->geo.flip;
 		a->dst = it->dst;
 	}
-	if (m > 0 && !d->nvjpeg_only) {
-		CUDA_TRY(cudaMemcpyAsync(d->items_dev, sd->items_host, (size_t)m * sizeof(*d->items_dev),
-					 cudaMemcpyHostToDevice, d->stream));
+	if (m + np > 0 && !d->nvjpeg_only) {
 		/* the buffer's last reader done (a never recorded event is no wait) */
 		CUDA_TRY(cudaStreamWaitEvent(d->stream, d->out_read[output], 0));
-		GP_TRY(gpu_augment_launch(d->items_dev, m, d->size, d->layout, imagenet_mean,
-					  imagenet_std, d->aug_table, d->out[output], d->stream));
+		if (m > 0) {
+			CUDA_TRY(cudaMemcpyAsync(d->items_dev, sd->items_host,
+						 (size_t)m * sizeof(*d->items_dev),
+						 cudaMemcpyHostToDevice, d->stream));
+			GP_TRY(gpu_augment_launch(d->items_dev, m, d->size, d->layout, imagenet_mean,
+						  imagenet_std, d->aug_table, d->out[output], d->stream));
+		}
+		if (np > 0) { /* its windows after the two-pass items' in the table */
+			CUDA_TRY(cudaMemcpyAsync(d->planar_dev, sd->planar_host,
+						 (size_t)np * sizeof(*d->planar_dev),
+						 cudaMemcpyHostToDevice, d->stream));
+			GP_TRY(gpu_planar_launch(d->planar_dev, np, d->size, d->layout, imagenet_mean,
+						 imagenet_std, shared,
+						 (char *)d->aug_table + gpu_augment_table_bytes(m, d->size),
+						 d->out[output], d->stream));
+		}
 	}
 	CUDA_TRY(cudaEventRecord(d->out_ready[output], d->stream));
 	CUDA_TRY(cudaEventRecord(sd->done, d->stream));
@@ -535,6 +578,7 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 		cudaFree(sd->yuv);
 		cudaFreeHost(sd->ycc_host);
 		cudaFreeHost(sd->items_host);
+		cudaFreeHost(sd->planar_host);
 		if (sd->start)
 			cudaEventDestroy(sd->start);
 		if (sd->done)
@@ -549,6 +593,7 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 	free(d->out_read);
 	free(d->out_ready);
 	cudaFree(d->items_dev);
+	cudaFree(d->planar_dev);
 	cudaFree(d->aug_table);
 	if (d->stream)
 		cudaStreamDestroy(d->stream);
@@ -562,6 +607,7 @@ void gpu_decoder_destroy(struct gpu_decoder *d)
 	free(d->chroma);
 	free(d->region);
 	free(d->planar);
+	free(d->one_pass);
 	free(d->bat_data);
 	free(d->bat_len);
 	free(d->bat_img);

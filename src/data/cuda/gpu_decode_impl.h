@@ -42,7 +42,7 @@ struct gpu_decoder {
 	cudaStream_t stream;       /* colour conversion, augment and their copies */
 	cudaStream_t nj_stream;    /* nvJPEG's calls, synchronized after each */
 	int device, max_batch, size;
-	int nvjpeg_only;           /* gpu_decoder_opts' */
+	int nvjpeg_only, two_pass; /* gpu_decoder_opts' */
 	enum gpu_batch_layout layout;
 
 	unsigned char *staging;    /* decoded RGB of the whole batch, device */
@@ -55,6 +55,7 @@ struct gpu_decoder {
 		size_t yuv_cap;
 		struct gpu_ycc_item *ycc_host;       /* pinned, copied to ycc_dev */
 		struct gpu_augment_item *items_host; /* pinned, copied to items_dev */
+		struct gpu_planar_item *planar_host; /* pinned, copied to planar_dev */
 		cudaEvent_t start, done;   /* around its kernels, on stream */
 		int pending;               /* done recorded, not yet waited for */
 	} side[2], *cur;
@@ -67,7 +68,8 @@ struct gpu_decoder {
 	cudaEvent_t *out_ready;    /* each: recorded after the last launch's writes into out[k] */
 	int outputs;
 	struct gpu_augment_item *items_dev;
-	void *aug_table;           /* the augment kernel's filter windows, device */
+	struct gpu_planar_item *planar_dev;
+	void *aug_table;           /* the augment kernels' filter windows, device */
 
 	/* per item of the running batch */
 	size_t *offset;
@@ -78,6 +80,7 @@ struct gpu_decoder {
 	int (*region)[4];          /* x0, y0, x1, y1 of what nvJPEG decodes: the whole
 				    * image, or (regions) ycc_roi of the crop's reach */
 	unsigned char *planar;     /* 1: decoded as planes, to be converted */
+	unsigned char *one_pass;   /* of those: 1 for the one-pass kernel (planes_to_rgb) */
 	const unsigned char **bat_data;
 	size_t *bat_len;
 	struct nvjpeg_image *bat_img;
