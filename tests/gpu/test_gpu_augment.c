@@ -249,54 +249,60 @@ TEST(gpu_planar_matches_cpu_and_beats_two_passes)
 		box(1, 0, SRC_W - 1, SRC_H, 1, 0, SRC_W - 1, SRC_H), /* 9.3 x 7.0 */
 	};
 	enum { N = sizeof(boxes) / sizeof(boxes[0]) };
-	CHECK(gpu_planar_shared_bytes(&boxes[N - 1], OUT) == 0);
-	for (int i = 0; i < N - 1; i++)
-		CHECK(gpu_planar_shared_bytes(&boxes[i], OUT) > 0);
+	/* 64: whole tiles; 70: a last column of tiles 6 wide and a last row 6 high */
+	enum { S_MAX = 70 };
+	const int sizes[] = { OUT, S_MAX };
 	const int layouts[][2] = { { 2, 2 }, { 2, 1 }, { 1, 1 }, { 0, 0 } };
-	size_t out_floats = (size_t)N * 3 * OUT * OUT;
+	size_t out_floats = (size_t)N * 3 * S_MAX * S_MAX;
 	float *want = malloc(sizeof(float) * out_floats), *got = malloc(sizeof(float) * out_floats);
 	struct image_ctx ctx;
 	CHECK_OK(image_ctx_init(&ctx));
 	void *items_dev = NULL, *table = NULL, *out = NULL;
 	CHECK(cudaMalloc(&items_dev, N * sizeof(struct gpu_planar_item)) == cudaSuccess);
-	CHECK(cudaMalloc(&table, gpu_augment_table_bytes(N, OUT)) == cudaSuccess);
+	CHECK(cudaMalloc(&table, gpu_augment_table_bytes(N, S_MAX)) == cudaSuccess);
 	CHECK(cudaMalloc(&out, sizeof(float) * out_floats) == cudaSuccess);
-	for (int l = 0; l < 4 && !test_failed(); l++) {
-		struct planes p;
-		planes_make(&p, layouts[l][0], layouts[l][1], 11 + l);
-		struct image img = { .pix = p.rgb, .w = SRC_W, .h = SRC_H };
-		struct gpu_planar_item items[N];
-		int m = N - 1; /* the 9x box: not the one-pass kernel's */
-		size_t shared = 0;
-		for (int i = 0; i < m; i++) {
-			items[i] = planar_item(&p, &boxes[i], i % 2, m - 1 - i);
-			size_t sb = gpu_planar_shared_bytes(&boxes[i], OUT);
-			shared = sb > shared ? sb : shared;
-			CHECK_OK(image_resample_chw(&ctx, &img, &boxes[i], OUT, OUT, i % 2, imagenet_mean,
-						    imagenet_std, want + (size_t)(m - 1 - i) * 3 * OUT * OUT));
-		}
-		CHECK(cudaMemcpy(items_dev, items, m * sizeof(items[0]), cudaMemcpyHostToDevice) ==
-		      cudaSuccess);
-		for (int pass = 0; pass < 2 && !test_failed(); pass++) {
-			CHECK(cudaMemset(out, 0xff, sizeof(float) * out_floats) == cudaSuccess);
-			CHECK_OK(gpu_planar_launch(items_dev, m, OUT, GPU_BATCH_NCHW_F32, imagenet_mean,
-						   imagenet_std, pass ? 16 : shared, table, out, NULL));
-			CHECK(cudaDeviceSynchronize() == cudaSuccess);
-			CHECK(cudaMemcpy(got, out, sizeof(float) * m * 3 * OUT * OUT,
-					 cudaMemcpyDeviceToHost) == cudaSuccess);
-			double worst = 0;
-			for (size_t k = 0; k < (size_t)m * 3 * OUT * OUT; k++) {
-				int c = (int)(k / (OUT * OUT) % 3);
-				double d = isnan(got[k]) ? INFINITY : fabs((double)got[k] - want[k]);
-				d *= imagenet_std[c] * 255.0;
-				worst = d > worst ? d : worst;
+	for (int sl = 0; sl < 2 && !test_failed(); sl++) {
+		const int S = sizes[sl];
+		CHECK(gpu_planar_shared_bytes(&boxes[N - 1], S) == 0);
+		for (int i = 0; i < N - 1; i++)
+			CHECK(gpu_planar_shared_bytes(&boxes[i], S) > 0);
+		for (int l = 0; l < 4 && !test_failed(); l++) {
+			struct planes p;
+			planes_make(&p, layouts[l][0], layouts[l][1], 11 + l);
+			struct image img = { .pix = p.rgb, .w = SRC_W, .h = SRC_H };
+			struct gpu_planar_item items[N];
+			int m = N - 1; /* the 9x box: not the one-pass kernel's */
+			size_t shared = 0;
+			for (int i = 0; i < m; i++) {
+				items[i] = planar_item(&p, &boxes[i], i % 2, m - 1 - i);
+				size_t sb = gpu_planar_shared_bytes(&boxes[i], S);
+				shared = sb > shared ? sb : shared;
+				CHECK_OK(image_resample_chw(&ctx, &img, &boxes[i], S, S, i % 2, imagenet_mean,
+							    imagenet_std, want + (size_t)(m - 1 - i) * 3 * S * S));
 			}
-			printf("      %s, %s: worst %.2e in 0..255 units over %d boxes\n",
-			       l == 0 ? "4:2:0" : l == 1 ? "4:2:2" : l == 2 ? "4:4:4" : "grey",
-			       pass ? "tap by tap (no shared memory)" : "tiles", worst, m);
-			CHECK_MSG(worst <= 1e-3, "layout %d pass %d off by %.3g", l, pass, worst);
+			CHECK(cudaMemcpy(items_dev, items, m * sizeof(items[0]), cudaMemcpyHostToDevice) ==
+			      cudaSuccess);
+			for (int pass = 0; pass < 2 && !test_failed(); pass++) {
+				CHECK(cudaMemset(out, 0xff, sizeof(float) * out_floats) == cudaSuccess);
+				CHECK_OK(gpu_planar_launch(items_dev, m, S, GPU_BATCH_NCHW_F32, imagenet_mean,
+							   imagenet_std, pass ? 16 : shared, table, out, NULL));
+				CHECK(cudaDeviceSynchronize() == cudaSuccess);
+				CHECK(cudaMemcpy(got, out, sizeof(float) * m * 3 * S * S,
+						 cudaMemcpyDeviceToHost) == cudaSuccess);
+				double worst = 0;
+				for (size_t k = 0; k < (size_t)m * 3 * S * S; k++) {
+					int c = (int)(k / (S * S) % 3);
+					double d = isnan(got[k]) ? INFINITY : fabs((double)got[k] - want[k]);
+					d *= imagenet_std[c] * 255.0;
+					worst = d > worst ? d : worst;
+				}
+				printf("      %s at %d, %s: worst %.2e in 0..255 units over %d boxes\n",
+				       l == 0 ? "4:2:0" : l == 1 ? "4:2:2" : l == 2 ? "4:4:4" : "grey", S,
+				       pass ? "tap by tap (no shared memory)" : "tiles", worst, m);
+				CHECK_MSG(worst <= 1e-3, "layout %d pass %d off by %.3g", l, pass, worst);
+			}
+			planes_free(&p);
 		}
-		planes_free(&p);
 	}
 
 	/* time: 256 crops of a 4:2:0 500x375 image to 224, NHWC bf16, one pass against
