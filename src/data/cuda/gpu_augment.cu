@@ -215,7 +215,9 @@ __global__ void augment_kernel(const gpu_augment_item *items, int size, float3 s
 #define PL_TX 32
 #define PL_TY 16 /* output rows a tile */
 #define PL_BY 8  /* thread rows a block: each thread makes PL_TY / PL_BY output rows */
-#define PL_SHARED_MAX ((size_t)48 << 10)
+/* The dynamic shared memory a launch may ask for: with the kernel's static span[]
+ * within the 48 KB a block gets without opting in (cudaFuncSetAttribute). */
+#define PL_SHARED_MAX (((size_t)48 << 10) - 64)
 
 __host__ __device__ static size_t pl_src_bytes(size_t rows, size_t cols)
 {
@@ -406,6 +408,11 @@ static size_t pl_axis_span(double in0, double in1, int size, int tile)
 {
 	double scale = (in1 - in0) / size, support = scale > 1.0 ? scale : 1.0;
 	return (size_t)ceil((tile - 1) * scale + 2 * support) + 3;
+}
+
+extern "C" size_t gpu_planar_shared_max(void)
+{
+	return PL_SHARED_MAX;
 }
 
 extern "C" size_t gpu_planar_shared_bytes(const struct resample_box *b, int size)

@@ -65,9 +65,11 @@ struct gpu_planar_item {
 };
 
 /* The shared memory a tile of box b at output size needs, or 0 when that is more than
- * the kernel takes (48 KB: at 224, a shrink by more than about 3.5x on both axes),
- * left to the two passes. */
+ * the kernel takes (gpu_planar_shared_max, about 48 KB: at 224, a shrink by more than
+ * about 3.5x on both axes), left to the two passes. */
 size_t gpu_planar_shared_bytes(const struct resample_box *b, int size);
+/* The most shared_bytes gpu_planar_launch takes (what gpu_planar_shared_bytes can give). */
+size_t gpu_planar_shared_max(void);
 /* Launch for n items already on the device, each of which gpu_planar_shared_bytes
  * took, shared_bytes the largest of theirs; table as for gpu_augment_launch. */
 int gpu_planar_launch(const struct gpu_planar_item *items_dev, int n, int size,
