@@ -189,6 +189,11 @@ int dwconv_bwd_filter_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d
  * defaults) and rows per thread at 4 channels (2 or 4; 0: the defaults): for the tests,
  * which check every width. Process-wide and not thread-safe; set before launching. */
 void dwconv_set_widths(int v, int vh);
+/* 16 bits: which directions let 3x3 pad-1 shapes take the tiled kernels (bits: 1 forward,
+ * 2 backward data, 4 weight gradient; 7, all, is the default), the rest staying on the
+ * row kernels; for the tests, which check and time both. Process-wide and not
+ * thread-safe, as above. */
+void dwconv_set_tiled(int dirs);
 
 /* --- convolution (conv_plan.c: plans, algorithms; conv_cudnn.c: the calls) --------------
  * The first call for a shape (and math mode) builds its plan: descriptors and the

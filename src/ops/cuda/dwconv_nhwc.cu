@@ -186,6 +186,270 @@ __device__ static inline int dwh_item(const struct dwh_k &p, int vh, size_t *ni,
 	return 1;
 }
 
+/* --- tiled forward and backward data (3x3, pad 1; dwconv_nhwc.cuh) ------------------------
+ * A block stages its input window, then each thread computes DWT_TH / RG rows of one
+ * column for 4 channels from shared memory. Forward reads x and writes y (bias, the
+ * folded ReLU6 clip); backward data at stride 1 is the same correlation of dy with the
+ * taps reversed (mask, accumulate); at stride 2 a thread makes 2 x 2 dx pixels at a time
+ * from the 2 x 2 dy pixels they share (dwt_bwd2_kernel). */
+static int tiled_dirs = 7; /* bit DWH_FWD, DWH_BWD_DATA, DWH_FILTER: that direction tiled */
+
+extern "C" void dwconv_set_tiled(int dirs)
+{
+	tiled_dirs = dirs & 7;
+}
+
+int dwt_takes(int dir, const struct conv2d_args *a, const void *p0, const void *p1, const void *p2,
+	      const void *p3)
+{
+	/* the written plane (dy's for the weight gradient) wider than 8: on 7 x 7 planes the
+	 * row kernels measured faster in every direction (s19) */
+	int wide = (dir == DWH_BWD_DATA ? a->w_in : a->w_out) > 8;
+	return (tiled_dirs >> dir & 1) && wide && a->kh == 3 && a->kw == 3 && a->pad == 1 &&
+	       (a->stride == 1 || a->stride == 2) && a->c_in % 8 == 0 && a->n <= 65535 &&
+	       aligned(p0, 16) && aligned(p1, 16) && aligned(p2, 16) && aligned(p3, 16);
+}
+
+#define DWT_TH 8 /* output rows a forward block covers */
+
+struct dwt_p {
+	int c, in_h, in_w, out_h, out_w; /* the read tensor's rows and columns, the written's */
+	int cgroups;                     /* channel groups of CB */
+	size_t img_in, img_out;          /* elements of one image of the read and the written */
+	int clip6;                       /* forward: min(x, 6) on load */
+	const void *mask;                /* backward: dx *= (mask < 6), laid out as dx, or NULL */
+	int accumulate;                  /* backward: dx += the result */
+	int tpb;                         /* tiles a block takes, one below the other */
+};
+
+/* Tiles a forward block takes down the image (grid.y covers the rest): the next tile's
+ * loads are in flight while the block computes one. Backward data blocks take one tile:
+ * with the same prefetch they measured slower (s19). */
+#define DWT_TPB_FWD 4
+/* Blocks an SM must hold at once in backward data at stride 1: unbounded, ptxas took 98
+ * registers (2 blocks), 2.93 against 3.40 ms a step with 3 (80 registers, 16 bytes
+ * spilled); the forward lost with the same bound (2.09 against 1.80 ms; s19). */
+#define DWT_BWD_BLOCKS 3
+
+/* The forward block: CB / 4 channel vectors x TWB columns x RG row groups of RT rows. */
+template <int S, int CB> struct dwt_fwd_shape {
+	static constexpr int CV = CB / 4, RG = S == 1 ? 2 : 4, RT = DWT_TH / RG;
+	static constexpr int TWB = DWT_THREADS / (CV * RG);
+	static constexpr int NR = (DWT_TH - 1) * S + 3, NC = (TWB - 1) * S + 3;
+};
+
+/* Store 4 channels of a written pixel: + bias forward; backward the mask, then
+ * accumulate, as the row kernels do. */
+template <typename T, bool BWD>
+__device__ static inline void dwt_put(const struct dwt_p &p, T *o, const T *out, float (&v)[4])
+{
+	if (BWD && p.mask)
+		mask6v<T, 4>((const T *)p.mask + (o - out), v);
+	if (BWD && p.accumulate) {
+		float old[4];
+		ldv<4>(o, old);
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			v[e] += old[e];
+	}
+	stv<4>(o, v);
+}
+
+template <typename T, int CB, int S, bool BWD>
+__global__ static void __launch_bounds__(DWT_THREADS, BWD ? DWT_BWD_BLOCKS : 1)
+dwt_fwd_kernel(struct dwt_p p, const T *__restrict__ in, const T *__restrict__ w,
+	       const float *__restrict__ b, T *__restrict__ out)
+{
+	using G = dwt_fwd_shape<S, CB>;
+	__shared__ float4 tile[G::NR * G::NC * G::CV];
+	const int cg = (int)blockIdx.x % p.cgroups, tc = (int)blockIdx.x / p.cgroups;
+	const int ow0 = tc * G::TWB, c0 = cg * CB;
+	const size_t ni = blockIdx.z;
+	const T *ib = in + ni * p.img_in;
+	const int cv = (int)threadIdx.x % G::CV, rest = (int)threadIdx.x / G::CV;
+	const int j = rest % G::TWB, rg = rest / G::TWB, ch = c0 + cv * 4, ow = ow0 + j;
+	float wl[9][4], wr[9][4], bv[4];
+	load_w<T, 4, 9>(w + (size_t)ch * 9, wl);
+#pragma unroll
+	for (int k = 0; k < 9; k++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			wr[k][e] = wl[BWD ? 8 - k : k][e]; /* backward: the taps reversed */
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		bv[e] = !BWD && b ? b[ch + e] : 0.0f;
+	int oh0 = (int)blockIdx.y * p.tpb * DWT_TH;
+	const int oh_end = min(p.out_h, oh0 + p.tpb * DWT_TH);
+	uint4 raw[dwt_win<CB, G::NR, G::NC>::PER];
+	dwt_load<T, CB, G::NR, G::NC>(raw, ib, p.in_h, p.in_w, p.c, oh0 * S - 1, ow0 * S - 1, c0);
+	for (; oh0 < oh_end; oh0 += DWT_TH) {
+		__syncthreads(); /* the previous tile read */
+		dwt_store<T, CB, G::NR, G::NC>(tile, raw, !BWD && p.clip6);
+		__syncthreads();
+		if (!BWD && oh0 + DWT_TH < oh_end) /* backward: one tile a block (s19) */
+			dwt_load<T, CB, G::NR, G::NC>(raw, ib, p.in_h, p.in_w, p.c, (oh0 + DWT_TH) * S - 1,
+						      ow0 * S - 1, c0);
+		float acc[G::RT][4];
+#pragma unroll
+		for (int i = 0; i < G::RT; i++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[i][e] = 0.0f;
+#pragma unroll
+		for (int rr = 0; rr < (G::RT - 1) * S + 3; rr++) {
+			const int r = rg * G::RT * S + rr;
+#pragma unroll
+			for (int kx = 0; kx < 3; kx++) {
+				const float4 xv = tile[(r * G::NC + j * S + kx) * G::CV + cv];
+#pragma unroll
+				for (int i = 0; i < G::RT; i++) {
+					const int ky = rr - i * S;
+					if (ky >= 0 && ky < 3)
+						fma4(acc[i], xv, wr[ky * 3 + kx]);
+				}
+			}
+		}
+		if (ow >= p.out_w)
+			continue;
+#pragma unroll
+		for (int i = 0; i < G::RT; i++) {
+			const int oh = oh0 + rg * G::RT + i;
+			if (oh >= p.out_h)
+				break;
+			float v[4];
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				v[e] = acc[i][e] + bv[e];
+			dwt_put<T, BWD>(p, out + ni * p.img_out + (oh * p.out_w + ow) * p.c + ch, out, v);
+		}
+	}
+}
+
+/* Backward data at stride 2: CB / 4 channel vectors x TB column pairs x RG row groups of
+ * RP row pairs; the block covers TH x TW dx pixels and stages NR x NC dy pixels. */
+template <int CB> struct dwt_bwd2_shape {
+	static constexpr int CV = CB / 4, RG = 4, RP = 2, TB = DWT_THREADS / (CV * RG);
+	static constexpr int NR = RG * RP + 1, NC = TB + 1, TH = 2 * RG * RP, TW = 2 * TB;
+};
+
+/* dx(2a + u, 2b + v) from dy(a, b), dy(a, b + 1), dy(a + 1, b), dy(a + 1, b + 1): dx row
+ * 2oh - 1 + ky gets dy row oh through tap ky, so an even dx row takes tap 1 of row a, an
+ * odd one taps 2 of row a and 0 of row a + 1 (columns alike). */
+template <typename T, int CB>
+__global__ static void __launch_bounds__(DWT_THREADS)
+dwt_bwd2_kernel(struct dwt_p p, const T *__restrict__ dy, const T *__restrict__ w, T *__restrict__ dx)
+{
+	using G = dwt_bwd2_shape<CB>;
+	__shared__ float4 tile[G::NR * G::NC * G::CV];
+	const int cg = (int)blockIdx.x % p.cgroups, tc = (int)blockIdx.x / p.cgroups;
+	const int b0 = tc * G::TB, c0 = cg * CB;
+	const size_t ni = blockIdx.z;
+	const T *gb = dy + ni * p.img_in;
+	const int cv = (int)threadIdx.x % G::CV, rest = (int)threadIdx.x / G::CV;
+	const int jb = rest % G::TB, rg = rest / G::TB, ch = c0 + cv * 4;
+	const int iw = 2 * (b0 + jb);
+	float wr[9][4];
+	load_w<T, 4, 9>(w + (size_t)ch * 9, wr);
+	T *base = dx + ni * p.img_out + ch;
+	const int a0 = (int)blockIdx.y * (G::TH / 2);
+	uint4 raw[dwt_win<CB, G::NR, G::NC>::PER];
+	dwt_load<T, CB, G::NR, G::NC>(raw, gb, p.in_h, p.in_w, p.c, a0, b0, c0);
+	dwt_store<T, CB, G::NR, G::NC>(tile, raw, false);
+	__syncthreads();
+	if (iw >= p.out_w)
+		return;
+#pragma unroll
+	for (int rp = 0; rp < G::RP; rp++) {
+		const int a = rg * G::RP + rp, ih = 2 * (a0 + a);
+		if (ih >= p.out_h)
+			break;
+		const float4 d00 = tile[(a * G::NC + jb) * G::CV + cv];
+		const float4 d01 = tile[(a * G::NC + jb + 1) * G::CV + cv];
+		const float4 d10 = tile[((a + 1) * G::NC + jb) * G::CV + cv];
+		const float4 d11 = tile[((a + 1) * G::NC + jb + 1) * G::CV + cv];
+		float v[4] = { 0, 0, 0, 0 };
+		fma4(v, d00, wr[4]);
+		dwt_put<T, true>(p, base + (ih * p.out_w + iw) * p.c, dx, v);
+		if (iw + 1 < p.out_w) {
+			float u[4] = { 0, 0, 0, 0 };
+			fma4(u, d00, wr[5]);
+			fma4(u, d01, wr[3]);
+			dwt_put<T, true>(p, base + (ih * p.out_w + iw + 1) * p.c, dx, u);
+		}
+		if (ih + 1 >= p.out_h)
+			break;
+		float q[4] = { 0, 0, 0, 0 };
+		fma4(q, d00, wr[7]);
+		fma4(q, d10, wr[1]);
+		dwt_put<T, true>(p, base + ((ih + 1) * p.out_w + iw) * p.c, dx, q);
+		if (iw + 1 < p.out_w) {
+			float z[4] = { 0, 0, 0, 0 };
+			fma4(z, d00, wr[8]);
+			fma4(z, d01, wr[6]);
+			fma4(z, d10, wr[2]);
+			fma4(z, d11, wr[0]);
+			dwt_put<T, true>(p, base + ((ih + 1) * p.out_w + iw + 1) * p.c, dx, z);
+		}
+	}
+}
+
+template <typename T, int CB, bool BWD>
+static int dwt_launch_cb(cudaStream_t s, const struct conv2d_args *a, struct dwt_p p, const T *in,
+			 const T *w, const float *b, T *out)
+{
+	p.cgroups = a->c_in / CB;
+	int tw, th;
+	if (BWD && a->stride == 2) {
+		tw = dwt_bwd2_shape<CB>::TW;
+		th = dwt_bwd2_shape<CB>::TH;
+	} else {
+		tw = a->stride == 1 ? dwt_fwd_shape<1, CB>::TWB : dwt_fwd_shape<2, CB>::TWB;
+		th = DWT_TH;
+	}
+	int tiles_h = (p.out_h + th - 1) / th;
+	p.tpb = BWD ? 1 : DWT_TPB_FWD;
+	if (p.tpb > tiles_h)
+		p.tpb = tiles_h;
+	dim3 grid((unsigned)(p.cgroups * ((p.out_w + tw - 1) / tw)), (unsigned)((tiles_h + p.tpb - 1) / p.tpb),
+		  (unsigned)a->n);
+	if (BWD && a->stride == 2)
+		dwt_bwd2_kernel<T, CB><<<grid, DWT_THREADS, 0, s>>>(p, in, w, out);
+	else if (a->stride == 1)
+		dwt_fwd_kernel<T, CB, 1, BWD><<<grid, DWT_THREADS, 0, s>>>(p, in, w, b, out);
+	else
+		dwt_fwd_kernel<T, CB, 2, false><<<grid, DWT_THREADS, 0, s>>>(p, in, w, b, out);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+/* Forward (BWD false: in x, out y) or backward data (in dy, out dx) on the tiles. */
+template <typename T, bool BWD>
+static int dwt_run(cudaStream_t s, const struct conv2d_args *a, const T *in, const T *w,
+		   const float *b, T *out, int clip6, const void *mask, int accumulate)
+{
+	struct dwt_p p;
+	p.c = a->c_in;
+	p.in_h = BWD ? a->h_out : a->h_in;
+	p.in_w = BWD ? a->w_out : a->w_in;
+	p.out_h = BWD ? a->h_in : a->h_out;
+	p.out_w = BWD ? a->w_in : a->w_out;
+	p.img_in = (size_t)p.in_h * p.in_w * p.c;
+	p.img_out = (size_t)p.out_h * p.out_w * p.c;
+	p.cgroups = 0;
+	p.clip6 = clip6;
+	p.mask = mask;
+	p.accumulate = accumulate;
+	p.tpb = 1;
+	switch (dwt_cb(a->c_in)) {
+	case 32:
+		return dwt_launch_cb<T, 32, BWD>(s, a, p, in, w, b, out);
+	case 16:
+		return dwt_launch_cb<T, 16, BWD>(s, a, p, in, w, b, out);
+	default:
+		return dwt_launch_cb<T, 8, BWD>(s, a, p, in, w, b, out);
+	}
+}
+
 /* --- forward ---------------------------------------------------------------------------- */
 
 /* VH outputs of one column, V channels: each of the (VH - 1) * S + K input rows they span
@@ -333,6 +597,8 @@ static int dwh_fwd(cudaStream_t s, const struct conv2d_args *a, const void *x, c
 {
 	const T *xt = (const T *)x, *wt = (const T *)w;
 	T *yt = (T *)y;
+	if (dwt_takes(DWH_FWD, a, x, w, y, NULL))
+		return dwt_run<T, false>(s, a, xt, wt, b, yt, clip6, NULL, 0);
 	switch (pick_v(DWH_FWD, a->c_in, x, w, y)) {
 	case 8:
 		return dwh_fwd_v<T, 8>(s, a, xt, wt, b, yt, clip6);
@@ -518,6 +784,8 @@ static int dwh_bwd_data(cudaStream_t s, const struct conv2d_args *a, const void 
 	const T *dyt = (const T *)dy, *wt = (const T *)w;
 	T *dxt = (T *)dx;
 	int v = pick_v(DWH_BWD_DATA, a->c_in, dy, w, dx), vm = mask ? pick_v(DWH_BWD_DATA, a->c_in, mask, NULL, NULL) : 8;
+	if (dwt_takes(DWH_BWD_DATA, a, dy, w, dx, mask))
+		return dwt_run<T, true>(s, a, dyt, wt, NULL, dxt, 0, mask, accumulate);
 	switch (v < vm ? v : vm) {
 	case 8:
 		return dwh_bwd_data_v<T, 8>(s, a, dyt, wt, dxt, accumulate, mask);
