@@ -53,7 +53,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 {
 	const struct tuning *t = tuning_get();
 	CHECK(t == tuning_get());
-	CHECK_EQ_INT(tuning_table_len, 10);
+	CHECK_EQ_INT(tuning_table_len, 11);
 	for (int i = 0; i < tuning_table_len; i++)
 		CHECK(!strncmp(tuning_table[i].name, "GPUPERF_", 8) && tuning_table[i].meaning[0]);
 	CHECK(t->test.bn_fuse && t->test.bn_own && t->test.conv_ws_arena && t->test.wgrad_stream);
@@ -65,7 +65,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	CHECK_MSG(strstr(out, "GPUPERF_NVML_LIB") != NULL, "info: %s", out);
 	/* a value out of range or not a number: one warning naming it, then the default */
 	snprintf(cmd, sizeof(cmd), "GPUPERF_DECODE_BUFFERS=9 GPUPERF_CONV_WORKSPACE_MIB=12x "
-		 "GPUPERF_NVJPEG_BACKEND=gpu %s info", test_bin());
+		 "GPUPERF_NVJPEG_BACKEND=gpu GPUPERF_DWCONV_TILED=2 %s info", test_bin());
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	CHECK_MSG(strstr(out, "warning: GPUPERF_DECODE_BUFFERS='9' is not an integer from 2 to 4; "
 			      "using 3\n"), "info: %s", out);
@@ -73,6 +73,8 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 		  "info: %s", out);
 	CHECK_MSG(strstr(out, "warning: GPUPERF_NVJPEG_BACKEND='gpu' is not auto, hardware or "
 			      "cuda; using auto\n"), "info: %s", out);
+	CHECK_MSG(strstr(out, "warning: GPUPERF_DWCONV_TILED='2' is not an integer from 0 to 1; "
+			      "using 1\n"), "info: %s", out);
 
 	snprintf(dir, sizeof(dir), "%s/tuned", test_tmpdir());
 	snprintf(cmd, sizeof(cmd),

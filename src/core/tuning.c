@@ -29,6 +29,8 @@ const struct tuning_entry tuning_table[] = {
 	  "(the own kernels where they are faster: large tensors before an unfused ReLU6 or "
 	  "with channels not a multiple of 64) or own (the own kernels wherever the channels "
 	  "are a multiple of 8)" },
+	{ "GPUPERF_DWCONV_TILED", "1", "16-bit NHWC 3x3 depthwise convolutions: 1 the tiled "
+	  "shared-memory kernels on planes wider than 8, 0 the row kernels everywhere" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -85,6 +87,7 @@ void tuning_reload(void)
 		fprintf(stderr, "warning: GPUPERF_BN16='%s' is not cudnn, auto or own; using auto\n", v);
 		t.bn16 = 1;
 	}
+	t.dwconv_tiled = (int)int_from_env("GPUPERF_DWCONV_TILED", 0, 1, 1);
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }

@@ -44,6 +44,9 @@ struct tuning {
 	 * (ops/cuda/bn16_rule.h's enum bn16_mode): 0 cudnn (none), 1 auto (the rule),
 	 * 2 own (every one whose channels they take) */
 	int bn16;
+	/* GPUPERF_DWCONV_TILED: 1 lets 16-bit NHWC 3x3 depthwise convolutions on planes wider
+	 * than 8 take the tiled shared-memory kernels, 0 keeps the row kernels */
+	int dwconv_tiled;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

@@ -199,6 +199,7 @@ static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
 	ctx->bn_cudnn = !net->tuning.test.bn_own;
 	ctx->bn16 = net->tuning.bn16;
+	dwconv_set_tiled(net->tuning.dwconv_tiled ? 7 : 0); /* process-wide: the last net's */
 	int nhwc_flatten = -1;
 	/* A flatten of feature maps (not 1 x 1) orders features as NCHW does, which the
 	 * following linear layer's weights assume: such nets (simple_cnn) stay NCHW. */
