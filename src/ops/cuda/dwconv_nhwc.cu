@@ -226,10 +226,12 @@ struct dwt_p {
  * loads are in flight while the block computes one. Backward data blocks take one tile:
  * with the same prefetch they measured slower (s19). */
 #define DWT_TPB_FWD 4
-/* Blocks an SM must hold at once in backward data at stride 1: unbounded, ptxas took 98
- * registers (2 blocks), 2.93 against 3.40 ms a step with 3 (80 registers, 16 bytes
- * spilled); the forward lost with the same bound (2.09 against 1.80 ms; s19). */
+/* Blocks an SM must hold at once: backward data at stride 1 took 98 registers unbounded
+ * (2 blocks) and measured 2.93 against 3.40 ms a step with 3 (80 registers, 16 bytes
+ * spilled); the forward lost with that bound (2.09 against 1.80 ms) and keeps 2 (its
+ * 122-126 registers; s19-7 to s19-9). */
 #define DWT_BWD_BLOCKS 3
+#define DWT_FWD_BLOCKS 2
 
 /* The forward block: CB / 4 channel vectors x TWB columns x RG row groups of RT rows. */
 template <int S, int CB> struct dwt_fwd_shape {
@@ -256,7 +258,7 @@ __device__ static inline void dwt_put(const struct dwt_p &p, T *o, const T *out,
 }
 
 template <typename T, int CB, int S, bool BWD>
-__global__ static void __launch_bounds__(DWT_THREADS, BWD ? DWT_BWD_BLOCKS : 1)
+__global__ static void __launch_bounds__(DWT_THREADS, BWD ? DWT_BWD_BLOCKS : DWT_FWD_BLOCKS)
 dwt_fwd_kernel(struct dwt_p p, const T *__restrict__ in, const T *__restrict__ w,
 	       const float *__restrict__ b, T *__restrict__ out)
 {

@@ -126,8 +126,11 @@ __device__ static inline void dwt_tile_at(const struct dwh_f &p, int64_t t, int 
 	*ow0 = (rest - r * p.tiles_w) * tw;
 }
 
+/* Blocks an SM must hold at once: 2 is what ptxas takes unbounded (2.57-2.59 ms a step);
+ * 3 (80 registers, up to 56 bytes spilled) measured 2.91 ms (s19-9). */
+#define DWT_FILTER_BLOCKS 2
 template <typename T, int CB, int S>
-__global__ static void __launch_bounds__(DWT_THREADS)
+__global__ static void __launch_bounds__(DWT_THREADS, DWT_FILTER_BLOCKS)
 dwt_filter_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restrict__ dy,
 		  float *__restrict__ part)
 {
