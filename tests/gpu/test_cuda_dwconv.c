@@ -437,7 +437,10 @@ TEST(cuda_dwconv_relu6_folded)
 }
 
 /* n 16-bit values of |scale * u + shift| (u uniform in [-1, 1)) or scale * u + shift on
- * the device: a 1 Mi-element random block copied over the array. */
+ * the device: a 1 Mi-element random block copied over the array. A device-to-device
+ * cudaMemcpy does not wait for its copy, and the kernels run on the context's own
+ * stream, so the device is synchronized before the array is handed out (without it the
+ * weight gradients read NaN now and then, s19-9). */
 static void *dev_rand_big(struct gpu *g, enum gp_dtype ht, size_t n, double scale, double shift,
 			  int nonneg)
 {
@@ -455,7 +458,7 @@ static void *dev_rand_big(struct gpu *g, enum gp_dtype ht, size_t n, double scal
 			return NULL;
 		done += k;
 	}
-	return d;
+	return cudaDeviceSynchronize() == cudaSuccess ? d : NULL;
 }
 
 /* Median ms of 7 samples of 3 back-to-back runs of direction dir (0 forward, 1 backward
