@@ -137,7 +137,18 @@ TEST(cuda_net_mobilenet_v2_matches_cpu)
 }
 
 /* Out of memory ten times in one process, then a batch that fits trains; free
- * device memory afterwards equals what it was before, within 1 MiB. */
+ * device memory afterwards equals what it was before, within 1 MiB. The net that cannot
+ * fit is resnet50 FP32 at 224 with 1,536 images (about 130 GB) per 80 GB of the device's
+ * memory: a fixed 1,536 fit on a 141 GB H200 (s19-10). */
+static int oom_batch(void)
+{
+	size_t f = 0, total = 0;
+	if (cuda_mem_info(&f, &total) < 0)
+		return 1536;
+	double per80 = (double)total / 80e9;
+	return 1536 * (int)(per80 < 1 ? 1 : per80 + 0.999);
+}
+
 TEST(cuda_net_out_of_memory_is_recoverable)
 {
 	NEED_GPU();
@@ -145,10 +156,11 @@ TEST(cuda_net_out_of_memory_is_recoverable)
 	CHECK(net_setup(small, BACKEND_CUDA, GP_F32, PREC_FP32) == 0); /* context and handles exist now */
 	net_teardown(small);
 	size_t free0, total, free1, free_mid;
+	int big_n = oom_batch();
 	/* One failed set-up first: CUDA loads kernel code lazily, on first launch, into
 	 * device memory that stays for the process; measuring the big shapes launches
 	 * kernels nothing else uses. That is not a leak, so it happens before free0. */
-	struct net *warm = build("resnet50", 224, 1536, 1000);
+	struct net *warm = build("resnet50", 224, big_n, 1000);
 	if (warm)
 		CHECK(net_setup(warm, BACKEND_CUDA, GP_F32, PREC_FP32) == GP_EDEVOOM);
 	net_free(warm);
@@ -165,7 +177,7 @@ TEST(cuda_net_out_of_memory_is_recoverable)
 	net_teardown(small);
 	CHECK(cuda_mem_info(&free0, &total) == 0);
 	for (int i = 0; i < 10; i++) {
-		struct net *big = build("resnet50", 224, 1536, 1000); /* about 130 GB */
+		struct net *big = build("resnet50", 224, big_n, 1000); /* about 130 GB per 80 */
 		if (!big)
 			break;
 		int rc = net_setup(big, BACKEND_CUDA, GP_F32, PREC_FP32);
