@@ -31,7 +31,9 @@
 # bn16 (the own 16-bit NHWC batch norms: their GPU tests, then mobilenet_v2 and resnet50
 # bf16 at batch 256 under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager),
 # rebuilt (the GPU tests of what the seventeenth session rebuilt without a GPU, and of
-# the eighteenth's one-pass decode kernel).
+# the eighteenth's one-pass decode kernel), dwtiled (the tiled 16-bit depthwise
+# kernels: their tests and timing, mobilenet_v2 bf16 and fp16 with GPUPERF_DWCONV_TILED
+# 0 and 1, and PyTorch's eager).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -199,6 +201,19 @@ for s in "$@"; do
 		stage torch_bn16 400 python3 $TB train --models ${BN16_TORCH_MODELS:-mobilenet_v2} --modes amp_bf16_cl --batch 256 --iters 30
 		echo "=== bn16 summary"
 		grep -H "^done:" "$OUT"/bn16_*_[12].log ;;
+	dwtiled)
+		# the tiled 16-bit depthwise kernels (GPUPERF_DWCONV_TILED): their tests and the
+		# per-layer timing against the row kernels, then mobilenet_v2 at batch 256 in bf16
+		# and fp16 with each, interleaved, beside PyTorch's eager
+		TAIL=8 stage dwtiled_tests 200 sh -c "build/bundle/gpuperf_tests cuda_dwconv dwconv_ | grep -v '^ok '"
+		for r in 1 2; do
+			for p in bf16 fp16; do
+				for t in 0 1; do
+					GPUPERF_DWCONV_TILED=$t TAIL=3 stage "dwtiled_${p}_${t}_$r" 180 $BIN train --model mobilenet_v2 --device cuda --precision $p --batch 256 --steps 40
+				done
+			done
+		done
+		stage torch_dwtiled 300 python3 $TB train --models mobilenet_v2 --modes amp_bf16_cl,amp_fp16_cl --batch 256 --iters 30 ;;
 	ampfuse)
 		# recompute (memory)
 		for m in resnet50 resnet18; do
