@@ -130,6 +130,7 @@ static const struct conv2d_args *dw_cases(size_t *count)
 	cases[i++] = dw_args(3, 960, 7, 7, 3, 1, 1, 1);
 	cases[i++] = dw_args(3, 40, 17, 13, 3, 2, 1, 1);  /* odd sizes, stride 2 */
 	cases[i++] = dw_args(2, 24, 10, 9, 3, 1, 0, 0);   /* no padding */
+	cases[i++] = dw_args(2, 24, 13, 12, 3, 1, 1, 1);  /* tiled, 8 channels a block */
 	cases[i++] = dw_args(2, 24, 13, 11, 5, 1, 2, 0);  /* 5x5 pad 2 (generic) */
 	cases[i++] = dw_args(3, 16, 15, 12, 5, 2, 2, 1);  /* 5x5 stride 2 */
 	cases[i++] = dw_args(2, 8, 11, 10, 7, 1, 3, 1);   /* 7x7 */
