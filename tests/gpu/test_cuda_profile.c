@@ -143,3 +143,44 @@ TEST(cuda_tracer_runtime_calls_on_their_threads_rows)
 	CHECK(helper >= 2); /* the helper's */
 	trace_free(&t);
 }
+
+/* The own 16-bit depthwise kernels' names say their direction, by which profile's op
+ * tables split a convolution's backward into data and weight gradient (conv_bwd_part,
+ * src/report/analysis_ops.c): profiled in bf16 at a size where the tiled kernels run,
+ * every kernel named dwh_ or dwt_ names fwd, bwd_data or filter, the tiled ones ran, and
+ * the data-gradient row has GPU time. The tiled backward-data kernels were first named
+ * dwt_fwd_kernel<..., true> and dwt_bwd2_kernel, and their time stayed in `conv
+ * backward` alone. */
+TEST(cuda_profile_depthwise_kernels_name_their_direction)
+{
+	NEED_GPU();
+	static char out[65536];
+	char dir[512], cmd[1024], path[600];
+	snprintf(dir, sizeof(dir), "%s/cuda_prof_dw", test_tmpdir());
+	snprintf(cmd, sizeof(cmd),
+		 "%s profile --model mobilenet_v2 --precision bf16 --size 64 --batch 16 --classes 10 "
+		 "--steps 2 --baseline-steps 1 --device cuda --out '%s'", test_bin(), dir);
+	int rc = test_run(cmd, out, sizeof(out));
+	CHECK_MSG(rc == 0, "profile failed (%d): %.3000s", rc, out);
+	if (rc)
+		return;
+	snprintf(path, sizeof(path), "%s/analysis.json", dir);
+	json_t *a = json_load_file(path, 0, NULL);
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	json_t *kc = json_object_get(a, "kernel_configs");
+	int tiled = 0;
+	for (size_t i = 0; i < json_array_size(kc); i++) {
+		const char *name = json_string_value(json_object_get(json_array_get(kc, i), "name"));
+		if (!name || (!strstr(name, "dwh_") && !strstr(name, "dwt_")))
+			continue;
+		tiled += strstr(name, "dwt_") != NULL;
+		CHECK_MSG(strstr(name, "fwd") || strstr(name, "bwd_data") || strstr(name, "filter"),
+			  "a depthwise kernel that names no direction: %s", name);
+	}
+	CHECK_MSG(tiled >= 3, "%d tiled depthwise kernel configurations ran", tiled);
+	json_t *dg = row_named(json_object_get(a, "op_types"), "conv data gradient (GPU)");
+	CHECK(dg && json_real_value(json_object_get(dg, "gpu_ms")) > 0);
+	json_decref(a);
+}

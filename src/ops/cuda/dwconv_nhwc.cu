@@ -191,7 +191,7 @@ __device__ static inline int dwh_item(const struct dwh_k &p, int vh, size_t *ni,
  * column for 4 channels from shared memory. Forward reads x and writes y (bias, the
  * folded ReLU6 clip); backward data at stride 1 is the same correlation of dy with the
  * taps reversed (mask, accumulate); at stride 2 a thread makes 2 x 2 dx pixels at a time
- * from the 2 x 2 dy pixels they share (dwt_bwd2_kernel). */
+ * from the 2 x 2 dy pixels they share (dwt_bwd_data2_kernel). */
 static int tiled_dirs = 7; /* bit DWH_FWD, DWH_BWD_DATA, DWH_FILTER: that direction tiled */
 
 extern "C" void dwconv_set_tiled(int dirs)
@@ -257,10 +257,11 @@ __device__ static inline void dwt_put(const struct dwt_p &p, T *o, const T *out,
 	stv<4>(o, v);
 }
 
+/* The correlation both kernels below run: forward (BWD false) or backward data at
+ * stride 1 (BWD true, the taps reversed). */
 template <typename T, int CB, int S, bool BWD>
-__global__ static void __launch_bounds__(DWT_THREADS, BWD ? DWT_BWD_BLOCKS : DWT_FWD_BLOCKS)
-dwt_fwd_kernel(struct dwt_p p, const T *__restrict__ in, const T *__restrict__ w,
-	       const float *__restrict__ b, T *__restrict__ out)
+__device__ static inline void dwt_corr(const struct dwt_p &p, const T *__restrict__ in, const T *__restrict__ w,
+				       const float *__restrict__ b, T *__restrict__ out)
 {
 	using G = dwt_fwd_shape<S, CB>;
 	__shared__ float4 tile[G::NR * G::NC * G::CV];
@@ -327,9 +328,26 @@ dwt_fwd_kernel(struct dwt_p p, const T *__restrict__ in, const T *__restrict__ w
 	}
 }
 
+/* Kernel names say the direction: profile's op tables split a convolution's backward
+ * into data and weight gradient by kernel name (src/report/analysis_ops.c). */
+template <typename T, int CB, int S>
+__global__ static void __launch_bounds__(DWT_THREADS, DWT_FWD_BLOCKS)
+dwt_fwd_kernel(struct dwt_p p, const T *__restrict__ x, const T *__restrict__ w,
+	       const float *__restrict__ b, T *__restrict__ y)
+{
+	dwt_corr<T, CB, S, false>(p, x, w, b, y);
+}
+
+template <typename T, int CB>
+__global__ static void __launch_bounds__(DWT_THREADS, DWT_BWD_BLOCKS)
+dwt_bwd_data_kernel(struct dwt_p p, const T *__restrict__ dy, const T *__restrict__ w, T *__restrict__ dx)
+{
+	dwt_corr<T, CB, 1, true>(p, dy, w, NULL, dx);
+}
+
 /* Backward data at stride 2: CB / 4 channel vectors x TB column pairs x RG row groups of
  * RP row pairs; the block covers TH x TW dx pixels and stages NR x NC dy pixels. */
-template <int CB> struct dwt_bwd2_shape {
+template <int CB> struct dwt_bwd_data2_shape {
 	static constexpr int CV = CB / 4, RG = 4, RP = 2, TB = DWT_THREADS / (CV * RG);
 	static constexpr int NR = RG * RP + 1, NC = TB + 1, TH = 2 * RG * RP, TW = 2 * TB;
 };
@@ -339,9 +357,9 @@ template <int CB> struct dwt_bwd2_shape {
  * odd one taps 2 of row a and 0 of row a + 1 (columns alike). */
 template <typename T, int CB>
 __global__ static void __launch_bounds__(DWT_THREADS)
-dwt_bwd2_kernel(struct dwt_p p, const T *__restrict__ dy, const T *__restrict__ w, T *__restrict__ dx)
+dwt_bwd_data2_kernel(struct dwt_p p, const T *__restrict__ dy, const T *__restrict__ w, T *__restrict__ dx)
 {
-	using G = dwt_bwd2_shape<CB>;
+	using G = dwt_bwd_data2_shape<CB>;
 	__shared__ float4 tile[G::NR * G::NC * G::CV];
 	const int cg = (int)blockIdx.x % p.cgroups, tc = (int)blockIdx.x / p.cgroups;
 	const int b0 = tc * G::TB, c0 = cg * CB;
@@ -402,8 +420,8 @@ static int dwt_launch_cb(cudaStream_t s, const struct conv2d_args *a, struct dwt
 	p.cgroups = a->c_in / CB;
 	int tw, th;
 	if (BWD && a->stride == 2) {
-		tw = dwt_bwd2_shape<CB>::TW;
-		th = dwt_bwd2_shape<CB>::TH;
+		tw = dwt_bwd_data2_shape<CB>::TW;
+		th = dwt_bwd_data2_shape<CB>::TH;
 	} else {
 		tw = a->stride == 1 ? dwt_fwd_shape<1, CB>::TWB : dwt_fwd_shape<2, CB>::TWB;
 		th = DWT_TH;
@@ -415,11 +433,13 @@ static int dwt_launch_cb(cudaStream_t s, const struct conv2d_args *a, struct dwt
 	dim3 grid((unsigned)(p.cgroups * ((p.out_w + tw - 1) / tw)), (unsigned)((tiles_h + p.tpb - 1) / p.tpb),
 		  (unsigned)a->n);
 	if (BWD && a->stride == 2)
-		dwt_bwd2_kernel<T, CB><<<grid, DWT_THREADS, 0, s>>>(p, in, w, out);
+		dwt_bwd_data2_kernel<T, CB><<<grid, DWT_THREADS, 0, s>>>(p, in, w, out);
+	else if (BWD)
+		dwt_bwd_data_kernel<T, CB><<<grid, DWT_THREADS, 0, s>>>(p, in, w, out);
 	else if (a->stride == 1)
-		dwt_fwd_kernel<T, CB, 1, BWD><<<grid, DWT_THREADS, 0, s>>>(p, in, w, b, out);
+		dwt_fwd_kernel<T, CB, 1><<<grid, DWT_THREADS, 0, s>>>(p, in, w, b, out);
 	else
-		dwt_fwd_kernel<T, CB, 2, false><<<grid, DWT_THREADS, 0, s>>>(p, in, w, b, out);
+		dwt_fwd_kernel<T, CB, 2><<<grid, DWT_THREADS, 0, s>>>(p, in, w, b, out);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
