@@ -23,22 +23,29 @@ static json_t *row_named(json_t *rows, const char *name)
 	return NULL;
 }
 
-TEST(cuda_profile_gpu_stages_tables_and_memory)
+/* Run `gpuperf profile ARGS --device cuda` into a folder named sub of the test's
+ * temporary folder and load its analysis.json; NULL (a failed check) when either fails. */
+static json_t *profile_analysis(const char *sub, const char *args)
 {
-	NEED_GPU();
 	static char out[65536];
 	char dir[512], cmd[1024], path[600];
-	snprintf(dir, sizeof(dir), "%s/cuda_prof", test_tmpdir());
-	snprintf(cmd, sizeof(cmd),
-		 "%s profile --model resnet18 --size 64 --batch 16 --classes 10 --steps 3 "
-		 "--baseline-steps 2 --device cuda --record-shapes --out '%s'", test_bin(), dir);
+	snprintf(dir, sizeof(dir), "%s/%s", test_tmpdir(), sub);
+	snprintf(cmd, sizeof(cmd), "%s profile %s --device cuda --out '%s'", test_bin(), args, dir);
 	int rc = test_run(cmd, out, sizeof(out));
 	CHECK_MSG(rc == 0, "profile failed (%d): %.3000s", rc, out);
 	if (rc)
-		return;
+		return NULL;
 	snprintf(path, sizeof(path), "%s/analysis.json", dir);
 	json_t *a = json_load_file(path, 0, NULL);
 	CHECK(a != NULL);
+	return a;
+}
+
+TEST(cuda_profile_gpu_stages_tables_and_memory)
+{
+	NEED_GPU();
+	json_t *a = profile_analysis("cuda_prof", "--model resnet18 --size 64 --batch 16 --classes 10 "
+						  "--steps 3 --baseline-steps 2 --record-shapes");
 	if (!a)
 		return;
 	CHECK(!strcmp(json_string_value(json_object_get(a, "device_time_source")), "gpu"));
@@ -154,19 +161,8 @@ TEST(cuda_tracer_runtime_calls_on_their_threads_rows)
 TEST(cuda_profile_depthwise_kernels_name_their_direction)
 {
 	NEED_GPU();
-	static char out[65536];
-	char dir[512], cmd[1024], path[600];
-	snprintf(dir, sizeof(dir), "%s/cuda_prof_dw", test_tmpdir());
-	snprintf(cmd, sizeof(cmd),
-		 "%s profile --model mobilenet_v2 --precision bf16 --size 64 --batch 16 --classes 10 "
-		 "--steps 2 --baseline-steps 1 --device cuda --out '%s'", test_bin(), dir);
-	int rc = test_run(cmd, out, sizeof(out));
-	CHECK_MSG(rc == 0, "profile failed (%d): %.3000s", rc, out);
-	if (rc)
-		return;
-	snprintf(path, sizeof(path), "%s/analysis.json", dir);
-	json_t *a = json_load_file(path, 0, NULL);
-	CHECK(a != NULL);
+	json_t *a = profile_analysis("cuda_prof_dw", "--model mobilenet_v2 --precision bf16 --size 64 "
+						     "--batch 16 --classes 10 --steps 2 --baseline-steps 1");
 	if (!a)
 		return;
 	json_t *kc = json_object_get(a, "kernel_configs");
