@@ -78,7 +78,8 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 
 	snprintf(dir, sizeof(dir), "%s/tuned", test_tmpdir());
 	snprintf(cmd, sizeof(cmd),
-		 "GPUPERF_CONV_LOG=1 GPUPERF_NVJPEG_BACKEND=cuda GPUPERF_DECODE_BUFFERS=2 %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
+		 "GPUPERF_CONV_LOG=1 GPUPERF_NVJPEG_BACKEND=cuda GPUPERF_DECODE_BUFFERS=2 GPUPERF_DWCONV_TILED=0 "
+		 "%s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
 		 "--out %s",
 		 test_bin(), dir);
 	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "compare: %s", out);
@@ -97,6 +98,17 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	const char *nb = json_string_value(json_object_get(tuning, "GPUPERF_DECODE_BUFFERS"));
 	CHECK_MSG(nb && !strcmp(nb, "2"), "GPUPERF_DECODE_BUFFERS recorded as %s", nb ? nb : "nothing");
 	CHECK_EQ_INT(json_object_size(tuning), tuning_table_len);
+	/* every switch recorded as its value: GPUPERF_DWCONV_TILED was recorded as "?" (its
+	 * value had no case in tuning_value_str) */
+	const char *tiled = json_string_value(json_object_get(tuning, "GPUPERF_DWCONV_TILED"));
+	CHECK_MSG(tiled && !strcmp(tiled, "0"), "GPUPERF_DWCONV_TILED recorded as %s", tiled ? tiled : "nothing");
+	const char *key;
+	json_t *val;
+	json_object_foreach(tuning, key, val)
+	{
+		const char *sv = json_string_value(val);
+		CHECK_MSG(sv && *sv && strcmp(sv, "?"), "%s recorded as %s", key, sv ? sv : "not a string");
+	}
 	json_decref(res);
 }
 

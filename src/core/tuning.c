@@ -135,6 +135,9 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 	case 9:
 		snprintf(buf, cap, "%s", t->bn16 == 1 ? "auto" : t->bn16 == 2 ? "own" : "cudnn");
 		return;
+	case 10:
+		snprintf(buf, cap, "%d", t->dwconv_tiled);
+		return;
 	default:
 		snprintf(buf, cap, "?");
 	}
