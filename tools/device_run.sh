@@ -33,7 +33,9 @@
 # rebuilt (the GPU tests of what the seventeenth session rebuilt without a GPU, and of
 # the eighteenth's one-pass decode kernel), dwtiled (the tiled 16-bit depthwise
 # kernels: their tests and timing, mobilenet_v2 bf16 and fp16 with GPUPERF_DWCONV_TILED
-# 0 and 1, and PyTorch's eager).
+# 0 and 1, and PyTorch's eager), relu6fold (GPUPERF_RELU6_FOLD: its tests, then
+# mobilenet_v2 at batch 256 in bf16 and fp16 under FOLD_MODES (always auto),
+# interleaved, twice, beside PyTorch's eager).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -214,6 +216,19 @@ for s in "$@"; do
 			done
 		done
 		stage torch_dwtiled 300 python3 $TB train --models mobilenet_v2 --modes amp_bf16_cl,amp_fp16_cl --batch 256 --iters 30 ;;
+	relu6fold)
+		# where MobileNetV2's ReLU6 runs (GPUPERF_RELU6_FOLD): folded into the depthwise
+		# convolutions (always, as before the twentieth session) or in the own batch
+		# norms where they run (auto)
+		TAIL=12 stage relu6fold_tests 300 sh -c "build/bundle/gpuperf_tests cuda_amp_relu6 cuda_amp_fused cuda_amp_own_bn16 cuda_bn16 cuda_profile_depthwise | grep -v '^ok '"
+		for r in 1 2; do
+			for p in bf16 fp16; do
+				for f in ${FOLD_MODES:-always auto}; do
+					GPUPERF_RELU6_FOLD=$f TAIL=3 stage "relu6fold_${p}_${f}_$r" 180 $BIN train --model mobilenet_v2 --device cuda --precision $p --batch 256 --steps 40
+				done
+			done
+		done
+		stage torch_relu6fold 300 python3 $TB train --models mobilenet_v2 --modes amp_bf16_cl,amp_fp16_cl --batch 256 --iters 30 ;;
 	ampfuse)
 		# recompute (memory)
 		for m in resnet50 resnet18; do

@@ -31,6 +31,10 @@ const struct tuning_entry tuning_table[] = {
 	  "are a multiple of 8)" },
 	{ "GPUPERF_DWCONV_TILED", "1", "16-bit NHWC 3x3 depthwise convolutions: 1 the tiled "
 	  "shared-memory kernels on planes wider than 8, 0 the row kernels everywhere" },
+	{ "GPUPERF_RELU6_FOLD", "auto", "a ReLU6 read only by a 16-bit depthwise convolution: "
+	  "auto (applied by the batch norm before it where that runs on the own kernels, "
+	  "else folded into the convolution), always (folded wherever the depthwise kernels "
+	  "can) or never" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -88,6 +92,15 @@ void tuning_reload(void)
 		t.bn16 = 1;
 	}
 	t.dwconv_tiled = (int)int_from_env("GPUPERF_DWCONV_TILED", 0, 1, 1);
+	v = getenv("GPUPERF_RELU6_FOLD");
+	t.relu6_fold = !v || !*v || !strcmp(v, "auto") ? RELU6_FOLD_AUTO
+		       : !strcmp(v, "always")         ? RELU6_FOLD_ALWAYS
+		       : !strcmp(v, "never")          ? RELU6_FOLD_NEVER
+						      : -1;
+	if (t.relu6_fold < 0) {
+		fprintf(stderr, "warning: GPUPERF_RELU6_FOLD='%s' is not auto, always or never; using auto\n", v);
+		t.relu6_fold = RELU6_FOLD_AUTO;
+	}
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -137,6 +150,11 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 		return;
 	case 10:
 		snprintf(buf, cap, "%d", t->dwconv_tiled);
+		return;
+	case 11:
+		snprintf(buf, cap, "%s", t->relu6_fold == RELU6_FOLD_AUTO     ? "auto"
+					 : t->relu6_fold == RELU6_FOLD_ALWAYS ? "always"
+									      : "never");
 		return;
 	default:
 		snprintf(buf, cap, "?");

@@ -14,6 +14,13 @@
 #define TUNING_DECODE_BUFFERS_DEFAULT 3
 #define TUNING_DECODERS_MAX 2
 
+/* GPUPERF_RELU6_FOLD's values. auto: fold where the batch norm before it, fused with a
+ * plain ReLU, would be cuDNN's (which leaves a ReLU6 to a pass of its own), and let the
+ * own 16-bit batch norms apply it where they run, which spares the depthwise backward
+ * data its read of the input for the mask; always: every such ReLU6 folded (as before
+ * the twentieth session); never: none. */
+enum relu6_fold { RELU6_FOLD_NEVER = 0, RELU6_FOLD_AUTO = 1, RELU6_FOLD_ALWAYS = 2 };
+
 struct tuning {
 	/* GPUPERF_CONV_WORKSPACE_MIB: the most workspace a convolution algorithm may take
 	 * to be considered (a budget; larger lets faster algorithms compete) */
@@ -47,6 +54,9 @@ struct tuning {
 	/* GPUPERF_DWCONV_TILED: 1 lets 16-bit NHWC 3x3 depthwise convolutions on planes wider
 	 * than 8 take the tiled shared-memory kernels, 0 keeps the row kernels */
 	int dwconv_tiled;
+	/* GPUPERF_RELU6_FOLD: where a ReLU6 read only by a 16-bit depthwise convolution on
+	 * the own kernels is folded into it (enum relu6_fold) */
+	int relu6_fold;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/tuning.h"
 #include "backend/backend.h"
 #include "nn/models.h"
 #include "train/trainer.h"
@@ -294,7 +295,7 @@ static double near_as(double fused, double separate)
 	return 1.5 * separate + 1e-2 - fused;
 }
 
-static void check_fused_bn(const char *model, int must_fuse, int bn16)
+static void check_fused_bn(const char *model, int must_fuse, int bn16, int fold)
 {
 	const int size = 64, batch = 8, classes = 10;
 	struct net *nets[3] = { build(model, size, batch, classes), build(model, size, batch, classes),
@@ -305,6 +306,7 @@ static void check_fused_bn(const char *model, int must_fuse, int bn16)
 	if (!f || !a || !b)
 		goto out;
 	a->tuning.bn16 = bn16;
+	a->tuning.relu6_fold = fold;
 	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_a = net_setup(a, BACKEND_CUDA, GP_F32, PREC_BF16);
 	b->tuning.test.bn_fuse = 0;
 	int rc_b = net_setup(b, BACKEND_CUDA, GP_F32, PREC_BF16);
@@ -376,9 +378,10 @@ out:
 TEST(cuda_amp_fused_batch_norm)
 {
 	NEED_GPU();
-	check_fused_bn("resnet18", 1, BN16_CUDNN);
-	check_fused_bn("resnet50", 1, BN16_CUDNN);
-	check_fused_bn("mobilenet_v2", 1, BN16_CUDNN); /* ReLU6 folded into the depthwise convolutions */
+	check_fused_bn("resnet18", 1, BN16_CUDNN, RELU6_FOLD_AUTO);
+	check_fused_bn("resnet50", 1, BN16_CUDNN, RELU6_FOLD_AUTO);
+	/* ReLU6 folded into the depthwise convolutions (cuDNN's batch norms leave it) */
+	check_fused_bn("mobilenet_v2", 1, BN16_CUDNN, RELU6_FOLD_AUTO);
 }
 
 /* Every batch norm on the own 16-bit kernels (GPUPERF_BN16=own: bn_nhwc16.cu, fused
@@ -387,6 +390,50 @@ TEST(cuda_amp_fused_batch_norm)
 TEST(cuda_amp_own_bn16_as_close_as_cudnn)
 {
 	NEED_GPU();
-	check_fused_bn("mobilenet_v2", 1, BN16_OWN);
-	check_fused_bn("resnet18", 1, BN16_OWN);
+	/* the own batch norms apply every ReLU6 (auto), or fuse a ReLU and leave the clip
+	 * to the depthwise convolutions (always) */
+	check_fused_bn("mobilenet_v2", 1, BN16_OWN, RELU6_FOLD_AUTO);
+	check_fused_bn("mobilenet_v2", 1, BN16_OWN, RELU6_FOLD_ALWAYS);
+	check_fused_bn("resnet18", 1, BN16_OWN, RELU6_FOLD_AUTO);
+}
+
+/* Where MobileNetV2's ReLU6 layers run, by GPUPERF_RELU6_FOLD and GPUPERF_BN16: 35 of
+ * them, 17 read only by a depthwise convolution (foldable), 18 by a 1x1 convolution or
+ * the pooling. Under auto a ReLU6 is folded only where the batch norm before it is
+ * cuDNN's, which leaves a ReLU6 to a pass of its own; the own batch norms apply it. */
+TEST(cuda_amp_relu6_fold_follows_the_switch)
+{
+	NEED_GPU();
+	const struct {
+		int bn16, fold, folded, in_bn;
+	} cases[] = {
+		{ BN16_OWN, RELU6_FOLD_AUTO, 0, 35 },	  { BN16_OWN, RELU6_FOLD_ALWAYS, 17, 18 },
+		{ BN16_OWN, RELU6_FOLD_NEVER, 0, 35 },	  { BN16_CUDNN, RELU6_FOLD_AUTO, 17, 0 },
+		{ BN16_CUDNN, RELU6_FOLD_NEVER, 0, 0 },
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]) && !test_failed(); k++) {
+		struct net *n = build("mobilenet_v2", 64, 8, 10);
+		if (!n)
+			return;
+		n->tuning.bn16 = cases[k].bn16;
+		n->tuning.relu6_fold = cases[k].fold;
+		int rc = net_setup(n, BACKEND_CUDA, GP_F32, PREC_BF16), folded = -1, in_bn = -1;
+		CHECK_MSG(rc == 0, "%s", gp_errmsg());
+		if (rc == 0)
+			backend_cuda_relu6_roles(n, &folded, &in_bn);
+		CHECK_MSG(folded == cases[k].folded && in_bn == cases[k].in_bn,
+			  "bn16 %d, fold %d: %d folded, %d in the batch norm; want %d and %d", cases[k].bn16,
+			  cases[k].fold, folded, in_bn, cases[k].folded, cases[k].in_bn);
+		net_free(n);
+	}
+	/* the process's switch reaches the net */
+	setenv("GPUPERF_RELU6_FOLD", "never", 1);
+	tuning_reload();
+	struct net *n = build("mobilenet_v2", 64, 8, 10);
+	unsetenv("GPUPERF_RELU6_FOLD");
+	tuning_reload();
+	if (!n)
+		return;
+	CHECK_EQ_INT(n->tuning.relu6_fold, RELU6_FOLD_NEVER);
+	net_free(n);
 }

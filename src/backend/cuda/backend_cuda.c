@@ -83,6 +83,15 @@ void backend_cuda_set_conv_heuristics(struct net *net, int on)
 	net->conv_policy.heuristic = on;
 }
 
+void backend_cuda_relu6_roles(const struct net *net, int *folded, int *in_bn)
+{
+	*folded = *in_bn = 0;
+	for (int i = 0; net->bk && i < net->n_nodes; i++) {
+		*folded += fuse_role(net, i) == FUSE_RELU6_FOLDED;
+		*in_bn += fuse_role(net, i) == FUSE_BN_RELU6;
+	}
+}
+
 static size_t cuda_workspace_bytes(struct net *net)
 {
 	return 0; /* measured per shape at setup; charged to the workspace category then */

@@ -309,15 +309,24 @@ static int relu_over(const struct net *net, int r, int src)
 	       net->nodes[src].consumers == 1 && net->nodes[src].op != OP_INPUT && node_has_grad(net, r);
 }
 
-/* A ReLU6 whose only reader is a depthwise convolution on the own 16-bit kernels, which
- * can apply its clip at 6. */
-static int relu6_foldable(const struct net *net, int r)
+/* A ReLU6 (node r, after batch norm bn) to fold into its only reader, a depthwise
+ * convolution on the own 16-bit kernels, which can apply its clip at 6: by
+ * GPUPERF_RELU6_FOLD (core/tuning.h), under auto only where the batch norm with a plain
+ * ReLU would be cuDNN's. The fold costs backward data a read of the stored input for
+ * its mask (1.2 ms of MobileNetV2's 2.9 at batch 256 on an H200, s20-1), which the own
+ * batch norm's backward does not need: it masks from what it reads anyway. But moving
+ * a batch norm from cuDNN's kernels to the own ones to apply the ReLU6 cost more than
+ * the mask saved on channels in multiples of 64 (s20-2), so those stay folded. */
+static int relu6_foldable(const struct net *net, int bn, int r)
 {
 	const struct node *rn = &net->nodes[r];
-	if (rn->consumers != 1 || rn->last_consumer < 0)
+	if (rn->consumers != 1 || rn->last_consumer < 0 || net->tuning.relu6_fold == RELU6_FOLD_NEVER)
 		return 0;
 	const struct node *cn = &net->nodes[rn->last_consumer];
-	return cn->op == OP_CONV2D && cn->in[0] == r && conv2d_can_fold_relu6(net->bk->ctx, &cn->a.conv);
+	if (cn->op != OP_CONV2D || cn->in[0] != r || !conv2d_can_fold_relu6(net->bk->ctx, &cn->a.conv))
+		return 0;
+	return net->tuning.relu6_fold == RELU6_FOLD_ALWAYS ||
+	       !bn16_routed_own_cuda(net->bk->ctx, &net->nodes[bn].a.bn, BN_FUSE_RELU);
 }
 
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
@@ -339,7 +348,7 @@ int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 		int c = nd->last_consumer, rc;
 		size_t reserve = 0;
 		if (relu_over(net, c, i)) {
-			int six = net->nodes[c].op == OP_RELU6, fold = six && relu6_foldable(net, c);
+			int six = net->nodes[c].op == OP_RELU6, fold = six && relu6_foldable(net, i, c);
 			enum bn_fuse op = six && !fold ? BN_FUSE_RELU6 : BN_FUSE_RELU;
 			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, op, &reserve)) < 0)
 				return rc;
