@@ -114,6 +114,13 @@ template <int S, int CB> struct dwt_filter_shape {
 	static constexpr int TWB = S == 1 ? 16 : 8;
 	static constexpr int NR = (TH - 1) * S + 3, NC = (TWB - 1) * S + 3;
 	static constexpr int XN = NR * NC * CV, GN = TH * TWB * CV; /* float4s staged */
+	/* A lane's run: R adjacent dy pixels of one tile row, so that its 3 x 3 taps slide
+	 * along the x row and share (R - 1) * S + 3 loads a tap row instead of 3 R. Only at
+	 * 32 channels a block: at 16, a quarter warp holds two lanes, whose runs R apart
+	 * would meet the same banks. */
+	static constexpr int R = CB == 32 ? TH * TWB / L : 1;
+	static constexpr int XR = (R - 1) * S + 3; /* x vectors a tap row of a run reads */
+	static_assert(R == 1 || TWB % R == 0, "a run stays within a tile row");
 };
 
 /* The image, first row and first column of dy tile t. */
@@ -166,24 +173,56 @@ dwt_filter_kernel(struct dwh_f p, const T *__restrict__ x, const T *__restrict__
 			dwt_load<T, CB, G::TH, G::TWB>(rg, dy + (size_t)img * p.img_out, p.h_out, p.w_out, p.c,
 						       oh0, ow0, c0);
 		}
+		if constexpr (G::R > 1) {
+			/* lane's run: R pixels from row i, column j0 */
+			const int p0 = lane * G::R, i = p0 / G::TWB, j0 = p0 % G::TWB;
+			float4 g[G::R];
 #pragma unroll
-		for (int pix = lane; pix < G::TH * G::TWB; pix += G::L) {
-			const int i = pix / G::TWB, jj = pix % G::TWB;
-			const float4 g = gt[pix * G::CV + cv];
-			acc[9][0] += g.x;
-			acc[9][1] += g.y;
-			acc[9][2] += g.z;
-			acc[9][3] += g.w;
+			for (int r = 0; r < G::R; r++) {
+				g[r] = gt[(p0 + r) * G::CV + cv];
+				acc[9][0] += g[r].x;
+				acc[9][1] += g[r].y;
+				acc[9][2] += g[r].z;
+				acc[9][3] += g[r].w;
+			}
 #pragma unroll
-			for (int ky = 0; ky < 3; ky++)
+			for (int ky = 0; ky < 3; ky++) {
+				const float4 *row = xt + ((i * S + ky) * G::NC + j0 * S) * G::CV + cv;
+				float4 xv[G::XR];
 #pragma unroll
-				for (int kx = 0; kx < 3; kx++) {
-					const float4 xv = xt[((i * S + ky) * G::NC + jj * S + kx) * G::CV + cv];
-					acc[ky * 3 + kx][0] += g.x * xv.x;
-					acc[ky * 3 + kx][1] += g.y * xv.y;
-					acc[ky * 3 + kx][2] += g.z * xv.z;
-					acc[ky * 3 + kx][3] += g.w * xv.w;
-				}
+				for (int q = 0; q < G::XR; q++)
+					xv[q] = row[q * G::CV];
+#pragma unroll
+				for (int r = 0; r < G::R; r++)
+#pragma unroll
+					for (int kx = 0; kx < 3; kx++) {
+						const float4 v = xv[r * S + kx];
+						acc[ky * 3 + kx][0] += g[r].x * v.x;
+						acc[ky * 3 + kx][1] += g[r].y * v.y;
+						acc[ky * 3 + kx][2] += g[r].z * v.z;
+						acc[ky * 3 + kx][3] += g[r].w * v.w;
+					}
+			}
+		} else {
+#pragma unroll
+			for (int pix = lane; pix < G::TH * G::TWB; pix += G::L) {
+				const int i = pix / G::TWB, jj = pix % G::TWB;
+				const float4 g = gt[pix * G::CV + cv];
+				acc[9][0] += g.x;
+				acc[9][1] += g.y;
+				acc[9][2] += g.z;
+				acc[9][3] += g.w;
+#pragma unroll
+				for (int ky = 0; ky < 3; ky++)
+#pragma unroll
+					for (int kx = 0; kx < 3; kx++) {
+						const float4 xv = xt[((i * S + ky) * G::NC + jj * S + kx) * G::CV + cv];
+						acc[ky * 3 + kx][0] += g.x * xv.x;
+						acc[ky * 3 + kx][1] += g.y * xv.y;
+						acc[ky * 3 + kx][2] += g.z * xv.z;
+						acc[ky * 3 + kx][3] += g.w * xv.w;
+					}
+			}
 		}
 	}
 	__syncthreads();
