@@ -35,7 +35,8 @@
 # kernels: their tests and timing, mobilenet_v2 bf16 and fp16 with GPUPERF_DWCONV_TILED
 # 0 and 1, and PyTorch's eager), relu6fold (GPUPERF_RELU6_FOLD: its tests, then
 # mobilenet_v2 at batch 256 in bf16 and fp16 under FOLD_MODES (always auto),
-# interleaved, twice, beside PyTorch's eager).
+# interleaved, twice, beside PyTorch's eager), compile16 (gpuperf bf16 beside PyTorch
+# eager and torch.compile, batch 256, COMPILE_MODELS).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -229,6 +230,15 @@ for s in "$@"; do
 			done
 		done
 		stage torch_relu6fold 300 python3 $TB train --models mobilenet_v2 --modes amp_bf16_cl,amp_fp16_cl --batch 256 --iters 30 ;;
+	compile16)
+		# issue 24's torch.compile goal: gpuperf bf16 at batch 256 (img/s and peak) beside
+		# PyTorch eager and torch.compile, channels last (COMPILE_MODELS)
+		for m in ${COMPILE_MODELS:-mobilenet_v2 resnet18 resnet50}; do
+			TAIL=3 stage "compile16_$m" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40 --out "$OUT/compile16_$m"
+			python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['measurements']; print('$m peak MiB', round(m['peak_bytes']/2**20))" "$OUT/compile16_$m/train.json"
+		done
+		models=${COMPILE_MODELS:-mobilenet_v2 resnet18 resnet50}
+		stage torch_compile16 480 python3 $TB train --models ${models// /,} --modes amp_bf16_cl,amp_bf16_cl_compile --batch 256 --iters 30 ;;
 	ampfuse)
 		# recompute (memory)
 		for m in resnet50 resnet18; do
