@@ -440,3 +440,51 @@ TEST(trace_chrome_write_dir)
 	free(b);
 	trace_free(&t);
 }
+
+/* A kernel launched through the driver API (Kineto's cuda_driver: cuBLAS's and cuDNN's
+ * runtime-compiled kernels) joins the layer its launch was made in, and the category
+ * survives the Chrome trace's write and read: profile's tracer recorded runtime calls
+ * only, so such kernels counted as "(no layer)". */
+TEST(trace_driver_launch_joins_its_layer)
+{
+	struct trace t, back;
+	struct analysis a;
+	trace_init(&t);
+	t.base_ns = BASE;
+	t.tid = 77;
+	t.meta.cc_major = 9;
+	add_range(&t, "ProfilerStep#1", "user_annotation", 0, 10, 0, 1);
+	add_range(&t, "forward", "user_annotation", 0, 9, 0, 2);
+	add_range(&t, "features.1.conv.1", "cpu_op", 1, 3, 0, 10);
+	add_range(&t, "cuLaunchKernelEx", "cuda_driver", 1.5, 1.6, 501, 10);
+	add_gpu(&t, "nvjet_sm90_tst_32x512", TRACE_KERNEL, 2, 6, 501);
+	struct trace_step s = { 1, BASE, BASE + 10 * MS, 0 };
+	CHECK_EQ_INT(trace_add_step(&t, &s), 0);
+	CHECK_EQ_INT(trace_cat_parse("cuda_driver"), TRACE_CUDA_DRIVER);
+	CHECK(trace_cat_is_api(TRACE_CUDA_DRIVER) && trace_cat_is_api(TRACE_CUDA_RUNTIME) &&
+	      !trace_cat_is_api(TRACE_CPU_OP));
+	char path[512];
+	snprintf(path, sizeof(path), "%s/driver.json", test_tmpdir());
+	CHECK_EQ_INT(chrome_trace_write(&t, path), 0);
+	CHECK_EQ_INT(chrome_trace_read(path, &back), 0);
+	if (test_failed()) {
+		trace_free(&t);
+		return;
+	}
+	int driver = 0;
+	for (size_t i = 0; i < back.n_ranges; i++)
+		if (back.ranges[i].cat == TRACE_CUDA_DRIVER) {
+			driver++;
+			CHECK_EQ_INT(back.ranges[i].correlation, 501);
+		}
+	CHECK_EQ_INT(driver, 1);
+	CHECK_EQ_INT(analysis_run(&back, &a), 0);
+	if (!test_failed()) {
+		CHECK_MSG(a.n_top_gpu >= 1 && !strcmp(a.top_gpu[0].name, "features.1.conv.1"),
+			  "the kernel's layer: %s", a.n_top_gpu ? a.top_gpu[0].name : "none");
+		CHECK_NEAR(a.top_gpu[0].total, 4.0, 1e-9);
+		analysis_free(&a);
+	}
+	trace_free(&back);
+	trace_free(&t);
+}

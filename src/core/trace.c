@@ -10,7 +10,7 @@
 #include "core/error.h"
 
 static const char *const cat_names[TRACE_NCAT] = {
-	"user_annotation", "cpu_op", "cuda_runtime", "kernel", "gpu_memcpy", "gpu_memset",
+	"user_annotation", "cpu_op", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset",
 };
 
 const char *trace_cat_name(enum trace_cat c)
@@ -203,7 +203,7 @@ static uint64_t enclosing_op_id(const struct trace *t)
 int trace_range_push(struct trace *t, const char *name, const char *cat)
 {
 	int c = trace_cat_parse(cat);
-	if (c < 0 || c > TRACE_CUDA_RUNTIME)
+	if (c < 0 || c > TRACE_CUDA_DRIVER)
 		return gp_error(GP_EINVAL, "trace: '%s' is not a host range category", cat);
 	if (t->depth == TRACE_STACK_MAX)
 		return gp_error(GP_EINVAL, "trace: ranges nested deeper than %d", TRACE_STACK_MAX);
@@ -213,7 +213,7 @@ int trace_range_push(struct trace *t, const char *name, const char *cat)
 		.tid = thread_id(),
 		.start_ns = trace_now_ns(),
 	};
-	r.external_id = c == TRACE_CUDA_RUNTIME ? enclosing_op_id(t) : t->next_external_id;
+	r.external_id = trace_cat_is_api((enum trace_cat)c) ? enclosing_op_id(t) : t->next_external_id;
 	GP_TRY(trace_add_range(t, &r));
 	t->stack[t->depth++] = t->n_ranges - 1;
 	return 0;

@@ -13,6 +13,8 @@ enum trace_cat {
 	TRACE_USER_ANNOTATION = 0, /* ProfilerStep#N, data, forward, backward, optimizer */
 	TRACE_CPU_OP,              /* one range per layer call */
 	TRACE_CUDA_RUNTIME,        /* a runtime API call; carries a correlation id */
+	TRACE_CUDA_DRIVER,         /* a driver API launch (cuBLAS's, cuDNN's runtime-compiled
+				    * kernels); carries a correlation id */
 	TRACE_KERNEL,
 	TRACE_GPU_MEMCPY,
 	TRACE_GPU_MEMSET,
@@ -23,10 +25,15 @@ enum trace_cat {
 const char *trace_cat_name(enum trace_cat c);
 /* The category of a Kineto name, or -1. */
 int trace_cat_parse(const char *name);
+/* A CUDA API call (runtime or driver) whose correlation id names what it launched. */
+static inline int trace_cat_is_api(enum trace_cat c)
+{
+	return c == TRACE_CUDA_RUNTIME || c == TRACE_CUDA_DRIVER;
+}
 
 struct trace_range {
 	const char *name;
-	enum trace_cat cat;       /* one of the three host categories */
+	enum trace_cat cat;       /* one of the four host categories */
 	int tid;
 	int64_t start_ns, end_ns; /* end_ns is 0 while the range is open */
 	uint64_t correlation;     /* runtime calls: matches a GPU activity; else 0 */

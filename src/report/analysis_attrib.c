@@ -51,7 +51,7 @@ int attrib_build(const struct trace *t, struct attrib *at)
 	for (size_t i = 0; i < t->n_ranges; i++) {
 		const struct trace_range *r = &t->ranges[i];
 		int st = stage_of(r);
-		if (r->cat == TRACE_CUDA_RUNTIME && r->correlation)
+		if (trace_cat_is_api(r->cat) && r->correlation)
 			at->corr[at->n_corr++] = (struct id_entry){ r->correlation, i };
 		else if (r->cat == TRACE_CPU_OP && r->external_id)
 			at->ext[at->n_ext++] = (struct id_entry){ r->external_id, i };
@@ -147,7 +147,7 @@ void loop_tids_find(const struct trace *t, struct loop_tids *lt)
 	lt->tid[lt->n++] = t->tid;
 	for (size_t i = 0; i < t->n_ranges && !lt->all; i++) {
 		const struct trace_range *r = &t->ranges[i];
-		if (r->cat == TRACE_CUDA_RUNTIME || range_on_loop(lt, r))
+		if (trace_cat_is_api(r->cat) || range_on_loop(lt, r))
 			continue;
 		if (lt->n == LOOP_TIDS_MAX)
 			lt->all = 1;

@@ -169,7 +169,7 @@ int analysis_hta_run(const struct trace *t, struct analysis *a)
 				last_start = t->steps[i].start_ns;
 	}
 	for (size_t i = 0; i < t->n_ranges; i++)
-		if (t->ranges[i].cat == TRACE_CUDA_RUNTIME && t->ranges[i].correlation)
+		if (trace_cat_is_api(t->ranges[i].cat) && t->ranges[i].correlation)
 			rt[n_rt++] = (struct corr_ix){ t->ranges[i].correlation, i };
 	gp_qsort(rt, n_rt, sizeof(*rt), corr_ix_cmp);
 	for (size_t i = 0; i < t->n_gpu; i++) {

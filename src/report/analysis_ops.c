@@ -233,7 +233,7 @@ int op_tables(const struct trace *t, const struct attrib *at, const signed char 
 		}
 		if (r->cat == TRACE_CPU_OP)
 			names[n_names++] = (struct name_layer){ r->name, NULL };
-		if (r->cat != TRACE_CUDA_RUNTIME)
+		if (!trace_cat_is_api(r->cat))
 			continue;
 		long op = r->external_id ? id_find(at->ext, at->n_ext, r->external_id) : -1;
 		if (op >= 0) {

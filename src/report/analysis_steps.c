@@ -50,7 +50,7 @@ static int64_t union_ns(struct iv *iv, size_t n)
  * work; the step annotation itself joins none. */
 static int range_part(const struct trace_range *r)
 {
-	if (r->cat == TRACE_CUDA_RUNTIME)
+	if (trace_cat_is_api(r->cat))
 		return PART_RUNTIME;
 	if (r->cat == TRACE_USER_ANNOTATION && !strcmp(r->name, "data"))
 		return PART_DATA;

@@ -129,7 +129,7 @@ static void write_range(struct writer *w, const struct trace_range *r)
 	fputs(",\"dur\":", f);
 	json_us(f, r->end_ns - r->start_ns);
 	fprintf(f, ",\"args\":{\"External id\":%" PRIu64, r->external_id);
-	if (r->cat == TRACE_CUDA_RUNTIME)
+	if (trace_cat_is_api(r->cat))
 		fprintf(f, ",\"correlation\":%" PRIu64, r->correlation);
 	if (r->cat == TRACE_USER_ANNOTATION && !strncmp(r->name, "ProfilerStep#", 13)) {
 		int step = step_number(r->name + 13);
@@ -361,7 +361,7 @@ static int corr_build(struct writer *w)
 	if (!w->corr)
 		return gp_error(GP_ENOMEM, "chrome trace: cannot index correlation ids");
 	for (size_t i = 0; i < t->n_ranges; i++)
-		if (t->ranges[i].cat == TRACE_CUDA_RUNTIME && t->ranges[i].correlation)
+		if (trace_cat_is_api(t->ranges[i].cat) && t->ranges[i].correlation)
 			w->corr[w->n_corr++] = (struct corr_entry){ t->ranges[i].correlation, i };
 	gp_qsort(w->corr, w->n_corr, sizeof(*w->corr), corr_cmp);
 	return 0;

@@ -166,7 +166,7 @@ static int read_x(struct trace *t, const struct trace_event *ev, size_t idx, int
 	/* our own copy of each step's data wait for TensorBoard: the step holds it */
 	if (t->meta.written_by_us && cat == TRACE_CPU_OP && !strcmp(name, CHROME_TRACE_DATALOADER))
 		return 0;
-	if (cat <= TRACE_CUDA_RUNTIME) {
+	if (cat <= TRACE_CUDA_DRIVER) {
 		struct trace_range r = {
 			.name = name, .cat = (enum trace_cat)cat, .tid = value_int32(&f[TF_TID], 0),
 			.start_ns = start, .end_ns = end,

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "core/trace.h"
@@ -162,6 +163,72 @@ TEST(cuda_tracer_runtime_calls_on_their_threads_rows)
 	CHECK(mine >= 2);   /* its cudaMemset and cudaDeviceSynchronize at least */
 	CHECK(helper >= 2); /* the helper's */
 	trace_free(&t);
+}
+
+static cublasStatus_t product(cublasHandle_t h, int n, const void *a, void *c, const float *one, const float *zero)
+{
+	return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, one, a, CUDA_R_16BF, n, a, CUDA_R_16BF, n, zero, c,
+			    CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+/* A kernel launched through the driver API (cuBLAS 12+ launches its nvjet kernels with
+ * cuLaunchKernelEx) has its launch in the trace, as Kineto's cuda_driver, inside the
+ * layer range it was made in: the tracer recorded runtime calls only, so those kernels
+ * had no launching call and no layer, and a 16-bit MobileNetV2 profile put 3.3 ms a
+ * step of its 1x1 products in "(no layer)" (s20-7). */
+TEST(cuda_tracer_driver_launches_name_their_layer)
+{
+	NEED_GPU();
+	const int n = 512;
+	cublasHandle_t h = NULL;
+	void *a = NULL, *c = NULL; /* bf16, as the 16-bit 1x1 convolutions' products */
+	CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+	CHECK(cudaMalloc(&a, (size_t)n * n * 2) == cudaSuccess);
+	CHECK(cudaMalloc(&c, (size_t)n * n * 2) == cudaSuccess);
+	CHECK(cudaMemset(a, 0, (size_t)n * n * 2) == cudaSuccess);
+	const float one = 1.0f, zero = 0.0f;
+	/* once before tracing: cuBLAS's first call loads its kernels */
+	CHECK(product(h, n, a, c, &one, &zero) == CUBLAS_STATUS_SUCCESS);
+	CHECK(cudaDeviceSynchronize() == cudaSuccess);
+	struct trace t;
+	CHECK_EQ_INT(trace_init(&t), 0);
+	CHECK_EQ_INT(tracer_start(&t), 0);
+	CHECK_EQ_INT(trace_range_push(&t, "product", "cpu_op"), 0);
+	uint64_t op = t.ranges[t.n_ranges - 1].external_id;
+	tracer_op_push(op);
+	CHECK(product(h, n, a, c, &one, &zero) == CUBLAS_STATUS_SUCCESS);
+	tracer_op_pop();
+	CHECK_EQ_INT(trace_range_pop(&t), 0);
+	CHECK(cudaDeviceSynchronize() == cudaSuccess);
+	CHECK_EQ_INT(tracer_stop(), 0);
+	int kernels = 0, launched = 0, in_op = 0, driver = 0;
+	for (size_t i = 0; i < t.n_gpu; i++) {
+		if (t.gpu[i].cat != TRACE_KERNEL)
+			continue;
+		kernels++;
+		for (size_t j = 0; j < t.n_ranges; j++) {
+			const struct trace_range *r = &t.ranges[j];
+			if (!trace_cat_is_api(r->cat) || r->correlation != t.gpu[i].correlation)
+				continue;
+			launched++;
+			in_op += r->external_id == op;
+			driver += r->cat == TRACE_CUDA_DRIVER;
+			printf("      %.60s launched by %s (%s), layer id %llu of %llu\n", t.gpu[i].name, r->name,
+			       trace_cat_name(r->cat), (unsigned long long)r->external_id, (unsigned long long)op);
+			break;
+		}
+	}
+	CHECK_MSG(kernels > 0, "no kernel traced");
+	CHECK_MSG(launched == kernels, "%d of %d kernels have their launching call", launched, kernels);
+	CHECK_MSG(in_op == kernels, "%d of %d kernels are in their layer", in_op, kernels);
+	printf("      %d kernels, %d launched through the driver API\n", kernels, driver);
+	/* cuBLAS's Hopper kernels go through cuLaunchKernelEx: this test is about them */
+	CHECK_MSG(driver > 0, "no kernel launched through the driver API (cuBLAS changed?)");
+	trace_free(&t);
+	cudaFree(a);
+	cudaFree(c);
+	if (h)
+		cublasDestroy(h);
 }
 
 /* The own 16-bit depthwise kernels' names say their direction, by which profile's op
