@@ -59,6 +59,18 @@ stage() { # name timeout command...
 	tail -n "${TAIL:-25}" "$OUT/$name.log"
 	echo "=== $name rc=$rc"
 }
+# mobilenet_v2 at batch 256 in bf16 and fp16 under each value of a tuning switch,
+# interleaved, twice: mnv2_by_switch STAGE_PREFIX VARIABLE "VALUES"
+mnv2_by_switch() {
+	local prefix=$1 var=$2 r p v
+	for r in 1 2; do
+		for p in bf16 fp16; do
+			for v in $3; do
+				(export "$var=$v"; TAIL=3 stage "${prefix}_${p}_${v}_$r" 180 $BIN train --model mobilenet_v2 --device cuda --precision $p --batch 256 --steps 40)
+			done
+		done
+	done
+}
 for s in "$@"; do
 	case $s in
 	info) stage info 60 sh -c "nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv; $BIN info" ;;
@@ -209,26 +221,14 @@ for s in "$@"; do
 		# per-layer timing against the row kernels, then mobilenet_v2 at batch 256 in bf16
 		# and fp16 with each, interleaved, beside PyTorch's eager
 		TAIL=8 stage dwtiled_tests 200 sh -c "build/bundle/gpuperf_tests cuda_dwconv dwconv_ | grep -v '^ok '"
-		for r in 1 2; do
-			for p in bf16 fp16; do
-				for t in 0 1; do
-					GPUPERF_DWCONV_TILED=$t TAIL=3 stage "dwtiled_${p}_${t}_$r" 180 $BIN train --model mobilenet_v2 --device cuda --precision $p --batch 256 --steps 40
-				done
-			done
-		done
+		mnv2_by_switch dwtiled GPUPERF_DWCONV_TILED "0 1"
 		stage torch_dwtiled 300 python3 $TB train --models mobilenet_v2 --modes amp_bf16_cl,amp_fp16_cl --batch 256 --iters 30 ;;
 	relu6fold)
 		# where MobileNetV2's ReLU6 runs (GPUPERF_RELU6_FOLD): folded into the depthwise
 		# convolutions (always, as before the twentieth session) or in the own batch
 		# norms where they run (auto)
 		TAIL=12 stage relu6fold_tests 300 sh -c "build/bundle/gpuperf_tests cuda_amp_relu6 cuda_amp_fused cuda_amp_own_bn16 cuda_bn16 cuda_profile_depthwise | grep -v '^ok '"
-		for r in 1 2; do
-			for p in bf16 fp16; do
-				for f in ${FOLD_MODES:-always auto}; do
-					GPUPERF_RELU6_FOLD=$f TAIL=3 stage "relu6fold_${p}_${f}_$r" 180 $BIN train --model mobilenet_v2 --device cuda --precision $p --batch 256 --steps 40
-				done
-			done
-		done
+		mnv2_by_switch relu6fold GPUPERF_RELU6_FOLD "${FOLD_MODES:-always auto}"
 		stage torch_relu6fold 300 python3 $TB train --models mobilenet_v2 --modes amp_bf16_cl,amp_fp16_cl --batch 256 --iters 30 ;;
 	compile16)
 		# issue 24's torch.compile goal: gpuperf bf16 at batch 256 (img/s and peak) beside

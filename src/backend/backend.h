@@ -89,7 +89,7 @@ void backend_cuda_set_conv_policy(struct net *net, int fp32_direct_only, int det
 void backend_cuda_set_conv_heuristics(struct net *net, int on);
 /* How many of the set-up net's ReLU6 layers are folded into the 16-bit depthwise
  * convolution that reads them (GPUPERF_RELU6_FOLD), and how many its batch norms apply
- * themselves (fused BN + ReLU6): for tests and `info`-like reports. */
+ * themselves (fused BN + ReLU6): for tests. */
 void backend_cuda_relu6_roles(const struct net *net, int *folded, int *in_bn);
 #endif
 
