@@ -182,6 +182,23 @@ TEST(cuda_bn16_own_kernels_match_cpu)
 	gpu_close(&g);
 }
 
+/* A tensor of more 8-channel chunks than the backward's dx pass has threads (4,096
+ * blocks of 256, to a multiple of the channel groups): each thread takes several
+ * chunks, two at a time with their loads in flight together (BN16_DX_CHUNKS). The
+ * shapes above give every thread one chunk at most, so they never reached the second
+ * chunk of a pair. 64 x 40 x 64 x 64: 1.31 million chunks for 1.05 million threads. */
+TEST(cuda_bn16_dx_beyond_one_pass_of_threads)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 29);
+	g.ctx->bn16 = BN16_OWN;
+	const struct bn_args big = { .n = 64, .c = 40, .h = 64, .w = 64, .eps = 1e-5, .momentum = 0.1 };
+	check_bn16(&g, GP_BF16, &big, BN_FUSE_RELU6, 2, 0.5);
+	check_bn16(&g, GP_F16, &big, BN_FUSE_NONE, 2, 0.5);
+	g.ctx->bn16 = BN16_CUDNN;
+	gpu_close(&g);
+}
+
 /* Values far from 0 (about 100, spread about 1, in fp16: steps of 1/16 there): the
  * sums about the channel's first element keep the variance; float sums of x and x^2
  * would lose most of it. Every check of check_bn16 (the statistics within 1e-5 of the
