@@ -25,6 +25,7 @@
 
 #include "harness.h"
 #include "core/error.h"
+#include "ops/cuda/bn16_mask.h"
 #include "ops/cuda/bn16_rule.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
@@ -196,6 +197,81 @@ TEST(cuda_bn16_dx_beyond_one_pass_of_threads)
 	check_bn16(&g, GP_BF16, &big, BN_FUSE_RELU6, 2, 0.5);
 	check_bn16(&g, GP_F16, &big, BN_FUSE_NONE, 2, 0.5);
 	g.ctx->bn16 = BN16_CUDNN;
+	gpu_close(&g);
+}
+
+/* The unfused activation's backward test on the forward's output, on the host:
+ * y = T(clamp(p + 0, 0, cap)) passes where y > 0 and y < cap (bn_val.cuh's bn16_act
+ * turns NaN into 0). */
+static int passes_rounded(enum gp_dtype ht, float p, float cap)
+{
+	float v = p + 0.0f;
+	v = v > 0.0f ? v : 0.0f;
+	v = v > cap ? cap : v;
+	float y = h_round(ht, v);
+	return y > 0.0f && y < cap;
+}
+
+/* bn16_mask.h's bounds against the rounding they stand for, without a GPU: the mask can
+ * change only where the rounded output does, at the midpoint between two adjacent
+ * 16-bit values (and at 0), so every float within 4 of each 16-bit value and of each
+ * midpoint, the infinities' neighbours and NaN included, for both types and both
+ * activations: lo < p < hi exactly where the rounded form passes. */
+TEST(bn16_mask_bounds_match_the_rounded_output)
+{
+	for (int t = 0; t < 2; t++)
+		for (int relu6 = 0; relu6 <= 1; relu6++) {
+			enum gp_dtype ht = HTS[t];
+			struct bn16_pass b = bn16_pass_bounds(ht == GP_BF16, relu6);
+			float cap = relu6 ? 6.0f : INFINITY;
+			long checked = 0, bad = 0, passed = 0;
+			for (uint32_t u = 0; u <= 0xffff; u++) {
+				float a = h_val(ht, (uint16_t)u);
+				if (isnan(a))
+					continue;
+				double centre[2] = { a, NAN };
+				/* the midpoint to the next value away from 0; past the largest
+				 * finite value, to the next power of two */
+				if ((u & 0x7fff) != 0x7fff && !isinf(a)) {
+					float n = h_val(ht, (uint16_t)(u + 1));
+					if (isinf(n))
+						centre[1] = (double)a + ((double)a - h_val(ht, (uint16_t)(u - 1))) / 2;
+					else if (!isnan(n))
+						centre[1] = ((double)a + n) / 2;
+				}
+				for (int k = 0; k < 2; k++) {
+					if (isnan(centre[k]))
+						continue;
+					float m = (float)centre[k];
+					for (int d = -4; d <= 4; d++) {
+						float p = bits_f(f_bits(m) + (uint32_t)d);
+						int want = passes_rounded(ht, p, cap), got = p > b.lo && p < b.hi;
+						if (want != got && bad++ < 3)
+							printf("      %s %s: p %a: rounded form %d, bounds %d\n",
+							       ht == GP_BF16 ? "bf16" : "fp16", relu6 ? "relu6" : "relu",
+							       (double)p, want, got);
+						passed += want;
+						checked++;
+					}
+				}
+			}
+			CHECK_MSG(bad == 0, "%ld floats where the bounds and the rounded form disagree", bad);
+			CHECK(checked > 500000 && passed > 100000);
+		}
+}
+
+/* The same on the device, over every float (2^32 bit patterns), with the device's own
+ * rounding (bn16_cuda_mask_mismatches). */
+TEST(cuda_bn16_mask_bounds_match_every_float)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 37);
+	for (int t = 0; t < 2; t++)
+		for (int act = BN_APPLY_RELU; act <= BN_APPLY_RELU6; act++) {
+			unsigned long long n = 1;
+			CHECK_OK(bn16_cuda_mask_mismatches(HTS[t], (enum bn_apply_act)act, &n));
+			CHECK_MSG(n == 0, "%llu floats where the device's mask and rounded form disagree", n);
+		}
 	gpu_close(&g);
 }
 

@@ -19,6 +19,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -32,6 +34,7 @@ extern "C" {
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/eltwise.cuh"
 #include "ops/cuda/bn_val.cuh"
+#include "ops/cuda/bn16_mask.h"
 
 /* Slices of the rows: enough blocks to keep every SM's memory pipe busy (about 1,024
  * in all), at most BN16_SLICES. */
@@ -163,16 +166,16 @@ __device__ static void bn16_block_combine(sums8 &s, int c, int slices, double *s
 	}
 }
 
-/* Whether the activation passes the gradient at x: as the unfused ReLU (ReLU6) backward
- * decides from the forward's output, y > 0 (and y < 6), y the 16-bit value the forward
- * wrote (bn_val.cuh's formula, rounded to T), so also where rounding makes it 0 or 6. */
-template <typename T>
-__device__ static inline bool bn16_mask(float x, float m, float is, float g, float b, int act, float cap)
+/* Whether the activation passes the gradient at x: bn16_mask.h's bounds on the
+ * pre-activation (the forward's formula, bn_val.cuh, without the +0 that only turns -0
+ * into 0, which fails either way), equal to the unfused ReLU (ReLU6) backward's test
+ * y > 0 (and y < 6) on the 16-bit output the forward wrote. */
+__device__ static inline bool bn16_mask(float x, float m, float is, float g, float b, int act, float lo, float hi)
 {
 	if (!act)
 		return true;
-	float y = rounded<T>(bn16_act(bn16_pre(x, 0.0f, m, is, g, b), act, cap));
-	return y > 0.0f && y < cap;
+	float p = __fmaf_rn(bn16_xhat(x, m, is), g, b);
+	return p > lo && p < hi;
 }
 
 /* Rows [r0, r1) of this block's slice, for this thread's row lane. */
@@ -282,7 +285,7 @@ __global__ static void bn16_stats_final_kernel(int c, int slices, double m, doub
 /* partial = { sum g, sum g * xhat } per channel and slice, g = dy where the activation
  * passes. */
 template <typename T>
-__global__ static void __launch_bounds__(BLOCK, 2) bn16_bwd_reduce_kernel(size_t rows, int c, int slices, int act, float cap, const T *x,
+__global__ static void __launch_bounds__(BLOCK, 2) bn16_bwd_reduce_kernel(size_t rows, int c, int slices, int act, float lo, float hi, const T *x,
 					      const T *dy, const float *gamma, const float *beta,
 					      const float *mean, const float *invstd, double *partial)
 {
@@ -304,7 +307,7 @@ __global__ static void __launch_bounds__(BLOCK, 2) bn16_bwd_reduce_kernel(size_t
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
 				float xv = to_f(v.v[e]), xh = bn16_xhat(xv, mu[e], is[e]);
-				float g = bn16_mask<T>(xv, mu[e], is[e], ga[e], be[e], act, cap) ? to_f(d.v[e]) : 0.0f;
+				float g = bn16_mask(xv, mu[e], is[e], ga[e], be[e], act, lo, hi) ? to_f(d.v[e]) : 0.0f;
 				s.add(e, g, g * xh);
 			}
 			s.step();
@@ -334,7 +337,7 @@ __global__ static void bn16_bwd_final_kernel(int c, int slices, double m, const 
  * thread keeps one channel group (its chunks step by a multiple of c / 8), so its
  * statistics load once. */
 template <typename T>
-__global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int act, float cap,
+__global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int act, float lo, float hi,
 					  const T *__restrict__ x, const T *__restrict__ dy, const float *gamma,
 					  const float *beta, const float *mean, const float *invstd,
 					  const float *coef, T *__restrict__ dx, int accumulate)
@@ -381,7 +384,7 @@ __global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int ac
 			for (int e = 0; e < VEC; e++) {
 				float v = to_f(vx[u].v[e]), d = to_f(vd[u].v[e]);
 				float xh = bn16_xhat(v, mu[e], is[e]);
-				float g = bn16_mask<T>(v, mu[e], is[e], ga[e], be[e], act, cap) ? d : 0.0f;
+				float g = bn16_mask(v, mu[e], is[e], ga[e], be[e], act, lo, hi) ? d : 0.0f;
 				float r = ga[e] * is[e] * (g - k1[e] - xh * k2[e]);
 				o[e] = accumulate ? to_f(vo[u].v[e]) + r : r;
 			}
@@ -401,9 +404,13 @@ static int bn16_check(const struct bn_args *a, const void *p, const void *q, con
 	return 0;
 }
 
-static int act_of(enum bn_apply_act act, float *cap)
+/* Whether there is an activation, and its mask's bounds for T (bn16_mask.h). */
+template <typename T>
+static int act_of(enum bn_apply_act act, float *lo, float *hi)
 {
-	*cap = act == BN_APPLY_RELU6 ? 6.0f : INFINITY;
+	struct bn16_pass b = bn16_pass_bounds(std::is_same<T, __nv_bfloat16>::value, act == BN_APPLY_RELU6);
+	*lo = b.lo;
+	*hi = b.hi;
 	return act != BN_APPLY_LINEAR;
 }
 
@@ -445,12 +452,12 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 		      void *scratch)
 {
 	size_t rows = (size_t)a->n * a->h * a->w, chunks = rows * (size_t)a->c / VEC;
-	float cap = 0.0f;
-	int on = act_of(act, &cap);
+	float lo, hi;
+	int on = act_of<T>(act, &lo, &hi);
 	bn16_grid g = bn16_grid_for(rows, a->c);
 	double *partial = (double *)scratch;
 	float *coef = (float *)(partial + (size_t)bn16_slices_cap(a->c) * 2 * a->c);
-	bn16_bwd_reduce_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, on, cap, (const T *)x,
+	bn16_bwd_reduce_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, on, lo, hi, (const T *)x,
 							     (const T *)dy, gamma, beta, save_mean,
 							     save_invstd, partial);
 	CUDA_CHECK_LAUNCH();
@@ -461,7 +468,7 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	if ((unsigned)g.groups > blocks * BLOCK)
 		return gp_error(GP_EINVAL, "16-bit NHWC batch norm of %d channels: too many for one pass",
 				a->c);
-	bn16_bwd_dx_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)g.groups, on, cap, (const T *)x,
+	bn16_bwd_dx_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)g.groups, on, lo, hi, (const T *)x,
 						       (const T *)dy, gamma, beta, save_mean, save_invstd,
 						       coef, (T *)dx, accumulate);
 	CUDA_CHECK_LAUNCH();
@@ -480,4 +487,51 @@ extern "C" int bn16_bwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_a
 	GP_TRY(bn16_check(a, x, dy, dx));
 	return DISPATCH_H(dt, bn16_bwd_t, s, a, act, x, dy, gamma, beta, save_mean, save_invstd, dx, accumulate,
 			  dgamma, dbeta, scratch);
+}
+
+/* --- test hook: the mask's bounds against the rounded form, over every float ------- */
+
+/* count += the floats p where lo < p < hi and the unfused activation's test on the
+ * forward's rounded output (bn_val.cuh's activation of p + 0, rounded to T, > 0 and
+ * < cap) disagree */
+template <typename T>
+__global__ static void bn16_mask_sweep_kernel(float lo, float hi, float cap, unsigned long long *count)
+{
+	unsigned long long n = 0;
+	uint64_t step = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < ((uint64_t)1 << 32); i += step) {
+		float p = __uint_as_float((unsigned)i);
+		float y = rounded<T>(bn16_act(__fadd_rn(p, 0.0f), 1, cap));
+		bool ref = y > 0.0f && y < cap;
+		n += ref != (p > lo && p < hi);
+	}
+	for (int off = 16; off > 0; off >>= 1)
+		n += __shfl_xor_sync(FULL_MASK, n, off);
+	if ((threadIdx.x & 31) == 0 && n)
+		atomicAdd(count, n);
+}
+
+template <typename T>
+static int bn16_mask_sweep_t(enum bn_apply_act act, unsigned long long *mismatches)
+{
+	float lo, hi;
+	act_of<T>(act, &lo, &hi);
+	unsigned long long *d = NULL;
+	CUDA_TRY(cudaMalloc((void **)&d, sizeof *d));
+	int rc = CUDA_CHECK(cudaMemset(d, 0, sizeof *d));
+	if (!rc) {
+		bn16_mask_sweep_kernel<T><<<4096, BLOCK>>>(lo, hi, act == BN_APPLY_RELU6 ? 6.0f : INFINITY, d);
+		rc = CUDA_CHECK(cudaGetLastError());
+	}
+	if (!rc)
+		rc = CUDA_CHECK(cudaMemcpy(mismatches, d, sizeof *d, cudaMemcpyDeviceToHost));
+	cudaFree(d);
+	return rc;
+}
+
+extern "C" int bn16_cuda_mask_mismatches(enum gp_dtype dt, enum bn_apply_act act, unsigned long long *mismatches)
+{
+	if (act == BN_APPLY_LINEAR)
+		return gp_error(GP_EINVAL, "batch norm mask sweep: no activation");
+	return DISPATCH_H(dt, bn16_mask_sweep_t, act, mismatches);
 }

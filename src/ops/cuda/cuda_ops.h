@@ -282,6 +282,10 @@ size_t bn16_scratch_bytes(int c);
 /* Test hook: the row slices capped at n (0: no cap), so that on a small tensor each
  * thread walks many rows. */
 void bn16_cuda_set_max_slices(int n);
+/* Test hook: the floats (all 2^32 bit patterns) where the backward's mask from
+ * bn16_mask.h's bounds and the unfused activation's test on the rounded output
+ * disagree, for dt and act (ReLU or ReLU6). */
+int bn16_cuda_mask_mismatches(enum gp_dtype dt, enum bn_apply_act act, unsigned long long *mismatches);
 int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
 			const void *z, enum bn_apply_act act, const float *gamma, const float *beta,
 			void *y, float *save_mean, float *save_invstd, float *running_mean,
