@@ -10,15 +10,17 @@
  *
  * Layout of the work: a thread owns 8 adjacent channels (one 16-byte load per row of
  * the N x H x W rows), a block cx threads across channel groups by ry rows; a slice
- * of the rows per block row of the grid. Each block's sums are combined over its rows
- * in a fixed order, the slices per channel in order by a per-channel kernel: the
- * result is the same on every run (no atomics). The forward's output is bn.cu's apply
- * pass (bn_apply_cuda); every pre-activation value comes from bn_val.cuh, so the
- * mask in backward, taken from the output the forward wrote (recomputed, rounded to
- * 16 bits) as the unfused ReLU's backward takes it, is the forward's. */
+ * of the rows per block row of the grid, one wave of blocks in all. Each block's sums
+ * are combined over its rows in a fixed order, the slices per channel in order by a
+ * per-channel kernel: the result is the same on every run of a GPU model (no atomics).
+ * The forward's output is bn.cu's apply pass (bn_apply_cuda); every pre-activation
+ * value comes from bn_val.cuh, so the mask in backward, which tests the pre-activation
+ * against bounds equal to the unfused ReLU's test on the 16-bit output the forward
+ * wrote (bn16_mask.h), is the forward's. */
 #include <math.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -36,8 +38,8 @@ extern "C" {
 #include "ops/cuda/bn_val.cuh"
 #include "ops/cuda/bn16_mask.h"
 
-/* Slices of the rows: enough blocks to keep every SM's memory pipe busy (about 1,024
- * in all), at most BN16_SLICES. */
+/* Slices of the rows: one wave of blocks (resident_blocks), at most BN16_TARGET_BLOCKS
+ * in all and BN16_SLICES per channel group, which size the scratch. */
 #define BN16_SLICES 512
 #define BN16_TARGET_BLOCKS 1024
 /* Rows loaded before any is summed, so that several 16-byte loads are in flight: four
@@ -81,20 +83,22 @@ extern "C" size_t bn16_scratch_bytes(int c)
 	return (size_t)bn16_slices_cap(c) * 2 * (size_t)c * sizeof(double) + 2 * (size_t)c * sizeof(float);
 }
 
-/* The block's shape and the grid for c channels over `rows` rows. */
+/* The block's shape and the grid for c channels over `rows` rows: about `target` blocks
+ * (one wave, resident_blocks), at most the scratch's slices. */
 struct bn16_grid {
 	int groups, cx, ry, slices;
 	dim3 grid, block;
 };
 
-static bn16_grid bn16_grid_for(size_t rows, int c)
+static bn16_grid bn16_grid_for(size_t rows, int c, unsigned target)
 {
 	bn16_grid g;
 	g.groups = c / VEC;
 	g.cx = bn16_cx(g.groups);
 	g.ry = BLOCK / g.cx;
 	int bx = (g.groups + g.cx - 1) / g.cx;
-	size_t s = (size_t)bn16_slices_cap(c), most = (rows + g.ry - 1) / g.ry;
+	size_t s = (size_t)bn16_slices_cap(c), most = (rows + g.ry - 1) / g.ry, want = (target + bx - 1) / bx;
+	s = s > want ? want : s;
 	s = s > most ? most : s;
 	if (bn16_max_slices && s > (size_t)bn16_max_slices)
 		s = (size_t)bn16_max_slices;
@@ -395,6 +399,34 @@ __global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int ac
 
 /* --- launchers ----------------------------------------------------------------------- */
 
+/* Blocks of `kernel` (BLOCK threads) that the current device holds at once: the SMs
+ * times the blocks an SM takes. The passes launch one such wave and loop, so that a
+ * thread's set-up (its channels' statistics, its block's final combine) is paid once,
+ * and no wave runs part-full at the end: on MobileNetV2's 7 x 7 and 14 x 14 batch
+ * norms 4,096 blocks of the dx pass each did one or two chunks a thread after loading
+ * 48 statistics (ncu, s21-1). Asked once per kernel and device. The slices, and so
+ * the order of the sums, follow the SM count: the same bits on every run of one GPU
+ * model, not across models. */
+template <auto kernel>
+static unsigned resident_blocks()
+{
+	static std::atomic<int> cache[64];
+	int dev = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+		return BN16_TARGET_BLOCKS;
+	int n = cache[dev].load(std::memory_order_relaxed);
+	if (!n) {
+		int sms = 0, per = 0;
+		if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, BLOCK, 0) != cudaSuccess)
+			return BN16_TARGET_BLOCKS;
+		n = sms * (per > 0 ? per : 1);
+		n = n > BN16_TARGET_BLOCKS ? BN16_TARGET_BLOCKS : n;
+		cache[dev].store(n, std::memory_order_relaxed);
+	}
+	return (unsigned)n;
+}
+
 static int bn16_check(const struct bn_args *a, const void *p, const void *q, const void *r)
 {
 	if (a->c % VEC || !aligned(p, 16) || !aligned(q, 16) || !aligned(r, 16))
@@ -419,7 +451,7 @@ static int bn16_stats_t(cudaStream_t s, const struct bn_args *a, const void *x, 
 			float *save_invstd, float *running_mean, float *running_var, void *scratch)
 {
 	size_t rows = (size_t)a->n * a->h * a->w;
-	bn16_grid g = bn16_grid_for(rows, a->c);
+	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_stats_kernel<T>>());
 	double *partial = (double *)scratch;
 	bn16_stats_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, (const T *)x, partial);
 	CUDA_CHECK_LAUNCH();
@@ -454,7 +486,7 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	size_t rows = (size_t)a->n * a->h * a->w, chunks = rows * (size_t)a->c / VEC;
 	float lo, hi;
 	int on = act_of<T>(act, &lo, &hi);
-	bn16_grid g = bn16_grid_for(rows, a->c);
+	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T>>());
 	double *partial = (double *)scratch;
 	float *coef = (float *)(partial + (size_t)bn16_slices_cap(a->c) * 2 * a->c);
 	bn16_bwd_reduce_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, on, lo, hi, (const T *)x,
@@ -464,7 +496,8 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	bn16_bwd_final_kernel<<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, partial, coef,
 							       dgamma, dbeta);
 	CUDA_CHECK_LAUNCH();
-	unsigned blocks = grid_for(chunks) < 4096 ? grid_for(chunks) : 4096;
+	unsigned wave = resident_blocks<bn16_bwd_dx_kernel<T>>();
+	unsigned blocks = grid_for(chunks) < wave ? grid_for(chunks) : wave;
 	if ((unsigned)g.groups > blocks * BLOCK)
 		return gp_error(GP_EINVAL, "16-bit NHWC batch norm of %d channels: too many for one pass",
 				a->c);
