@@ -16,9 +16,18 @@ TEST(bn16_auto_takes_the_shapes_it_won)
 	CHECK(bn16_own_wanted(BN16_AUTO, 256, 24, 56, 56, 0));
 	CHECK(bn16_own_wanted(BN16_AUTO, 256, 144, 56, 56, 1));
 	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 64, 56, 56, 0));
-	/* a multiple of 64 takes them only before an unfused ReLU6 */
+	/* 64 and 128 channels, or any multiple of 64 under 256, take them only before an
+	 * unfused ReLU6 */
 	CHECK(bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 1));
 	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 128, 56, 56, 0));
+	/* from 256 channels they do (ResNet-50's 256 over 56x56, 1024 over 14x14, 2048
+	 * over 7x7: 205.5, 51.4 and 25.7 M elements), above the size bound only (512 over
+	 * 7x7: 6.4 M) */
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 256, 56, 56, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 1024, 14, 14, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 2048, 7, 7, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 512, 7, 7, 0));
 	/* the size bound: 16 Mi elements exactly, one image fewer */
 	CHECK(bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1024, 0));
 	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1023, 0));

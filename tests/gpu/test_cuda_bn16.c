@@ -299,7 +299,8 @@ TEST(cuda_bn16_own_kernels_keep_variance_of_offset_data)
 /* The mode reaches the routing (bn16_routed_own_cuda, the answer every call of the
  * node follows): under auto a small batch norm stays on cuDNN, and a large one takes
  * the own kernels before an unfused ReLU6 but not before a ReLU when its channels are
- * a multiple of 64 (MobileNetV2's 192 over 28 x 28 at batch 256); a channel count the
+ * a multiple of 64 under 256 (MobileNetV2's 192 over 28 x 28 at batch 256), and before
+ * a ReLU from 256 channels (256 over 28 x 28); a channel count the
  * kernels cannot take stays on cuDNN even under own; FP32 never takes them. Each
  * planned as fused where either path fuses it. (The reserve space cannot tell the paths apart: cuDNN 9.14's
  * fused ReLU keeps none on the H200, eighteenth session.) */
@@ -311,6 +312,7 @@ TEST(cuda_bn16_routing_follows_the_mode)
 	struct bn_args small = { .n = 2, .c = 24, .h = 4, .w = 4, .eps = 1e-5, .momentum = 0.1 };
 	struct bn_args odd = { .n = 4, .c = 20, .h = 6, .w = 5, .eps = 1e-5, .momentum = 0.1 };
 	struct bn_args large = { .n = 256, .c = 192, .h = 28, .w = 28, .eps = 1e-5, .momentum = 0.1 };
+	struct bn_args wide = { .n = 256, .c = 256, .h = 28, .w = 28, .eps = 1e-5, .momentum = 0.1 };
 	const struct {
 		enum bn16_mode mode;
 		const struct bn_args *a;
@@ -321,6 +323,7 @@ TEST(cuda_bn16_routing_follows_the_mode)
 		{ BN16_AUTO, &small, BN_FUSE_RELU, 0 },   { BN16_AUTO, &large, BN_FUSE_RELU6, 1 },
 		{ BN16_AUTO, &large, BN_FUSE_RELU, 0 },   { BN16_OWN, &small, BN_FUSE_RELU, 1 },
 		{ BN16_OWN, &large, BN_FUSE_RELU, 1 },    { BN16_OWN, &odd, BN_FUSE_RELU, 0 },
+		{ BN16_AUTO, &wide, BN_FUSE_RELU, 1 },    { BN16_CUDNN, &wide, BN_FUSE_RELU, 0 },
 	};
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]) && !test_failed(); k++) {
 		g.ctx->bn16 = cases[k].mode;

@@ -395,24 +395,31 @@ TEST(cuda_amp_own_bn16_as_close_as_cudnn)
 	check_fused_bn("mobilenet_v2", 1, BN16_OWN, RELU6_FOLD_AUTO);
 	check_fused_bn("mobilenet_v2", 1, BN16_OWN, RELU6_FOLD_ALWAYS);
 	check_fused_bn("resnet18", 1, BN16_OWN, RELU6_FOLD_AUTO);
+	/* the add + ReLU joins and 256 to 2048 channels, which auto gives the own kernels
+	 * at batch 256 since the twenty-first session */
+	check_fused_bn("resnet50", 1, BN16_OWN, RELU6_FOLD_AUTO);
 }
 
 /* Where MobileNetV2's ReLU6 layers run, by GPUPERF_RELU6_FOLD and GPUPERF_BN16: 35 of
  * them, 17 read only by a depthwise convolution (foldable), 18 by a 1x1 convolution or
  * the pooling. Under auto a ReLU6 is folded only where the batch norm before it is
- * cuDNN's, which leaves a ReLU6 to a pass of its own; the own batch norms apply it. */
+ * cuDNN's, which leaves a ReLU6 to a pass of its own; the own batch norms apply it. At
+ * batch 256 under both autos the batch norms of at least 16 Mi elements apply 26, and of
+ * the 9 under it (cuDNN's) the three 960-channel 7 x 7 ones before a depthwise
+ * convolution fold; until the twenty-first session the three 192-channel 28 x 28 ones
+ * folded too (the fold asked about the batch norm with a plain ReLU, cuDNN's there). */
 TEST(cuda_amp_relu6_fold_follows_the_switch)
 {
 	NEED_GPU();
 	const struct {
-		int bn16, fold, folded, in_bn;
+		int bn16, fold, folded, in_bn, size, batch;
 	} cases[] = {
-		{ BN16_OWN, RELU6_FOLD_AUTO, 0, 35 },	  { BN16_OWN, RELU6_FOLD_ALWAYS, 17, 18 },
-		{ BN16_OWN, RELU6_FOLD_NEVER, 0, 35 },	  { BN16_CUDNN, RELU6_FOLD_AUTO, 17, 0 },
-		{ BN16_CUDNN, RELU6_FOLD_NEVER, 0, 0 },
+		{ BN16_OWN, RELU6_FOLD_AUTO, 0, 35, 64, 8 },	  { BN16_OWN, RELU6_FOLD_ALWAYS, 17, 18, 64, 8 },
+		{ BN16_OWN, RELU6_FOLD_NEVER, 0, 35, 64, 8 },	  { BN16_CUDNN, RELU6_FOLD_AUTO, 17, 0, 64, 8 },
+		{ BN16_CUDNN, RELU6_FOLD_NEVER, 0, 0, 64, 8 },	  { BN16_AUTO, RELU6_FOLD_AUTO, 3, 26, 224, 256 },
 	};
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]) && !test_failed(); k++) {
-		struct net *n = build("mobilenet_v2", 64, 8, 10);
+		struct net *n = build("mobilenet_v2", cases[k].size, cases[k].batch, 10);
 		if (!n)
 			return;
 		n->tuning.bn16 = cases[k].bn16;

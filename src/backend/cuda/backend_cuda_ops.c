@@ -311,12 +311,13 @@ static int relu_over(const struct net *net, int r, int src)
 
 /* A ReLU6 (node r, after batch norm bn) to fold into its only reader, a depthwise
  * convolution on the own 16-bit kernels, which can apply its clip at 6: by
- * GPUPERF_RELU6_FOLD (core/tuning.h), under auto only where the batch norm with a plain
- * ReLU would be cuDNN's. The fold costs backward data a read of the stored input for
- * its mask (1.2 ms of MobileNetV2's 2.9 at batch 256 on an H200, s20-1), which the own
- * batch norm's backward does not need: it masks from what it reads anyway. But moving
- * a batch norm from cuDNN's kernels to the own ones to apply the ReLU6 cost more than
- * the mask saved on channels in multiples of 64 (s20-2), so those stay folded. */
+ * GPUPERF_RELU6_FOLD (core/tuning.h), under auto only where the batch norm with the
+ * ReLU6 would be cuDNN's, which leaves a ReLU6 to a pass of its own. The fold costs
+ * backward data a read of the stored input for its mask (1.2 ms of MobileNetV2's 2.9 at
+ * batch 256 on an H200, s20-1), which the own batch norm's backward does not need: it
+ * masks from what it reads anyway. (Until the twenty-first session auto also folded
+ * where the batch norm, with a plain ReLU, would have stayed on cuDNN: its channels in
+ * multiples of 64 were slower on the own kernels then, s20-2; no longer, s21-4.) */
 static int relu6_foldable(const struct net *net, int bn, int r)
 {
 	const struct node *rn = &net->nodes[r];
@@ -326,7 +327,7 @@ static int relu6_foldable(const struct net *net, int bn, int r)
 	if (cn->op != OP_CONV2D || cn->in[0] != r || !conv2d_can_fold_relu6(net->bk->ctx, &cn->a.conv))
 		return 0;
 	return net->tuning.relu6_fold == RELU6_FOLD_ALWAYS ||
-	       !bn16_routed_own_cuda(net->bk->ctx, &net->nodes[bn].a.bn, BN_FUSE_RELU);
+	       !bn16_routed_own_cuda(net->bk->ctx, &net->nodes[bn].a.bn, BN_FUSE_RELU6);
 }
 
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)

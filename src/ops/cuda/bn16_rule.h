@@ -2,12 +2,18 @@
  * than cuDNN's persistent ones, by GPUPERF_BN16 (core/tuning.h). Plain C, so that a
  * test holds the rule without a GPU.
  *
- * auto follows the sixteenth session's per-shape probe on the H100 (docs/cuda.md, "16-bit
- * batch norm on own kernels"): the own kernels won on MobileNetV2's channel counts
- * (16 to 144) over planes of 56x56 and larger, and wherever they save cuDNN's unfused
- * ReLU6 passes; cuDNN won on every ResNet shape (channels in multiples of 64) and on
- * small tensors. So: at least BN16_OWN_MIN_ELEMS elements, and either a ReLU6 after
- * it that cuDNN would leave unfused or channels that are not a multiple of 64. */
+ * auto follows the twenty-first session's per-shape probe on an H200
+ * (tests/gpu/test_cuda_bn16_probe.c, every batch norm of resnet18, resnet50 and
+ * mobilenet_v2 at batch 256, forward and backward, docs/cuda.md): since the backward's
+ * passes run one wave of blocks, the own kernels take 0.47-0.92x cuDNN's time on
+ * MobileNetV2's channel counts that are not multiples of 64, 0.71-1.01x on 256 channels
+ * and more (0.71-0.90x before a residual add, whose cuDNN forward is slow there), and
+ * they save cuDNN's unfused ReLU6 passes; cuDNN is faster on 64 and 128 channels
+ * (1.01-1.21x) and on every tensor under 16 Mi elements (up to 1.6x). So: at least
+ * BN16_OWN_MIN_ELEMS elements, and a ReLU6 after it that cuDNN would leave unfused, or
+ * channels that are not a multiple of 64, or at least BN16_OWN_WIDE_CHANNELS. The rule
+ * sees neither the op after the batch norm beyond the ReLU6 nor the direction, so that
+ * a node's forward and backward always take the same kernels. */
 #ifndef GP_OPS_CUDA_BN16_RULE_H
 #define GP_OPS_CUDA_BN16_RULE_H
 
@@ -16,6 +22,8 @@
 enum bn16_mode { BN16_CUDNN = 0, BN16_AUTO = 1, BN16_OWN = 2 };
 
 #define BN16_OWN_MIN_ELEMS ((size_t)16 << 20)
+/* channels in multiples of 64 from which the own kernels win */
+#define BN16_OWN_WIDE_CHANNELS 256
 /* the own kernels' thread owns 8 adjacent channels */
 #define BN16_CHANNEL_MULTIPLE 8
 
@@ -28,7 +36,7 @@ static inline int bn16_own_wanted(int mode, int n, int c, int h, int w, int relu
 	if (mode == BN16_OWN)
 		return 1;
 	size_t count = (size_t)n * c * h * w;
-	return count >= BN16_OWN_MIN_ELEMS && (relu6 || c % 64 != 0);
+	return count >= BN16_OWN_MIN_ELEMS && (relu6 || c % 64 != 0 || c >= BN16_OWN_WIDE_CHANNELS);
 }
 
 #endif
