@@ -49,6 +49,11 @@ extern "C" {
 #define BN16_UNROLL_BWD 2
 /* dx chunks (of 8 channels) a thread loads before it computes any */
 #define BN16_DX_CHUNKS 2
+/* Iterations ahead that each pass asks L2 for its next rows (chunks): loads in flight
+ * that hold no register (the passes run at 25% occupancy, latency-bound; 0: none). */
+#ifndef BN16_PREFETCH
+#define BN16_PREFETCH 1
+#endif
 
 /* Test hook: at most this many slices (0: no cap), to give each thread many rows on a
  * small tensor. Set between runs, never during one. */
@@ -190,6 +195,12 @@ __device__ static inline void bn16_slice(size_t rows, int slices, size_t *r0, si
 	*r1 = *r0 + per < rows ? *r0 + per : rows;
 }
 
+/* An L2 prefetch of the 16 bytes at p (no register waits for it). */
+__device__ static inline void prefetch_l2(const void *p)
+{
+	asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* Walks this thread's rows of the block's slice for channel group cg: U rows of a (and
  * of b, with TWO) are loaded before any is used, then f(a_row, b_row) for each, as the
  * 16-bit packs they are (widened where used: fewer registers than U x 8 floats). */
@@ -201,6 +212,18 @@ __device__ static inline void bn16_walk(size_t rows, int slices, int groups, int
 	size_t r0, r1;
 	bn16_slice(rows, slices, &r0, &r1);
 	for (size_t r = r0 + threadIdx.y; r < r1; r += (size_t)blockDim.y * U) {
+		if (BN16_PREFETCH) {
+			size_t rp = r + (size_t)BN16_PREFETCH * blockDim.y * U;
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				size_t ru = rp + (size_t)u * blockDim.y;
+				if (ru < r1) {
+					prefetch_l2(&pa[ru * groups + cg]);
+					if constexpr (TWO)
+						prefetch_l2(&pb[ru * groups + cg]);
+				}
+			}
+		}
 		pack<T> va[U], vb[TWO ? U : 1];
 #pragma unroll
 		for (int u = 0; u < U; u++) {
@@ -367,6 +390,19 @@ __global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int ac
 	const pack<T> *px = reinterpret_cast<const pack<T> *>(x), *pd = reinterpret_cast<const pack<T> *>(dy);
 	const pack<T> *po = reinterpret_cast<const pack<T> *>(dx);
 	for (size_t k = tid; k < chunks; k += (size_t)BN16_DX_CHUNKS * threads) {
+		if (BN16_PREFETCH) {
+			size_t kp = k + (size_t)BN16_PREFETCH * BN16_DX_CHUNKS * threads;
+#pragma unroll
+			for (int u = 0; u < BN16_DX_CHUNKS; u++) {
+				size_t ku = kp + (size_t)u * threads;
+				if (ku < chunks) {
+					prefetch_l2(&px[ku]);
+					prefetch_l2(&pd[ku]);
+					if (accumulate)
+						prefetch_l2(&po[ku]);
+				}
+			}
+		}
 		pack<T> vx[BN16_DX_CHUNKS], vd[BN16_DX_CHUNKS], vo[BN16_DX_CHUNKS];
 #pragma unroll
 		for (int u = 0; u < BN16_DX_CHUNKS; u++) {
