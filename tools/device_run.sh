@@ -28,8 +28,9 @@
 # DDP after each count), scale --transport socket --torch; the run folders as $OUT/scale19.tgz),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
-# bn16 (the own 16-bit NHWC batch norms: their GPU tests, then mobilenet_v2 and resnet50
-# bf16 at batch 256 under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager),
+# bn16 (the own 16-bit NHWC batch norms: their GPU tests with the per-shape probe behind
+# auto's rule, then mobilenet_v2, resnet50 and resnet18 (BN16_MODELS) bf16 at batch 256
+# under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager),
 # rebuilt (the GPU tests of what the seventeenth session rebuilt without a GPU, and of
 # the eighteenth's one-pass decode kernel), dwtiled (the tiled 16-bit depthwise
 # kernels: their tests and timing, mobilenet_v2 bf16 and fp16 with GPUPERF_DWCONV_TILED
@@ -203,17 +204,19 @@ for s in "$@"; do
 		# and the eighteenth's one-pass and augment kernels against the CPU
 		TAIL=60 stage rebuilt_tests 540 sh -c "build/bundle/gpuperf_tests gpu_augment gpu_planar gpu_decode gpu_loader gpu_batch cuda_bn16 cuda_amp_own_bn16 cuda_amp_fused_batch_norm amp_bn | grep -v '^warning'" ;;
 	bn16)
-		# the own 16-bit NHWC batch norms (GPUPERF_BN16): their tests, then mobilenet_v2
-		# and resnet50 bf16 batch 256 under each mode, interleaved, beside PyTorch's eager
-		TAIL=40 stage bn16_tests 300 sh -c "build/bundle/gpuperf_tests cuda_bn16 cuda_amp_own_bn16 cuda_amp_fused_batch_norm amp_bn | grep -v '^warning'"
+		# the own 16-bit NHWC batch norms (GPUPERF_BN16): their tests, with the per-shape
+		# probe of own against cuDNN that auto's rule comes from (its per-model totals in
+		# the tail), then the models bf16 batch 256 under each mode, interleaved, beside
+		# PyTorch's eager
+		TAIL=100 stage bn16_tests 300 sh -c "build/bundle/gpuperf_tests cuda_bn16 cuda_amp_own_bn16 cuda_amp_fused_batch_norm amp_bn | grep -v '^warning'"
 		for r in 1 2; do
 			for mode in cudnn auto own; do
-				for m in ${BN16_MODELS:-mobilenet_v2 resnet50}; do
+				for m in ${BN16_MODELS:-mobilenet_v2 resnet50 resnet18}; do
 					GPUPERF_BN16=$mode stage "bn16_${m}_${mode}_$r" 180 $BIN train --model $m --device cuda --precision bf16 --batch 256 --steps 40
 				done
 			done
 		done
-		stage torch_bn16 400 python3 $TB train --models ${BN16_TORCH_MODELS:-mobilenet_v2} --modes amp_bf16_cl --batch 256 --iters 30
+		stage torch_bn16 400 python3 $TB train --models ${BN16_TORCH_MODELS:-mobilenet_v2,resnet50,resnet18} --modes amp_bf16_cl --batch 256 --iters 30
 		echo "=== bn16 summary"
 		grep -H "^done:" "$OUT"/bn16_*_[12].log ;;
 	dwtiled)
