@@ -5,11 +5,12 @@
  * auto follows the twenty-first session's per-shape probe on an H200
  * (tests/gpu/test_cuda_bn16_probe.c, every batch norm of resnet18, resnet50 and
  * mobilenet_v2 at batch 256, forward and backward, docs/cuda.md): since the backward's
- * passes run one wave of blocks, the own kernels take 0.47-0.92x cuDNN's time on
- * MobileNetV2's channel counts that are not multiples of 64, 0.71-1.01x on 256 channels
- * and more (0.71-0.90x before a residual add, whose cuDNN forward is slow there), and
- * they save cuDNN's unfused ReLU6 passes; cuDNN is faster on 64 and 128 channels
- * (1.01-1.21x) and on every tensor under 16 Mi elements (up to 1.6x). So: at least
+ * passes run one wave of blocks, the own kernels take 0.47-0.72x cuDNN's time on
+ * MobileNetV2's large layers whose channels are not multiples of 64, 0.71-1.01x on 256
+ * channels and more (0.71-0.90x before a residual add, whose cuDNN forward is slow
+ * there; one layer of resnet50 loses, 1.11x), and they save cuDNN's unfused ReLU6
+ * passes; cuDNN is faster on 64 and 128 channels (1.01-1.21x) and on ResNet's tensors
+ * under 16 Mi elements (1.05-1.6x; MobileNetV2's small ones 0.89-1.32x). So: at least
  * BN16_OWN_MIN_ELEMS elements, and a ReLU6 after it that cuDNN would leave unfused, or
  * channels that are not a multiple of 64, or at least BN16_OWN_WIDE_CHANNELS. The rule
  * sees neither the op after the batch norm beyond the ReLU6 nor the direction, so that
