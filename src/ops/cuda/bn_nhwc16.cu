@@ -50,10 +50,9 @@ extern "C" {
 /* dx chunks (of 8 channels) a thread loads before it computes any */
 #define BN16_DX_CHUNKS 2
 /* Iterations ahead that each pass asks L2 for its next rows (chunks): loads in flight
- * that hold no register (the passes run at 25% occupancy, latency-bound; 0: none). */
-#ifndef BN16_PREFETCH
+ * that hold no register (the passes run at 25% occupancy, latency-bound; 0: none; two
+ * gained less than one, s21-6). */
 #define BN16_PREFETCH 1
-#endif
 
 /* Test hook: at most this many slices (0: no cap), to give each thread many rows on a
  * small tensor. Set between runs, never during one. */
