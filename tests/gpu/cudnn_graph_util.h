@@ -229,6 +229,72 @@ static inline int time_two(struct gpu *g, step_fn a, void *aa, step_fn b, void *
 	return rc;
 }
 
+/* How time_ahead samples: samples after warm ones (at most AHEAD_MAX_SAMPLES), runs per
+ * sample, and the bytes of the memset queued ahead of each. */
+struct ahead_timing {
+	int samples, warm, runs;
+	size_t ahead_bytes;
+};
+#define AHEAD_MAX_SAMPLES 32
+
+/* Median ms of one run of a and of b (b NULL: a alone, *mb = *ma): each sample t->runs
+ * back-to-back runs between two events, queued behind a memset of ahead
+ * (t->ahead_bytes) so that the device is still busy with it while the host enqueues the
+ * runs; a and b in turns, t->warm samples first. */
+static inline int time_ahead(struct gpu *g, void *ahead, const struct ahead_timing *t, step_fn a, void *aa,
+			     step_fn b, void *ba, float *ma, float *mb)
+{
+	cudaEvent_t ev[2];
+	float ts[2][AHEAD_MAX_SAMPLES];
+	int n_ev = 0, rc = 0, sides = b ? 2 : 1;
+	cudaStream_t st = g->ctx->stream;
+	if (t->samples < 1 || t->samples > AHEAD_MAX_SAMPLES)
+		return gp_error(GP_EINVAL, "time_ahead: %d samples (1 to %d)", t->samples, AHEAD_MAX_SAMPLES);
+	for (; n_ev < 2; n_ev++)
+		if (cudaEventCreate(&ev[n_ev]) != cudaSuccess)
+			break;
+	if (n_ev < 2)
+		rc = gp_error(GP_EDEVICE, "cudaEventCreate failed");
+	for (int i = -t->warm; i < t->samples && rc == 0; i++)
+		for (int side = 0; side < sides && rc == 0; side++) {
+			step_fn f = side ? b : a;
+			void *arg = side ? ba : aa;
+			rc = CUDA_CHECK(cudaMemsetAsync(ahead, i & 0x7f, t->ahead_bytes, st));
+			if (rc == 0)
+				rc = CUDA_CHECK(cudaEventRecord(ev[0], st));
+			for (int r = 0; r < t->runs && rc == 0; r++)
+				rc = f(g, arg);
+			if (rc == 0)
+				rc = CUDA_CHECK(cudaEventRecord(ev[1], st));
+			if (rc == 0)
+				rc = CUDA_CHECK(cudaEventSynchronize(ev[1]));
+			float ms = 0;
+			if (rc == 0)
+				rc = CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+			if (rc == 0 && i >= 0)
+				ts[side][i] = ms / t->runs;
+		}
+	for (int i = 0; i < n_ev; i++)
+		cudaEventDestroy(ev[i]);
+	if (rc == 0) {
+		*ma = cg_median(ts[0], t->samples);
+		*mb = b ? cg_median(ts[1], t->samples) : *ma;
+	}
+	return rc;
+}
+
+/* n 16-bit elements at d: the pool (pool_n device elements) tiled over them (the real
+ * shapes take hundreds of millions of inputs). */
+static inline int fill_tiled(struct gpu *g, void *d, size_t n, const void *pool, size_t pool_n)
+{
+	for (size_t at = 0; at < n; at += pool_n) {
+		size_t k = n - at < pool_n ? n - at : pool_n;
+		GP_TRY(CUDA_CHECK(cudaMemcpyAsync((char *)d + at * 2, pool, k * 2, cudaMemcpyDeviceToDevice,
+						  g->ctx->stream)));
+	}
+	return 0;
+}
+
 /* n values spread uniformly with standard deviation sd around shift, rounded to ht:
  * the real shapes take hundreds of millions of inputs, which the harness's normal
  * draws would spend most of the suite's time on. Each call draws a new stream. */

@@ -126,7 +126,9 @@ static int probe_pass(struct gpu *g, const struct bn_group *k, struct probe_bufs
 	return bn_bwd_cuda(g->ctx, a, b->x, b->dy, b->gamma, b->mean, b->invstd, b->dx, 0, b->dg, b->db);
 }
 
-/* Plans group k on the side `mode` (BN16_OWN or BN16_CUDNN), with its reserve space. */
+/* Plans group k on the side `mode` (BN16_OWN or BN16_CUDNN), with its reserve space.
+ * Both sides are planned once before timing (the workspace reserved for the larger);
+ * cuDNN's last, so that the context's descriptors are its shape's. */
 static int probe_plan(struct gpu *g, const struct bn_group *k, int mode, struct probe_bufs *b)
 {
 	g->ctx->bn16 = mode;
@@ -141,59 +143,37 @@ static int probe_plan(struct gpu *g, const struct bn_group *k, int mode, struct 
 	return 0;
 }
 
+/* One side of the comparison, for time_ahead. */
+struct probe_side {
+	const struct bn_group *k;
+	struct probe_bufs *b;
+	int mode;
+};
+
+static int probe_step(struct gpu *g, void *arg)
+{
+	const struct probe_side *s = arg;
+	g->ctx->bn16 = s->mode;
+	return probe_pass(g, s->k, s->b);
+}
+
+static const struct ahead_timing PROBE_TIMING = { PROBE_SAMPLES, 1, PROBE_RUNS, PROBE_AHEAD };
+
+/* cuDNN fuses no ReLU6: those groups run on the own kernels only (cudnn = own). */
 static int probe_time(struct gpu *g, const struct bn_group *k, struct probe_bufs *b, void *ahead, float *own,
 		      float *cudnn)
 {
-	cudaEvent_t ev[2];
-	float t[2][PROBE_SAMPLES];
-	int n_ev = 0, rc = 0;
-	cudaStream_t st = g->ctx->stream;
-	for (; n_ev < 2; n_ev++)
-		if (cudaEventCreate(&ev[n_ev]) != cudaSuccess)
-			break;
-	if (n_ev < 2)
-		rc = gp_error(GP_EDEVICE, "cudaEventCreate failed");
-	int sides = k->op == BN_FUSE_RELU6 ? 1 : 2; /* cuDNN fuses no ReLU6: own only */
-	for (int i = -1; i < PROBE_SAMPLES && rc == 0; i++)
-		for (int side = 0; side < sides && rc == 0; side++) {
-			rc = probe_plan(g, k, side ? BN16_CUDNN : BN16_OWN, b);
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaMemsetAsync(ahead, i & 0x7f, PROBE_AHEAD, st));
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventRecord(ev[0], st));
-			for (int r = 0; r < PROBE_RUNS && rc == 0; r++)
-				rc = probe_pass(g, k, b);
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventRecord(ev[1], st));
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventSynchronize(ev[1]));
-			float ms = 0;
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
-			if (rc == 0 && i >= 0)
-				t[side][i] = ms / PROBE_RUNS;
-		}
-	for (int i = 0; i < n_ev; i++)
-		cudaEventDestroy(ev[i]);
-	if (rc == 0) {
-		*own = cg_median(t[0], PROBE_SAMPLES);
-		*cudnn = sides == 2 ? cg_median(t[1], PROBE_SAMPLES) : *own;
-	}
-	return rc;
+	int both = k->op != BN_FUSE_RELU6;
+	struct probe_side o = { k, b, BN16_OWN }, c = { k, b, BN16_CUDNN };
+	GP_TRY(probe_plan(g, k, BN16_OWN, b));
+	if (both)
+		GP_TRY(probe_plan(g, k, BN16_CUDNN, b));
+	return time_ahead(g, ahead, &PROBE_TIMING, probe_step, &o, both ? probe_step : NULL, &c, own, cudnn);
 }
 
 static const char *fuse_name(enum bn_fuse op)
 {
 	return op == BN_FUSE_RELU ? "relu" : op == BN_FUSE_RELU6 ? "relu6" : op == BN_FUSE_ADD_RELU ? "add+relu" : "-";
-}
-
-static void fill_tiled16(struct gpu *g, void *d, size_t n, const void *pool)
-{
-	for (size_t at = 0; at < n && !test_failed(); at += PROBE_POOL) {
-		size_t k = n - at < PROBE_POOL ? n - at : PROBE_POOL;
-		CHECK_OK(CUDA_CHECK(cudaMemcpyAsync((char *)d + at * 2, pool, k * 2, cudaMemcpyDeviceToDevice,
-						    g->ctx->stream)));
-	}
 }
 
 /* The probe's list, without a GPU: every batch norm of the three models in one group,
@@ -246,9 +226,9 @@ TEST(cuda_bn16_own_against_cudnn_by_shape)
 			struct probe_bufs b = { 0 };
 			b.x = dev_bytes(&g, nx * 2), b.z = dev_bytes(&g, nx * 2), b.y = dev_bytes(&g, nx * 2);
 			b.dy = dev_bytes(&g, nx * 2), b.dx = dev_bytes(&g, nx * 2);
-			fill_tiled16(&g, b.x, nx, pool);
-			fill_tiled16(&g, b.z, nx, pool);
-			fill_tiled16(&g, b.dy, nx, pool);
+			CHECK_OK(fill_tiled(&g, b.x, nx, pool, PROBE_POOL));
+			CHECK_OK(fill_tiled(&g, b.z, nx, pool, PROBE_POOL));
+			CHECK_OK(fill_tiled(&g, b.dy, nx, pool, PROBE_POOL));
 			float *one = host_f(&g, c);
 			for (int e = 0; e < c; e++)
 				one[e] = 1.0f;

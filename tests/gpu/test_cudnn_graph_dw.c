@@ -55,6 +55,7 @@
 #define WARM 2
 #define RUNS 5
 #define AHEAD_BYTES ((size_t)3 << 29)
+static const struct ahead_timing TIMING = { SAMPLES, WARM, RUNS, AHEAD_BYTES };
 /* Random inputs: a pool of bf16 values tiled over each array (the real shapes take up
  * to 308 million elements; drawing each on the host would take most of the time). The
  * odd period shifts the pattern against every channel count. */
@@ -162,59 +163,6 @@ static int run_side(struct gpu *g, void *arg)
 		break;
 	}
 	return cg_execute(s->handle, s->plan, 3, uids, ptrs, s->ws);
-}
-
-/* Median ms of one run of a and of b: each sample RUNS back-to-back runs between two
- * events, queued behind a memset of ahead (AHEAD_BYTES) so that the device is still busy
- * with it while the host enqueues the runs; a and b in turns, WARM samples first. */
-static int time_ahead(struct gpu *g, void *ahead, step_fn a, void *aa, step_fn b, void *ba, float *ma, float *mb)
-{
-	cudaEvent_t ev[2];
-	float t[2][SAMPLES];
-	int n_ev = 0, rc = 0;
-	cudaStream_t st = g->ctx->stream;
-	for (; n_ev < 2; n_ev++)
-		if (cudaEventCreate(&ev[n_ev]) != cudaSuccess)
-			break;
-	if (n_ev < 2)
-		rc = gp_error(GP_EDEVICE, "cudaEventCreate failed");
-	for (int i = -WARM; i < SAMPLES && rc == 0; i++)
-		for (int side = 0; side < 2 && rc == 0; side++) {
-			step_fn f = side ? b : a;
-			void *arg = side ? ba : aa;
-			rc = CUDA_CHECK(cudaMemsetAsync(ahead, i & 0x7f, AHEAD_BYTES, st));
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventRecord(ev[0], st));
-			for (int r = 0; r < RUNS && rc == 0; r++)
-				rc = f(g, arg);
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventRecord(ev[1], st));
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventSynchronize(ev[1]));
-			float ms = 0;
-			if (rc == 0)
-				rc = CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
-			if (rc == 0 && i >= 0)
-				t[side][i] = ms / RUNS;
-		}
-	for (int i = 0; i < n_ev; i++)
-		cudaEventDestroy(ev[i]);
-	if (rc == 0) {
-		*ma = cg_median(t[0], SAMPLES);
-		*mb = cg_median(t[1], SAMPLES);
-	}
-	return rc;
-}
-
-/* n bf16 elements at d: the pool (pool_n device elements) tiled over them. */
-static int fill_tiled(struct gpu *g, void *d, size_t n, const void *pool, size_t pool_n)
-{
-	for (size_t at = 0; at < n; at += pool_n) {
-		size_t k = n - at < pool_n ? n - at : pool_n;
-		GP_TRY(CUDA_CHECK(cudaMemcpyAsync((char *)d + at * 2, pool, k * 2, cudaMemcpyDeviceToDevice,
-						  g->ctx->stream)));
-	}
-	return 0;
 }
 
 /* The relative error of the norm of array a (bf16, or float with a_float) against bf16
@@ -370,7 +318,7 @@ TEST(cudnn_graph_depthwise_against_own_kernels)
 			if (build_s > PLAN_BUDGET_S) {
 				printf("      %s: no plan built (the builds took %.0f s)\n", what, build_s);
 				skipped++;
-				CHECK_OK(time_ahead(&g, ahead, run_side, &own, run_side, &own, &own_ms[li][d], &unused));
+				CHECK_OK(time_ahead(&g, ahead, &TIMING, run_side, &own, run_side, &own, &own_ms[li][d], &unused));
 				continue;
 			}
 			struct cg_graph gr;
@@ -404,7 +352,7 @@ TEST(cudnn_graph_depthwise_against_own_kernels)
 			if (rc < 0) {
 				/* no engine: the own kernel's time alone, for the totals */
 				missing++;
-				CHECK_OK(time_ahead(&g, ahead, run_side, &own, run_side, &own, &own_ms[li][d], &unused));
+				CHECK_OK(time_ahead(&g, ahead, &TIMING, run_side, &own, run_side, &own, &own_ms[li][d], &unused));
 				continue;
 			}
 			plans++;
@@ -426,12 +374,12 @@ TEST(cudnn_graph_depthwise_against_own_kernels)
 			printf("        graph against own: %.3g (max %.3g)\n", rel, mrel);
 			CHECK_MSG(rel <= tol_for(HT), "%s: graph against own kernel %.3g > %.3g", what, rel, tol_for(HT));
 			if (rc == 0 && rel <= tol_for(HT)) {
-				rc = time_ahead(&g, ahead, run_side, &own, run_side, &gs, &own_ms[li][d], &graph_ms[li][d]);
+				rc = time_ahead(&g, ahead, &TIMING, run_side, &own, run_side, &gs, &own_ms[li][d], &graph_ms[li][d]);
 				CHECK_MSG(rc == 0, "%s: timing: %s", what, gp_errmsg());
 				have[li][d] = rc == 0;
 			} else if (rc == 0) {
 				/* a wrong graph (the test fails): the own time still counts */
-				CHECK_OK(time_ahead(&g, ahead, run_side, &own, run_side, &own, &own_ms[li][d], &unused));
+				CHECK_OK(time_ahead(&g, ahead, &TIMING, run_side, &own, run_side, &own, &own_ms[li][d], &unused));
 			}
 			cg_plan_destroy(&p);
 			cg_graph_destroy(&gr);
