@@ -449,36 +449,48 @@ TEST(amp_bn_apply_matches_cpu)
 
 /* NHWC with channels in eights takes a kernel of its own (one channel group per thread);
  * it gives the general element-wise path's bits (NCHW here, on the same values). */
+/* The NHWC kernel (one wave of blocks, two chunks a thread in flight) against the general
+ * path, bit for bit: a small tensor, and one where every thread loops over several
+ * pairs of chunks and the last pair is cut short; with and without an identity. */
 TEST(amp_bn_apply_nhwc_kernel_equals_general_path)
 {
 	struct gpu g;
 	GPU_OPEN(&g, 18);
-	int n = 5, c = 96, hw = 37;
-	size_t nx = (size_t)n * c * hw;
-	for (int t = 0; t < N_HTS; t++) {
-		enum gp_dtype ht = HTS[t];
-		float *x = host_rand_h(&g, ht, nx, 4, 0), *id = host_rand_h(&g, ht, nx, 4, 0);
-		float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 2, 0);
-		float *mean = host_rand(&g, c, 1, 0), *invstd = host_rand(&g, c, 0.1, 0.7);
-		float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
-		float *d_mean = dev_from(&g, mean, c), *d_invstd = dev_from(&g, invstd, c);
-		void *d_y[2], *d_x[2], *d_id[2];
-		for (int nhwc = 0; nhwc <= 1; nhwc++) {
-			d_x[nhwc] = dev_h_from(&g, ht, in_layout(&g, nhwc, x, n, c, hw), nx);
-			d_id[nhwc] = dev_h_from(&g, ht, in_layout(&g, nhwc, id, n, c, hw), nx);
-			d_y[nhwc] = dev_h(&g, nx);
-		}
-		for (int act = BN_APPLY_LINEAR; act <= BN_APPLY_RELU6; act++) {
-			for (int nhwc = 0; nhwc <= 1; nhwc++)
-				CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x[nhwc], d_id[nhwc],
-							 d_gamma, d_beta, d_mean, d_invstd, (enum bn_apply_act)act,
-							 d_y[nhwc]));
-			float *general = down_nchw(&g, ht, 0, d_y[0], n, c, hw);
-			float *fast = down_nchw(&g, ht, 1, d_y[1], n, c, hw);
-			size_t differ = 0;
-			for (size_t i = 0; i < nx; i++)
-				differ += f_bits(general[i]) != f_bits(fast[i]);
-			CHECK_MSG(differ == 0, "%s act %d: %zu of %zu differ", dtype_name(ht), act, differ, nx);
+	static const int shapes[][3] = { { 5, 96, 37 }, { 32, 64, 1001 } };
+	for (int sh = 0; sh < 2; sh++) {
+		int n = shapes[sh][0], c = shapes[sh][1], hw = shapes[sh][2];
+		size_t nx = (size_t)n * c * hw;
+		for (int t = 0; t < N_HTS; t++) {
+			enum gp_dtype ht = HTS[t];
+			float *x = host_rand_h(&g, ht, nx, 4, 0), *id = host_rand_h(&g, ht, nx, 4, 0);
+			float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 2, 0);
+			float *mean = host_rand(&g, c, 1, 0), *invstd = host_rand(&g, c, 0.1, 0.7);
+			float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
+			float *d_mean = dev_from(&g, mean, c), *d_invstd = dev_from(&g, invstd, c);
+			void *d_y[2], *d_x[2], *d_id[2];
+			for (int nhwc = 0; nhwc <= 1; nhwc++) {
+				d_x[nhwc] = dev_h_from(&g, ht, in_layout(&g, nhwc, x, n, c, hw), nx);
+				d_id[nhwc] = dev_h_from(&g, ht, in_layout(&g, nhwc, id, n, c, hw), nx);
+				d_y[nhwc] = dev_h(&g, nx);
+			}
+			for (int with_id = 0; with_id <= 1; with_id++) {
+				for (int act = BN_APPLY_LINEAR; act <= BN_APPLY_RELU6; act++) {
+					for (int nhwc = 0; nhwc <= 1; nhwc++) {
+						CHECK_OK(CUDA_CHECK(cudaMemset(d_y[nhwc], 0xff, nx * 2)));
+						CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x[nhwc],
+								       with_id ? d_id[nhwc] : NULL, d_gamma, d_beta,
+								       d_mean, d_invstd, (enum bn_apply_act)act,
+								       d_y[nhwc]));
+					}
+					float *general = down_nchw(&g, ht, 0, d_y[0], n, c, hw);
+					float *fast = down_nchw(&g, ht, 1, d_y[1], n, c, hw);
+					size_t differ = 0;
+					for (size_t i = 0; i < nx; i++)
+						differ += f_bits(general[i]) != f_bits(fast[i]);
+					CHECK_MSG(differ == 0, "%dx%dx%d %s identity %d act %d: %zu of %zu differ", n,
+						  c, hw, dtype_name(ht), with_id, act, differ, nx);
+				}
+			}
 		}
 	}
 	gpu_close(&g);

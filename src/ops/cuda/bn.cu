@@ -467,13 +467,22 @@ struct bn_apply_op {
 	}
 };
 
+/* Chunks of 8 channels a thread of the NHWC apply loads before it computes any, and the
+ * blocks a multiprocessor holds (launch bounds: 80 registers or fewer). */
+#define BN_APPLY_CHUNKS 2
+#define BN_APPLY_BLOCKS 3
+
 /* NHWC with c % 8 == 0: chunk k holds channels (8k mod c) .. + 7, so a thread whose chunks
  * step by a multiple of c / 8 keeps one channel group: its 32 statistics and parameters
  * load once into registers, and no element needs a division to find its channel.
- * bn_apply_op::at computes each element, so both paths give the same bits. */
-template <typename T>
-__global__ static void bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, const T *x, const T *id,
-					     bn_apply_op f, T *y)
+ * bn_apply_op::at computes each element, so both paths give the same bits. One wave of
+ * blocks that loop (resident_blocks), BN_APPLY_CHUNKS chunks' loads in flight together
+ * and the next ones' asked of L2, as the own batch norms' other passes (bn_nhwc16.cu). ID:
+ * an identity to add. */
+template <typename T, bool ID>
+__global__ static void __launch_bounds__(BLOCK, BN_APPLY_BLOCKS)
+	bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, const T *__restrict__ x, const T *__restrict__ id,
+			      bn_apply_op f, T *__restrict__ y)
 {
 	unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
 	unsigned threads = gridDim.x * blockDim.x / groups * groups;
@@ -488,15 +497,42 @@ __global__ static void bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, con
 		gamma[e] = f.gamma[c0 + e];
 		beta[e] = f.beta[c0 + e];
 	}
-	for (size_t k = tid; k < chunks; k += threads) {
-		float v[VEC], vi[VEC] = {};
-		load8<true>(x, k, v);
-		if (id)
-			load8<true>(id, k, vi);
+	const pack<T> *px = reinterpret_cast<const pack<T> *>(x), *pi = reinterpret_cast<const pack<T> *>(id);
+	pack<T> *py = reinterpret_cast<pack<T> *>(y);
+	for (size_t k = tid; k < chunks; k += (size_t)BN_APPLY_CHUNKS * threads) {
 #pragma unroll
-		for (int e = 0; e < VEC; e++)
-			v[e] = f.at(v[e], vi[e], mean[e], invstd[e], gamma[e], beta[e]);
-		store8<true>(y, k, v);
+		for (int u = 0; u < BN_APPLY_CHUNKS; u++) {
+			size_t kp = k + (size_t)(BN_APPLY_CHUNKS + u) * threads;
+			if (kp < chunks) {
+				prefetch_l2(&px[kp]);
+				if constexpr (ID)
+					prefetch_l2(&pi[kp]);
+			}
+		}
+		pack<T> vx[BN_APPLY_CHUNKS], vi[ID ? BN_APPLY_CHUNKS : 1];
+#pragma unroll
+		for (int u = 0; u < BN_APPLY_CHUNKS; u++) {
+			size_t ku = k + (size_t)u * threads;
+			if (ku < chunks) {
+				vx[u] = px[ku];
+				if constexpr (ID)
+					vi[u] = pi[ku];
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < BN_APPLY_CHUNKS; u++) {
+			size_t ku = k + (size_t)u * threads;
+			if (ku >= chunks)
+				break;
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float z = 0.0f;
+				if constexpr (ID)
+					z = to_f(vi[ID ? u : 0].v[e]);
+				put_f(&vx[u].v[e], f.at(to_f(vx[u].v[e]), z, mean[e], invstd[e], gamma[e], beta[e]));
+			}
+			py[ku] = vx[u];
+		}
 	}
 }
 
@@ -507,13 +543,17 @@ static int bn_apply_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return 0;
 	size_t count = (size_t)n * c * hw, chunks = count / VEC;
-	unsigned blocks = grid_for(chunks) < 4096 ? grid_for(chunks) : 4096;
-	if (nhwc && c % VEC == 0 && (unsigned)(c / VEC) <= blocks * BLOCK && aligned(x, 16) &&
-	    aligned(id, 16) && aligned(y, 16)) {
-		bn_apply_nhwc8_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)(c / VEC), (const T *)x,
-								 (const T *)id, f, (T *)y);
-		CUDA_CHECK_LAUNCH();
-		return 0;
+	if (nhwc && c % VEC == 0 && aligned(x, 16) && aligned(id, 16) && aligned(y, 16)) {
+		unsigned wave = id ? resident_blocks<bn_apply_nhwc8_kernel<T, true>>(4096)
+				   : resident_blocks<bn_apply_nhwc8_kernel<T, false>>(4096);
+		unsigned blocks = grid_for(chunks) < wave ? grid_for(chunks) : wave;
+		if ((unsigned)(c / VEC) <= blocks * BLOCK) {
+			auto k = id ? bn_apply_nhwc8_kernel<T, true> : bn_apply_nhwc8_kernel<T, false>;
+			k<<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)(c / VEC), (const T *)x, (const T *)id, f,
+						   (T *)y);
+			CUDA_CHECK_LAUNCH();
+			return 0;
+		}
 	}
 	return ew_launch<T>(s, count, x, id, NULL, y, 0, f, layout{ nhwc, c, hw });
 }

@@ -20,7 +20,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <atomic>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -192,12 +191,6 @@ __device__ static inline void bn16_slice(size_t rows, int slices, size_t *r0, si
 	size_t per = (rows + slices - 1) / slices;
 	*r0 = (size_t)blockIdx.y * per;
 	*r1 = *r0 + per < rows ? *r0 + per : rows;
-}
-
-/* An L2 prefetch of the 16 bytes at p (no register waits for it). */
-__device__ static inline void prefetch_l2(const void *p)
-{
-	asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 /* Walks this thread's rows of the block's slice for channel group cg: U rows of a (and
@@ -434,34 +427,6 @@ __global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int ac
 
 /* --- launchers ----------------------------------------------------------------------- */
 
-/* Blocks of `kernel` (BLOCK threads) that the current device holds at once: the SMs
- * times the blocks an SM takes. The passes launch one such wave and loop, so that a
- * thread's set-up (its channels' statistics, its block's final combine) is paid once,
- * and no wave runs part-full at the end: on MobileNetV2's 7 x 7 and 14 x 14 batch
- * norms 4,096 blocks of the dx pass each did one or two chunks a thread after loading
- * 48 statistics (ncu, s21-1). Asked once per kernel and device. The slices, and so
- * the order of the sums, follow the SM count: the same bits on every run of one GPU
- * model, not across models. */
-template <auto kernel>
-static unsigned resident_blocks()
-{
-	static std::atomic<int> cache[64];
-	int dev = 0;
-	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-		return BN16_TARGET_BLOCKS;
-	int n = cache[dev].load(std::memory_order_relaxed);
-	if (!n) {
-		int sms = 0, per = 0;
-		if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-		    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, BLOCK, 0) != cudaSuccess)
-			return BN16_TARGET_BLOCKS;
-		n = sms * (per > 0 ? per : 1);
-		n = n > BN16_TARGET_BLOCKS ? BN16_TARGET_BLOCKS : n;
-		cache[dev].store(n, std::memory_order_relaxed);
-	}
-	return (unsigned)n;
-}
-
 static int bn16_check(const struct bn_args *a, const void *p, const void *q, const void *r)
 {
 	if (a->c % VEC || !aligned(p, 16) || !aligned(q, 16) || !aligned(r, 16))
@@ -486,7 +451,7 @@ static int bn16_stats_t(cudaStream_t s, const struct bn_args *a, const void *x, 
 			float *save_invstd, float *running_mean, float *running_var, void *scratch)
 {
 	size_t rows = (size_t)a->n * a->h * a->w;
-	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_stats_kernel<T>>());
+	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_stats_kernel<T>>(BN16_TARGET_BLOCKS));
 	double *partial = (double *)scratch;
 	bn16_stats_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, (const T *)x, partial);
 	CUDA_CHECK_LAUNCH();
@@ -521,7 +486,7 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	size_t rows = (size_t)a->n * a->h * a->w, chunks = rows * (size_t)a->c / VEC;
 	float lo, hi;
 	int on = act_of<T>(act, &lo, &hi);
-	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T>>());
+	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T>>(BN16_TARGET_BLOCKS));
 	double *partial = (double *)scratch;
 	float *coef = (float *)(partial + (size_t)bn16_slices_cap(a->c) * 2 * a->c);
 	bn16_bwd_reduce_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, on, lo, hi, (const T *)x,
@@ -531,7 +496,7 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	bn16_bwd_final_kernel<<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, partial, coef,
 							       dgamma, dbeta);
 	CUDA_CHECK_LAUNCH();
-	unsigned wave = resident_blocks<bn16_bwd_dx_kernel<T>>();
+	unsigned wave = resident_blocks<bn16_bwd_dx_kernel<T>>(BN16_TARGET_BLOCKS);
 	unsigned blocks = grid_for(chunks) < wave ? grid_for(chunks) : wave;
 	if ((unsigned)g.groups > blocks * BLOCK)
 		return gp_error(GP_EINVAL, "16-bit NHWC batch norm of %d channels: too many for one pass",
