@@ -12,33 +12,40 @@ TEST(bn16_auto_takes_the_shapes_it_won)
 {
 	/* MobileNetV2 at batch 256: 32 channels over 112x112 (102.8 Mi elements), 24 over
 	 * 56x56, 144 over 56x56; ResNet's 64 over 56x56 */
-	CHECK(bn16_own_wanted(BN16_AUTO, 256, 32, 112, 112, 0));
-	CHECK(bn16_own_wanted(BN16_AUTO, 256, 24, 56, 56, 0));
-	CHECK(bn16_own_wanted(BN16_AUTO, 256, 144, 56, 56, 1));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 64, 56, 56, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 32, 112, 112, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 24, 56, 56, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 144, 56, 56, 1, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 64, 56, 56, 0, 0));
 	/* 64 and 128 channels, or any multiple of 64 under 256, take them only before an
 	 * unfused ReLU6 */
-	CHECK(bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 1));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 0));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 128, 56, 56, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 1, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 192, 28, 28, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 128, 56, 56, 0, 0));
 	/* from 256 channels they do (ResNet-50's 256 over 56x56, 1024 over 14x14, 2048
 	 * over 7x7: 205.5, 51.4 and 25.7 M elements), above the size bound only (512 over
 	 * 7x7: 6.4 M) */
-	CHECK(bn16_own_wanted(BN16_AUTO, 256, 256, 56, 56, 0));
-	CHECK(bn16_own_wanted(BN16_AUTO, 256, 1024, 14, 14, 0));
-	CHECK(bn16_own_wanted(BN16_AUTO, 256, 2048, 7, 7, 0));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 512, 7, 7, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 256, 56, 56, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 1024, 14, 14, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 2048, 7, 7, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 512, 7, 7, 0, 0));
 	/* the size bound: 16 Mi elements exactly, one image fewer */
-	CHECK(bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1024, 0));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1023, 0));
-	CHECK(bn16_own_wanted(BN16_AUTO, 64, 32, 128, 64, 0));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 63, 32, 128, 64, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1024, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1023, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 64, 32, 128, 64, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 63, 32, 128, 64, 0, 0));
 	/* channels the kernels cannot take: never, in any mode */
-	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 12, 112, 112, 1));
-	CHECK(!bn16_own_wanted(BN16_OWN, 2, 12, 4, 4, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 12, 112, 112, 1, 0));
+	CHECK(!bn16_own_wanted(BN16_OWN, 2, 12, 4, 4, 0, 0));
 	/* own: every shape whose channels are a multiple of 8; cudnn: none */
-	CHECK(bn16_own_wanted(BN16_OWN, 2, 64, 4, 4, 0));
-	CHECK(!bn16_own_wanted(BN16_CUDNN, 256, 32, 112, 112, 1));
+	CHECK(bn16_own_wanted(BN16_OWN, 2, 64, 4, 4, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_CUDNN, 256, 32, 112, 112, 1, 0));
+	/* a ReLU whose output nothing else keeps (ResNet's stem, 64 over 112x112): the own
+	 * kernels free it, over the size bound only, never under cudnn */
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 64, 112, 112, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 64, 112, 112, 0, 1));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 128, 56, 56, 0, 1));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 4, 64, 112, 112, 0, 1));
+	CHECK(!bn16_own_wanted(BN16_CUDNN, 256, 64, 112, 112, 0, 1));
 }
 
 TEST(bn16_switch_read_from_the_environment)

@@ -9,6 +9,7 @@
 #include "core/rng.h"
 #include "nn/checkpoint.h"
 #include "nn/models.h"
+#include "ops/cuda/bn16_rule.h"
 #include "train/trainer.h"
 #include "test.h"
 
@@ -432,6 +433,72 @@ TEST(memory_plan_places_bn_reserve)
 	for (int i = 0; i < n; i++)
 		CHECK_EQ_INT(req[i].t_keep, -1);
 	net_free(net);
+}
+
+/* The CUDA backend's plan, predicted without a device (net_plan_predict: what gpuperf
+ * info and a memory cap's first check see): a ReLU output that nothing but the ReLU's
+ * own backward would keep is freed where the fused batch norm before takes the mask
+ * from x. That is ResNet's stem (its ReLU feeds the max pool, which keeps its argmax),
+ * in FP32 (the own fused kernels) and in 16 bits under GPUPERF_BN16=auto (the rule
+ * routes that batch norm to the own kernels for it); not under cudnn, whose fused
+ * backward reads the output. In MobileNetV2 every ReLU6 feeds a convolution, which
+ * keeps its input, but the last, before the global pool: in FP32 that one too (in 16
+ * bits its 4 M elements stay on cuDNN's kernels). Freeing the stem's output takes its
+ * bytes off the arena's peak, at the loss. */
+TEST(memory_plan_frees_the_stem_relu_output_the_own_batch_norm_never_reads)
+{
+	static const struct {
+		const char *model;
+		enum precision prec;
+		int bn16, marked;
+	} cases[] = {
+		{ "resnet18", PREC_BF16, BN16_AUTO, 1 },   { "resnet50", PREC_FP16, BN16_AUTO, 1 },
+		{ "resnet18", PREC_FP32, BN16_AUTO, 1 },   { "resnet50", PREC_FP32, BN16_CUDNN, 1 },
+		{ "resnet18", PREC_BF16, BN16_CUDNN, 0 },  { "mobilenet_v2", PREC_BF16, BN16_AUTO, 0 },
+		{ "mobilenet_v2", PREC_FP32, BN16_AUTO, 1 },
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct net *net = build(cases[k].model, 224, 64, 10);
+		if (!net)
+			continue;
+		net->tuning.bn16 = cases[k].bn16;
+		int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, cases[k].prec);
+		if (rc == GP_ENODEV) { /* built without CUDA */
+			gp_error_clear();
+			net_free(net);
+			return;
+		}
+		CHECK_MSG(rc == 0, "%s: %s", cases[k].model, gp_errmsg());
+		int marked = 0, at = -1;
+		for (int i = 0; rc == 0 && i < net->n_nodes; i++)
+			if (net->scratch[i].out_unread) {
+				marked++;
+				at = i;
+			}
+		CHECK_MSG(marked == cases[k].marked, "%s %s bn16 %d: %d outputs unread, want %d", cases[k].model,
+			  train_precision_name(cases[k].prec), cases[k].bn16, marked, cases[k].marked);
+		const struct node *r = at >= 0 ? &net->nodes[at] : NULL;
+		enum op_type after = r ? net->nodes[r->last_consumer].op : OP_COUNT;
+		if (r) {
+			int root = r->t_y;
+			while (net->tensors[root].alias_of >= 0)
+				root = net->tensors[root].alias_of;
+			CHECK(net->nodes[r->in[0]].op == OP_BATCHNORM2D);
+			CHECK(after == OP_MAXPOOL2D || after == OP_AVGPOOL_GLOBAL);
+			CHECK_EQ_INT(net->tensors[root].last_step, r->last_consumer);
+		}
+		if (marked == 1 && after == OP_MAXPOOL2D) {
+			size_t with = net->plan.arena_bytes, bytes = shape_numel(r->out) *
+				net_act_elem_bytes(BACKEND_CUDA, GP_F32, cases[k].prec);
+			CHECK_EQ_INT(plan_overlaps(net), 0);
+			net->scratch[at].out_unread = 0;
+			CHECK(net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, cases[k].prec), 0) == 0);
+			CHECK_MSG(with + bytes == net->plan.arena_bytes, "%s %s: arena %zu with the stem freed, %zu "
+				  "without, the output %zu", cases[k].model, train_precision_name(cases[k].prec), with,
+				  net->plan.arena_bytes, bytes);
+		}
+		net_free(net);
+	}
 }
 
 TEST(memory_plan_shares_add_gradients)

@@ -13,6 +13,11 @@ struct backend_ops {
 	 * scratch memory each node needs and for how long. On failure it leaves nothing
 	 * behind. */
 	int (*plan_scratch)(struct net *net, struct scratch_req *reqs);
+	/* Optional, without a device: mark in reqs (zeroed) what plan_scratch will mark
+	 * that changes the activations' lifetimes (struct scratch_req's out_unread), so
+	 * that a plan made before it (a memory cap's first check, gpuperf info) predicts
+	 * the set-up's. */
+	int (*plan_marks)(struct net *net, struct scratch_req *reqs);
 	/* Allocate everything for net->batch per net->plan; copy host master in. After
 	 * plan_scratch (where the backend has one), on a failure of either, teardown. */
 	int (*setup)(struct net *net);

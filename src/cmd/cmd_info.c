@@ -128,8 +128,9 @@ int cmd_info(int argc, char **argv)
 	GP_TRY(model_build(model, &mo, &net));
 	net->recompute = recompute_blocks ? 2 : recompute;
 	/* as the CUDA backend plans it: 2-byte activations under fp16/bf16, with float
-	 * master weights beside their 16-bit copies */
-	int rc = net_plan_memory(net, 1, net_act_elem_bytes(BACKEND_CUDA, GP_F32, prec), 0);
+	 * master weights beside their 16-bit copies, and the outputs its fused batch norms
+	 * never read in backward freed early */
+	int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, prec);
 	if (rc < 0)
 		goto out;
 	size_t params = net->params_count, kept = kept_for_backward_bytes(net);

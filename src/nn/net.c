@@ -394,6 +394,30 @@ static int mem_limit_error(const struct net *net, size_t bytes)
 			bytes / GP_MIB, net->mem_limit_bytes / GP_MIB);
 }
 
+/* The scratch requests zeroed, with the backend's device-free marks (plan_marks). */
+static int reqs_marked(struct net *net, const struct backend_ops *ops)
+{
+	if (!net_scratch_reqs(net))
+		return gp_error(GP_ENOMEM, "cannot allocate the scratch requests");
+	memset(net->scratch, 0, ((size_t)net->n_nodes + 1) * sizeof(*net->scratch));
+	return ops->plan_marks ? ops->plan_marks(net, net->scratch) : 0;
+}
+
+int net_plan_predict(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec)
+{
+#ifndef GP_HAVE_CUDA
+	if (backend == BACKEND_CUDA)
+		return gp_error(GP_ENODEV, "this gpuperf was built without CUDA");
+#endif
+	net_teardown(net);
+	net->backend = backend;
+	net->dtype = dtype;
+	net->precision = prec;
+	const struct backend_ops *ops = net_backend(net);
+	GP_TRY(reqs_marked(net, ops));
+	return net_plan_memory(net, 1, net_act_elem_bytes(backend, dtype, prec), 0);
+}
+
 int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec)
 {
 	net_teardown(net);
@@ -423,13 +447,18 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 	int rc = 0;
 	/* Over the cap without any scratch: no need to choose the algorithms first. */
 	if (net->mem_limit_bytes && ops->plan_scratch) {
-		GP_TRY(net_plan_memory(net, 1, elem, ops->workspace_bytes(net)));
-		if (net->plan.total_bytes > net->mem_limit_bytes)
+		if ((rc = reqs_marked(net, ops)) < 0 ||
+		    (rc = net_plan_memory(net, 1, elem, ops->workspace_bytes(net))) < 0)
+			goto teardown;
+		if (net->plan.total_bytes > net->mem_limit_bytes) {
+			net_teardown(net);
 			return mem_limit_error(net, net->plan.total_bytes);
+		}
 	}
 	if (ops->plan_scratch) {
 		if (!net_scratch_reqs(net))
 			return gp_error(GP_ENOMEM, "cannot allocate the scratch requests");
+		memset(net->scratch, 0, ((size_t)net->n_nodes + 1) * sizeof(*net->scratch));
 		if ((rc = ops->plan_scratch(net, net->scratch)) < 0)
 			goto teardown;
 	}

@@ -35,6 +35,11 @@ double net_total_macs(const struct net *net);
  * batch, for elements of elem_bytes, with the backend's scratch (net->scratch) where
  * there is one; fills net->plan. Allocates nothing on a device. */
 int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes);
+/* The training plan net_setup would make for backend, dtype and prec, without a device
+ * and without the backend's scratch (workspaces): with only what the backend decides
+ * from settings (plan_marks: outputs its backward never reads). Sets the net's backend,
+ * dtype and precision; tears down a set-up net first. */
+int net_plan_predict(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec);
 /* The net's scratch requests, allocated (all zero) on first use; NULL when out of
  * memory. */
 struct scratch_req *net_scratch_reqs(struct net *net);

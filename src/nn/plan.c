@@ -287,8 +287,10 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 		int last = i;
 		if (i == n - 1)
 			last = loss_step;
-		int re = relu_recomputed(net, nd, training) || block_recomputed(net, nd, training);
-		if (training && op_bwd_needs_output(nd->op) && !re)
+		/* an output that backward does not read needs no recomputed copy either */
+		int unread = net->scratch && net->scratch[i].out_unread;
+		int re = !unread && (relu_recomputed(net, nd, training) || block_recomputed(net, nd, training));
+		if (training && op_bwd_needs_output(nd->op) && !re && !unread)
 			last = 2 * n - i;
 		tensor_extend(net, nd->t_y, i, last);
 		if (re) /* backward reads the recomputed copy, from the last consumer's backward on */

@@ -113,6 +113,10 @@ struct scratch_req {
 	 * space); keep_last > 0 also marks a node whose backend fused it. */
 	size_t keep_bytes;
 	int keep_last;
+	/* The node's backward does not read its output, which op_bwd_needs_output says
+	 * it would (a ReLU whose mask the fused batch norm before takes from its input):
+	 * the output lives only as long as its readers in forward and backward need it. */
+	int out_unread;
 	/* Filled by the planner: the tensors (-1: none) and the side work's join. */
 	int t_fwd, t_bwd, t_side, t_keep;
 	int side_join;

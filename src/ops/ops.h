@@ -48,6 +48,10 @@ struct bn_args {
 	int n, c, h, w;
 	double eps;      /* 1e-5 */
 	double momentum; /* 0.1: running = (1 - m) * running + m * batch */
+	/* Set by a backend's plan: the activation fused after this batch norm has its
+	 * output kept for nothing but its own backward, which kernels that take the mask
+	 * from x never read (the CUDA backend's own 16-bit batch norms, bn16_rule.h). */
+	int act_out_spare;
 };
 
 struct pool_args {

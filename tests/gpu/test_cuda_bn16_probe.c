@@ -2,7 +2,9 @@
  * rather than cuDNN's (the question bn16_rule.h's auto answers), measured per shape: every
  * batch norm of resnet18, resnet50 and mobilenet_v2 at batch 256 and 224 x 224, read off
  * the model builder and grouped by shape and by what follows it (ReLU, ReLU6, the
- * residual add before a ReLU, or nothing), in bf16 and fp16. For each group, forward
+ * residual add before a ReLU, or nothing; "relu*": a ReLU whose output only its own
+ * backward would keep, ResNet's stem, which auto routes to the own kernels to free it,
+ * bn_args's act_out_spare), in bf16 and fp16. For each group, forward
  * and backward as the net runs them (the fused forward, the fused backward with ReLU or
  * ReLU6, the plain backward after an add, whose ReLU runs apart on either path), on the
  * own kernels and on cuDNN's, each the median of 9 samples of 3 back-to-back runs
@@ -25,7 +27,9 @@
 #include "net_util.h"
 #include "cudnn_graph_util.h"
 #include "core/error.h"
+#include "backend/backend.h"
 #include "nn/models.h"
+#include "nn/net.h"
 #include "ops/cuda/bn16_rule.h"
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
@@ -77,14 +81,17 @@ static int probe_groups(struct bn_group *gr, int cap, int *n)
 		o.size = 224;
 		o.batch = PROBE_BATCH;
 		GP_TRY(model_build(PROBE_MODELS[m], &o, &net));
-		int rc = 0;
+		/* the CUDA backend's device-free marks: which batch norms' ReLU outputs are
+		 * spare (bn_args's act_out_spare, part of auto's rule) */
+		int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, PREC_BF16);
 		for (int i = 0; i < net->n_nodes && rc == 0; i++) {
 			if (net->nodes[i].op != OP_BATCHNORM2D)
 				continue;
 			struct bn_args a = net->nodes[i].a.bn;
 			enum bn_fuse op = fuse_after(net, i);
 			int k = 0;
-			while (k < *n && !(gr[k].a.c == a.c && gr[k].a.h == a.h && gr[k].a.w == a.w && gr[k].op == op))
+			while (k < *n && !(gr[k].a.c == a.c && gr[k].a.h == a.h && gr[k].a.w == a.w && gr[k].op == op &&
+					   gr[k].a.act_out_spare == a.act_out_spare))
 				k++;
 			if (k == *n) {
 				if (*n == cap) {
@@ -188,11 +195,14 @@ TEST(cuda_bn16_probe_groups_of_the_models)
 	static const int want_total[N_PROBE_MODELS] = { 20, 53, 52 };
 	static const int want_op[N_PROBE_MODELS][4] = { { 3, 9, 8, 0 }, { 4, 33, 16, 0 }, { 17, 0, 0, 35 } };
 	for (int m = 0; m < N_PROBE_MODELS; m++) {
-		int total = 0, by_op[4] = { 0 };
+		int total = 0, by_op[4] = { 0 }, spare = 0;
 		for (int i = 0; i < n; i++) {
 			total += gr[i].count[m];
 			by_op[gr[i].op] += gr[i].count[m];
+			spare += gr[i].a.act_out_spare * gr[i].count[m];
 		}
+		/* a spare ReLU output: ResNet's stem only (its ReLU feeds the max pool) */
+		CHECK_MSG(spare == (m < 2), "%s: %d batch norms with a spare ReLU output", PROBE_MODELS[m], spare);
 		CHECK_MSG(total == want_total[m] && by_op[0] == want_op[m][0] && by_op[1] == want_op[m][1] &&
 				  by_op[2] == want_op[m][2] && by_op[3] == want_op[m][3],
 			  "%s: %d batch norms (none %d, relu %d, add+relu %d, relu6 %d)", PROBE_MODELS[m], total,
@@ -239,11 +249,13 @@ TEST(cuda_bn16_own_against_cudnn_by_shape)
 			CHECK_OK(CUDA_CHECK(cudaMemsetAsync(b.rm, 0, c * sizeof(float), g.ctx->stream)));
 			if (!test_failed())
 				CHECK_OK(probe_time(&g, k, &b, ahead, &k->own_ms, &k->cudnn_ms));
-			int autos = bn16_own_wanted(BN16_AUTO, k->a.n, c, k->a.h, k->a.w, k->op == BN_FUSE_RELU6);
+			int autos = bn16_own_wanted(BN16_AUTO, k->a.n, c, k->a.h, k->a.w, k->op == BN_FUSE_RELU6,
+						    k->a.act_out_spare);
 			if (!test_failed())
 				printf("      %s %4d ch %3dx%-3d %-8s %6.1f M  own %7.4f  cudnn %7.4f ms  %.2f  auto %s"
 				       "  (r18 %d, r50 %d, mnv2 %d)\n",
-				       dt == GP_BF16 ? "bf16" : "fp16", c, k->a.h, k->a.w, fuse_name(k->op), nx / 1e6,
+				       dt == GP_BF16 ? "bf16" : "fp16", c, k->a.h, k->a.w,
+				       k->a.act_out_spare ? "relu*" : fuse_name(k->op), nx / 1e6,
 				       k->own_ms, k->cudnn_ms, k->own_ms / k->cudnn_ms, autos ? "own" : "cudnn",
 				       k->count[0], k->count[1], k->count[2]);
 			gpu_release(&g, dmark, hmark);
@@ -256,7 +268,7 @@ TEST(cuda_bn16_own_against_cudnn_by_shape)
 				all_c += w * cu;
 				all_o += w * o;
 				autos += w * (bn16_own_wanted(BN16_AUTO, k->a.n, k->a.c, k->a.h, k->a.w,
-							      k->op == BN_FUSE_RELU6) ? o : cu);
+							      k->op == BN_FUSE_RELU6, k->a.act_out_spare) ? o : cu);
 				best += w * (o < cu ? o : cu);
 			}
 			printf("      %s %-12s batch norms a step: cudnn %.3f, own %.3f, auto %.3f, best %.3f ms\n",

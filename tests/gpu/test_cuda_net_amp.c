@@ -400,6 +400,61 @@ TEST(cuda_amp_own_bn16_as_close_as_cudnn)
 	check_fused_bn("resnet50", 1, BN16_OWN, RELU6_FOLD_AUTO);
 }
 
+/* The set-up's plan frees what the prediction without a device (gpuperf info's,
+ * net_plan_predict) says it will: ResNet's stem ReLU output, read by nothing but the max
+ * pool in forward, once its batch norm is big enough for auto's rule (batch 24 at 224:
+ * 19.3 M elements) and so on the own kernels, which take the mask from x; kept under
+ * cudnn, whose fused backward reads it. Training on the freed plan is checked against
+ * FP32 by cuda_amp_own_bn16_as_close_as_cudnn (own everywhere, small shapes). */
+TEST(cuda_amp_stem_relu_output_freed_as_predicted)
+{
+	NEED_GPU();
+	static const struct {
+		int bn16;
+		enum precision prec;
+		int stem;
+	} cases[] = { { BN16_AUTO, PREC_BF16, 1 }, { BN16_CUDNN, PREC_BF16, 0 }, { BN16_CUDNN, PREC_FP32, 1 } };
+	for (size_t k = 0; k < sizeof cases / sizeof *cases && !test_failed(); k++) {
+		struct net *n = build("resnet18", 224, 24, 10);
+		if (!n)
+			return;
+		n->tuning.bn16 = cases[k].bn16;
+		int want[256] = { 0 }, marked = 0, stem = -1;
+		CHECK(n->n_nodes <= 256);
+		int rc = net_plan_predict(n, BACKEND_CUDA, GP_F32, cases[k].prec);
+		CHECK_MSG(rc == 0, "%s", gp_errmsg());
+		for (int i = 0; rc == 0 && i < n->n_nodes && i < 256; i++) {
+			want[i] = n->scratch[i].out_unread;
+			marked += want[i];
+			if (n->nodes[i].op == OP_RELU && n->nodes[n->nodes[i].last_consumer].op == OP_MAXPOOL2D)
+				stem = i;
+		}
+		CHECK(stem > 0);
+		CHECK_MSG(marked == cases[k].stem && (stem < 0 || want[stem] == cases[k].stem),
+			  "bn16 %d %s: %d outputs predicted unread, the stem's %d", cases[k].bn16,
+			  train_precision_name(cases[k].prec), marked, stem >= 0 ? want[stem] : -1);
+		rc = net_setup(n, BACKEND_CUDA, GP_F32, cases[k].prec);
+		CHECK_MSG(rc == 0, "%s", gp_errmsg());
+		int differ = 0;
+		for (int i = 0; rc == 0 && i < n->n_nodes && i < 256; i++)
+			differ += n->scratch[i].out_unread != want[i];
+		CHECK_MSG(differ == 0, "bn16 %d %s: the set-up marks %d outputs otherwise than predicted",
+			  cases[k].bn16, train_precision_name(cases[k].prec), differ);
+		if (rc == 0 && stem > 0 && cases[k].stem) { /* and it trains: a step on the freed plan */
+			float *x = NULL;
+			int32_t *y = NULL;
+			double loss = 0;
+			CHECK(train_synthetic_batch(24, 3, 224, 224, 10, 5, &x, &y) == 0);
+			CHECK(net_set_batch_data(n, x, y) == 0);
+			CHECK(net_forward(n, 1) == 0 && net_loss(n, &loss, NULL) == 0 && net_backward(n) == 0);
+			CHECK_MSG(isfinite(loss) && loss > 1.0 && loss < 5.0, "loss %g", loss);
+			free(x);
+			free(y);
+		}
+		net_free(n);
+	}
+}
+
 /* Where MobileNetV2's ReLU6 layers run, by GPUPERF_RELU6_FOLD and GPUPERF_BN16: 35 of
  * them, 17 read only by a depthwise convolution (foldable), 18 by a 1x1 convolution or
  * the pooling. Under auto a ReLU6 is folded only where the batch norm before it is

@@ -185,6 +185,42 @@ static int cuda_sync_to_host(struct net *net)
  * to lay out in the arena. Where the measuring scratch does not fit (the largest
  * batches), set-up measures on the net's own memory instead, with one shared
  * workspace. */
+/* The activations' type and layout a net runs in, from its settings alone: 16 bits under
+ * mixed precision, NHWC there unless asked for NCHW; *flatten: a flatten of feature maps
+ * (not 1 x 1), which orders features as NCHW does and the following linear layer's
+ * weights assume, so that such nets (simple_cnn) stay NCHW (-1: none; under
+ * --layout nhwc an error). */
+static void act_format(const struct net *net, enum gp_dtype *dt, int *nhwc, int *flatten)
+{
+	int amp = precision_is_amp(net->precision);
+	*dt = !amp ? GP_F32 : net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
+	*nhwc = amp && net->layout != LAYOUT_NCHW;
+	*flatten = -1;
+	for (int i = 0; *nhwc && i < net->n_nodes; i++) {
+		struct shape in = net->nodes[i].n_in ? net->nodes[net->nodes[i].in[0]].out : net->nodes[i].out;
+		if (net->nodes[i].op == OP_FLATTEN && in.h * in.w > 1) {
+			if (net->layout == LAYOUT_NHWC)
+				*flatten = i;
+			*nhwc = 0;
+		}
+	}
+}
+
+/* plan_marks: what cuda_plan_fusion will mark, from a context that holds the settings
+ * only (no device; its batch norms' routing reads nothing else). */
+static int cuda_plan_marks(struct net *net, struct scratch_req *reqs)
+{
+	struct cuda_ctx ctx = { 0 };
+	enum gp_dtype dt;
+	int flatten;
+	act_format(net, &dt, &ctx.nhwc, &flatten);
+	ctx.act_dtype = dt;
+	ctx.bn_cudnn = !net->tuning.test.bn_own;
+	ctx.bn16 = net->tuning.bn16;
+	cuda_mark_spare_outputs(net, &ctx, reqs);
+	return 0;
+}
+
 static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 {
 	struct cuda_ctx *ctx;
@@ -204,22 +240,11 @@ static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 	mem_stats_add(&net->mem, MEM_WORKSPACE, ctx->workspace_bytes + ctx->blas_ws_bytes);
 	b->amp = precision_is_amp(net->precision);
 	b->ht = net->precision == PREC_BF16 ? GP_BF16 : GP_F16;
-	b->dt = b->amp ? b->ht : GP_F32;
-	b->nhwc = b->amp && net->layout != LAYOUT_NCHW;
+	int nhwc_flatten;
+	act_format(net, &b->dt, &b->nhwc, &nhwc_flatten);
 	ctx->bn_cudnn = !net->tuning.test.bn_own;
 	ctx->bn16 = net->tuning.bn16;
 	dwconv_set_tiled(net->tuning.dwconv_tiled ? 7 : 0); /* process-wide: the last net's */
-	int nhwc_flatten = -1;
-	/* A flatten of feature maps (not 1 x 1) orders features as NCHW does, which the
-	 * following linear layer's weights assume: such nets (simple_cnn) stay NCHW. */
-	for (int i = 0; b->nhwc && i < net->n_nodes; i++) {
-		struct shape in = net->nodes[i].n_in ? net->nodes[net->nodes[i].in[0]].out : net->nodes[i].out;
-		if (net->nodes[i].op == OP_FLATTEN && in.h * in.w > 1) {
-			if (net->layout == LAYOUT_NHWC)
-				nhwc_flatten = i;
-			b->nhwc = 0;
-		}
-	}
 	int rc = cuda_ctx_set_math(ctx, net->precision == PREC_TF32 ? CUDA_MATH_TF32 : CUDA_MATH_FP32);
 	if (rc == 0)
 		rc = cuda_ctx_set_act(ctx, b->dt, b->nhwc);
@@ -526,6 +551,7 @@ static int cuda_logits_to_host(struct net *net, float *dst)
 
 const struct backend_ops backend_cuda_ops = {
 	.name = "cuda",
+	.plan_marks = cuda_plan_marks,
 	.plan_scratch = cuda_plan_scratch,
 	.setup = cuda_setup,
 	.teardown = cuda_teardown,

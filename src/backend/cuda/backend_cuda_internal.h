@@ -217,6 +217,12 @@ int cuda_backward_node(struct net *net, int i);
  * nothing in 16-bit NCHW, or where a test turned it off: tuning.test.bn_fuse) and
  * state their reserve space in reqs (keep_bytes until keep_last). Before the plan. */
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs);
+/* The ReLU outputs that nothing but the ReLU's backward keeps, where the fused batch
+ * norm before takes the mask from its input (ResNet's stem): marked unread in reqs
+ * (struct scratch_req's out_unread), their batch norms told (bn_args's act_out_spare),
+ * from ctx's settings alone. cuda_plan_fusion marks the same, and gpuperf info's plan,
+ * made without a device (plan_marks), does through this. */
+void cuda_mark_spare_outputs(struct net *net, const struct cuda_ctx *ctx, struct scratch_req *reqs);
 
 /* backend_cuda_step.c: the backend_ops entries of the loss, the optimizer step, the
  * graph-captured training step and loss scaling. */

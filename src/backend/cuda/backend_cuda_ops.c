@@ -256,7 +256,10 @@ static int backward_node(struct net *net, int i)
 		if (fuse_role(net, i) == FUSE_BN_RELU || fuse_role(net, i) == FUSE_BN_RELU6) /* dy: unmasked */
 			return bn_bwd_relu_fused_cuda(ctx, &nd->a.bn,
 						      fuse_role(net, i) == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6, x,
-						      act_ptr_bwd(net, nd->last_consumer), dy, param_ptr(net, nd, 0),
+						      net->scratch[nd->last_consumer].out_unread /* its memory is reused */
+							      ? NULL
+							      : act_ptr_bwd(net, nd->last_consumer),
+						      dy, param_ptr(net, nd, 0),
 						      param_ptr(net, nd, 1), stats, stats + nd->a.bn.c, dx, acc,
 						      pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1), rsv_ptr(net, i),
 						      rsv_bytes(net, i));
@@ -309,6 +312,50 @@ static int relu_over(const struct net *net, int r, int src)
 	       net->nodes[src].consumers == 1 && net->nodes[src].op != OP_INPUT && node_has_grad(net, r);
 }
 
+/* Whether ReLU r's output is kept for nothing but r's backward: its one reader needs
+ * no input in backward (ResNet's stem, whose max pool keeps its argmax). */
+static int relu_out_spare(const struct net *net, int r)
+{
+	const struct node *rn = &net->nodes[r];
+	return rn->consumers == 1 && rn->last_consumer >= 0 &&
+	       !op_bwd_needs_input(net->nodes[rn->last_consumer].op);
+}
+
+/* The ReLU (ReLU6) that batch norm i may run fused with in training, or -1. */
+static int bn_relu_pair(const struct net *net, int i)
+{
+	const struct node *nd = &net->nodes[i];
+	if (nd->op != OP_BATCHNORM2D || nd->consumers != 1 || !node_has_grad(net, i))
+		return -1;
+	return relu_over(net, nd->last_consumer, i) ? nd->last_consumer : -1;
+}
+
+/* Batch norm i fused with its ReLU c as op (not folded): tells the batch norm's routing
+ * whether c's output is spare (bn_args's act_out_spare), and marks c's output unread in
+ * backward where the fused backward takes the mask from x (struct scratch_req). */
+static void mark_spare(struct net *net, const struct cuda_ctx *ctx, int i, int c, enum bn_fuse op,
+		       struct scratch_req *reqs)
+{
+	struct bn_args *a = &net->nodes[i].a.bn;
+	a->act_out_spare = relu_out_spare(net, c);
+	reqs[c].out_unread = a->act_out_spare && bn_fused_mask_from_x_cuda(ctx, a, op);
+	a->act_out_spare = reqs[c].out_unread;
+}
+
+void cuda_mark_spare_outputs(struct net *net, const struct cuda_ctx *ctx, struct scratch_req *reqs)
+{
+	for (int i = 0; i < net->n_nodes; i++)
+		if (net->nodes[i].op == OP_BATCHNORM2D)
+			net->nodes[i].a.bn.act_out_spare = 0;
+	if (!net->tuning.test.bn_fuse || net->sync_bn)
+		return;
+	for (int i = 0; i < net->n_nodes; i++) {
+		int c = bn_relu_pair(net, i);
+		if (c >= 0)
+			mark_spare(net, ctx, i, c, net->nodes[c].op == OP_RELU6 ? BN_FUSE_RELU6 : BN_FUSE_RELU, reqs);
+	}
+}
+
 /* A ReLU6 (node r, after batch norm bn) to fold into its only reader, a depthwise
  * convolution on the own 16-bit kernels, which can apply its clip at 6: by
  * GPUPERF_RELU6_FOLD (core/tuning.h), under auto only where the batch norm with the
@@ -335,6 +382,9 @@ int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 	struct backend_state *b = net->bk;
 	/* bn_fuse_plan_cuda declines what has no fused form; synchronized batch norm has its
 	 * own kernels */
+	for (int i = 0; i < net->n_nodes; i++)
+		if (net->nodes[i].op == OP_BATCHNORM2D)
+			net->nodes[i].a.bn.act_out_spare = 0;
 	if (!net->tuning.test.bn_fuse || net->sync_bn)
 		return 0;
 	int n = net->n_nodes;
@@ -348,13 +398,17 @@ int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 			continue;
 		int c = nd->last_consumer, rc;
 		size_t reserve = 0;
-		if (relu_over(net, c, i)) {
+		if (bn_relu_pair(net, i) == c) {
 			int six = net->nodes[c].op == OP_RELU6, fold = six && relu6_foldable(net, i, c);
 			enum bn_fuse op = six && !fold ? BN_FUSE_RELU6 : BN_FUSE_RELU;
+			if (!fold) /* before the plan: the routing reads it */
+				mark_spare(net, b->ctx, i, c, op, reqs);
 			if ((rc = bn_fuse_plan_cuda(b->ctx, &nd->a.bn, op, &reserve)) < 0)
 				return rc;
-			if (rc == 0)
+			if (rc == 0) {
+				nd->a.bn.act_out_spare = reqs[c].out_unread = 0;
 				continue;
+			}
 			b->fuse[i] = op == BN_FUSE_RELU6 ? FUSE_BN_RELU6 : FUSE_BN_RELU;
 			b->fuse[c] = fold ? FUSE_RELU6_FOLDED : FUSE_RELU_DONE;
 			reqs[i].keep_last = 2 * n - i; /* read again by its backward */

@@ -12,9 +12,12 @@
  * passes; cuDNN is faster on 64 and 128 channels (1.01-1.21x) and on ResNet's tensors
  * under 16 Mi elements (1.05-1.6x; MobileNetV2's small ones 0.89-1.32x). So: at least
  * BN16_OWN_MIN_ELEMS elements, and a ReLU6 after it that cuDNN would leave unfused, or
- * channels that are not a multiple of 64, or at least BN16_OWN_WIDE_CHANNELS. The rule
- * sees neither the op after the batch norm beyond the ReLU6 nor the direction, so that
- * a node's forward and backward always take the same kernels. */
+ * channels that are not a multiple of 64, or at least BN16_OWN_WIDE_CHANNELS, or a
+ * ReLU whose output nothing else keeps for backward (spare: ResNet's stem, whose ReLU
+ * feeds the max pool): cuDNN's fused backward reads that output, the own kernels take
+ * the mask from x, so the plan frees it (392 MiB at batch 256, for 0.02-0.03 ms of a
+ * step, s22). The rule sees neither the op after the batch norm beyond these nor the
+ * direction, so that a node's forward and backward always take the same kernels. */
 #ifndef GP_OPS_CUDA_BN16_RULE_H
 #define GP_OPS_CUDA_BN16_RULE_H
 
@@ -29,15 +32,16 @@ enum bn16_mode { BN16_CUDNN = 0, BN16_AUTO = 1, BN16_OWN = 2 };
 #define BN16_CHANNEL_MULTIPLE 8
 
 /* relu6: the batch norm is followed by a ReLU6 that it would otherwise leave to a pass
- * of its own (BN_FUSE_RELU6, not folded into the next convolution). */
-static inline int bn16_own_wanted(int mode, int n, int c, int h, int w, int relu6)
+ * of its own (BN_FUSE_RELU6, not folded into the next convolution). spare: its fused
+ * activation's output is kept for that activation's backward alone (bn_args). */
+static inline int bn16_own_wanted(int mode, int n, int c, int h, int w, int relu6, int spare)
 {
 	if (mode == BN16_CUDNN || c <= 0 || c % BN16_CHANNEL_MULTIPLE)
 		return 0;
 	if (mode == BN16_OWN)
 		return 1;
 	size_t count = (size_t)n * c * h * w;
-	return count >= BN16_OWN_MIN_ELEMS && (relu6 || c % 64 != 0 || c >= BN16_OWN_WIDE_CHANNELS);
+	return count >= BN16_OWN_MIN_ELEMS && (relu6 || spare || c % 64 != 0 || c >= BN16_OWN_WIDE_CHANNELS);
 }
 
 #endif

@@ -48,12 +48,18 @@ static int bn_describe(struct cuda_ctx *ctx, const struct bn_args *a);
 static int bn_own16(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op)
 {
 	return ctx->nhwc && ctx->act_dtype != GP_F32 && !force_own &&
-	       bn16_own_wanted(ctx->bn16, a->n, a->c, a->h, a->w, op == BN_FUSE_RELU6);
+	       bn16_own_wanted(ctx->bn16, a->n, a->c, a->h, a->w, op == BN_FUSE_RELU6,
+			       a->act_out_spare && (op == BN_FUSE_RELU || op == BN_FUSE_RELU6));
 }
 
 int bn16_routed_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op)
 {
 	return bn_own16(ctx, a, op);
+}
+
+int bn_fused_mask_from_x_cuda(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op)
+{
+	return (op == BN_FUSE_RELU || op == BN_FUSE_RELU6) && (bn_own16(ctx, a, op) || bn_own_fused(ctx));
 }
 
 /* The own 16-bit kernels' scratch: the shared workspace, reserved by the plan. */

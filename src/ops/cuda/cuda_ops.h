@@ -352,6 +352,11 @@ int bn_fuse_plan_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fus
  * (bn_nhwc16.cu) in this context, as every call for it will: the answer of the mode
  * (ctx->bn16, GPUPERF_BN16) and the shape's rule (bn16_rule.h); 0 on cuDNN. */
 int bn16_routed_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op);
+/* 1 when a's training batch norm fused with op (a ReLU or ReLU6) takes the activation's
+ * mask from x in backward, never reading the activation's output y (the own kernels,
+ * 16-bit or FP32); from the context's settings alone, so that a plan without a device
+ * gives the same answer (gpuperf info). */
+int bn_fused_mask_from_x_cuda(const struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op);
 /* Training forward of a fused op (z only for BN_FUSE_ADD_RELU). */
 int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op,
 			    const void *x, const void *z, const float *gamma, const float *beta, void *y,
