@@ -28,6 +28,13 @@ TEST(bn16_auto_takes_the_shapes_it_won)
 	CHECK(bn16_own_wanted(BN16_AUTO, 256, 1024, 14, 14, 0, 0));
 	CHECK(bn16_own_wanted(BN16_AUTO, 256, 2048, 7, 7, 0, 0));
 	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 512, 7, 7, 0, 0));
+	/* and from 12 Mi elements on 256 channels and more: 256 over 14 x 14 (12.25 Mi),
+	 * MobileNetV2's 1280 over 7 x 7 (15.3 Mi); the bound exactly, one image fewer */
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 256, 14, 14, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 1280, 7, 7, 1, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 48, 256, 32, 32, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 47, 256, 32, 32, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 48, 192, 32, 43, 0, 0));
 	/* the size bound: 16 Mi elements exactly, one image fewer */
 	CHECK(bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1024, 0, 0));
 	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1023, 0, 0));

@@ -10,14 +10,17 @@
  * channels and more (0.71-0.90x before a residual add, whose cuDNN forward is slow
  * there; one layer of resnet50 loses, 1.11x), and they save cuDNN's unfused ReLU6
  * passes; cuDNN is faster on 64 and 128 channels (1.01-1.21x) and on ResNet's tensors
- * under 16 Mi elements (1.05-1.6x; MobileNetV2's small ones 0.89-1.32x). So: at least
- * BN16_OWN_MIN_ELEMS elements, and a ReLU6 after it that cuDNN would leave unfused, or
- * channels that are not a multiple of 64, or at least BN16_OWN_WIDE_CHANNELS, or a
- * ReLU whose output nothing else keeps for backward (spare: ResNet's stem, whose ReLU
+ * under 16 Mi elements (1.05-1.6x; MobileNetV2's small ones 0.89-1.32x). Since the
+ * apply pass runs one wave (s22-5) the own kernels also win on 256 channels over 14 x 14
+ * at batch 256 (12.25 Mi elements: 0.87-0.98x of cuDNN's, bf16 and fp16) and still lose
+ * on 512 over 7 x 7 (6.1 Mi: 1.18-1.30x). So: at least BN16_OWN_MIN_ELEMS elements, and a
+ * ReLU6 after it that cuDNN would leave unfused, or channels that are not a multiple of
+ * 64, or a ReLU whose output nothing else keeps for backward (spare: ResNet's stem, whose ReLU
  * feeds the max pool): cuDNN's fused backward reads that output, the own kernels take
  * the mask from x, so the plan frees it (392 MiB at batch 256, for 0.02-0.03 ms of a
- * step, s22). The rule sees neither the op after the batch norm beyond these nor the
- * direction, so that a node's forward and backward always take the same kernels. */
+ * step, s22); or at least BN16_OWN_WIDE_CHANNELS and BN16_OWN_WIDE_MIN_ELEMS. The rule
+ * sees neither the op after the batch norm beyond these nor the direction, so that a
+ * node's forward and backward always take the same kernels. */
 #ifndef GP_OPS_CUDA_BN16_RULE_H
 #define GP_OPS_CUDA_BN16_RULE_H
 
@@ -26,8 +29,10 @@
 enum bn16_mode { BN16_CUDNN = 0, BN16_AUTO = 1, BN16_OWN = 2 };
 
 #define BN16_OWN_MIN_ELEMS ((size_t)16 << 20)
-/* channels in multiples of 64 from which the own kernels win */
+/* channels in multiples of 64 from which the own kernels win, and from how many
+ * elements */
 #define BN16_OWN_WIDE_CHANNELS 256
+#define BN16_OWN_WIDE_MIN_ELEMS ((size_t)12 << 20)
 /* the own kernels' thread owns 8 adjacent channels */
 #define BN16_CHANNEL_MULTIPLE 8
 
@@ -41,7 +46,8 @@ static inline int bn16_own_wanted(int mode, int n, int c, int h, int w, int relu
 	if (mode == BN16_OWN)
 		return 1;
 	size_t count = (size_t)n * c * h * w;
-	return count >= BN16_OWN_MIN_ELEMS && (relu6 || spare || c % 64 != 0 || c >= BN16_OWN_WIDE_CHANNELS);
+	return (count >= BN16_OWN_MIN_ELEMS && (relu6 || spare || c % 64 != 0)) ||
+	       (count >= BN16_OWN_WIDE_MIN_ELEMS && c >= BN16_OWN_WIDE_CHANNELS);
 }
 
 #endif
