@@ -28,6 +28,8 @@
 # DDP after each count), scale --transport socket --torch; the run folders as $OUT/scale19.tgz),
 # bench, benchquick (gpuperf bench [--quick] --torch $BENCH_ARGS: the run folder as
 # $OUT/<stage>.tgz, its report and bench.json beside).
+# ktotals (kernel time by kernel under ncu, this build against BASE_BIN: KT_KERNELS,
+# KT_MODEL, KT_PREC, KT_STEPS; tools/ncu_totals.py),
 # bn16 (the own 16-bit NHWC batch norms: their GPU tests with the per-shape probe behind
 # auto's rule, then mobilenet_v2, resnet50 and resnet18 (BN16_MODELS) bf16 at batch 256
 # under GPUPERF_BN16=cudnn, auto and own, twice, and PyTorch eager),
@@ -151,6 +153,21 @@ for s in "$@"; do
 		[ -d /tmp/gp_ds ] || $BIN dataset make --out /tmp/gp_ds --classes 10 --images 2000 --size 500x375 --seed 1 > /dev/null
 		stage workers 400 $BIN workers --data /tmp/gp_ds --model mobilenet_v2 --batch 64 --workers 0,2,4,8 --steps 100 --device cuda --overwrite --out /tmp/gp_work
 		cp /tmp/gp_work/gpu_utilization_comparison.png /tmp/gp_work/workers.json "$OUT/" 2>/dev/null ;;
+	ktotals)
+		# kernel time by kernel under ncu (every launch of the kernels KT_KERNELS names,
+		# a regex, in the first KT_STEPS steps of KT_MODEL in KT_PREC at batch 256), this
+		# build and BASE_BIN where set, summed and paired by tools/ncu_totals.py
+		for side in new base; do
+			b=$BIN; [ $side = base ] && b=${BASE_BIN:-}
+			[ -n "$b" ] || continue
+			echo "=== ktotals_$side ($(date +%T))"
+			timeout 300 ncu --csv --metrics gpu__time_duration.sum -k "regex:${KT_KERNELS:-bn16_|bn_apply}" \
+				--launch-count ${KT_N:-2000} $b train --model ${KT_MODEL:-resnet50} --device cuda \
+				--precision ${KT_PREC:-bf16} --batch 256 --steps ${KT_STEPS:-3} \
+				> "$OUT/ktotals_$side.csv" 2> "$OUT/ktotals_$side.err"
+			echo "rc=$?"
+		done
+		python3 tools/ncu_totals.py "$OUT/ktotals_new.csv" ${BASE_BIN:+"$OUT/ktotals_base.csv"} ;;
 	kprof)
 		# kernel time by kernel, ours (profile, eager) beside PyTorch's (torch.profiler)
 		for mb in ${KPROF:-resnet50:256 mobilenet_v2:256 mobilenet_v2:32}; do
