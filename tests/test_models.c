@@ -447,6 +447,9 @@ TEST(memory_plan_places_bn_reserve)
  * bytes off the arena's peak, at the loss. */
 TEST(memory_plan_frees_the_stem_relu_output_the_own_batch_norm_never_reads)
 {
+#ifndef GP_HAVE_CUDA
+	SKIP("built without CUDA: no CUDA backend to predict");
+#endif
 	static const struct {
 		const char *model;
 		enum precision prec;
@@ -463,11 +466,6 @@ TEST(memory_plan_frees_the_stem_relu_output_the_own_batch_norm_never_reads)
 			continue;
 		net->tuning.bn16 = cases[k].bn16;
 		int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, cases[k].prec);
-		if (rc == GP_ENODEV) { /* built without CUDA */
-			gp_error_clear();
-			net_free(net);
-			return;
-		}
 		CHECK_MSG(rc == 0, "%s: %s", cases[k].model, gp_errmsg());
 		int marked = 0, at = -1;
 		for (int i = 0; rc == 0 && i < net->n_nodes; i++)

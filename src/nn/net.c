@@ -405,10 +405,6 @@ static int reqs_marked(struct net *net, const struct backend_ops *ops)
 
 int net_plan_predict(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec)
 {
-#ifndef GP_HAVE_CUDA
-	if (backend == BACKEND_CUDA)
-		return gp_error(GP_ENODEV, "this gpuperf was built without CUDA");
-#endif
 	net_teardown(net);
 	net->backend = backend;
 	net->dtype = dtype;

@@ -37,8 +37,9 @@ double net_total_macs(const struct net *net);
 int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t workspace_bytes);
 /* The training plan net_setup would make for backend, dtype and prec, without a device
  * and without the backend's scratch (workspaces): with only what the backend decides
- * from settings (plan_marks: outputs its backward never reads). Sets the net's backend,
- * dtype and precision; tears down a set-up net first. */
+ * from settings (plan_marks: outputs its backward never reads; in a build without the
+ * backend, none). Sets the net's backend, dtype and precision; tears down a set-up net
+ * first. */
 int net_plan_predict(struct net *net, enum backend_kind backend, enum gp_dtype dtype, enum precision prec);
 /* The net's scratch requests, allocated (all zero) on first use; NULL when out of
  * memory. */
