@@ -342,11 +342,17 @@ static void mark_spare(struct net *net, const struct cuda_ctx *ctx, int i, int c
 	a->act_out_spare = reqs[c].out_unread;
 }
 
-void cuda_mark_spare_outputs(struct net *net, const struct cuda_ctx *ctx, struct scratch_req *reqs)
+/* No batch norm told its activation's output is spare (before a plan decides again). */
+static void spare_clear(struct net *net)
 {
 	for (int i = 0; i < net->n_nodes; i++)
 		if (net->nodes[i].op == OP_BATCHNORM2D)
 			net->nodes[i].a.bn.act_out_spare = 0;
+}
+
+void cuda_mark_spare_outputs(struct net *net, const struct cuda_ctx *ctx, struct scratch_req *reqs)
+{
+	spare_clear(net);
 	if (!net->tuning.test.bn_fuse || net->sync_bn)
 		return;
 	for (int i = 0; i < net->n_nodes; i++) {
@@ -382,9 +388,7 @@ int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 	struct backend_state *b = net->bk;
 	/* bn_fuse_plan_cuda declines what has no fused form; synchronized batch norm has its
 	 * own kernels */
-	for (int i = 0; i < net->n_nodes; i++)
-		if (net->nodes[i].op == OP_BATCHNORM2D)
-			net->nodes[i].a.bn.act_out_spare = 0;
+	spare_clear(net);
 	if (!net->tuning.test.bn_fuse || net->sync_bn)
 		return 0;
 	int n = net->n_nodes;
