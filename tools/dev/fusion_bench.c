@@ -122,11 +122,12 @@ static size_t dtype_bytes(enum fb_dtype d)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: fusion_bench [--batch N] [--shapes all|NAME|INDEX] [--iters N] [--warmup N]\n"
+	fprintf(f, "usage: fusion_bench [--batch N] [--shapes all|NAME|INDEX|PART] [--iters N] [--warmup N]\n"
 		   "                    [--dtype bf16|fp16|float] [--plans N] [--ws-mb N] [--samples N]\n"
 		   "                    [--no-wgrad] [--no-dgrad] [--fwd-only] [--verbose] [--list]\n"
 		   "  --batch    images per batch (256)\n"
-		   "  --shapes   all (default), or one shape by name or index (--list shows them)\n"
+		   "  --shapes   all (default), one shape by name or index, or every shape whose name\n"
+		   "             contains the value (3x3) (--list shows them)\n"
 		   "  --iters    timed runs per measurement, the median is reported (20)\n"
 		   "  --warmup   untimed runs before them (5)\n"
 		   "  --dtype    bf16 (default), fp16, or float (cuDNN's runtime fusion is 16-bit:\n"
@@ -158,10 +159,11 @@ static int parse_int(const char *opt, const char *v, int lo, int hi, int *out)
 	return 0;
 }
 
-static int find_shape(const char *v, int *out)
+static int find_shape(const char *v, int *out, const char **match)
 {
 	char *end;
 	long i;
+	*match = NULL;
 	if (!strcmp(v, "all")) {
 		*out = -1;
 		return 0;
@@ -176,6 +178,12 @@ static int find_shape(const char *v, int *out)
 		*out = (int)i;
 		return 0;
 	}
+	for (int s = 0; s < N_SHAPES && *end != '\0'; s++)
+		if (strstr(shapes[s].name, v)) { /* a part of names: every shape that has it */
+			*out = -1;
+			*match = v;
+			return 0;
+		}
 	fprintf(stderr, "fusion_bench: unknown shape '%s' (--list shows the names)\n", v);
 	return -1;
 }
@@ -220,7 +228,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				fprintf(stderr, "fusion_bench: --shapes needs a value\n");
 				return -1;
 			}
-			rc = find_shape(v, &o->shape), i++;
+			rc = find_shape(v, &o->shape, &o->match), i++;
 		} else if (!strcmp(a, "--dtype")) {
 			if (v && !strcmp(v, "bf16"))
 				o->dtype = FB_BF16;
@@ -1196,6 +1204,8 @@ int main(int argc, char **argv)
 	for (int i = first; i <= last; i++) {
 		struct result *r = &res[i];
 		cudaError_t e;
+		if (o.match && !strstr(shapes[i].name, o.match))
+			continue;
 		r->s = &shapes[i];
 		if (sticky) {
 			r->st = ST_SKIPPED;
@@ -1230,6 +1240,8 @@ int main(int argc, char **argv)
 		printf("\nsummary (%s, batch %d):\n", dtype_name(o.dtype), o.batch);
 		for (int i = first; i <= last; i++) {
 			const struct result *r = &res[i];
+			if (!r->s) /* not selected */
+				continue;
 			if (r->base_ok)
 				base_all_ms += r->s->count * r->base_ms;
 			if (r->st == ST_OK) {

@@ -46,7 +46,8 @@ static inline int shape_out(const struct conv_shape *s)
 
 struct opts {
 	int batch, iters, warmup, plans, samples, wgrad, dgrad;
-	int shape; /* -1: all */
+	int shape;      /* -1: all, or those whose name contains match */
+	const char *match; /* NULL: every shape (with shape -1) */
 	enum fb_dtype dtype;
 	size_t ws_bytes;
 };
