@@ -394,12 +394,19 @@ static int mem_limit_error(const struct net *net, size_t bytes)
 			bytes / GP_MIB, net->mem_limit_bytes / GP_MIB);
 }
 
-/* The scratch requests zeroed, with the backend's device-free marks (plan_marks). */
-static int reqs_marked(struct net *net, const struct backend_ops *ops)
+/* The scratch requests, allocated where needed, all zero. */
+static int reqs_zeroed(struct net *net)
 {
 	if (!net_scratch_reqs(net))
 		return gp_error(GP_ENOMEM, "cannot allocate the scratch requests");
 	memset(net->scratch, 0, ((size_t)net->n_nodes + 1) * sizeof(*net->scratch));
+	return 0;
+}
+
+/* The scratch requests zeroed, with the backend's device-free marks (plan_marks). */
+static int reqs_marked(struct net *net, const struct backend_ops *ops)
+{
+	GP_TRY(reqs_zeroed(net));
 	return ops->plan_marks ? ops->plan_marks(net, net->scratch) : 0;
 }
 
@@ -452,10 +459,7 @@ int net_setup(struct net *net, enum backend_kind backend, enum gp_dtype dtype, e
 		}
 	}
 	if (ops->plan_scratch) {
-		if (!net_scratch_reqs(net))
-			return gp_error(GP_ENOMEM, "cannot allocate the scratch requests");
-		memset(net->scratch, 0, ((size_t)net->n_nodes + 1) * sizeof(*net->scratch));
-		if ((rc = ops->plan_scratch(net, net->scratch)) < 0)
+		if ((rc = reqs_zeroed(net)) < 0 || (rc = ops->plan_scratch(net, net->scratch)) < 0)
 			goto teardown;
 	}
 	if ((rc = net_plan_memory(net, 1, elem, ops->workspace_bytes(net))) < 0)

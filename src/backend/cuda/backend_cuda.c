@@ -178,13 +178,6 @@ static int cuda_sync_to_host(struct net *net)
 	return cuda_copy_d2h(b->ctx, net->host_running, b->running, b->running_bytes);
 }
 
-/* Before the plan: the net's context, configured for its device, precision, layout
- * and algorithm policy; the convolution algorithms measured (their scratch is
- * transient, and nothing else is allocated yet, so it does not add to the peak); which
- * batch norms run fused; and each node's workspace and reserve space, for the planner
- * to lay out in the arena. Where the measuring scratch does not fit (the largest
- * batches), set-up measures on the net's own memory instead, with one shared
- * workspace. */
 /* The activations' type and layout a net runs in, from its settings alone: 16 bits under
  * mixed precision, NHWC there unless asked for NCHW; *flatten: a flatten of feature maps
  * (not 1 x 1), which orders features as NCHW does and the following linear layer's
@@ -221,6 +214,13 @@ static int cuda_plan_marks(struct net *net, struct scratch_req *reqs)
 	return 0;
 }
 
+/* Before the plan: the net's context, configured for its device, precision, layout
+ * and algorithm policy; the convolution algorithms measured (their scratch is
+ * transient, and nothing else is allocated yet, so it does not add to the peak); which
+ * batch norms run fused; and each node's workspace and reserve space, for the planner
+ * to lay out in the arena. Where the measuring scratch does not fit (the largest
+ * batches), set-up measures on the net's own memory instead, with one shared
+ * workspace. */
 static int cuda_plan_scratch(struct net *net, struct scratch_req *reqs)
 {
 	struct cuda_ctx *ctx;
