@@ -94,7 +94,7 @@ MAIN_SRC := src/cmd/main.c
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(MAIN_SRC),$(LIB_SRC))) $(LIB_OBJ_CU)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build fusion-bench
+.PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build fusion-bench stem-probe
 ifeq ($(WITH_MPI),1)
   MPI_PLUGIN := $(BUILD)/libgpuperf_mpi.so
 endif
@@ -152,6 +152,18 @@ endif
 	@echo "  LD      $@"
 	@$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcudart \
 		-lstdc++ -lm
+
+# stem_probe: ResNet's stem convolution through cuDNN's legacy API with 3, 4 and 8 input
+# channels, every algorithm FindEx times (docs/dev/stem.md).
+stem-probe: $(BUILD)/stem_probe
+$(BUILD)/stem_probe: tools/dev/stem_probe.c
+ifneq ($(WITH_CUDA),1)
+	$(error stem-probe needs nvcc and cuDNN (CUDA_HOME=$(CUDA_HOME)))
+endif
+	@mkdir -p $(BUILD)
+	@echo "  CC      $@"
+	@$(CC) -O2 -std=c11 -Wall -Wextra -Werror -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
+		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcudart
 
 test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests $(MPI_PLUGIN)
 	GPUPERF_BIN=$(BUILD)/gpuperf ./$(BUILD)/gpuperf_tests

@@ -35,6 +35,9 @@ const struct tuning_entry tuning_table[] = {
 	  "auto (applied by the batch norm before it where that runs on the own kernels, "
 	  "else folded into the convolution), always (folded wherever the depthwise kernels "
 	  "can) or never" },
+	{ "GPUPERF_CONV_STEM", "auto", "16-bit NHWC convolutions of 1-7 input channels (ResNet's "
+	  "stem): auto (the own tensor-core kernels per direction where timed faster than "
+	  "cuDNN's best), cudnn (never) or own (always)" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -101,6 +104,12 @@ void tuning_reload(void)
 		fprintf(stderr, "warning: GPUPERF_RELU6_FOLD='%s' is not auto, always or never; using auto\n", v);
 		t.relu6_fold = RELU6_FOLD_AUTO;
 	}
+	v = getenv("GPUPERF_CONV_STEM");
+	t.conv_stem = !v || !*v || !strcmp(v, "auto") ? 1 : !strcmp(v, "cudnn") ? 0 : !strcmp(v, "own") ? 2 : -1;
+	if (t.conv_stem < 0) {
+		fprintf(stderr, "warning: GPUPERF_CONV_STEM='%s' is not cudnn, auto or own; using auto\n", v);
+		t.conv_stem = 1;
+	}
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -155,6 +164,9 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 		snprintf(buf, cap, "%s", t->relu6_fold == RELU6_FOLD_AUTO     ? "auto"
 					 : t->relu6_fold == RELU6_FOLD_ALWAYS ? "always"
 									      : "never");
+		return;
+	case 12:
+		snprintf(buf, cap, "%s", t->conv_stem == 1 ? "auto" : t->conv_stem == 2 ? "own" : "cudnn");
 		return;
 	default:
 		snprintf(buf, cap, "?");

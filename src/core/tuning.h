@@ -57,6 +57,11 @@ struct tuning {
 	/* GPUPERF_RELU6_FOLD: where a ReLU6 read only by a 16-bit depthwise convolution on
 	 * the own kernels is folded into it (enum relu6_fold) */
 	int relu6_fold;
+	/* GPUPERF_CONV_STEM: 16-bit NHWC convolutions of few input channels (ResNet's stem)
+	 * on the own tensor-core kernels (ops/cuda/conv_stem.cu): 0 cudnn (never), 1 auto
+	 * (per direction where timed faster than cuDNN's best), 2 own (always where they
+	 * take the shape) */
+	int conv_stem;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

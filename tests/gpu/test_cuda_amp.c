@@ -719,13 +719,13 @@ TEST(amp_conv1x1_products_match_cpu)
 		CHECK_OK(conv2d_bwd_data_cuda(g.ctx, &a, NULL, d_dy, d_w, d_dx, 1));
 		CHECK_REL(ht, "1x1 backward data (accumulated)", down_h(&g, ht, d_dx, (size_t)m * c), dx_ref,
 			  (size_t)m * c);
-		CHECK_EQ_INT(conv2d_bwd_filter_f32_cuda(g.ctx, &a, d_x, d_dy, d_dw, NULL), 1);
+		CHECK_EQ_INT(conv2d_bwd_filter_f32_cuda(g.ctx, &a, NULL, d_x, d_dy, d_dw, NULL), 1);
 		CHECK_LE(rel_err_norm_f32(down(&g, d_dw, (size_t)k * c), dw_ref, (size_t)k * c), 1e-5);
 		/* a 3x3 convolution is not a product: the caller gets 0 and uses cuDNN */
 		struct conv2d_args b = a;
 		b.kh = b.kw = 3;
 		b.pad = 1;
-		CHECK_EQ_INT(conv2d_bwd_filter_f32_cuda(g.ctx, &b, d_x, d_dy, d_dw, NULL), 0);
+		CHECK_EQ_INT(conv2d_bwd_filter_f32_cuda(g.ctx, &b, NULL, d_x, d_dy, d_dw, NULL), 0);
 	}
 	gpu_close(&g);
 }

@@ -193,7 +193,7 @@ static int conv_wgrad(struct net *net, int i, const struct conv_call *call, cons
 			return wgrad_on_side(net, nd, x, dy);
 		return conv2d_bwd_filter_cuda(ctx, a, call, x, dy, pgrad_ptr(net, nd, 0), db);
 	}
-	int direct = conv2d_bwd_filter_f32_cuda(ctx, a, x, dy, pgrad_ptr(net, nd, 0), db);
+	int direct = conv2d_bwd_filter_f32_cuda(ctx, a, call, x, dy, pgrad_ptr(net, nd, 0), db);
 	if (direct)
 		return direct < 0 ? direct : 0;
 	GP_TRY(conv2d_bwd_filter_cuda(ctx, a, call, x, dy, hgrad_ptr(net, nd, 0), db));

@@ -174,6 +174,11 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 			GP_TRY(linear_fwd_cuda(ctx, &l, AT_C(x, xo), w, NULL, AT(y, yo)));
 			continue;
 		}
+		if (p->fwd_stem) {
+			GP_TRY(stem_conv_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, &sa, AT_C(x, xo), w,
+						  AT(y, yo)));
+			continue;
+		}
 		void *ws;
 		GP_TRY(conv_ws(ctx, call, p->fwd_ws_bytes, &ws));
 		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->w_desc, w,
@@ -230,6 +235,9 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(conv_plan_get(ctx, &sa, NULL, &p));
+		if (p->bwd_filter_stem)
+			return gp_error(GP_EINVAL, "a weight gradient planned in float (the stem kernels) "
+					"asked for in the activations' type");
 		void *ws;
 		GP_TRY(conv_ws(ctx, call, p->bwd_filter_ws_bytes, &ws));
 		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->y_desc,
@@ -242,30 +250,44 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 	return 0;
 }
 
-int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
-			       float *dw, float *db)
+int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+			       const void *x, const void *dy, float *dw, float *db)
 {
-	if (!wgrad_gemm_ok(ctx, a) || use_dwconv(ctx, a))
+	enum gp_dtype dt = (enum gp_dtype)ctx->act_dtype;
+	if (use_dwconv(ctx, a) || (!wgrad_gemm_ok(ctx, a) && !stem_conv_supported(dt, ctx->nhwc, a)))
 		return 0;
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
-	int any = 0; /* a slice planned for the product has no cuDNN workspace: then all take it */
+	/* a slice planned for the product or the stem kernels has no cuDNN workspace: then
+	 * all take that path */
+	int gemm = 0, stem = 0;
+	size_t ws_bytes = 0;
 	for (int i = 0; i < k; i++) {
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(conv_plan_get(ctx, &sa, NULL, &p));
-		any |= p->bwd_filter_gemm;
+		gemm |= p->bwd_filter_gemm;
+		stem |= p->bwd_filter_stem;
+		if (p->bwd_filter_ws_bytes > ws_bytes)
+			ws_bytes = p->bwd_filter_ws_bytes;
 	}
-	if (!any)
+	if (!gemm && !stem)
 		return 0;
+	void *ws = NULL;
+	if (stem)
+		GP_TRY(conv_ws(ctx, call, ws_bytes, &ws));
 	for (int i = 0; i < k; i++) {
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
+		if (stem) {
+			GP_TRY(stem_conv_wgrad_cuda(ctx->stream, dt, &sa, AT_C(x, xo), AT_C(dy, yo), dw, i > 0, ws,
+						    ws_bytes / sizeof(float)));
+			continue;
+		}
 		struct linear_args l = wgrad_gemm_args(&sa);
 		GP_TRY(linear_bwd_weight_acc_cuda(ctx, &l, AT_C(x, xo), AT_C(dy, yo), dw, i > 0));
 	}
 	if (a->has_bias && db)
-		GP_TRY(channel_sum_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, ctx->nhwc, a->n, a->c_out,
-					a->h_out * a->w_out, dy, db));
+		GP_TRY(channel_sum_cuda(ctx->stream, dt, ctx->nhwc, a->n, a->c_out, a->h_out * a->w_out, dy, db));
 	return 1;
 }

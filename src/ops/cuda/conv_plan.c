@@ -295,25 +295,53 @@ static int conv_log_on(void)
 					(double)res[k_].time, res[k_].memory / 1048576.0);       \
 		fprintf(stderr, "\n");                                                           \
 	} while (0)
-/* Mean milliseconds of a 1x1 convolution direction as a cuBLAS product (0 forward,
- * 1 backward data, 2 weight gradient) over 3 runs after a warm-up; -1 when there was
- * no room to measure (cuDNN's then). x, w, y: the measuring buffers. */
-static int gemm_time(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, void *x, void *w, void *y,
-		     float *ms)
+/* The implementations beside cuDNN's that a direction may take: cuBLAS products for
+ * 16-bit NHWC 1x1 convolutions, the own kernels for few input channels. */
+enum alt_impl { ALT_GEMM, ALT_STEM };
+
+static const char *const alt_name[] = { "cuBLAS", "own stem kernels" };
+
+static int alt_ok(const struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir)
 {
+	if (k == ALT_GEMM)
+		return wgrad_gemm_ok(ctx, a);
+	return dir != 1 && tuning_get()->conv_stem != 0 && stem_conv_supported((enum gp_dtype)ctx->act_dtype,
+										ctx->nhwc, a);
+}
+
+/* One run of direction dir (0 forward, 1 backward data, 2 weight gradient into float
+ * dw) on implementation k. */
+static int alt_run(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir, void *x, void *w,
+		   void *y, float *dw, float *scratch, size_t scratch_floats)
+{
+	if (k == ALT_STEM)
+		return dir == 0 ? stem_conv_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, y)
+				: stem_conv_wgrad_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, y, dw, 0,
+						       scratch, scratch_floats);
 	struct linear_args l = wgrad_gemm_args(a);
-	size_t dw_bytes = (size_t)a->c_out * a->c_in * sizeof(float);
-	float *dw = NULL;
+	return dir == 0 ? linear_fwd_cuda(ctx, &l, x, w, NULL, y)
+	       : dir == 1 ? linear_bwd_data_cuda(ctx, &l, y, w, x, 0)
+			  : linear_bwd_weight_cuda(ctx, &l, x, y, dw, NULL);
+}
+
+/* Mean milliseconds of direction dir on implementation k over 3 runs after a warm-up;
+ * -1 when there was no room to measure (cuDNN's then). x, w, y: the measuring buffers. */
+static int alt_time(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir, void *x, void *w,
+		    void *y, float *ms)
+{
+	size_t dw_bytes = (size_t)a->c_out * a->c_in * a->kh * a->kw * sizeof(float), scratch_floats = 0;
+	float *dw = NULL, *scratch = NULL;
 	cudaEvent_t e0 = NULL, e1 = NULL;
 	*ms = -1;
 	int rc = dir == 2 ? cuda_alloc(ctx, (void **)&dw, dw_bytes, MEM_WORKSPACE) : 0;
+	if (rc == 0 && dir == 2 && k == ALT_STEM &&
+	    (rc = stem_conv_wgrad_scratch_floats((enum gp_dtype)ctx->act_dtype, a, &scratch_floats)) == 0)
+		rc = cuda_alloc(ctx, (void **)&scratch, scratch_floats * sizeof(float), MEM_WORKSPACE);
 	if (rc == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e0))) == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e1))) == 0) {
 		for (int r = 0; r < 4 && rc == 0; r++) {
 			if (r == 1 && (rc = CUDA_CHECK(cudaEventRecord(e0, ctx->stream))) < 0)
 				break;
-			rc = dir == 0 ? linear_fwd_cuda(ctx, &l, x, w, NULL, y)
-			     : dir == 1 ? linear_bwd_data_cuda(ctx, &l, y, w, x, 0)
-					: linear_bwd_weight_cuda(ctx, &l, x, y, dw, NULL);
+			rc = alt_run(ctx, k, a, dir, x, w, y, dw, scratch, scratch_floats);
 		}
 		if (rc == 0 && (rc = CUDA_CHECK(cudaEventRecord(e1, ctx->stream))) == 0 &&
 		    (rc = CUDA_CHECK(cudaEventSynchronize(e1))) == 0 &&
@@ -324,6 +352,7 @@ static int gemm_time(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
 		cudaEventDestroy(e0);
 	if (e1)
 		cudaEventDestroy(e1);
+	cuda_free(ctx, scratch, scratch_floats * sizeof(float), MEM_WORKSPACE);
 	cuda_free(ctx, dw, dw_bytes, MEM_WORKSPACE);
 	if (rc == GP_EDEVOOM) {
 		gp_error_clear();
@@ -333,26 +362,27 @@ static int gemm_time(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir,
 	return rc;
 }
 
-/* Take the product for direction dir where it is measured faster than cuDNN's
- * choice (cuDNN's time: best_ms); in heuristic mode, where nothing is timed, always. */
-static int gemm_pick(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, void *x, void *w, void *y,
-		     float best_ms, int *use)
+/* Take implementation k for direction dir where it is measured faster than cuDNN's
+ * choice (cuDNN's time: best_ms); in heuristic mode, where nothing is timed, and for
+ * the stem kernels under GPUPERF_CONV_STEM=own, always. */
+static int alt_pick(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir, void *x, void *w,
+		    void *y, float best_ms, int *use)
 {
 	float ms = -1;
 	*use = 0;
-	if (!wgrad_gemm_ok(ctx, a))
+	if (!alt_ok(ctx, k, a, dir))
 		return 0;
-	if (ctx->heuristic_algos) {
+	if (ctx->heuristic_algos || (k == ALT_STEM && tuning_get()->conv_stem == 2)) {
 		*use = 1;
 		return 0;
 	}
-	GP_TRY(gemm_time(ctx, a, dir, x, w, y, &ms));
+	GP_TRY(alt_time(ctx, k, a, dir, x, w, y, &ms));
 	*use = ms >= 0 && ms < best_ms;
 	if (conv_log_on()) {
 		char what[128];
 		conv_desc_text(what, sizeof(what), a);
-		fprintf(stderr, "conv-plan %s dir %d: cuBLAS %.3f ms against cuDNN %.3f: %s\n", what, dir, (double)ms,
-			(double)best_ms, *use ? "cuBLAS" : "cuDNN");
+		fprintf(stderr, "conv-plan %s dir %d: %s %.3f ms against cuDNN %.3f: %s\n", what, dir, alt_name[k],
+			(double)ms, (double)best_ms, *use ? alt_name[k] : "cuDNN");
 	}
 	return 0;
 }
@@ -513,9 +543,10 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	p->fwd_algo = fwd[i].algo;
 	p->fwd_ws_bytes = fwd[i].memory;
 	if ((rc = desc_take_math(ctx, p->fwd_desc, fwd[i].mathType)) < 0 ||
-	    (rc = gemm_pick(ctx, a, 0, x, w, y, fwd[i].time, &p->fwd_gemm)) < 0)
+	    (rc = alt_pick(ctx, ALT_GEMM, a, 0, x, w, y, fwd[i].time, &p->fwd_gemm)) < 0 ||
+	    (rc = alt_pick(ctx, ALT_STEM, a, 0, x, w, y, fwd[i].time, &p->fwd_stem)) < 0)
 		goto free_scratch;
-	if (p->fwd_gemm)
+	if (p->fwd_gemm || p->fwd_stem)
 		p->fwd_ws_bytes = 0;
 
 	/* Backward data reads dy (the y scratch) and writes dx (the x scratch). */
@@ -542,7 +573,7 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	p->bwd_data_algo = bwd_data[i].algo;
 	p->bwd_data_ws_bytes = bwd_data[i].memory;
 	if ((rc = desc_take_math(ctx, p->bwd_data_desc, bwd_data[i].mathType)) < 0 ||
-	    (rc = gemm_pick(ctx, a, 1, x, w, y, bwd_data[i].time, &p->bwd_data_gemm)) < 0)
+	    (rc = alt_pick(ctx, ALT_GEMM, a, 1, x, w, y, bwd_data[i].time, &p->bwd_data_gemm)) < 0)
 		goto free_scratch;
 	if (p->bwd_data_gemm)
 		p->bwd_data_ws_bytes = 0;
@@ -571,9 +602,15 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	p->bwd_filter_algo = bwd_filter[i].algo;
 	p->bwd_filter_ws_bytes = bwd_filter[i].memory;
 	rc = desc_take_math(ctx, p->bwd_filter_desc, bwd_filter[i].mathType);
-	if (rc == 0 && (rc = gemm_pick(ctx, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_gemm)) == 0 &&
+	if (rc == 0 && (rc = alt_pick(ctx, ALT_GEMM, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_gemm)) == 0 &&
 	    p->bwd_filter_gemm)
 		p->bwd_filter_ws_bytes = 0;
+	if (rc == 0 && (rc = alt_pick(ctx, ALT_STEM, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_stem)) == 0 &&
+	    p->bwd_filter_stem) {
+		size_t floats = 0;
+		rc = stem_conv_wgrad_scratch_floats((enum gp_dtype)ctx->act_dtype, a, &floats);
+		p->bwd_filter_ws_bytes = floats * sizeof(float);
+	}
 
 free_scratch:
 	cuda_free(ctx, ws, ws_bytes, MEM_WORKSPACE);

@@ -27,6 +27,11 @@ struct conv_plan {
 	 * gradient then comes out in float, into the master gradient
 	 * (conv2d_bwd_filter_f32_cuda). */
 	int fwd_gemm, bwd_data_gemm, bwd_filter_gemm;
+	/* 16-bit NHWC convolutions of few input channels (ResNet's stem): a direction on
+	 * the own tensor-core kernels (conv_stem.cu) where GPUPERF_CONV_STEM lets it and
+	 * that measured faster; the weight gradient then comes out in float too, its
+	 * scratch being bwd_filter_ws_bytes. */
+	int fwd_stem, bwd_filter_stem;
 };
 
 /* The plan of a's shape in ctx's mode, measured now (on bufs, or on scratch when bufs is

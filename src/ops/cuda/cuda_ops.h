@@ -195,6 +195,23 @@ void dwconv_set_widths(int v, int vh);
  * thread-safe, as above. */
 void dwconv_set_tiled(int dirs);
 
+/* --- convolutions of few input channels on own tensor-core kernels (conv_stem.cu) -------
+ * ResNet's stem (3 channels, 7 x 7, stride 2) in 16-bit NHWC, where cuDNN's legacy API
+ * has no fast kernel; conv_plan.c times them against cuDNN's best per direction. */
+/* 1 when these kernels take a in type dt and layout nhwc: fp16 or bf16 NHWC, ungrouped,
+ * 1..7 input channels, c_in * kh * kw <= 160, c_out a multiple of 64. */
+int stem_conv_supported(enum gp_dtype dt, int nhwc, const struct conv2d_args *a);
+/* y = x (*) w (weights KRSC); no bias (the caller adds it). */
+int stem_conv_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
+		       const void *w, void *y);
+/* The float scratch stem_conv_wgrad_cuda needs on the current device (per-block partial
+ * sums, added in a fixed order by a second pass). */
+int stem_conv_wgrad_scratch_floats(enum gp_dtype dt, const struct conv2d_args *a, size_t *floats);
+/* The weight gradient into float dw in the master layout (KCRS), overwritten, or added
+ * to where accumulate; the same bits on every run. */
+int stem_conv_wgrad_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
+			 const void *dy, float *dw, int accumulate, float *scratch, size_t scratch_floats);
+
 /* --- convolution (conv_plan.c: plans, algorithms; conv_cudnn.c: the calls) --------------
  * The first call for a shape (and math mode) builds its plan: descriptors and the
  * fastest algorithms measured by cuDNN within ctx->workspace_limit_bytes. Building a
@@ -234,10 +251,11 @@ void conv_cuda_set_max_elems(size_t n);
 /* Workspace bytes a's planned convolution needs forward and in backward (data and
  * filter share one buffer, one after the other); GP_ENOTFOUND before planning. */
 /* The weight gradient straight into float dw (and db), where the plan computes it
- * that way (16-bit NHWC 1x1 convolutions through cuBLAS): 1 when done, 0 when the
- * caller must use conv2d_bwd_filter_cuda. */
-int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
-			       float *dw, float *db);
+ * that way (16-bit NHWC 1x1 convolutions through cuBLAS, few input channels on the
+ * stem kernels, whose scratch is call's workspace): 1 when done, 0 when the caller
+ * must use conv2d_bwd_filter_cuda. */
+int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
+			       const void *x, const void *dy, float *dw, float *db);
 /* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's mode (a ReLU6
  * before it can then be folded in: struct conv_call's relu6). */
 int conv2d_can_fold_relu6(const struct cuda_ctx *ctx, const struct conv2d_args *a);
