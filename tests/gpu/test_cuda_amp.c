@@ -351,7 +351,8 @@ TEST(amp_maxpool_matches_cpu)
 		{ 2, 3, 11, 3, 2, 1 }, /* ResNet stem pool */
 		{ 2, 4, 8, 2, 2, 0 },
 		{ 1, 2, 7, 3, 1, 1 },  /* overlapping windows: one input feeds several */
-		{ 2, 64, 16, 3, 2, 1 },  /* NHWC: 8 channels per thread */
+		{ 2, 64, 16, 3, 2, 1 },  /* NHWC: 8 channels per thread; backward 2 x 2 pixels */
+		{ 1, 8, 9, 3, 2, 1 },    /* the same on an odd height: a last row of blocks cut */
 		{ 1, 16, 7, 3, 1, 1 },   /* the same, overlapping windows */
 	};
 	struct gpu g;
