@@ -185,17 +185,29 @@ __device__ static void stem_fill(const stem_k &p, const T *__restrict__ x, const
 		      : my_ih0 >= 0 && my_ih0 + p.kh <= p.h && my_iw0 >= 0 && my_iw0 + p.kw <= p.w ? 2
 												   : 1;
 	long long my_base = (((long long)ni * p.h + my_ih0) * p.w + my_iw0) * p.c;
+	bool real[STEM_COLS];
+#pragma unroll
+	for (int j = 0; j < STEM_COLS; j++)
+		real[j] = c.r[j] < (1 << 20);
 #pragma unroll
 	for (int b = 0; b < STEM_M / 32; b++) {
 		T v[STEM_FILL_ROWS][STEM_COLS];
+		/* the same in every lane: whether all four rows' windows are inside the image */
+		bool all_inside = __all_sync(FULL_MASK, (lane & 15) >> 2 != b || my_kind == 2);
 #pragma unroll
 		for (int i = 0; i < STEM_FILL_ROWS; i++) {
 			int src = b * 4 + i;
-			int kind = __shfl_sync(FULL_MASK, my_kind, src);
-			int ih0 = __shfl_sync(FULL_MASK, my_ih0, src), iw0 = __shfl_sync(FULL_MASK, my_iw0, src);
 			long long base = __shfl_sync(FULL_MASK, my_base, src);
 			const T *w0 = x + base;
-			/* inside the image every real column is in bounds, a padding one never */
+			if (all_inside) {
+				/* every real column is in bounds, a padding one never */
+#pragma unroll
+				for (int j = 0; j < STEM_COLS; j++)
+					v[i][j] = __ldg(real[j] ? w0 + c.off[j] : zero);
+				continue;
+			}
+			int kind = __shfl_sync(FULL_MASK, my_kind, src);
+			int ih0 = __shfl_sync(FULL_MASK, my_ih0, src), iw0 = __shfl_sync(FULL_MASK, my_iw0, src);
 #pragma unroll
 			for (int j = 0; j < STEM_COLS; j++) {
 				bool ok = (kind != 0) & ((unsigned)(ih0 + c.r[j]) < (unsigned)p.h) &
