@@ -1,5 +1,5 @@
 /* What the depthwise convolution files share (private to them; the public launchers are
- * in cuda_ops.h): the includes, the block size, and the entry points of the two layouts
+ * in cuda_ops.h): the includes (kernel_util.cuh's block size and helpers), and the entry points of the two layouts
  * the launchers in dwconv.cu pick between. dwconv_f32.cu holds the float NCHW kernels;
  * the 16-bit NHWC ones are dwconv_nhwc.cu (forward, backward data) and
  * dwconv_nhwc_filter.cu (weight gradient), with dwconv_nhwc.cuh between them. */
@@ -20,9 +20,7 @@ extern "C" {
 }
 #include "ops/cuda/cuda_common.h"
 #include "ops/cuda/cuda_ops.h"
-
-#define BLOCK 256
-#define FULL_MASK 0xffffffffu
+#include "ops/cuda/kernel_util.cuh" /* BLOCK, FULL_MASK, element access, DISPATCH_H */
 
 /* float, NCHW (dwconv_f32.cu) */
 int dw_supported(const struct conv2d_args *a);

@@ -1,29 +1,9 @@
-/* What the two 16-bit NHWC depthwise files (dwconv_nhwc.cu, dwconv_nhwc_filter.cu) share:
- * the dtype dispatch of their templated launchers, element access, the channel width per
+/* What the two 16-bit NHWC depthwise files (dwconv_nhwc.cu, dwconv_nhwc_filter.cu) share
+ * beyond kernel_util.cuh (dispatch, element access): vector access, the channel width per
  * direction (pick_v, in dwconv_nhwc.cu with the widths the tests set), the shape check and
  * the folded ReLU6's clip. Include after dwconv.cuh. */
 #ifndef GP_OPS_CUDA_DWCONV_NHWC_CUH
 #define GP_OPS_CUDA_DWCONV_NHWC_CUH
-
-
-static inline int bad_dtype(enum gp_dtype ht)
-{
-	return gp_error(GP_EINVAL, "depthwise convolution takes f32, f16 or bf16, not %s",
-			dtype_name(ht));
-}
-
-/* Instantiate a templated host launcher for the 16-bit type ht names. */
-#define DISPATCH_H(ht, fn, ...)                                                        \
-	((ht) == GP_F16    ? fn<__half>(__VA_ARGS__)                                  \
-	 : (ht) == GP_BF16 ? fn<__nv_bfloat16>(__VA_ARGS__)                           \
-			   : bad_dtype(ht))
-
-/* --- element access ----------------------------------------------------------------------
- * Reading widens exactly, writing rounds to nearest even. */
-__device__ static inline float to_f(__half v) { return __half2float(v); }
-__device__ static inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ static inline void put_f(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ static inline void put_f(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 /* V consecutive elements as one aligned access (16 bytes for V = 8, 4 for V = 2). */
 template <typename T, int V> struct alignas(sizeof(T) * V) hvec {

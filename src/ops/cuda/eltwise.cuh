@@ -13,18 +13,6 @@
 
 #define VEC 8   /* elements per thread in the elementwise kernels: 16 bytes of 16-bit data */
 
-static inline int bad_dtype(enum gp_dtype ht)
-{
-	return gp_error(GP_EINVAL, "CUDA kernels take f32, f16 or bf16, not %s", dtype_name(ht));
-}
-
-/* Instantiate a templated host launcher for the 16-bit type ht names (launchers take
- * GP_F32 on their float path before this). */
-#define DISPATCH_H(ht, fn, ...)                                                        \
-	((ht) == GP_F16    ? fn<__half>(__VA_ARGS__)                                  \
-	 : (ht) == GP_BF16 ? fn<__nv_bfloat16>(__VA_ARGS__)                           \
-			   : bad_dtype(ht))
-
 static inline int aligned(const void *p, size_t bytes)
 {
 	return (uintptr_t)p % bytes == 0;

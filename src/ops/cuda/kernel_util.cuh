@@ -1,5 +1,6 @@
 /* Device helpers shared by the own kernel files: launch sizing, grid-stride loops,
- * deterministic block reductions, element access for float and 16-bit types.
+ * deterministic block reductions, element access for float and 16-bit types, the
+ * dispatch of templated 16-bit launchers.
  * Included after the project headers; everything is static to each file. */
 #ifndef GP_KERNEL_UTIL_CUH
 #define GP_KERNEL_UTIL_CUH
@@ -136,5 +137,18 @@ __device__ static inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v
 __device__ static inline void put_f(float *p, float v) { *p = v; }
 __device__ static inline void put_f(__half *p, float v) { *p = __float2half_rn(v); }
 __device__ static inline void put_f(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* --- dtype dispatch ---------------------------------------------------------------------- */
+static inline int bad_dtype(enum gp_dtype ht)
+{
+	return gp_error(GP_EINVAL, "CUDA kernels take f32, f16 or bf16, not %s", dtype_name(ht));
+}
+
+/* Instantiate a templated host launcher for the 16-bit type ht names (launchers take
+ * GP_F32 on their float path before this). */
+#define DISPATCH_H(ht, fn, ...)                                                        \
+	((ht) == GP_F16    ? fn<__half>(__VA_ARGS__)                                  \
+	 : (ht) == GP_BF16 ? fn<__nv_bfloat16>(__VA_ARGS__)                           \
+			   : bad_dtype(ht))
 
 #endif
