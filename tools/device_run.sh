@@ -39,7 +39,9 @@
 # 0 and 1, and PyTorch's eager), relu6fold (GPUPERF_RELU6_FOLD: its tests, then
 # mobilenet_v2 at batch 256 in bf16 and fp16 under FOLD_MODES (always auto),
 # interleaved, twice, beside PyTorch's eager), compile16 (gpuperf bf16 beside PyTorch
-# eager and torch.compile, batch 256, COMPILE_MODELS).
+# eager and torch.compile, batch 256, COMPILE_MODELS), stem (GPUPERF_CONV_STEM: the stem
+# kernels' tests, the plan's timings, build/stem_probe if carried, resnet18 and resnet50
+# bf16/fp16 under cudnn and auto, bf16 parity both ways).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -259,6 +261,27 @@ for s in "$@"; do
 		done
 		models=${COMPILE_MODELS:-mobilenet_v2 resnet18 resnet50}
 		stage torch_compile16 480 python3 $TB train --models ${models// /,} --modes amp_bf16_cl,amp_bf16_cl_compile --batch 256 --iters 30 ;;
+	stem)
+		# ResNet's stem on the own kernels (GPUPERF_CONV_STEM): their GPU tests, the plan's
+		# timings against cuDNN in bf16 and fp16 (GPUPERF_CONV_LOG), build/stem_probe when
+		# carried (make stem-probe), then resnet18 and resnet50 at batch 256 in bf16 and
+		# fp16 under cudnn and auto, interleaved, and bf16 parity both ways (3 seeds)
+		TAIL=5 stage stem_tests 120 build/bundle/gpuperf_tests cuda_stem amp_maxpool
+		for p in bf16 fp16; do
+			GPUPERF_CONV_LOG=1 TAIL=0 stage "stem_plan_$p" 120 $BIN train --model resnet18 --device cuda --precision $p --batch 256 --steps 3 --out "$OUT/stem_plan_$p"
+			grep "own stem" "$OUT/stem_plan_$p.log"
+		done
+		[ -x build/stem_probe ] && stage stem_probe 120 build/stem_probe
+		for m in resnet18 resnet50; do
+			for p in bf16 fp16; do
+				for v in cudnn auto; do
+					(export GPUPERF_CONV_STEM=$v; TAIL=2 stage "stem_${m}_${p}_$v" 180 $BIN train --model $m --device cuda --precision $p --batch 256 --steps 40)
+				done
+			done
+		done
+		for v in own cudnn; do
+			(export GPUPERF_CONV_STEM=$v; TAIL=12 stage "stem_parity_$v" 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --models resnet18,resnet50 --seeds 3 --json "$OUT/stem_parity_$v.json")
+		done ;;
 	ampfuse)
 		# recompute (memory)
 		for m in resnet50 resnet18; do
