@@ -416,6 +416,15 @@ static int stem_prepare(size_t smem, int *per_sm)
 	return 0;
 }
 
+/* Blocks along the pixels: one wave of the resident blocks shared by the channel
+ * groups (blockIdx.y), at most one a tile. */
+static int stem_blocks_x(const stem_k &p, int resident)
+{
+	int gx = resident / (p.k_out / STEM_N);
+	gx = gx > 0 ? gx : 1;
+	return gx < p.tiles ? gx : p.tiles;
+}
+
 template <typename T>
 static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x, const void *w, void *y)
 {
@@ -424,9 +433,7 @@ static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x
 	stem_k p = stem_k_from(a);
 	int resident;
 	GP_TRY(stem_prepare<stem_fwd_kernel<T>>(stem_fwd_smem(), &resident));
-	int groups = p.k_out / STEM_N;
-	int gx = resident / groups > 0 ? resident / groups : 1;
-	dim3 grid(gx < p.tiles ? gx : p.tiles, groups);
+	dim3 grid(stem_blocks_x(p, resident), p.k_out / STEM_N);
 	stem_fwd_kernel<T><<<grid, BLOCK, stem_fwd_smem(), s>>>(p, (const T *)x, (const T *)w, (T *)y);
 	CUDA_CHECK_LAUNCH();
 	return 0;
@@ -439,9 +446,7 @@ static int stem_wgrad_blocks_t(const struct conv2d_args *a, int *blocks)
 	stem_k p = stem_k_from(a);
 	int resident;
 	GP_TRY(stem_prepare<stem_wgrad_kernel<T>>(stem_wgrad_smem(), &resident));
-	int groups = p.k_out / STEM_N;
-	int gx = resident / groups > 0 ? resident / groups : 1;
-	*blocks = gx < p.tiles ? gx : p.tiles;
+	*blocks = stem_blocks_x(p, resident);
 	return 0;
 }
 

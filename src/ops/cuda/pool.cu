@@ -74,6 +74,18 @@ struct pool_k {
 	int h_in, w_in, h_out, w_out, k, stride, pad;
 };
 
+/* Pixel and channel group of group g (8 channels) of an NHWC tensor of h x w pixels and
+ * cg groups a pixel: 32-bit index math for the kernels that move 8 channels a thread. */
+__device__ static inline void nhwc8_locate(int g, int cg, int h, int w, int *ni, int *y, int *x, int *c8)
+{
+	int t = g / cg;
+	*c8 = g - t * cg;
+	*x = t % w;
+	t /= w;
+	*y = t % h;
+	*ni = t / h;
+}
+
 /* Padding never wins (PyTorch pads with -inf); ties keep the first position in
  * row-major window order. I: the index type, 32 bits when the count allows (64-bit
  * division costs more than the loads; ResNet's stem pooling was compute-bound on it). */
@@ -322,10 +334,8 @@ __global__ static void maxpool_fwd_nhwc8_kernel(int groups, pool_hk p, const T *
 {
 	int cg = p.c / VEC;
 	for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
-		int t = g / cg, c8 = g - t * cg;
-		int ow = t % p.w_out;
-		t /= p.w_out;
-		int oh = t % p.h_out, ni = t / p.h_out;
+		int ni, oh, ow, c8;
+		nhwc8_locate(g, cg, p.h_out, p.w_out, &ni, &oh, &ow, &c8);
 		float m[VEC];
 		int idx[VEC];
 #pragma unroll
@@ -398,10 +408,8 @@ __global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *
 {
 	int cg = p.c / VEC;
 	for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
-		int t = g / cg, c8 = g - t * cg;
-		int iw = t % p.w_in;
-		t /= p.w_in;
-		int ih = t % p.h_in, ni = t / p.h_in;
+		int ni, ih, iw, c8;
+		nhwc8_locate(g, cg, p.h_in, p.w_in, &ni, &ih, &iw, &c8);
 		int oh0, oh1, ow0, ow1;
 		pool_covering(ih, p.k, p.stride, p.pad, p.h_out, &oh0, &oh1);
 		pool_covering(iw, p.k, p.stride, p.pad, p.w_out, &ow0, &ow1);
@@ -441,10 +449,8 @@ __global__ static void maxpool_bwd_k3s2p1_nhwc8_kernel(int groups, pool_hk p, co
 {
 	int cg = p.c / VEC;
 	for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
-		int t = g / cg, c8 = g - t * cg;
-		int ow = t % p.w_out;
-		t /= p.w_out;
-		int oh = t % p.h_out, ni = t / p.h_out;
+		int ni, oh, ow, c8;
+		nhwc8_locate(g, cg, p.h_out, p.w_out, &ni, &oh, &ow, &c8);
 		bool right = ow + 1 < p.w_out, down = oh + 1 < p.h_out;
 		/* the windows' gradients and argmax offsets, 0 and 255 where there is none */
 		float d[4][VEC];
@@ -500,6 +506,15 @@ __global__ static void maxpool_bwd_k3s2p1_nhwc8_kernel(int groups, pool_hk p, co
 	}
 }
 
+/* Whether the 8-channels-a-thread kernels take a pass of groups groups: NHWC, whole
+ * groups, int indices, its 16-bit arrays 16-byte and its argmax 8-byte aligned. */
+static int pool_nhwc8_ok(int nhwc, const struct pool_args *a, size_t groups, const void *in, const void *out,
+			 const uint8_t *argmax)
+{
+	return nhwc && a->c % VEC == 0 && groups <= (size_t)INT32_MAX && aligned(in, 16) && aligned(out, 16) &&
+	       aligned(argmax, 8);
+}
+
 static pool_hk pool_hk_from(const struct pool_args *a, int nhwc)
 {
 	pool_hk p = { a->c, a->h_in, a->w_in, a->h_out, a->w_out, a->k, a->stride, a->pad, nhwc ? 1 : 0 };
@@ -513,8 +528,7 @@ static int maxpool_fwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, co
 	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
 	if (!count)
 		return 0;
-	if (nhwc && a->c % VEC == 0 && count / VEC <= (size_t)INT32_MAX && aligned(x, 16) && aligned(y, 16) &&
-	    aligned(argmax, 8)) {
+	if (pool_nhwc8_ok(nhwc, a, count / VEC, x, y, argmax)) {
 		int groups = (int)(count / VEC);
 		maxpool_fwd_nhwc8_kernel<<<grid_for((size_t)groups), BLOCK, 0, s>>>(groups, pool_hk_from(a, nhwc),
 										    (const T *)x, (T *)y, argmax);
@@ -535,16 +549,14 @@ static int maxpool_bwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, co
 	if (!count)
 		return 0;
 	size_t out_groups = (size_t)a->n * a->c * a->h_out * a->w_out / VEC;
-	if (nhwc && a->c % VEC == 0 && a->k == 3 && a->stride == 2 && a->pad == 1 &&
-	    a->h_out == (a->h_in + 1) / 2 && a->w_out == (a->w_in + 1) / 2 && out_groups <= (size_t)INT32_MAX &&
-	    aligned(dy, 16) && aligned(dx, 16) && aligned(argmax, 8)) {
+	if (a->k == 3 && a->stride == 2 && a->pad == 1 && a->h_out == (a->h_in + 1) / 2 &&
+	    a->w_out == (a->w_in + 1) / 2 && pool_nhwc8_ok(nhwc, a, out_groups, dy, dx, argmax)) {
 		maxpool_bwd_k3s2p1_nhwc8_kernel<<<grid_for(out_groups), BLOCK, 0, s>>>(
 			(int)out_groups, pool_hk_from(a, nhwc), (const T *)dy, argmax, (T *)dx, accumulate);
 		CUDA_CHECK_LAUNCH();
 		return 0;
 	}
-	if (nhwc && a->c % VEC == 0 && count / VEC <= (size_t)INT32_MAX && aligned(dy, 16) && aligned(dx, 16) &&
-	    aligned(argmax, 8)) {
+	if (pool_nhwc8_ok(nhwc, a, count / VEC, dy, dx, argmax)) {
 		int groups = (int)(count / VEC);
 		maxpool_bwd_nhwc8_kernel<<<grid_for((size_t)groups), BLOCK, 0, s>>>(groups, pool_hk_from(a, nhwc),
 										    (const T *)dy, argmax, (T *)dx,
