@@ -53,7 +53,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 {
 	const struct tuning *t = tuning_get();
 	CHECK(t == tuning_get());
-	CHECK_EQ_INT(tuning_table_len, 13);
+	CHECK_EQ_INT(tuning_table_len, 14);
 	for (int i = 0; i < tuning_table_len; i++)
 		CHECK(!strncmp(tuning_table[i].name, "GPUPERF_", 8) && tuning_table[i].meaning[0]);
 	CHECK(t->test.bn_fuse && t->test.bn_own && t->test.conv_ws_arena && t->test.wgrad_stream);
@@ -65,7 +65,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	CHECK_MSG(strstr(out, "GPUPERF_NVML_LIB") != NULL, "info: %s", out);
 	/* a value out of range or not a number: one warning naming it, then the default */
 	snprintf(cmd, sizeof(cmd), "GPUPERF_DECODE_BUFFERS=9 GPUPERF_CONV_WORKSPACE_MIB=12x "
-		 "GPUPERF_NVJPEG_BACKEND=gpu GPUPERF_DWCONV_TILED=2 GPUPERF_RELU6_FOLD=yes GPUPERF_CONV_STEM=fast %s info", test_bin());
+		 "GPUPERF_NVJPEG_BACKEND=gpu GPUPERF_DWCONV_TILED=2 GPUPERF_RELU6_FOLD=yes GPUPERF_CONV_STEM=fast GPUPERF_CONV_1X1=own %s info", test_bin());
 	CHECK_EQ_INT(test_run(cmd, out, sizeof(out)), 0);
 	CHECK_MSG(strstr(out, "warning: GPUPERF_DECODE_BUFFERS='9' is not an integer from 2 to 4; "
 			      "using 3\n"), "info: %s", out);
@@ -79,11 +79,13 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 			      "using auto\n"), "info: %s", out);
 	CHECK_MSG(strstr(out, "warning: GPUPERF_CONV_STEM='fast' is not cudnn, auto or own; "
 			      "using auto\n"), "info: %s", out);
+	CHECK_MSG(strstr(out, "warning: GPUPERF_CONV_1X1='own' is not cudnn, auto or cublas; "
+			      "using auto\n"), "info: %s", out);
 
 	snprintf(dir, sizeof(dir), "%s/tuned", test_tmpdir());
 	snprintf(cmd, sizeof(cmd),
 		 "GPUPERF_CONV_LOG=1 GPUPERF_NVJPEG_BACKEND=cuda GPUPERF_DECODE_BUFFERS=2 GPUPERF_DWCONV_TILED=0 "
-		 "GPUPERF_RELU6_FOLD=never GPUPERF_CONV_STEM=own %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
+		 "GPUPERF_RELU6_FOLD=never GPUPERF_CONV_STEM=own GPUPERF_CONV_1X1=cublas %s compare --models simple_cnn --batch 2 --steps 1 --classes 10 --device cpu "
 		 "--out %s",
 		 test_bin(), dir);
 	CHECK_MSG(test_run(cmd, out, sizeof(out)) == 0, "compare: %s", out);
@@ -110,6 +112,8 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	CHECK_MSG(fold && !strcmp(fold, "never"), "GPUPERF_RELU6_FOLD recorded as %s", fold ? fold : "nothing");
 	const char *stem = json_string_value(json_object_get(tuning, "GPUPERF_CONV_STEM"));
 	CHECK_MSG(stem && !strcmp(stem, "own"), "GPUPERF_CONV_STEM recorded as %s", stem ? stem : "nothing");
+	const char *pw = json_string_value(json_object_get(tuning, "GPUPERF_CONV_1X1"));
+	CHECK_MSG(pw && !strcmp(pw, "cublas"), "GPUPERF_CONV_1X1 recorded as %s", pw ? pw : "nothing");
 	const char *key;
 	json_t *val;
 	json_object_foreach(tuning, key, val)

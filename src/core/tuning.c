@@ -38,6 +38,9 @@ const struct tuning_entry tuning_table[] = {
 	{ "GPUPERF_CONV_STEM", "auto", "16-bit NHWC convolutions of 1-7 input channels (ResNet's "
 	  "stem): auto (the own tensor-core kernels per direction where timed faster than "
 	  "cuDNN's best), cudnn (never) or own (always)" },
+	{ "GPUPERF_CONV_1X1", "auto", "1x1 convolutions of stride 1 (16-bit NHWC and FP32 NCHW): "
+	  "auto (cuBLAS products per direction where timed faster than cuDNN's best), cudnn "
+	  "(never) or cublas (always)" },
 };
 const int tuning_table_len = (int)(sizeof(tuning_table) / sizeof(tuning_table[0]));
 
@@ -110,6 +113,12 @@ void tuning_reload(void)
 		fprintf(stderr, "warning: GPUPERF_CONV_STEM='%s' is not cudnn, auto or own; using auto\n", v);
 		t.conv_stem = 1;
 	}
+	v = getenv("GPUPERF_CONV_1X1");
+	t.conv_1x1 = !v || !*v || !strcmp(v, "auto") ? 1 : !strcmp(v, "cudnn") ? 0 : !strcmp(v, "cublas") ? 2 : -1;
+	if (t.conv_1x1 < 0) {
+		fprintf(stderr, "warning: GPUPERF_CONV_1X1='%s' is not cudnn, auto or cublas; using auto\n", v);
+		t.conv_1x1 = 1;
+	}
 	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = 1;
 	current = t;
 }
@@ -167,6 +176,9 @@ void tuning_value_str(const struct tuning *t, int i, char *buf, size_t cap)
 		return;
 	case 12:
 		snprintf(buf, cap, "%s", t->conv_stem == 1 ? "auto" : t->conv_stem == 2 ? "own" : "cudnn");
+		return;
+	case 13:
+		snprintf(buf, cap, "%s", t->conv_1x1 == 1 ? "auto" : t->conv_1x1 == 2 ? "cublas" : "cudnn");
 		return;
 	default:
 		snprintf(buf, cap, "?");

@@ -62,6 +62,10 @@ struct tuning {
 	 * (per direction where timed faster than cuDNN's best), 2 own (always where they
 	 * take the shape) */
 	int conv_stem;
+	/* GPUPERF_CONV_1X1: 1x1 stride-1 convolutions (16-bit NHWC, FP32 NCHW) as cuBLAS
+	 * products (ops/cuda/gemm_cublas.c): 0 cudnn (never), 1 auto (per direction where
+	 * timed faster than cuDNN's best), 2 cublas (always where they take the shape) */
+	int conv_1x1;
 
 	/* Test-only, per net (struct net's copy; 1 by default): 0 takes the plain path
 	 * that a test compares the default with. */

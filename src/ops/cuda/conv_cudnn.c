@@ -72,7 +72,17 @@ int conv2d_can_fold_relu6(const struct cuda_ctx *ctx, const struct conv2d_args *
 
 int conv2d_wgrad_is_cudnn(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	return !use_dwconv(ctx, a);
+	if (use_dwconv(ctx, a))
+		return 0;
+	int per, k = conv_slices(a, &per);
+	for (int i = 0; i < k; i++) { /* cuBLAS's handle is bound to the main stream */
+		size_t xo, yo;
+		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
+		const struct conv_plan *p = conv_plan_find(ctx, &sa);
+		if (p && (p->bwd_filter_gemm || p->bwd_filter_stem))
+			return 0;
+	}
+	return 1;
 }
 
 /* The workspace a convolution call uses, of need bytes: the caller's (planned for it),
@@ -170,8 +180,7 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(conv_plan_get(ctx, &sa, NULL, &p));
 		if (p->fwd_gemm) {
-			struct linear_args l = wgrad_gemm_args(&sa);
-			GP_TRY(linear_fwd_cuda(ctx, &l, AT_C(x, xo), w, NULL, AT(y, yo)));
+			GP_TRY(conv1x1_gemm_fwd_cuda(ctx, &sa, AT_C(x, xo), w, AT(y, yo)));
 			continue;
 		}
 		if (p->fwd_stem) {
@@ -206,8 +215,7 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(conv_plan_get(ctx, &sa, NULL, &p));
 		if (p->bwd_data_gemm) {
-			struct linear_args l = wgrad_gemm_args(&sa);
-			GP_TRY(linear_bwd_data_cuda(ctx, &l, AT_C(dy, yo), w, AT(dx, xo), accumulate));
+			GP_TRY(conv1x1_gemm_bwd_data_cuda(ctx, &sa, AT_C(dy, yo), w, AT(dx, xo), accumulate));
 			continue;
 		}
 		void *ws;
@@ -240,6 +248,11 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 					"asked for in the activations' type");
 		void *ws;
 		GP_TRY(conv_ws(ctx, call, p->bwd_filter_ws_bytes, &ws));
+		if (p->bwd_filter_gemm && ctx->act_dtype == GP_F32) { /* float dw: the activations' type */
+			GP_TRY(conv1x1_gemm_bwd_filter_cuda(ctx, &sa, AT_C(x, xo), AT_C(dy, yo), dw, i > 0, ws,
+							    p->bwd_filter_ws_bytes / sizeof(float)));
+			continue;
+		}
 		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->y_desc,
 							 AT_C(dy, yo), p->bwd_filter_desc, p->bwd_filter_algo, ws,
 							 p->bwd_filter_ws_bytes, i ? &one : &zero, p->w_desc, dw));
@@ -254,7 +267,7 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 			       const void *x, const void *dy, float *dw, float *db)
 {
 	enum gp_dtype dt = (enum gp_dtype)ctx->act_dtype;
-	if (use_dwconv(ctx, a) || (!wgrad_gemm_ok(ctx, a) && !stem_conv_supported(dt, ctx->nhwc, a)))
+	if (dt == GP_F32 || use_dwconv(ctx, a) || (!conv1x1_gemm_ok(ctx, a) && !stem_conv_supported(dt, ctx->nhwc, a)))
 		return 0;
 	struct conv_plan *p;
 	int per, k = conv_slices(a, &per);
@@ -284,8 +297,7 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 						    ws_bytes / sizeof(float)));
 			continue;
 		}
-		struct linear_args l = wgrad_gemm_args(&sa);
-		GP_TRY(linear_bwd_weight_acc_cuda(ctx, &l, AT_C(x, xo), AT_C(dy, yo), dw, i > 0));
+		GP_TRY(conv1x1_gemm_bwd_filter_cuda(ctx, &sa, AT_C(x, xo), AT_C(dy, yo), dw, i > 0, NULL, 0));
 	}
 	if (a->has_bias && db)
 		GP_TRY(channel_sum_cuda(ctx->stream, dt, ctx->nhwc, a->n, a->c_out, a->h_out * a->w_out, dy, db));

@@ -296,7 +296,7 @@ static int conv_log_on(void)
 		fprintf(stderr, "\n");                                                           \
 	} while (0)
 /* The implementations beside cuDNN's that a direction may take: cuBLAS products for
- * 16-bit NHWC 1x1 convolutions, the own kernels for few input channels. */
+ * 1x1 convolutions, the own kernels for few input channels. */
 enum alt_impl { ALT_GEMM, ALT_STEM };
 
 static const char *const alt_name[] = { "cuBLAS", "own stem kernels" };
@@ -304,7 +304,7 @@ static const char *const alt_name[] = { "cuBLAS", "own stem kernels" };
 static int alt_ok(const struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir)
 {
 	if (k == ALT_GEMM)
-		return wgrad_gemm_ok(ctx, a);
+		return tuning_get()->conv_1x1 != 0 && conv1x1_gemm_ok(ctx, a);
 	return dir != 1 && tuning_get()->conv_stem != 0 && stem_conv_supported((enum gp_dtype)ctx->act_dtype,
 										ctx->nhwc, a);
 }
@@ -318,10 +318,20 @@ static int alt_run(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_ar
 		return dir == 0 ? stem_conv_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, y)
 				: stem_conv_wgrad_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, y, dw, 0,
 						       scratch, scratch_floats);
-	struct linear_args l = wgrad_gemm_args(a);
-	return dir == 0 ? linear_fwd_cuda(ctx, &l, x, w, NULL, y)
-	       : dir == 1 ? linear_bwd_data_cuda(ctx, &l, y, w, x, 0)
-			  : linear_bwd_weight_cuda(ctx, &l, x, y, dw, NULL);
+	return dir == 0 ? conv1x1_gemm_fwd_cuda(ctx, a, x, w, y)
+	       : dir == 1 ? conv1x1_gemm_bwd_data_cuda(ctx, a, y, w, x, 0)
+			  : conv1x1_gemm_bwd_filter_cuda(ctx, a, x, y, dw, 0, scratch, scratch_floats);
+}
+
+/* The float scratch direction dir of implementation k needs. */
+static int alt_scratch_floats(const struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir,
+			      size_t *floats)
+{
+	*floats = 0;
+	if (dir != 2)
+		return 0;
+	return k == ALT_STEM ? stem_conv_wgrad_scratch_floats((enum gp_dtype)ctx->act_dtype, a, floats)
+			     : conv1x1_gemm_scratch_floats(ctx, a, floats);
 }
 
 /* Mean milliseconds of direction dir on implementation k over 3 runs after a warm-up;
@@ -334,8 +344,7 @@ static int alt_time(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_a
 	cudaEvent_t e0 = NULL, e1 = NULL;
 	*ms = -1;
 	int rc = dir == 2 ? cuda_alloc(ctx, (void **)&dw, dw_bytes, MEM_WORKSPACE) : 0;
-	if (rc == 0 && dir == 2 && k == ALT_STEM &&
-	    (rc = stem_conv_wgrad_scratch_floats((enum gp_dtype)ctx->act_dtype, a, &scratch_floats)) == 0)
+	if (rc == 0 && (rc = alt_scratch_floats(ctx, k, a, dir, &scratch_floats)) == 0 && scratch_floats)
 		rc = cuda_alloc(ctx, (void **)&scratch, scratch_floats * sizeof(float), MEM_WORKSPACE);
 	if (rc == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e0))) == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e1))) == 0) {
 		for (int r = 0; r < 4 && rc == 0; r++) {
@@ -363,8 +372,9 @@ static int alt_time(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_a
 }
 
 /* Take implementation k for direction dir where it is measured faster than cuDNN's
- * choice (cuDNN's time: best_ms); in heuristic mode, where nothing is timed, and for
- * the stem kernels under GPUPERF_CONV_STEM=own, always. */
+ * choice (cuDNN's time: best_ms); in heuristic mode, where nothing is timed, and under
+ * GPUPERF_CONV_STEM=own (the stem kernels) or GPUPERF_CONV_1X1=cublas (the products),
+ * always. */
 static int alt_pick(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir, void *x, void *w,
 		    void *y, float best_ms, int *use)
 {
@@ -372,7 +382,8 @@ static int alt_pick(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_a
 	*use = 0;
 	if (!alt_ok(ctx, k, a, dir))
 		return 0;
-	if (ctx->heuristic_algos || (k == ALT_STEM && tuning_get()->conv_stem == 2)) {
+	if (ctx->heuristic_algos || (k == ALT_STEM && tuning_get()->conv_stem == 2) ||
+	    (k == ALT_GEMM && tuning_get()->conv_1x1 == 2)) {
 		*use = 1;
 		return 0;
 	}
@@ -544,7 +555,7 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	p->fwd_ws_bytes = fwd[i].memory;
 	if ((rc = desc_take_math(ctx, p->fwd_desc, fwd[i].mathType)) < 0 ||
 	    (rc = alt_pick(ctx, ALT_GEMM, a, 0, x, w, y, fwd[i].time, &p->fwd_gemm)) < 0 ||
-	    (rc = alt_pick(ctx, ALT_STEM, a, 0, x, w, y, fwd[i].time, &p->fwd_stem)) < 0)
+	    (!p->fwd_gemm && (rc = alt_pick(ctx, ALT_STEM, a, 0, x, w, y, fwd[i].time, &p->fwd_stem)) < 0))
 		goto free_scratch;
 	if (p->fwd_gemm || p->fwd_stem)
 		p->fwd_ws_bytes = 0;
@@ -602,13 +613,13 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	p->bwd_filter_algo = bwd_filter[i].algo;
 	p->bwd_filter_ws_bytes = bwd_filter[i].memory;
 	rc = desc_take_math(ctx, p->bwd_filter_desc, bwd_filter[i].mathType);
+	/* one alternative at most (a 1x1 convolution of few channels might take either) */
 	if (rc == 0 && (rc = alt_pick(ctx, ALT_GEMM, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_gemm)) == 0 &&
-	    p->bwd_filter_gemm)
-		p->bwd_filter_ws_bytes = 0;
-	if (rc == 0 && (rc = alt_pick(ctx, ALT_STEM, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_stem)) == 0 &&
-	    p->bwd_filter_stem) {
+	    !p->bwd_filter_gemm)
+		rc = alt_pick(ctx, ALT_STEM, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_stem);
+	if (rc == 0 && (p->bwd_filter_gemm || p->bwd_filter_stem)) {
 		size_t floats = 0;
-		rc = stem_conv_wgrad_scratch_floats((enum gp_dtype)ctx->act_dtype, a, &floats);
+		rc = alt_scratch_floats(ctx, p->bwd_filter_gemm ? ALT_GEMM : ALT_STEM, a, 2, &floats);
 		p->bwd_filter_ws_bytes = floats * sizeof(float);
 	}
 

@@ -22,10 +22,11 @@ struct conv_plan {
 	cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
 	size_t fwd_ws_bytes, bwd_data_ws_bytes, bwd_filter_ws_bytes;
-	/* 16-bit NHWC 1x1 convolutions: a direction as one cuBLAS product over N*H*W rows
-	 * (linear_*_cuda) where that measured faster than cuDNN's best; the weight
-	 * gradient then comes out in float, into the master gradient
-	 * (conv2d_bwd_filter_f32_cuda). */
+	/* 1x1 convolutions: a direction as cuBLAS products (conv1x1_gemm_*_cuda) where
+	 * that measured faster than cuDNN's best. The weight gradient comes out in float:
+	 * in 16 bits into the master gradient (conv2d_bwd_filter_f32_cuda); in FP32 NCHW
+	 * with scratch of bwd_filter_ws_bytes, on the main stream (cuBLAS's handle is
+	 * bound to it). */
 	int fwd_gemm, bwd_data_gemm, bwd_filter_gemm;
 	/* 16-bit NHWC convolutions of few input channels (ResNet's stem): a direction on
 	 * the own tensor-core kernels (conv_stem.cu) where GPUPERF_CONV_STEM lets it and
@@ -45,21 +46,6 @@ const struct conv_plan *conv_plan_find(const struct cuda_ctx *ctx, const struct 
 static inline size_t act_size(const struct cuda_ctx *ctx)
 {
 	return ctx->act_dtype == GP_F32 ? sizeof(float) : 2;
-}
-
-/* A 1x1, stride-1, unpadded, ungrouped convolution on 16-bit NHWC activations is a
- * product of an (N*H*W) x C matrix with the K x C weights: its weight gradient is
- * linear_bwd_weight_cuda's. */
-static inline int wgrad_gemm_ok(const struct cuda_ctx *ctx, const struct conv2d_args *a)
-{
-	return ctx->act_dtype != GP_F32 && ctx->nhwc && a->kh == 1 && a->kw == 1 && a->stride == 1 &&
-	       a->pad == 0 && a->groups == 1 && (size_t)a->n * a->h_in * a->w_in <= (size_t)INT32_MAX;
-}
-
-static inline struct linear_args wgrad_gemm_args(const struct conv2d_args *a)
-{
-	struct linear_args l = { .n = a->n * a->h_in * a->w_in, .in = a->c_in, .out = a->c_out, .has_bias = 0 };
-	return l;
 }
 
 #endif

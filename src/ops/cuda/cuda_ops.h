@@ -38,6 +38,8 @@ extern "C" {
 /* --- elementwise (eltwise.cu) ---------------------------------------------------------- */
 int fill_cuda(cudaStream_t s, float *p, size_t count, float value);
 int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count);
+/* dst[b][a][:] = src[a][b][:] for rows of l floats (NCHW images to channel-major). */
+int swap_outer_cuda(cudaStream_t s, float *dst, const float *src, int a, int b, int l);
 int relu_fwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *x, void *y);
 /* The gradient passes where 0 < y (and y < 6 for relu6). */
 int relu_bwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *y, const void *dy,
@@ -251,9 +253,9 @@ void conv_cuda_set_max_elems(size_t n);
 /* Workspace bytes a's planned convolution needs forward and in backward (data and
  * filter share one buffer, one after the other); GP_ENOTFOUND before planning. */
 /* The weight gradient straight into float dw (and db), where the plan computes it
- * that way (16-bit NHWC 1x1 convolutions through cuBLAS, few input channels on the
+ * that way in 16 bits (NHWC 1x1 convolutions through cuBLAS, few input channels on the
  * stem kernels, whose scratch is call's workspace): 1 when done, 0 when the caller
- * must use conv2d_bwd_filter_cuda. */
+ * must use conv2d_bwd_filter_cuda (always in FP32, where dw is the activations' type). */
 int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const struct conv_call *call,
 			       const void *x, const void *dy, float *dw, float *db);
 /* 1 when a runs on the own 16-bit NHWC depthwise kernels in ctx's mode (a ReLU6
@@ -263,7 +265,8 @@ int conv2d_can_fold_relu6(const struct cuda_ctx *ctx, const struct conv2d_args *
  * backward data's alone and *wgrad the weight gradient's (they then run apart). */
 int conv2d_ws_bytes_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *fwd, size_t *bwd,
 			 size_t *wgrad);
-/* 1 when a's weight gradient is a cuDNN call (the side stream can take it). */
+/* 1 when a's weight gradient is a cuDNN call (the side stream can take it; a plan not
+ * made yet counts as cuDNN's). */
 int conv2d_wgrad_is_cudnn(const struct cuda_ctx *ctx, const struct conv2d_args *a);
 /* Drop every cached plan of ctx's device (the workspace stays); no net may be set up
  * on that device meanwhile. */
@@ -399,6 +402,23 @@ int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, co
 /* dW only, added into dw when accumulate (1x1 convolutions in batch slices). */
 int linear_bwd_weight_acc_cuda(struct cuda_ctx *ctx, const struct linear_args *a, const void *x,
 			       const void *dy, float *dw, int accumulate);
+
+/* --- 1x1 convolutions as cuBLAS products (gemm_cublas.c) ------------------------------ */
+/* 1 when a (1x1, stride 1, unpadded, ungrouped) is taken in ctx's mode: 16-bit NHWC
+ * (one product over N*H*W rows) or float NCHW (image by image). conv_plan.c times each
+ * direction against cuDNN's best. x, y, dx, dy, w in the activations' type; dw float. */
+int conv1x1_gemm_ok(const struct cuda_ctx *ctx, const struct conv2d_args *a);
+int conv1x1_gemm_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *w,
+			  void *y);
+int conv1x1_gemm_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy, const void *w,
+			       void *dx, int accumulate);
+/* The float scratch the weight gradient asks for (none in 16-bit NHWC); it takes less
+ * too, down to one image's, in more batches. */
+int conv1x1_gemm_scratch_floats(const struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *floats);
+/* The weight gradient into float dw (KCRS), overwritten, or added to where accumulate;
+ * the same bits on every run with the same scratch_floats. */
+int conv1x1_gemm_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
+				 float *dw, int accumulate, float *scratch, size_t scratch_floats);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,37 @@ extern "C" int fill_cuda(cudaStream_t s, float *p, size_t count, float value)
 	return 0;
 }
 
+/* dst[b][a][l] = src[a][b][l]: rows of l floats, a 4-float vector a thread where l
+ * allows (src and dst from cudaMalloc, so aligned then); 32-bit indices (the launcher
+ * refuses more). */
+template <typename V>
+__global__ static void swap_outer_kernel(V *dst, const V *src, unsigned a, unsigned b, unsigned l)
+{
+	unsigned count = a * b * l;
+	for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+		unsigned li = i % l, r = i / l; /* the source row: ai * b + bi */
+		unsigned bi = r % b, ai = r / b;
+		dst[(bi * a + ai) * l + li] = src[i];
+	}
+}
+
+extern "C" int swap_outer_cuda(cudaStream_t s, float *dst, const float *src, int a, int b, int l)
+{
+	size_t count = (size_t)a * b * l;
+	if (!count)
+		return 0;
+	if (count > UINT32_MAX / 2) /* the grid's stride may not wrap either */
+		return gp_error(GP_EINVAL, "swap_outer: %zu elements, more than 32-bit indices reach", count);
+	if (l % 4 == 0)
+		swap_outer_kernel<float4><<<grid_for(count / 4), BLOCK, 0, s>>>((float4 *)dst, (const float4 *)src,
+										   (unsigned)a, (unsigned)b, (unsigned)l / 4);
+	else
+		swap_outer_kernel<float><<<grid_for(count), BLOCK, 0, s>>>(dst, src, (unsigned)a, (unsigned)b,
+									   (unsigned)l);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 extern "C" int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count)
 {
 	if (!count)
