@@ -179,10 +179,6 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(conv_plan_get(ctx, &sa, NULL, &p));
-		if (p->fwd_gemm) {
-			GP_TRY(conv1x1_gemm_fwd_cuda(ctx, &sa, AT_C(x, xo), w, AT(y, yo)));
-			continue;
-		}
 		if (p->fwd_stem) {
 			GP_TRY(stem_conv_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, &sa, AT_C(x, xo), w,
 						  AT(y, yo)));
@@ -190,6 +186,10 @@ int conv2d_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const str
 		}
 		void *ws;
 		GP_TRY(conv_ws(ctx, call, p->fwd_ws_bytes, &ws));
+		if (p->fwd_gemm) {
+			GP_TRY(conv1x1_gemm_fwd_cuda(ctx, &sa, AT_C(x, xo), w, AT(y, yo), ws, p->fwd_ws_bytes));
+			continue;
+		}
 		CUDNN_TRY(cudnnConvolutionForward(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->w_desc, w,
 						  p->fwd_desc, p->fwd_algo, ws, p->fwd_ws_bytes, &zero, p->y_desc,
 						  AT(y, yo)));
@@ -214,12 +214,13 @@ int conv2d_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, cons
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
 		GP_TRY(conv_plan_get(ctx, &sa, NULL, &p));
-		if (p->bwd_data_gemm) {
-			GP_TRY(conv1x1_gemm_bwd_data_cuda(ctx, &sa, AT_C(dy, yo), w, AT(dx, xo), accumulate));
-			continue;
-		}
 		void *ws;
 		GP_TRY(conv_ws(ctx, call, p->bwd_data_ws_bytes, &ws));
+		if (p->bwd_data_gemm) {
+			GP_TRY(conv1x1_gemm_bwd_data_cuda(ctx, &sa, AT_C(dy, yo), w, AT(dx, xo), accumulate, ws,
+							  p->bwd_data_ws_bytes));
+			continue;
+		}
 		CUDNN_TRY(cudnnConvolutionBackwardData(ctx->cudnn, &one, p->w_desc, w, p->y_desc, AT_C(dy, yo),
 						       p->bwd_data_desc, p->bwd_data_algo, ws, p->bwd_data_ws_bytes,
 						       accumulate ? &one : &zero, p->x_desc, AT(dx, xo)));
@@ -250,7 +251,7 @@ int conv2d_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, co
 		GP_TRY(conv_ws(ctx, call, p->bwd_filter_ws_bytes, &ws));
 		if (p->bwd_filter_gemm && ctx->act_dtype == GP_F32) { /* float dw: the activations' type */
 			GP_TRY(conv1x1_gemm_bwd_filter_cuda(ctx, &sa, AT_C(x, xo), AT_C(dy, yo), dw, i > 0, ws,
-							    p->bwd_filter_ws_bytes / sizeof(float)));
+							    p->bwd_filter_ws_bytes));
 			continue;
 		}
 		CUDNN_TRY(cudnnConvolutionBackwardFilter(ctx->cudnn, &one, p->x_desc, AT_C(x, xo), p->y_desc,
@@ -287,8 +288,7 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 	if (!gemm && !stem)
 		return 0;
 	void *ws = NULL;
-	if (stem)
-		GP_TRY(conv_ws(ctx, call, ws_bytes, &ws));
+	GP_TRY(conv_ws(ctx, call, ws_bytes, &ws));
 	for (int i = 0; i < k; i++) {
 		size_t xo, yo;
 		struct conv2d_args sa = conv_slice(a, per, i, &xo, &yo);
@@ -297,7 +297,7 @@ int conv2d_bwd_filter_f32_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 						    ws_bytes / sizeof(float)));
 			continue;
 		}
-		GP_TRY(conv1x1_gemm_bwd_filter_cuda(ctx, &sa, AT_C(x, xo), AT_C(dy, yo), dw, i > 0, NULL, 0));
+		GP_TRY(conv1x1_gemm_bwd_filter_cuda(ctx, &sa, AT_C(x, xo), AT_C(dy, yo), dw, i > 0, ws, ws_bytes));
 	}
 	if (a->has_bias && db)
 		GP_TRY(channel_sum_cuda(ctx->stream, dt, ctx->nhwc, a->n, a->c_out, a->h_out * a->w_out, dy, db));

@@ -312,26 +312,30 @@ static int alt_ok(const struct cuda_ctx *ctx, enum alt_impl k, const struct conv
 /* One run of direction dir (0 forward, 1 backward data, 2 weight gradient into float
  * dw) on implementation k. */
 static int alt_run(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir, void *x, void *w,
-		   void *y, float *dw, float *scratch, size_t scratch_floats)
+		   void *y, float *dw, void *scratch, size_t scratch_bytes)
 {
 	if (k == ALT_STEM)
 		return dir == 0 ? stem_conv_fwd_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, w, y)
 				: stem_conv_wgrad_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, a, x, y, dw, 0,
-						       scratch, scratch_floats);
-	return dir == 0 ? conv1x1_gemm_fwd_cuda(ctx, a, x, w, y)
-	       : dir == 1 ? conv1x1_gemm_bwd_data_cuda(ctx, a, y, w, x, 0)
-			  : conv1x1_gemm_bwd_filter_cuda(ctx, a, x, y, dw, 0, scratch, scratch_floats);
+						       scratch, scratch_bytes / sizeof(float));
+	return dir == 0 ? conv1x1_gemm_fwd_cuda(ctx, a, x, w, y, scratch, scratch_bytes)
+	       : dir == 1 ? conv1x1_gemm_bwd_data_cuda(ctx, a, y, w, x, 0, scratch, scratch_bytes)
+			  : conv1x1_gemm_bwd_filter_cuda(ctx, a, x, y, dw, 0, scratch, scratch_bytes);
 }
 
-/* The float scratch direction dir of implementation k needs. */
-static int alt_scratch_floats(const struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir,
-			      size_t *floats)
+/* The scratch bytes direction dir of implementation k needs. */
+static int alt_scratch_bytes(const struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir,
+			     size_t *bytes)
 {
-	*floats = 0;
+	*bytes = 0;
+	if (k == ALT_GEMM)
+		return conv1x1_gemm_scratch_bytes(ctx, a, dir, bytes);
 	if (dir != 2)
 		return 0;
-	return k == ALT_STEM ? stem_conv_wgrad_scratch_floats((enum gp_dtype)ctx->act_dtype, a, floats)
-			     : conv1x1_gemm_scratch_floats(ctx, a, floats);
+	size_t floats = 0;
+	GP_TRY(stem_conv_wgrad_scratch_floats((enum gp_dtype)ctx->act_dtype, a, &floats));
+	*bytes = floats * sizeof(float);
+	return 0;
 }
 
 /* Mean milliseconds of direction dir on implementation k over 3 runs after a warm-up;
@@ -339,18 +343,19 @@ static int alt_scratch_floats(const struct cuda_ctx *ctx, enum alt_impl k, const
 static int alt_time(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir, void *x, void *w,
 		    void *y, float *ms)
 {
-	size_t dw_bytes = (size_t)a->c_out * a->c_in * a->kh * a->kw * sizeof(float), scratch_floats = 0;
-	float *dw = NULL, *scratch = NULL;
+	size_t dw_bytes = (size_t)a->c_out * a->c_in * a->kh * a->kw * sizeof(float), scratch_bytes = 0;
+	float *dw = NULL;
+	void *scratch = NULL;
 	cudaEvent_t e0 = NULL, e1 = NULL;
 	*ms = -1;
 	int rc = dir == 2 ? cuda_alloc(ctx, (void **)&dw, dw_bytes, MEM_WORKSPACE) : 0;
-	if (rc == 0 && (rc = alt_scratch_floats(ctx, k, a, dir, &scratch_floats)) == 0 && scratch_floats)
-		rc = cuda_alloc(ctx, (void **)&scratch, scratch_floats * sizeof(float), MEM_WORKSPACE);
+	if (rc == 0 && (rc = alt_scratch_bytes(ctx, k, a, dir, &scratch_bytes)) == 0 && scratch_bytes)
+		rc = cuda_alloc(ctx, &scratch, scratch_bytes, MEM_WORKSPACE);
 	if (rc == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e0))) == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e1))) == 0) {
 		for (int r = 0; r < 4 && rc == 0; r++) {
 			if (r == 1 && (rc = CUDA_CHECK(cudaEventRecord(e0, ctx->stream))) < 0)
 				break;
-			rc = alt_run(ctx, k, a, dir, x, w, y, dw, scratch, scratch_floats);
+			rc = alt_run(ctx, k, a, dir, x, w, y, dw, scratch, scratch_bytes);
 		}
 		if (rc == 0 && (rc = CUDA_CHECK(cudaEventRecord(e1, ctx->stream))) == 0 &&
 		    (rc = CUDA_CHECK(cudaEventSynchronize(e1))) == 0 &&
@@ -361,7 +366,7 @@ static int alt_time(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_a
 		cudaEventDestroy(e0);
 	if (e1)
 		cudaEventDestroy(e1);
-	cuda_free(ctx, scratch, scratch_floats * sizeof(float), MEM_WORKSPACE);
+	cuda_free(ctx, scratch, scratch_bytes, MEM_WORKSPACE);
 	cuda_free(ctx, dw, dw_bytes, MEM_WORKSPACE);
 	if (rc == GP_EDEVOOM) {
 		gp_error_clear();
@@ -557,8 +562,10 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	    (rc = alt_pick(ctx, ALT_GEMM, a, 0, x, w, y, fwd[i].time, &p->fwd_gemm)) < 0 ||
 	    (!p->fwd_gemm && (rc = alt_pick(ctx, ALT_STEM, a, 0, x, w, y, fwd[i].time, &p->fwd_stem)) < 0))
 		goto free_scratch;
-	if (p->fwd_gemm || p->fwd_stem)
-		p->fwd_ws_bytes = 0;
+	if (rc == 0 && (p->fwd_gemm || p->fwd_stem))
+		rc = alt_scratch_bytes(ctx, p->fwd_gemm ? ALT_GEMM : ALT_STEM, a, 0, &p->fwd_ws_bytes);
+	if (rc < 0)
+		goto free_scratch;
 
 	/* Backward data reads dy (the y scratch) and writes dx (the x scratch). */
 	if (ctx->heuristic_algos)
@@ -586,8 +593,8 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	if ((rc = desc_take_math(ctx, p->bwd_data_desc, bwd_data[i].mathType)) < 0 ||
 	    (rc = alt_pick(ctx, ALT_GEMM, a, 1, x, w, y, bwd_data[i].time, &p->bwd_data_gemm)) < 0)
 		goto free_scratch;
-	if (p->bwd_data_gemm)
-		p->bwd_data_ws_bytes = 0;
+	if (p->bwd_data_gemm && (rc = alt_scratch_bytes(ctx, ALT_GEMM, a, 1, &p->bwd_data_ws_bytes)) < 0)
+		goto free_scratch;
 
 	/* Backward filter reads x and dy and writes dw (the w scratch). */
 	if (ctx->heuristic_algos)
@@ -617,11 +624,8 @@ static int plan_measure(struct cuda_ctx *ctx, struct conv_plan *p, const struct 
 	if (rc == 0 && (rc = alt_pick(ctx, ALT_GEMM, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_gemm)) == 0 &&
 	    !p->bwd_filter_gemm)
 		rc = alt_pick(ctx, ALT_STEM, a, 2, x, w, y, bwd_filter[i].time, &p->bwd_filter_stem);
-	if (rc == 0 && (p->bwd_filter_gemm || p->bwd_filter_stem)) {
-		size_t floats = 0;
-		rc = alt_scratch_floats(ctx, p->bwd_filter_gemm ? ALT_GEMM : ALT_STEM, a, 2, &floats);
-		p->bwd_filter_ws_bytes = floats * sizeof(float);
-	}
+	if (rc == 0 && (p->bwd_filter_gemm || p->bwd_filter_stem))
+		rc = alt_scratch_bytes(ctx, p->bwd_filter_gemm ? ALT_GEMM : ALT_STEM, a, 2, &p->bwd_filter_ws_bytes);
 
 free_scratch:
 	cuda_free(ctx, ws, ws_bytes, MEM_WORKSPACE);

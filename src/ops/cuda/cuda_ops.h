@@ -39,6 +39,13 @@ extern "C" {
 int fill_cuda(cudaStream_t s, float *p, size_t count, float value);
 int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count);
 /* dst[b][a][:] = src[a][b][:] for rows of l floats (NCHW images to channel-major). */
+/* Every stride-th pixel of `planes` planes of h x w pixels, u contiguous elements of dt a
+ * pixel (NCHW: u 1; NHWC: u = channels), against the ((h-1)/stride+1) x ((w-1)/stride+1)
+ * planes of sub: SUBSAMPLE_GATHER copies them into sub, SUBSAMPLE_SCATTER back into full
+ * (the other pixels untouched), SUBSAMPLE_ADD adds sub to them (in float, rounded once). */
+enum subsample_op { SUBSAMPLE_GATHER = 0, SUBSAMPLE_SCATTER = 1, SUBSAMPLE_ADD = 2 };
+int subsample_cuda(cudaStream_t s, enum gp_dtype dt, int planes, int h, int w, int u, int stride, int op,
+		   void *full, void *sub);
 int swap_outer_cuda(cudaStream_t s, float *dst, const float *src, int a, int b, int l);
 int relu_fwd_cuda(cudaStream_t s, enum gp_dtype dt, size_t count, const void *x, void *y);
 /* The gradient passes where 0 < y (and y < 6 for relu6). */
@@ -404,21 +411,22 @@ int linear_bwd_weight_acc_cuda(struct cuda_ctx *ctx, const struct linear_args *a
 			       const void *dy, float *dw, int accumulate);
 
 /* --- 1x1 convolutions as cuBLAS products (gemm_cublas.c) ------------------------------ */
-/* 1 when a (1x1, stride 1, unpadded, ungrouped) is taken in ctx's mode: 16-bit NHWC
+/* 1 when a (1x1, unpadded, ungrouped, any stride) is taken in ctx's mode: 16-bit NHWC
  * (one product over N*H*W rows) or float NCHW (image by image). conv_plan.c times each
  * direction against cuDNN's best. x, y, dx, dy, w in the activations' type; dw float. */
 int conv1x1_gemm_ok(const struct cuda_ctx *ctx, const struct conv2d_args *a);
-int conv1x1_gemm_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *w,
-			  void *y);
+/* The scratch bytes direction dir (0 forward, 1 backward data, 2 weight gradient) asks
+ * for: none at stride 1 but for the float NCHW weight gradient. Each direction takes
+ * less too, down to one image's, in more batches. */
+int conv1x1_gemm_scratch_bytes(const struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, size_t *bytes);
+int conv1x1_gemm_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *w, void *y,
+			  void *scratch, size_t scratch_bytes);
 int conv1x1_gemm_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy, const void *w,
-			       void *dx, int accumulate);
-/* The float scratch the weight gradient asks for (none in 16-bit NHWC); it takes less
- * too, down to one image's, in more batches. */
-int conv1x1_gemm_scratch_floats(const struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *floats);
+			       void *dx, int accumulate, void *scratch, size_t scratch_bytes);
 /* The weight gradient into float dw (KCRS), overwritten, or added to where accumulate;
- * the same bits on every run with the same scratch_floats. */
+ * the same bits on every run with the same scratch_bytes. */
 int conv1x1_gemm_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
-				 float *dw, int accumulate, float *scratch, size_t scratch_floats);
+				 float *dw, int accumulate, void *scratch, size_t scratch_bytes);
 
 #ifdef __cplusplus
 }

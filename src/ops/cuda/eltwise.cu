@@ -68,6 +68,105 @@ extern "C" int swap_outer_cuda(cudaStream_t s, float *dst, const float *src, int
 	return 0;
 }
 
+/* --- every s-th pixel of planes (strided 1x1 convolutions) --------------------------
+ * A plane is h x w pixels of u contiguous elements (NCHW: u = 1, a plane per channel;
+ * NHWC: u = C, a plane per image); the subsampled plane is ho x wo. The copies move
+ * V-sized pieces of a pixel (V: the widest of 16, 8, 4, 2 bytes dividing its bytes). */
+struct sub_geom {
+	unsigned planes, h, w, ho, wo, s, vpu; /* vpu: pieces a pixel */
+};
+
+/* The piece of the full planes that piece i of the subsampled ones comes from. I: the
+ * index type, 32 bits where the count allows (64-bit division costs more than the
+ * copy). */
+template <typename I>
+__device__ static inline I sub_src(const sub_geom &g, I i)
+{
+	I t = i / g.vpu, v = i - t * g.vpu;
+	I r = t / g.wo, ow = t - r * g.wo;
+	I pl = r / g.ho, oh = r - pl * g.ho;
+	return ((pl * g.h + oh * g.s) * g.w + ow * g.s) * g.vpu + v;
+}
+
+/* dir 0: sub[i] = full[src]; dir 1: full[src] = sub[i] */
+template <typename V, typename I>
+__global__ static void subsample_kernel(sub_geom g, I count, V *full, V *sub, int dir)
+{
+	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (I)gridDim.x * blockDim.x) {
+		I j = sub_src<I>(g, i);
+		if (dir == 0)
+			sub[i] = full[j];
+		else
+			full[j] = sub[i];
+	}
+}
+
+/* full[src] += sub[i], element by element in float, rounded once */
+template <typename T, typename I>
+__global__ static void subsample_add_kernel(sub_geom g, I count, T *full, const T *sub)
+{
+	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (I)gridDim.x * blockDim.x) {
+		I j = sub_src<I>(g, i);
+		put_f(&full[j], to_f(full[j]) + to_f(sub[i]));
+	}
+}
+
+/* the full planes' element count decides the index type: every index stays below it */
+static bool sub_small(const sub_geom &g, size_t piece_per_pixel)
+{
+	return (size_t)g.planes * g.h * g.w * piece_per_pixel < (size_t)1 << 31;
+}
+
+template <typename V>
+static void subsample_launch(cudaStream_t st, sub_geom g, void *full, void *sub, int dir, size_t pixel_bytes)
+{
+	g.vpu = (unsigned)(pixel_bytes / sizeof(V));
+	size_t count = (size_t)g.planes * g.ho * g.wo * g.vpu;
+	if (sub_small(g, g.vpu))
+		subsample_kernel<V, unsigned><<<grid_for(count), BLOCK, 0, st>>>(g, (unsigned)count, (V *)full, (V *)sub,
+										 dir);
+	else
+		subsample_kernel<V, size_t><<<grid_for(count), BLOCK, 0, st>>>(g, count, (V *)full, (V *)sub, dir);
+}
+
+template <typename T>
+static int subsample_add_t(cudaStream_t st, sub_geom g, void *full, const void *sub)
+{
+	size_t count = (size_t)g.planes * g.ho * g.wo * g.vpu;
+	if (sub_small(g, g.vpu))
+		subsample_add_kernel<T, unsigned><<<grid_for(count), BLOCK, 0, st>>>(g, (unsigned)count, (T *)full,
+										     (const T *)sub);
+	else
+		subsample_add_kernel<T, size_t><<<grid_for(count), BLOCK, 0, st>>>(g, count, (T *)full, (const T *)sub);
+	return 0;
+}
+
+extern "C" int subsample_cuda(cudaStream_t st, enum gp_dtype dt, int planes, int h, int w, int u, int stride,
+			      int op, void *full, void *sub)
+{
+	size_t es = dt == GP_F32 ? 4 : 2, pixel = (size_t)u * es;
+	sub_geom g = { (unsigned)planes, (unsigned)h, (unsigned)w, (unsigned)((h - 1) / stride + 1),
+		       (unsigned)((w - 1) / stride + 1), (unsigned)stride, (unsigned)u };
+	if (!planes || !u)
+		return 0;
+	if (op == SUBSAMPLE_ADD) {
+		if (dt == GP_F32)
+			subsample_add_t<float>(st, g, full, sub);
+		else
+			GP_TRY(DISPATCH_H(dt, subsample_add_t, st, g, full, sub));
+	} else if (pixel % 16 == 0 && (uintptr_t)full % 16 == 0 && (uintptr_t)sub % 16 == 0) {
+		subsample_launch<uint4>(st, g, full, sub, op, pixel);
+	} else if (pixel % 8 == 0 && (uintptr_t)full % 8 == 0 && (uintptr_t)sub % 8 == 0) {
+		subsample_launch<uint2>(st, g, full, sub, op, pixel);
+	} else if (pixel % 4 == 0 && (uintptr_t)full % 4 == 0 && (uintptr_t)sub % 4 == 0) {
+		subsample_launch<unsigned>(st, g, full, sub, op, pixel);
+	} else {
+		subsample_launch<unsigned short>(st, g, full, sub, op, pixel);
+	}
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
 extern "C" int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count)
 {
 	if (!count)

@@ -65,9 +65,10 @@ int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, co
 }
 
 /* --- 1x1 convolutions as products ------------------------------------------------------ */
-/* A 1x1, stride-1, unpadded, ungrouped convolution is a product with the K x C weights.
- * On 16-bit NHWC activations it is one over N*H*W rows (the linear layer's). On float
- * NCHW ones, image by image, in strided batches of column-major views (P = H*W):
+/* A 1x1, unpadded, ungrouped convolution is a product with the K x C weights. At
+ * stride 1, on 16-bit NHWC activations it is one over N*H*W rows (the linear layer's);
+ * on float NCHW ones, image by image, in strided batches of column-major views
+ * (P = H*W):
  *   y[n]  (P x K) = x[n] (P x C) * W^T          -> gemm(N, N, m=P, n=K, k=C)
  *   dx[n] (P x C) = dy[n] (P x K) * W           -> gemm(N, T, m=P, n=C, k=K)
  * and the weight gradient, a sum over images, dW^T (C x K) = sum_n x[n]^T dy[n], in
@@ -75,27 +76,53 @@ int linear_bwd_weight_cuda(struct cuda_ctx *ctx, const struct linear_args *a, co
  *   per image into scratch (C*K floats an image), then summed by a product with ones;
  *   images to channel-major rows (swap_outer_cuda; (C+K)*P floats an image), then one
  *   product over all their pixels.
- * Both in batches of as many images as the scratch holds (conv1x1_gemm_scratch_floats
- * asks for batches within CONV1X1_SCRATCH_FLOATS), added up in order: the same bits
- * on every run. cuDNN's FP32 weight gradients for ResNet-50's took 1.2-4.9x these
- * (docs/log/perf-log.md, s24-2). */
-#define CONV1X1_SCRATCH_FLOATS ((size_t)16 << 20)
+ * At stride s the same products run on every s-th pixel, copied into scratch
+ * (subsample_cuda): the forward and the weight gradient gather x's, backward data
+ * computes them and scatters them into dx (zeros between, or added to dx).
+ * All in batches of as many images as the scratch holds (conv1x1_gemm_scratch_bytes
+ * asks for batches within CONV1X1_SCRATCH_BYTES), added up in order: the same bits on
+ * every run. cuDNN's FP32 weight gradients for ResNet-50's took 1.2-4.9x these, its
+ * 16-bit NHWC directions 1.6-7.3x (docs/log/perf-log.md, s24-2, s24-4). */
+#define CONV1X1_SCRATCH_BYTES ((size_t)64 << 20)
+#define SCRATCH_ALIGN ((size_t)256)
 
 static int nchw_f32(const struct cuda_ctx *ctx)
 {
 	return ctx->act_dtype == GP_F32 && !ctx->nhwc;
 }
 
+static size_t elem_bytes(const struct cuda_ctx *ctx)
+{
+	return ctx->act_dtype == GP_F32 ? sizeof(float) : 2;
+}
+
+static size_t round_up(size_t v, size_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
 int conv1x1_gemm_ok(const struct cuda_ctx *ctx, const struct conv2d_args *a)
 {
-	if (a->kh != 1 || a->kw != 1 || a->stride != 1 || a->pad != 0 || a->groups != 1)
+	if (a->kh != 1 || a->kw != 1 || a->stride < 1 || a->pad != 0 || a->groups != 1 ||
+	    a->h_out != (a->h_in - 1) / a->stride + 1 || a->w_out != (a->w_in - 1) / a->stride + 1)
 		return 0;
-	size_t px = (size_t)a->h_in * a->w_in;
+	size_t px = (size_t)a->h_out * a->w_out, big = a->c_in > a->c_out ? a->c_in : a->c_out;
 	if (ctx->act_dtype != GP_F32 && ctx->nhwc)
 		return (size_t)a->n * px <= (size_t)INT32_MAX;
 	/* cuBLAS takes batches of up to 65535 */
-	return nchw_f32(ctx) && a->n <= 65535 && px * (a->c_in > a->c_out ? a->c_in : a->c_out) <= (size_t)INT32_MAX &&
+	return nchw_f32(ctx) && a->n <= 65535 && px * big <= (size_t)INT32_MAX &&
 	       (size_t)a->c_in * a->c_out <= (size_t)INT32_MAX;
+}
+
+/* The stride-1 convolution of a's subsampled input, over n images. */
+static struct conv2d_args dense_args(const struct conv2d_args *a, int n)
+{
+	struct conv2d_args d = *a;
+	d.n = n;
+	d.h_in = a->h_out;
+	d.w_in = a->w_out;
+	d.stride = 1;
+	return d;
 }
 
 static struct linear_args rows_args(const struct conv2d_args *a)
@@ -104,27 +131,48 @@ static struct linear_args rows_args(const struct conv2d_args *a)
 	return l;
 }
 
-/* The weight gradient's way for a (1: through channel-major copies) and the scratch
- * floats it takes an image. */
+/* Stride 1, float NCHW: the weight gradient's way (1: through channel-major copies) and
+ * the scratch bytes it takes an image. */
 static int wgrad_swapped(const struct conv2d_args *a, size_t *per_image)
 {
 	size_t c = (size_t)a->c_in, k = (size_t)a->c_out, p = (size_t)a->h_in * a->w_in;
 	int swapped = c * k > (c + k) * p;
-	*per_image = swapped ? (c + k) * p : c * k + 1; /* + 1: the ones */
+	*per_image = (swapped ? (c + k) * p : c * k + 1) * sizeof(float); /* + 1: the ones */
 	return swapped;
 }
 
-int conv1x1_gemm_scratch_floats(const struct cuda_ctx *ctx, const struct conv2d_args *a, size_t *floats)
+/* Scratch bytes an image of direction dir: the subsampled copy (stride > 1) and, for
+ * the float NCHW weight gradient, the products' own. */
+static size_t per_image_bytes(const struct cuda_ctx *ctx, const struct conv2d_args *a, int dir)
 {
-	*floats = 0;
+	size_t b = a->stride > 1 ? (size_t)a->c_in * a->h_out * a->w_out * elem_bytes(ctx) : 0, w = 0;
+	if (dir == 2 && nchw_f32(ctx)) {
+		struct conv2d_args d = dense_args(a, 1);
+		wgrad_swapped(&d, &w);
+	}
+	return b + w;
+}
+
+/* Images a batch of direction dir takes within bytes (0: not one). */
+static int batch_images(const struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, size_t bytes)
+{
+	size_t per = per_image_bytes(ctx, a, dir);
+	if (!per)
+		return a->n;
+	size_t fit = bytes > SCRATCH_ALIGN ? (bytes - SCRATCH_ALIGN) / per : 0;
+	return fit > (size_t)a->n ? a->n : (int)fit;
+}
+
+int conv1x1_gemm_scratch_bytes(const struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, size_t *bytes)
+{
+	*bytes = 0;
 	if (!conv1x1_gemm_ok(ctx, a))
 		return gp_error(GP_EUNSUPPORTED, "not a 1x1 convolution cuBLAS takes");
-	if (!nchw_f32(ctx))
+	size_t per = per_image_bytes(ctx, a, dir);
+	if (!per)
 		return 0;
-	size_t per_image, fit;
-	wgrad_swapped(a, &per_image);
-	fit = CONV1X1_SCRATCH_FLOATS / per_image;
-	*floats = per_image * (fit < 1 ? 1 : fit > (size_t)a->n ? (size_t)a->n : fit);
+	size_t fit = CONV1X1_SCRATCH_BYTES / per;
+	*bytes = per * (fit < 1 ? 1 : fit > (size_t)a->n ? (size_t)a->n : fit) + SCRATCH_ALIGN;
 	return 0;
 }
 
@@ -140,11 +188,9 @@ static int gemm_batched(struct cuda_ctx *ctx, cublasOperation_t ta, cublasOperat
 	return 0;
 }
 
-int conv1x1_gemm_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *w,
-			  void *y)
+/* Stride 1 (a is dense). */
+static int dense_fwd(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *w, void *y)
 {
-	if (!conv1x1_gemm_ok(ctx, a))
-		return gp_error(GP_EUNSUPPORTED, "not a 1x1 convolution cuBLAS takes");
 	if (!nchw_f32(ctx)) {
 		struct linear_args l = rows_args(a);
 		return linear_fwd_cuda(ctx, &l, x, w, NULL, y);
@@ -154,11 +200,9 @@ int conv1x1_gemm_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, con
 			    (long long)k * p, a->n);
 }
 
-int conv1x1_gemm_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy, const void *w,
-			       void *dx, int accumulate)
+static int dense_bwd_data(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy, const void *w,
+			  void *dx, int accumulate)
 {
-	if (!conv1x1_gemm_ok(ctx, a))
-		return gp_error(GP_EUNSUPPORTED, "not a 1x1 convolution cuBLAS takes");
 	if (!nchw_f32(ctx)) {
 		struct linear_args l = rows_args(a);
 		return linear_bwd_data_cuda(ctx, &l, dy, w, dx, accumulate);
@@ -168,44 +212,128 @@ int conv1x1_gemm_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 			    accumulate ? 1.0f : 0.0f, dx, p, (long long)c * p, a->n);
 }
 
-int conv1x1_gemm_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
-				 float *dw, int accumulate, float *scratch, size_t scratch_floats)
+/* Float NCHW: all of a's images at once (the caller sized scratch for them). */
+static int dense_bwd_filter_nchw(struct cuda_ctx *ctx, const struct conv2d_args *a, const float *x,
+				 const float *dy, float *dw, int accumulate, float *scratch)
+{
+	size_t per_image;
+	int c = a->c_in, k = a->c_out, p = a->h_in * a->w_in, nb = a->n;
+	float beta = accumulate ? 1.0f : 0.0f;
+	const float alpha = 1.0f;
+	if (wgrad_swapped(a, &per_image)) {
+		float *xt = scratch, *dyt = scratch + (size_t)c * p * nb;
+		GP_TRY(swap_outer_cuda(ctx->stream, xt, x, nb, c, p));
+		GP_TRY(swap_outer_cuda(ctx->stream, dyt, dy, nb, k, p));
+		return gemm_batched(ctx, CUBLAS_OP_T, CUBLAS_OP_N, c, k, nb * p, xt, nb * p, 0, dyt, nb * p, 0, beta,
+				    dw, c, 0, 1);
+	}
+	float *part = scratch, *ones = scratch + (size_t)c * k * nb;
+	GP_TRY(gemm_batched(ctx, CUBLAS_OP_T, CUBLAS_OP_N, c, k, p, x, p, (long long)c * p, dy, p, (long long)k * p,
+			    0.0f, part, c, (long long)c * k, nb));
+	GP_TRY(fill_cuda(ctx->stream, ones, (size_t)nb, 1.0f));
+	CUBLAS_TRY(cublasSgemv(ctx->cublas, CUBLAS_OP_N, c * k, nb, &alpha, part, c * k, ones, 1, &beta, dw, 1));
+	return 0;
+}
+
+/* The subsampled copy's planes, pixel width and bytes for images of a. */
+static void sub_layout(const struct cuda_ctx *ctx, const struct conv2d_args *a, int images, int *planes, int *u,
+		       size_t *bytes)
+{
+	*planes = ctx->nhwc ? images : images * a->c_in;
+	*u = ctx->nhwc ? a->c_in : 1;
+	*bytes = round_up((size_t)images * a->c_in * a->h_out * a->w_out * elem_bytes(ctx), SCRATCH_ALIGN);
+}
+
+static int scratch_short(const struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, size_t bytes)
+{
+	return gp_error(GP_EINVAL, "1x1 convolution products: %zu bytes of scratch, %zu an image needed", bytes,
+			per_image_bytes(ctx, a, dir) + SCRATCH_ALIGN);
+}
+
+#define AT(p, off) ((void *)((char *)(p) + (size_t)(off) * elem_bytes(ctx)))
+#define AT_C(p, off) ((const void *)((const char *)(p) + (size_t)(off) * elem_bytes(ctx)))
+
+int conv1x1_gemm_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *w, void *y,
+			  void *scratch, size_t scratch_bytes)
 {
 	if (!conv1x1_gemm_ok(ctx, a))
 		return gp_error(GP_EUNSUPPORTED, "not a 1x1 convolution cuBLAS takes");
-	if (!nchw_f32(ctx)) {
+	if (a->stride == 1)
+		return dense_fwd(ctx, a, x, w, y);
+	int per = batch_images(ctx, a, 0, scratch_bytes);
+	if (per < 1)
+		return scratch_short(ctx, a, 0, scratch_bytes);
+	size_t in_img = (size_t)a->c_in * a->h_in * a->w_in, out_img = (size_t)a->c_out * a->h_out * a->w_out;
+	for (int i0 = 0; i0 < a->n; i0 += per) {
+		int nb = a->n - i0 < per ? a->n - i0 : per, planes, u;
+		size_t sub_bytes;
+		sub_layout(ctx, a, nb, &planes, &u, &sub_bytes);
+		struct conv2d_args d = dense_args(a, nb);
+		GP_TRY(subsample_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, planes, a->h_in, a->w_in, u, a->stride,
+				      SUBSAMPLE_GATHER, AT(x, i0 * in_img), scratch));
+		GP_TRY(dense_fwd(ctx, &d, scratch, w, AT(y, i0 * out_img)));
+	}
+	return 0;
+}
+
+int conv1x1_gemm_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *dy, const void *w,
+			       void *dx, int accumulate, void *scratch, size_t scratch_bytes)
+{
+	if (!conv1x1_gemm_ok(ctx, a))
+		return gp_error(GP_EUNSUPPORTED, "not a 1x1 convolution cuBLAS takes");
+	if (a->stride == 1)
+		return dense_bwd_data(ctx, a, dy, w, dx, accumulate);
+	int per = batch_images(ctx, a, 1, scratch_bytes);
+	if (per < 1)
+		return scratch_short(ctx, a, 1, scratch_bytes);
+	size_t in_img = (size_t)a->c_in * a->h_in * a->w_in, out_img = (size_t)a->c_out * a->h_out * a->w_out;
+	if (!accumulate) /* the pixels no window reads get no gradient */
+		CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)a->n * in_img * elem_bytes(ctx), ctx->stream));
+	for (int i0 = 0; i0 < a->n; i0 += per) {
+		int nb = a->n - i0 < per ? a->n - i0 : per, planes, u;
+		size_t sub_bytes;
+		sub_layout(ctx, a, nb, &planes, &u, &sub_bytes);
+		struct conv2d_args d = dense_args(a, nb);
+		GP_TRY(dense_bwd_data(ctx, &d, AT_C(dy, i0 * out_img), w, scratch, 0));
+		GP_TRY(subsample_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, planes, a->h_in, a->w_in, u, a->stride,
+				      accumulate ? SUBSAMPLE_ADD : SUBSAMPLE_SCATTER, AT(dx, i0 * in_img), scratch));
+	}
+	return 0;
+}
+
+int conv1x1_gemm_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
+				 float *dw, int accumulate, void *scratch, size_t scratch_bytes)
+{
+	if (!conv1x1_gemm_ok(ctx, a))
+		return gp_error(GP_EUNSUPPORTED, "not a 1x1 convolution cuBLAS takes");
+	if (a->stride == 1 && !nchw_f32(ctx)) {
 		struct linear_args l = rows_args(a);
 		return linear_bwd_weight_acc_cuda(ctx, &l, x, dy, dw, accumulate);
 	}
-	/* batches of as many images as the scratch holds */
-	size_t per_image;
-	int c = a->c_in, k = a->c_out, p = a->h_in * a->w_in, swapped = wgrad_swapped(a, &per_image);
-	size_t fit = scratch_floats / per_image;
-	if (fit < 1)
-		return gp_error(GP_EINVAL, "1x1 weight gradient: %zu floats of scratch, %zu an image needed",
-				scratch_floats, per_image);
-	int per = fit > (size_t)a->n ? a->n : (int)fit;
-	while (swapped && per > 1 && (size_t)per * p > (size_t)INT32_MAX) /* int extents */
-		per--;
-	const float *xf = x, *dyf = dy;
-	const float alpha = 1.0f;
+	int per = batch_images(ctx, a, 2, scratch_bytes);
+	if (per < 1)
+		return scratch_short(ctx, a, 2, scratch_bytes);
+	size_t in_img = (size_t)a->c_in * a->h_in * a->w_in, out_img = (size_t)a->c_out * a->h_out * a->w_out;
 	for (int i0 = 0; i0 < a->n; i0 += per) {
-		int nb = a->n - i0 < per ? a->n - i0 : per;
-		const float *xb = xf + (size_t)i0 * c * p, *dyb = dyf + (size_t)i0 * k * p;
-		float beta = accumulate || i0 ? 1.0f : 0.0f;
-		if (swapped) {
-			float *xt = scratch, *dyt = scratch + (size_t)c * p * per;
-			GP_TRY(swap_outer_cuda(ctx->stream, xt, xb, nb, c, p));
-			GP_TRY(swap_outer_cuda(ctx->stream, dyt, dyb, nb, k, p));
-			GP_TRY(gemm_batched(ctx, CUBLAS_OP_T, CUBLAS_OP_N, c, k, nb * p, xt, nb * p, 0, dyt, nb * p, 0,
-					    beta, dw, c, 0, 1));
-			continue;
+		int nb = a->n - i0 < per ? a->n - i0 : per, planes, u, acc = accumulate || i0;
+		size_t sub_bytes = 0;
+		const void *xs = AT_C(x, i0 * in_img);
+		char *rest = scratch;
+		struct conv2d_args d = dense_args(a, nb);
+		if (a->stride > 1) {
+			sub_layout(ctx, a, nb, &planes, &u, &sub_bytes);
+			GP_TRY(subsample_cuda(ctx->stream, (enum gp_dtype)ctx->act_dtype, planes, a->h_in, a->w_in, u,
+					      a->stride, SUBSAMPLE_GATHER, (void *)xs, scratch));
+			xs = scratch;
+			rest += sub_bytes;
 		}
-		float *part = scratch, *ones = scratch + (size_t)c * k * per;
-		GP_TRY(gemm_batched(ctx, CUBLAS_OP_T, CUBLAS_OP_N, c, k, p, xb, p, (long long)c * p, dyb, p,
-				    (long long)k * p, 0.0f, part, c, (long long)c * k, nb));
-		GP_TRY(fill_cuda(ctx->stream, ones, (size_t)nb, 1.0f));
-		CUBLAS_TRY(cublasSgemv(ctx->cublas, CUBLAS_OP_N, c * k, nb, &alpha, part, c * k, ones, 1, &beta, dw, 1));
+		if (nchw_f32(ctx)) {
+			GP_TRY(dense_bwd_filter_nchw(ctx, &d, xs, (const float *)AT_C(dy, i0 * out_img), dw, acc,
+						     (float *)rest));
+		} else {
+			struct linear_args l = rows_args(&d);
+			GP_TRY(linear_bwd_weight_acc_cuda(ctx, &l, xs, AT_C(dy, i0 * out_img), dw, acc));
+		}
 	}
 	return 0;
 }
