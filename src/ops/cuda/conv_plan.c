@@ -303,8 +303,12 @@ static const char *const alt_name[] = { "cuBLAS", "own stem kernels" };
 
 static int alt_ok(const struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_args *a, int dir)
 {
+	/* strided 16-bit NHWC products timed faster per direction than cuDNN's (which
+	 * reads the strided pixels in place), yet the resnet50 bf16 step ran 0.6% slower
+	 * with them (s24-6, s24-7): FP32 NCHW only, where cuDNN took 2x as long */
 	if (k == ALT_GEMM)
-		return tuning_get()->conv_1x1 != 0 && conv1x1_gemm_ok(ctx, a);
+		return tuning_get()->conv_1x1 != 0 && conv1x1_gemm_ok(ctx, a) &&
+		       (a->stride == 1 || ctx->act_dtype == GP_F32);
 	return dir != 1 && tuning_get()->conv_stem != 0 && stem_conv_supported((enum gp_dtype)ctx->act_dtype,
 										ctx->nhwc, a);
 }
