@@ -86,6 +86,28 @@ __device__ static inline void nhwc8_locate(int g, int cg, int h, int w, int *ni,
 	*ni = t / h;
 }
 
+/* ResNet's pooling (3 x 3, stride 2, pad 1) backward, a 2 x 2 block of input pixels
+ * (2oh, 2ow) .. (2oh + 1, 2ow + 1) at a time: only the windows (oh, ow), (oh, ow + 1),
+ * (oh + 1, ow) and (oh + 1, ow + 1) (w = 0..3) cover it. The offset of the block's
+ * pixel q (0..3: (0, 0), (0, 1), (1, 0), (1, 1)) in window w, -1 where w does not cover
+ * it; ascending w is ascending window order. */
+__device__ static inline int k3s2p1_off(int q, int w)
+{
+	static const signed char off[4][4] = {
+		{ 4, -1, -1, -1 }, /* (0, 0): window 0 */
+		{ 5, 3, -1, -1 },  /* (0, 1): windows 0, 1 */
+		{ 7, -1, 1, -1 },  /* (1, 0): windows 0, 2 */
+		{ 8, 6, 2, 0 },    /* (1, 1): windows 0, 1, 2, 3 */
+	};
+	return off[q][w];
+}
+
+static bool k3s2p1(const struct pool_args *a)
+{
+	return a->k == 3 && a->stride == 2 && a->pad == 1 && a->h_out == (a->h_in + 1) / 2 &&
+	       a->w_out == (a->w_in + 1) / 2;
+}
+
 /* Padding never wins (PyTorch pads with -inf); ties keep the first position in
  * row-major window order. I: the index type, 32 bits when the count allows (64-bit
  * division costs more than the loads; ResNet's stem pooling was compute-bound on it). */
@@ -144,6 +166,45 @@ __global__ static void maxpool_bwd_f32_kernel(I count, struct pool_k p, const fl
 	}
 }
 
+/* The same for ResNet's pooling, a thread per output pixel writing its 2 x 2 input
+ * pixels (k3s2p1_off): each window's dy and argmax read once and the index math done
+ * once for 4 pixels, where the kernel above reads each window for every pixel it
+ * covers. That one took 2.08 ms of a batch-256 resnet50 fp32 step on an H200, 9x its
+ * bytes (s24-1). Sums in the same ascending window order: the same bits. */
+template <typename I>
+__global__ static void maxpool_bwd_k3s2p1_f32_kernel(I count, struct pool_k p, const float *dy,
+						     const uint8_t *argmax, float *dx, int accumulate)
+{
+	for (I o = (I)blockIdx.x * blockDim.x + threadIdx.x; o < count; o += (I)gridDim.x * blockDim.x) {
+		I row = o / (I)p.w_out, plane = row / (I)p.h_out;
+		int ow = (int)(o - row * (I)p.w_out), oh = (int)(row - plane * (I)p.h_out);
+		bool right = ow + 1 < p.w_out, down = oh + 1 < p.h_out;
+		float d[4];
+		int m[4];
+#pragma unroll
+		for (int w = 0; w < 4; w++) {
+			bool have = (!(w >> 1) || down) && (!(w & 1) || right);
+			I ow_ = o + (I)((w >> 1) * p.w_out + (w & 1));
+			d[w] = have ? dy[ow_] : 0.0f;
+			m[w] = have ? argmax[ow_] : 255;
+		}
+		size_t base = (size_t)plane * p.h_in * p.w_in;
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			int ih = 2 * oh + (q >> 1), iw = 2 * ow + (q & 1);
+			if (ih >= p.h_in || iw >= p.w_in)
+				continue;
+			size_t i = base + (size_t)ih * p.w_in + iw;
+			float acc = accumulate ? dx[i] : 0.0f;
+#pragma unroll
+			for (int w = 0; w < 4; w++)
+				if (k3s2p1_off(q, w) >= 0 && m[w] == k3s2p1_off(q, w))
+					acc += d[w];
+			dx[i] = acc;
+		}
+	}
+}
+
 static struct pool_k pool_k_from(const struct pool_args *a)
 {
 	struct pool_k p = { a->h_in, a->w_in, a->h_out, a->w_out, a->k, a->stride, a->pad };
@@ -171,6 +232,17 @@ static int maxpool_bwd_f32(cudaStream_t s, const struct pool_args *a, const floa
 	size_t count = (size_t)a->n * a->c * a->h_in * a->w_in;
 	if (!count)
 		return 0;
+	if (k3s2p1(a)) {
+		size_t outs = (size_t)a->n * a->c * a->h_out * a->w_out;
+		if (count <= UINT32_MAX)
+			maxpool_bwd_k3s2p1_f32_kernel<unsigned><<<grid_for(outs), BLOCK, 0, s>>>(
+				(unsigned)outs, pool_k_from(a), dy, argmax, dx, accumulate);
+		else
+			maxpool_bwd_k3s2p1_f32_kernel<size_t><<<grid_for(outs), BLOCK, 0, s>>>(outs, pool_k_from(a), dy,
+												argmax, dx, accumulate);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
 	if (count <= UINT32_MAX)
 		maxpool_bwd_f32_kernel<unsigned><<<grid_for(count), BLOCK, 0, s>>>((unsigned)count, pool_k_from(a), dy,
 										argmax, dx, accumulate);
@@ -438,10 +510,9 @@ __global__ static void maxpool_bwd_nhwc8_kernel(int groups, pool_hk p, const T *
 }
 
 /* The same gather for ResNet's pooling (3 x 3, stride 2, pad 1), one thread per 8
- * channels of an output pixel: it writes the 2 x 2 input pixels (2oh, 2ow) .. (2oh + 1,
- * 2ow + 1), which only the windows (oh, ow), (oh, ow + 1), (oh + 1, ow) and (oh + 1,
- * ow + 1) cover, so each window's dy and argmax are read once and the index math is done
- * once for 4 pixels. The general kernel above took 0.485 ms of a batch-256 step on an
+ * channels of an output pixel: it writes the 2 x 2 input pixels of k3s2p1_off's block,
+ * so each window's dy and argmax are read once and the index math is done once for 4
+ * pixels. The general kernel above took 0.485 ms of a batch-256 step on an
  * H200, 4.1x its bytes (s23-3). Sums in the same ascending window order: the same bits. */
 template <typename T>
 __global__ static void maxpool_bwd_k3s2p1_nhwc8_kernel(int groups, pool_hk p, const T *dy, const uint8_t *argmax,
@@ -471,14 +542,6 @@ __global__ static void maxpool_bwd_k3s2p1_nhwc8_kernel(int groups, pool_hk p, co
 				}
 			}
 		}
-		/* input pixel (dy, dx) of the block: the windows covering it and its offset in
-		 * each, in ascending window order */
-		static const signed char off[4][4] = {
-			{ 4, -1, -1, -1 }, /* (0, 0): window 0 */
-			{ 5, 3, -1, -1 },  /* (0, 1): windows 0, 1 */
-			{ 7, -1, 1, -1 },  /* (1, 0): windows 0, 2 */
-			{ 8, 6, 2, 0 },    /* (1, 1): windows 0, 1, 2, 3 */
-		};
 #pragma unroll
 		for (int q = 0; q < 4; q++) {
 			int ih = 2 * oh + (q >> 1), iw = 2 * ow + (q & 1);
@@ -494,11 +557,11 @@ __global__ static void maxpool_bwd_k3s2p1_nhwc8_kernel(int groups, pool_hk p, co
 					acc[e] = 0.0f;
 #pragma unroll
 			for (int w = 0; w < 4; w++) {
-				if (off[q][w] < 0)
+				if (k3s2p1_off(q, w) < 0)
 					continue;
 #pragma unroll
 				for (int e = 0; e < VEC; e++)
-					if (m[w].v[e] == off[q][w])
+					if (m[w].v[e] == k3s2p1_off(q, w))
 						acc[e] += d[w][e];
 			}
 			store8<true>(dx, i8, acc);
@@ -549,8 +612,7 @@ static int maxpool_bwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, co
 	if (!count)
 		return 0;
 	size_t out_groups = (size_t)a->n * a->c * a->h_out * a->w_out / VEC;
-	if (a->k == 3 && a->stride == 2 && a->pad == 1 && a->h_out == (a->h_in + 1) / 2 &&
-	    a->w_out == (a->w_in + 1) / 2 && pool_nhwc8_ok(nhwc, a, out_groups, dy, dx, argmax)) {
+	if (k3s2p1(a) && pool_nhwc8_ok(nhwc, a, out_groups, dy, dx, argmax)) {
 		maxpool_bwd_k3s2p1_nhwc8_kernel<<<grid_for(out_groups), BLOCK, 0, s>>>(
 			(int)out_groups, pool_hk_from(a, nhwc), (const T *)dy, argmax, (T *)dx, accumulate);
 		CUDA_CHECK_LAUNCH();
