@@ -41,7 +41,9 @@
 # interleaved, twice, beside PyTorch's eager), compile16 (gpuperf bf16 beside PyTorch
 # eager and torch.compile, batch 256, COMPILE_MODELS), stem (GPUPERF_CONV_STEM: the stem
 # kernels' tests, the plan's timings, build/stem_probe if carried, resnet18 and resnet50
-# bf16/fp16 under cudnn and auto, bf16 parity both ways).
+# bf16/fp16 under cudnn and auto, bf16 parity both ways), conv1x1 (GPUPERF_CONV_1X1: the
+# products' tests, the FP32 plan's picks, resnet50 and mobilenet_v2 fp32 under cudnn and
+# auto, PyTorch eager FP32, parity with float64 with the products forced).
 # tests takes TESTS_PART=K/N (gpuperf_tests --part K/N: the whole suite needs more than
 # one call's 560 s; run 1/2 and 2/2 in two calls) and TESTS_TIMEOUT.
 # Settled comparisons of kernel paths have no stage: the product keeps the winner only
@@ -282,6 +284,23 @@ for s in "$@"; do
 		for v in own cudnn; do
 			(export GPUPERF_CONV_STEM=$v; TAIL=12 stage "stem_parity_$v" 300 python3 tests/torch/parity.py --bin $BIN --device cuda --amp bf16 --models resnet18,resnet50 --seeds 3 --json "$OUT/stem_parity_$v.json")
 		done ;;
+	conv1x1)
+		# 1x1 convolutions as cuBLAS products (GPUPERF_CONV_1X1): their GPU tests, the
+		# plan's picks against cuDNN in FP32 (GPUPERF_CONV_LOG), resnet50 and mobilenet_v2
+		# fp32 at batch 256 under cudnn and auto, interleaved, twice, PyTorch eager FP32,
+		# and parity with float64 with the products forced
+		TAIL=8 stage conv1x1_tests 200 build/bundle/gpuperf_tests cuda_conv1x1 amp_conv1x1 cuda_maxpool
+		GPUPERF_CONV_LOG=1 TAIL=0 stage conv1x1_plan 200 $BIN train --model resnet50 --device cuda --precision fp32 --batch 256 --steps 3 --out "$OUT/conv1x1_plan"
+		grep "cuBLAS" "$OUT/conv1x1_plan.log"
+		for r in 1 2; do
+			for m in resnet50 mobilenet_v2; do
+				for v in cudnn auto; do
+					(export GPUPERF_CONV_1X1=$v; TAIL=2 stage "conv1x1_${m}_${v}_$r" 180 $BIN train --model $m --device cuda --precision fp32 --batch 256 --steps 30)
+				done
+			done
+		done
+		stage torch_conv1x1 300 python3 $TB train --models resnet50,mobilenet_v2 --modes fp32 --batch 256 --iters 30
+		(export GPUPERF_CONV_1X1=cublas; TAIL=12 stage conv1x1_parity 400 python3 tests/torch/parity.py --bin $BIN --device cuda --models resnet50,mobilenet_v2 --ref64 --json "$OUT/conv1x1_parity.json") ;;
 	ampfuse)
 		# recompute (memory)
 		for m in resnet50 resnet18; do
