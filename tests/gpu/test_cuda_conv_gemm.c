@@ -193,45 +193,72 @@ TEST(cuda_conv1x1_gemm_nhwc16_strided_matches_cpu)
 	gpu_close(&g);
 }
 
-/* What the products refuse, so that the plan never hands them such a shape. */
+/* What the products refuse, so that the plan never hands them such a shape, and the
+ * scratch they ask for on ResNet-50's shapes at batch 256: pure functions of the
+ * context's mode, so this runs without a device too. */
 TEST(cuda_conv1x1_gemm_refuses_what_it_does_not_take)
 {
-	struct gpu g;
-	GPU_OPEN(&g, 2);
-	CHECK_OK(cuda_ctx_set_act(g.ctx, GP_F32, 0));
+	struct cuda_ctx ctx;
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.act_dtype = GP_F32; /* NCHW */
 	struct conv2d_args a = pw_args(2, 64, 256, 56, 56, 1), b;
-	CHECK(conv1x1_gemm_ok(g.ctx, &a));
+	CHECK(conv1x1_gemm_ok(&ctx, &a));
 	b = pw_args(2, 64, 256, 56, 56, 2);
-	CHECK(conv1x1_gemm_ok(g.ctx, &b));
+	CHECK(conv1x1_gemm_ok(&ctx, &b));
 	b.pad = 1; /* padded */
 	b.h_out = b.w_out = 29;
-	CHECK(!conv1x1_gemm_ok(g.ctx, &b));
+	CHECK(!conv1x1_gemm_ok(&ctx, &b));
 	b = a;
 	b.h_out = 28; /* an output shape that is not the stride's */
-	CHECK(!conv1x1_gemm_ok(g.ctx, &b));
+	CHECK(!conv1x1_gemm_ok(&ctx, &b));
 	b = a;
 	b.kh = b.kw = 3;
 	b.pad = 1;
-	CHECK(!conv1x1_gemm_ok(g.ctx, &b));
+	CHECK(!conv1x1_gemm_ok(&ctx, &b));
 	b = a;
 	b.groups = 2;
-	CHECK(!conv1x1_gemm_ok(g.ctx, &b));
+	CHECK(!conv1x1_gemm_ok(&ctx, &b));
 	b = a;
 	b.n = 65536; /* cuBLAS's batches */
-	CHECK(!conv1x1_gemm_ok(g.ctx, &b));
+	CHECK(!conv1x1_gemm_ok(&ctx, &b));
 	size_t bytes = 1;
-	CHECK_EQ_INT(conv1x1_gemm_scratch_bytes(g.ctx, &b, 2, &bytes), GP_EUNSUPPORTED);
+	CHECK_EQ_INT(conv1x1_gemm_scratch_bytes(&ctx, &b, 2, &bytes), GP_EUNSUPPORTED);
 	gp_error_clear();
 	CHECK_EQ_INT(bytes, 0);
-	CHECK_OK(cuda_ctx_set_act(g.ctx, GP_F16, 0)); /* 16-bit NCHW */
-	CHECK(!conv1x1_gemm_ok(g.ctx, &a));
-	CHECK_OK(cuda_ctx_set_act(g.ctx, GP_F16, 1)); /* 16-bit NHWC: one product, no scratch */
-	CHECK(conv1x1_gemm_ok(g.ctx, &a));
+
+	/* layer1's 256 -> 64 at 56 x 56: per-image products, (256 * 64 + 1) floats an image,
+	 * all 256 images in one batch; no scratch forward or backward data */
+	struct conv2d_args l1 = pw_args(256, 256, 64, 56, 56, 1);
+	CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &l1, 2, &bytes));
+	CHECK_EQ_INT(bytes, (size_t)(256 * 64 + 1) * 4 * 256 + 256);
+	CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &l1, 0, &bytes));
+	CHECK_EQ_INT(bytes, 0);
+	/* layer4's 2048 -> 512 at 7 x 7: channel-major copies, (2048 + 512) * 49 floats an
+	 * image, 133 images a batch within 64 MiB */
+	struct conv2d_args l4 = pw_args(256, 2048, 512, 7, 7, 1);
+	CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &l4, 2, &bytes));
+	CHECK_EQ_INT(bytes, (size_t)2560 * 49 * 4 * 133 + 256);
+	/* layer3's downsampling, 512 -> 1024 at stride 2: the gathered 14 x 14 pixels (167
+	 * images a batch) forward and backward data; with the copies' products, 41 */
+	struct conv2d_args ds = pw_args(256, 512, 1024, 28, 28, 2);
+	CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &ds, 0, &bytes));
+	CHECK_EQ_INT(bytes, (size_t)512 * 196 * 4 * 167 + 256);
+	CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &ds, 1, &bytes));
+	CHECK_EQ_INT(bytes, (size_t)512 * 196 * 4 * 167 + 256);
+	CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &ds, 2, &bytes));
+	CHECK_EQ_INT(bytes, ((size_t)512 * 196 + (size_t)1536 * 196) * 4 * 41 + 256);
+
+	ctx.act_dtype = GP_F16; /* 16-bit NCHW */
+	CHECK(!conv1x1_gemm_ok(&ctx, &a));
+	ctx.nhwc = 1; /* 16-bit NHWC: one product, no scratch at stride 1 */
+	CHECK(conv1x1_gemm_ok(&ctx, &a));
 	for (int dir = 0; dir < 3; dir++) {
-		CHECK_OK(conv1x1_gemm_scratch_bytes(g.ctx, &a, dir, &bytes));
+		CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &a, dir, &bytes));
 		CHECK_EQ_INT(bytes, 0);
 	}
-	gpu_close(&g);
+	/* at stride 2 the gathered pixels, 2 bytes an element */
+	CHECK_OK(conv1x1_gemm_scratch_bytes(&ctx, &ds, 2, &bytes));
+	CHECK_EQ_INT(bytes, (size_t)512 * 196 * 2 * 256 + 256);
 }
 
 /* Through the convolution calls with cuDNN's heuristics, where the plan takes the
