@@ -42,10 +42,4 @@ int conv_plan_get(struct cuda_ctx *ctx, const struct conv2d_args *a, const struc
 /* The cached plan of a's shape in ctx's mode, or NULL; never measures. */
 const struct conv_plan *conv_plan_find(const struct cuda_ctx *ctx, const struct conv2d_args *a);
 
-/* Element size of the context's activations. */
-static inline size_t act_size(const struct cuda_ctx *ctx)
-{
-	return ctx->act_dtype == GP_F32 ? sizeof(float) : 2;
-}
-
 #endif

@@ -35,6 +35,12 @@
 extern "C" {
 #endif
 
+/* Element size of the context's activations. */
+static inline size_t act_size(const struct cuda_ctx *ctx)
+{
+	return ctx->act_dtype == GP_F32 ? sizeof(float) : 2;
+}
+
 /* --- elementwise (eltwise.cu) ---------------------------------------------------------- */
 int fill_cuda(cudaStream_t s, float *p, size_t count, float value);
 int copy_cuda(cudaStream_t s, float *dst, const float *src, size_t count);

@@ -111,22 +111,6 @@ __global__ static void subsample_add_kernel(sub_geom g, I count, T *full, const 
 	}
 }
 
-/* The same in 16-byte pieces of 8 16-bit elements: one index decode a piece. */
-template <typename T, typename I>
-__global__ static void subsample_add8_kernel(sub_geom g, I count, uint4 *full, const uint4 *sub)
-{
-	for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (I)gridDim.x * blockDim.x) {
-		I j = sub_src<I>(g, i);
-		uint4 a = full[j], b = sub[i];
-		T *pa = (T *)&a;
-		const T *pb = (const T *)&b;
-#pragma unroll
-		for (int e = 0; e < 8; e++)
-			put_f(&pa[e], to_f(pa[e]) + to_f(pb[e]));
-		full[j] = a;
-	}
-}
-
 /* the full planes' element count decides the index type: every index stays below it */
 static bool sub_small(const sub_geom &g, size_t piece_per_pixel)
 {
@@ -148,17 +132,6 @@ static void subsample_launch(cudaStream_t st, sub_geom g, void *full, void *sub,
 template <typename T>
 static int subsample_add_t(cudaStream_t st, sub_geom g, void *full, const void *sub)
 {
-	if (sizeof(T) == 2 && g.vpu % 8 == 0 && (uintptr_t)full % 16 == 0 && (uintptr_t)sub % 16 == 0) {
-		g.vpu /= 8;
-		size_t count = (size_t)g.planes * g.ho * g.wo * g.vpu;
-		if (sub_small(g, g.vpu))
-			subsample_add8_kernel<T, unsigned><<<grid_for(count), BLOCK, 0, st>>>(
-				g, (unsigned)count, (uint4 *)full, (const uint4 *)sub);
-		else
-			subsample_add8_kernel<T, size_t><<<grid_for(count), BLOCK, 0, st>>>(g, count, (uint4 *)full,
-											   (const uint4 *)sub);
-		return 0;
-	}
 	size_t count = (size_t)g.planes * g.ho * g.wo * g.vpu;
 	if (sub_small(g, g.vpu))
 		subsample_add_kernel<T, unsigned><<<grid_for(count), BLOCK, 0, st>>>(g, (unsigned)count, (T *)full,
@@ -181,11 +154,11 @@ extern "C" int subsample_cuda(cudaStream_t st, enum gp_dtype dt, int planes, int
 			subsample_add_t<float>(st, g, full, sub);
 		else
 			GP_TRY(DISPATCH_H(dt, subsample_add_t, st, g, full, sub));
-	} else if (pixel % 16 == 0 && (uintptr_t)full % 16 == 0 && (uintptr_t)sub % 16 == 0) {
+	} else if (pixel % 16 == 0 && aligned(full, 16) && aligned(sub, 16)) {
 		subsample_launch<uint4>(st, g, full, sub, op, pixel);
-	} else if (pixel % 8 == 0 && (uintptr_t)full % 8 == 0 && (uintptr_t)sub % 8 == 0) {
+	} else if (pixel % 8 == 0 && aligned(full, 8) && aligned(sub, 8)) {
 		subsample_launch<uint2>(st, g, full, sub, op, pixel);
-	} else if (pixel % 4 == 0 && (uintptr_t)full % 4 == 0 && (uintptr_t)sub % 4 == 0) {
+	} else if (pixel % 4 == 0 && aligned(full, 4) && aligned(sub, 4)) {
 		subsample_launch<unsigned>(st, g, full, sub, op, pixel);
 	} else {
 		subsample_launch<unsigned short>(st, g, full, sub, op, pixel);

@@ -91,11 +91,6 @@ static int nchw_f32(const struct cuda_ctx *ctx)
 	return ctx->act_dtype == GP_F32 && !ctx->nhwc;
 }
 
-static size_t elem_bytes(const struct cuda_ctx *ctx)
-{
-	return ctx->act_dtype == GP_F32 ? sizeof(float) : 2;
-}
-
 static size_t round_up(size_t v, size_t to)
 {
 	return (v + to - 1) / to * to;
@@ -145,7 +140,7 @@ static int wgrad_swapped(const struct conv2d_args *a, size_t *per_image)
  * the float NCHW weight gradient, the products' own. */
 static size_t per_image_bytes(const struct cuda_ctx *ctx, const struct conv2d_args *a, int dir)
 {
-	size_t b = a->stride > 1 ? (size_t)a->c_in * a->h_out * a->w_out * elem_bytes(ctx) : 0, w = 0;
+	size_t b = a->stride > 1 ? (size_t)a->c_in * a->h_out * a->w_out * act_size(ctx) : 0, w = 0;
 	if (dir == 2 && nchw_f32(ctx)) {
 		struct conv2d_args d = dense_args(a, 1);
 		wgrad_swapped(&d, &w);
@@ -241,7 +236,7 @@ static void sub_layout(const struct cuda_ctx *ctx, const struct conv2d_args *a, 
 {
 	*planes = ctx->nhwc ? images : images * a->c_in;
 	*u = ctx->nhwc ? a->c_in : 1;
-	*bytes = round_up((size_t)images * a->c_in * a->h_out * a->w_out * elem_bytes(ctx), SCRATCH_ALIGN);
+	*bytes = round_up((size_t)images * a->c_in * a->h_out * a->w_out * act_size(ctx), SCRATCH_ALIGN);
 }
 
 static int scratch_short(const struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, size_t bytes)
@@ -250,8 +245,8 @@ static int scratch_short(const struct cuda_ctx *ctx, const struct conv2d_args *a
 			per_image_bytes(ctx, a, dir) + SCRATCH_ALIGN);
 }
 
-#define AT(p, off) ((void *)((char *)(p) + (size_t)(off) * elem_bytes(ctx)))
-#define AT_C(p, off) ((const void *)((const char *)(p) + (size_t)(off) * elem_bytes(ctx)))
+#define AT(p, off) ((void *)((char *)(p) + (size_t)(off) * act_size(ctx)))
+#define AT_C(p, off) ((const void *)((const char *)(p) + (size_t)(off) * act_size(ctx)))
 
 int conv1x1_gemm_fwd_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *w, void *y,
 			  void *scratch, size_t scratch_bytes)
@@ -288,7 +283,7 @@ int conv1x1_gemm_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
 		return scratch_short(ctx, a, 1, scratch_bytes);
 	size_t in_img = (size_t)a->c_in * a->h_in * a->w_in, out_img = (size_t)a->c_out * a->h_out * a->w_out;
 	if (!accumulate) /* the pixels no window reads get no gradient */
-		CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)a->n * in_img * elem_bytes(ctx), ctx->stream));
+		CUDA_TRY(cudaMemsetAsync(dx, 0, (size_t)a->n * in_img * act_size(ctx), ctx->stream));
 	for (int i0 = 0; i0 < a->n; i0 += per) {
 		int nb = a->n - i0 < per ? a->n - i0 : per, planes, u;
 		size_t sub_bytes;
