@@ -435,6 +435,62 @@ TEST(memory_plan_places_bn_reserve)
 	net_free(net);
 }
 
+/* The CUDA backend's plan, predicted without a device: where a residual block's last
+ * batch norm runs on the own 16-bit kernels, its backward applies the mask of the ReLU
+ * after the add (the block's output), so that ReLU's output lives until that batch
+ * norm's backward, two steps after the ReLU's (struct scratch_req's out_last). Batch 256
+ * at 224 under GPUPERF_BN16=auto: all 16 of resnet50's blocks (256 to 2048 channels, at
+ * least 12 Mi elements), 2 of resnet18's (layer3's 256 channels over 14 x 14; 64 and 128
+ * channels and 512 over 7 x 7 stay on cuDNN, whose backward takes no such mask); none
+ * under cudnn, in FP32 (the own FP32 kernels run the ReLU's pass), or under recompute,
+ * whose ReLU outputs live only until the ReLU's backward. */
+TEST(memory_plan_keeps_block_outputs_for_the_batch_norm_that_masks)
+{
+#ifndef GP_HAVE_CUDA
+	SKIP("built without CUDA: no CUDA backend to predict");
+#endif
+	static const struct {
+		const char *model;
+		enum precision prec;
+		int bn16, recompute, marked;
+	} cases[] = {
+		{ "resnet50", PREC_BF16, BN16_AUTO, 0, 16 }, { "resnet50", PREC_FP16, BN16_AUTO, 0, 16 },
+		{ "resnet18", PREC_BF16, BN16_AUTO, 0, 2 },  { "resnet50", PREC_BF16, BN16_CUDNN, 0, 0 },
+		{ "resnet50", PREC_FP32, BN16_AUTO, 0, 0 },  { "resnet50", PREC_BF16, BN16_AUTO, 1, 0 },
+		{ "mobilenet_v2", PREC_BF16, BN16_AUTO, 0, 0 },
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct net *net = build(cases[k].model, 224, 256, 10);
+		if (!net)
+			continue;
+		net->tuning.bn16 = cases[k].bn16;
+		net->recompute = cases[k].recompute;
+		int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, cases[k].prec), n = net->n_nodes, marked = 0;
+		CHECK_MSG(rc == 0, "%s: %s", cases[k].model, gp_errmsg());
+		for (int r = 0; rc == 0 && r < n; r++) {
+			int last = net->scratch[r].out_last;
+			if (!last)
+				continue;
+			marked++;
+			const struct node *rn = &net->nodes[r], *add = &net->nodes[r - 1];
+			CHECK(rn->op == OP_RELU && add->op == OP_ADD && rn->in[0] == r - 1);
+			CHECK(net->nodes[r - 2].op == OP_BATCHNORM2D && (add->in[0] == r - 2 || add->in[1] == r - 2));
+			CHECK_EQ_INT(last, 2 * n - (r - 2));
+			CHECK_EQ_INT(net->tensors[plan_tensor_root(net, rn->t_y)].last_step, last);
+			/* one gradient buffer for the ReLU, the add and its inputs (what the
+			 * backend checks before it leaves the ReLU's pass out) */
+			int root = plan_tensor_root(net, rn->t_dy);
+			CHECK_EQ_INT(plan_tensor_root(net, add->t_dy), root);
+			for (int j = 0; j < 2; j++)
+				CHECK_EQ_INT(plan_tensor_root(net, net->nodes[add->in[j]].t_dy), root);
+		}
+		CHECK_MSG(marked == cases[k].marked, "%s %s bn16 %d recompute %d: %d ReLU outputs kept for a batch "
+			  "norm's mask, want %d", cases[k].model, train_precision_name(cases[k].prec), cases[k].bn16,
+			  cases[k].recompute, marked, cases[k].marked);
+		net_free(net);
+	}
+}
+
 /* The CUDA backend's plan, predicted without a device (net_plan_predict: what gpuperf
  * info and a memory cap's first check see): a ReLU output that nothing but the ReLU's
  * own backward would keep is freed where the fused batch norm before takes the mask

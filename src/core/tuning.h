@@ -74,6 +74,7 @@ struct tuning {
 		int bn_own;       /* FP32 batch norms not fused on the own kernels, not cuDNN's */
 		int conv_ws_arena; /* convolution workspaces planned in the arena, not one shared */
 		int wgrad_stream; /* FP32 weight gradients on a second stream */
+		int bn_out_mask;  /* a block's last batch norm applies the ReLU-after-add's mask */
 	} test;
 };
 

@@ -23,9 +23,7 @@ static int tensor_new(struct net *net, size_t bytes, int first, int last)
 
 static int tensor_root(const struct net *net, int t)
 {
-	while (net->tensors[t].alias_of >= 0)
-		t = net->tensors[t].alias_of;
-	return t;
+	return plan_tensor_root(net, t);
 }
 
 static void tensor_extend(struct net *net, int t, int first, int last)
@@ -292,6 +290,8 @@ int net_plan_memory(struct net *net, int training, size_t elem_bytes, size_t wor
 		int re = !unread && (relu_recomputed(net, nd, training) || block_recomputed(net, nd, training));
 		if (training && op_bwd_needs_output(nd->op) && !re && !unread)
 			last = 2 * n - i;
+		if (training && net->scratch && net->scratch[i].out_last > last)
+			last = net->scratch[i].out_last;
 		tensor_extend(net, nd->t_y, i, last);
 		if (re) /* backward reads the recomputed copy, from the last consumer's backward on */
 			nd->t_re = tensor_new(net, shape_numel(nd->out) * elem_bytes,

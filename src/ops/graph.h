@@ -117,6 +117,9 @@ struct scratch_req {
 	 * it would (a ReLU whose mask the fused batch norm before takes from its input):
 	 * the output lives only as long as its readers in forward and backward need it. */
 	int out_unread;
+	/* A later step reads the node's output (> 0: the last such step): a ReLU whose mask
+	 * a batch norm before it applies in that batch norm's backward. */
+	int out_last;
 	/* Filled by the planner: the tensors (-1: none) and the side work's join. */
 	int t_fwd, t_bwd, t_side, t_keep;
 	int side_join;
@@ -280,6 +283,15 @@ int node_recompute_identity(const struct net *net, int r);
 /* The identity input of a residual add whose other input is a batch norm read only
  * there (the block's last one); -1 when nd is not such an add. */
 int node_add_identity(const struct net *net, const struct node *nd);
+/* The tensor whose memory planned tensor t shares (t itself when it shares none): two
+ * tensors are one buffer exactly when their roots are equal. */
+static inline int plan_tensor_root(const struct net *net, int t)
+{
+	while (net->tensors[t].alias_of >= 0)
+		t = net->tensors[t].alias_of;
+	return t;
+}
+
 /* The batch norm whose input and statistics a recompute of r normalizes (r's input,
  * or for a block output the add's batch-norm input). */
 static inline int node_recompute_bn(const struct net *net, int r)

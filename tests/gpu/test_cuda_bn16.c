@@ -56,6 +56,71 @@ static float *down_nchw(struct gpu *g, enum gp_dtype ht, const void *d, int n, i
 	return host_to_nchw(g, down_h(g, ht, d, (size_t)n * c * hw), 4, n, c, hw);
 }
 
+/* Bits of n 16-bit values on the device, as floats (exact): equal iff the bits are. */
+static int same_h(struct gpu *g, enum gp_dtype ht, const void *a, const void *b, size_t n)
+{
+	return memcmp(down_h(g, ht, a, n), down_h(g, ht, b, n), n * sizeof(float)) == 0;
+}
+
+/* The backward of y = relu(bn(x) + z) with the ReLU's mask taken from y by the batch
+ * norm (bn_bwd_out_masked_cuda, what a ResNet block's last batch norm runs at the end of
+ * its backward) against the passes it replaces on the same device tensors: the ReLU's
+ * backward into g, then the batch norm's backward of g. dz (the masked gradient the add
+ * hands on), dx and the parameter gradients bit for bit, in place (dz over dy) and
+ * into another buffer, dx written and accumulated; dx also against the CPU's batch
+ * norm backward of the masked dy, to the 16-bit tolerance. */
+static void check_out_masked(struct gpu *g, enum gp_dtype ht, const struct bn_args *a, const void *d_x,
+			     const void *d_y, const void *d_dy, const float *d_gamma, const float *d_mean,
+			     const float *d_invstd, const float *dx0, const float *x, const float *dy, const float *gy,
+			     const float *gamma, const float *gm, const float *gi)
+{
+	int c = a->c, hw = a->h * a->w;
+	size_t nx = (size_t)a->n * c * hw, bytes = nx * 2, masked = 0;
+	CHECK_EQ_INT(bn_bwd_out_masks_cuda(g->ctx, a), 1);
+	void *d_g = dev_bytes(g, bytes), *d_dxr = dev_bytes(g, bytes), *d_dz = dev_bytes(g, bytes);
+	void *d_dx = dev_bytes(g, bytes);
+	float *d_dgr = dev_f(g, c), *d_dbr = dev_f(g, c), *d_dg = dev_f(g, c), *d_db = dev_f(g, c);
+	float *t = host_f(g, nx), *dgamma = host_f(g, c), *dbeta = host_f(g, c);
+	void *dx0_nhwc = host_to_nhwc(g, dx0, 4, a->n, c, hw);
+	if (test_failed())
+		return;
+	for (size_t i = 0; i < nx; i++) {
+		t[i] = gy[i] > 0.0f && gy[i] < INFINITY ? dy[i] : 0.0f;
+		masked += t[i] == 0.0f;
+	}
+	CHECK_MSG(masked > nx / 20 && masked < nx - nx / 20, "%zu of %zu gradients masked", masked, nx);
+	for (int acc = 0; acc <= 1; acc++)
+		for (int inplace = 0; inplace <= 1; inplace++) {
+			put_h(g, ht, d_dxr, dx0_nhwc, nx);
+			put_h(g, ht, d_dx, dx0_nhwc, nx);
+			CHECK_OK(relu_bwd_cuda(g->ctx->stream, ht, nx, d_y, d_dy, d_g, 0));
+			CHECK_OK(bn_bwd_cuda(g->ctx, a, d_x, d_g, d_gamma, d_mean, d_invstd, d_dxr, acc, d_dgr, d_dbr));
+			poison(g, d_dz, bytes);
+			if (inplace)
+				CHECK(cudaMemcpy(d_dz, d_dy, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess);
+			poison(g, d_dg, c * sizeof(float));
+			poison(g, d_db, c * sizeof(float));
+			CHECK_OK(bn_bwd_out_masked_cuda(g->ctx, a, d_x, d_y, inplace ? d_dz : d_dy, d_dz, d_gamma, d_mean,
+							d_invstd, d_dx, acc, d_dg, d_db));
+			CHECK_MSG(same_h(g, ht, d_dz, d_g, nx) && same_h(g, ht, d_dx, d_dxr, nx) &&
+					  !memcmp(down(g, d_dg, c), down(g, d_dgr, c), c * sizeof(float)) &&
+					  !memcmp(down(g, d_db, c), down(g, d_dbr, c), c * sizeof(float)),
+				  "%s %dx%dx%dx%d acc %d in place %d: the masked backward differs from the ReLU's pass "
+				  "and the batch norm's (dz %d, dx %d)",
+				  dtype_name(ht), a->n, c, a->h, a->w, acc, inplace, same_h(g, ht, d_dz, d_g, nx),
+				  same_h(g, ht, d_dx, d_dxr, nx));
+			float *dx = copy_f(g, dx0, nx);
+			bn_bwd_cpu_f32(a, x, t, gamma, gm, gi, dx, acc, dgamma, dbeta);
+			double e = rel_err_norm_f32(down_nchw(g, ht, d_dx, a->n, c, hw), dx, nx);
+			CHECK_MSG(e <= tol_for(ht), "%s acc %d: masked dx off by %.3g", dtype_name(ht), acc, e);
+			CHECK_LE(rel_err_norm_f32(down(g, d_dg, c), dgamma, c), 1e-5);
+		}
+	/* what it refuses: dz over x, y or dx */
+	CHECK(bn_bwd_out_masked_cuda(g->ctx, a, d_x, d_y, d_dy, d_dx, d_gamma, d_mean, d_invstd, d_dx, 0, d_dg,
+				     d_db) == GP_EINVAL);
+	gp_error_clear();
+}
+
 /* x: x_scale times random values about x_shift */
 static void check_bn16(struct gpu *g, enum gp_dtype ht, const struct bn_args *args, enum bn_fuse op,
 		       double x_scale, double x_shift)
@@ -126,8 +191,10 @@ static void check_bn16(struct gpu *g, enum gp_dtype ht, const struct bn_args *ar
 	if (act)
 		CHECK_MSG(zeros > nx / 20 && (!six || capped > nx / 100), "op %d: %zu zeros, %zu at 6 of %zu", op,
 			  zeros, capped, nx);
-	if (add) /* its backward runs as the separate ops */
+	if (add) { /* its backward: the batch norm's, masked by the ReLU's output */
+		check_out_masked(g, ht, &a, d_x, d_y, d_dy, d_gamma, d_mean, d_invstd, dx0, x, dy, gy, gamma, gm, gi);
 		goto out;
+	}
 
 	float *t = host_f(g, nx), *dgamma = host_f(g, c), *dbeta = host_f(g, c);
 	for (size_t i = 0; i < nx; i++)

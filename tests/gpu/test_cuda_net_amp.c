@@ -400,6 +400,75 @@ TEST(cuda_amp_own_bn16_as_close_as_cudnn)
 	check_fused_bn("resnet50", 1, BN16_OWN, RELU6_FOLD_AUTO);
 }
 
+/* A residual block's last batch norm (the add's input last in forward order) applies the
+ * mask of the ReLU after the add in its backward where the own 16-bit kernels run it
+ * (bn_bwd_out_masked_cuda): the ReLU's pass over the block's output gradient goes.
+ * Against that pass (tuning.test.bn_out_mask = 0) on the same weights and batch, with
+ * the same convolution algorithms (cuDNN's heuristic, deterministic ones; the own
+ * products and stem kernels wherever they take a shape): the masked gradient is the
+ * same bits, so the loss, every gradient after one step and every parameter after two
+ * more must be equal bit for bit. want: the ReLUs masked so (resnet50 16 blocks, resnet18
+ * 8); none without the own kernels (cudnn). */
+static void check_out_mask(const char *model, enum precision prec, int bn16, int want)
+{
+	const int size = 64, batch = 8, classes = 10;
+	struct net *a = build(model, size, batch, classes), *b = build(model, size, batch, classes);
+	float *ga = NULL, *gb = NULL;
+	if (!a || !b)
+		goto out;
+	a->tuning.bn16 = b->tuning.bn16 = bn16;
+	b->tuning.test.bn_out_mask = 0;
+	a->conv_policy.deterministic = b->conv_policy.deterministic = 1;
+	a->conv_policy.heuristic = b->conv_policy.heuristic = 1;
+	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, prec), rc_b = net_setup(b, BACKEND_CUDA, GP_F32, prec);
+	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
+	if (rc_a || rc_b)
+		goto out;
+	int masked = 0, other = 0;
+	for (int i = 0; i < a->n_nodes; i++) {
+		masked += a->scratch[i].out_last > 0;
+		other += b->scratch[i].out_last > 0;
+		if (a->scratch[i].out_last > 0) /* the ReLU's output lives until then */
+			CHECK(a->tensors[plan_tensor_root(a, a->nodes[i].t_y)].last_step >= a->scratch[i].out_last);
+	}
+	CHECK_MSG(masked == want && other == 0, "%s %s bn16 %d: %d ReLU masks in batch norms (want %d), %d with "
+		  "the switch off", model, train_precision_name(prec), bn16, masked, want, other);
+	same_batch(a, b, batch, size, classes, 17);
+	double la = 0, lb = 0;
+	size_t np = a->params_count;
+	ga = malloc(np * sizeof(float));
+	gb = malloc(np * sizeof(float));
+	CHECK(ga && gb);
+	if (!ga || !gb)
+		goto out;
+	CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
+	CHECK(net_forward(b, 1) == 0 && net_loss(b, &lb, NULL) == 0 && net_backward(b) == 0);
+	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
+	CHECK_MSG(la == lb && !memcmp(ga, gb, np * sizeof(float)),
+		  "%s %s: loss %.9g against %.9g, gradients %.3g apart", model, train_precision_name(prec), la, lb,
+		  dist(ga, gb, np));
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int s = 0; s < 2; s++)
+		CHECK(net_train_step(a, &sgd, NULL, NULL) == 0 && net_train_step(b, &sgd, NULL, NULL) == 0);
+	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+	CHECK_MSG(!memcmp(a->host_params, b->host_params, np * sizeof(float)),
+		  "%s %s: parameters %.3g apart after 3 steps", model, train_precision_name(prec),
+		  dist(a->host_params, b->host_params, np));
+out:
+	free(ga);
+	free(gb);
+	net_free(a);
+	net_free(b);
+}
+
+TEST(cuda_amp_block_relu_mask_in_the_batch_norm_changes_no_bit)
+{
+	NEED_GPU();
+	check_out_mask("resnet50", PREC_BF16, BN16_OWN, 16);
+	check_out_mask("resnet18", PREC_FP16, BN16_OWN, 8);
+	check_out_mask("resnet18", PREC_BF16, BN16_CUDNN, 0);
+}
+
 /* The set-up's plan frees what the prediction without a device (gpuperf info's,
  * net_plan_predict) says it will: ResNet's stem ReLU output, read by nothing but the max
  * pool in forward, once its batch norm is big enough for auto's rule (batch 24 at 224:

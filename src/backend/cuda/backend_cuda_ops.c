@@ -202,6 +202,7 @@ static int conv_wgrad(struct net *net, int i, const struct conv_call *call, cons
 }
 
 static int backward_node(struct net *net, int i);
+static int out_masked_by(struct net *net, int r);
 
 /* A node's backward, then the all-reduce of the gradient buckets it completes. */
 int cuda_backward_node(struct net *net, int i)
@@ -263,11 +264,19 @@ static int backward_node(struct net *net, int i)
 						      param_ptr(net, nd, 1), stats, stats + nd->a.bn.c, dx, acc,
 						      pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1), rsv_ptr(net, i),
 						      rsv_bytes(net, i));
+		int r = nd->last_consumer >= 0 ? net->nodes[nd->last_consumer].last_consumer : -1;
+		if (r >= 0 && out_masked_by(net, r) == i) /* dy: the ReLU's, unmasked; dz: in place */
+			return bn_bwd_out_masked_cuda(ctx, &nd->a.bn, x, act_ptr_bwd(net, r), grad_ptr(net, r),
+						      grad_ptr(net, r), param_ptr(net, nd, 0), stats,
+						      stats + nd->a.bn.c, dx, acc, pgrad_ptr(net, nd, 0),
+						      pgrad_ptr(net, nd, 1));
 		return bn_bwd_cuda(ctx, &nd->a.bn, x, dy, param_ptr(net, nd, 0), stats, stats + nd->a.bn.c, dx,
 				   acc, pgrad_ptr(net, nd, 0), pgrad_ptr(net, nd, 1));
 	}
 	case OP_RELU:
 		if (fuse_role(net, i) == FUSE_RELU_DONE) /* the batch norm's backward masks */
+			return 0;
+		if (out_masked_by(net, i) >= 0) /* the batch norm before the add masks */
 			return 0;
 		return dx ? relu_bwd_cuda(s, dt, count, act_ptr_bwd(net, i), dy, dx, acc) : 0;
 	case OP_RELU6:
@@ -342,6 +351,69 @@ static void mark_spare(struct net *net, const struct cuda_ctx *ctx, int i, int c
 	a->act_out_spare = reqs[c].out_unread;
 }
 
+/* The batch norm whose backward applies the mask of ReLU r after a residual add (the
+ * add's input last in forward order, whose backward runs first), or -1. The add's
+ * gradient is one buffer with its inputs' where the plan shares them (share_add_grads,
+ * out_mask_shared): the batch norm's backward writes the masked gradient there in
+ * place of the ReLU's own pass (bn_bwd_out_masked_cuda), before any other reader. So:
+ * the ReLU right after the add, the batch norm right before it, nothing between that
+ * reads the buffer; the own 16-bit kernels for that batch norm; not under recompute,
+ * whose ReLU outputs live only until the ReLU's backward. From settings alone (plan
+ * marks, the plan and every backward step decide the same). */
+static int out_mask_bn(const struct net *net, const struct cuda_ctx *ctx, int r)
+{
+	const struct node *rn = &net->nodes[r];
+	if (!net->tuning.test.bn_fuse || !net->tuning.test.bn_out_mask || net->sync_bn || net->recompute ||
+	    rn->op != OP_RELU || rn->n_in != 1 || rn->in[0] != r - 1 || !relu_over(net, r, r - 1))
+		return -1;
+	const struct node *add = &net->nodes[r - 1];
+	if (add->op != OP_ADD || add->in[0] == add->in[1])
+		return -1;
+	int k = add->in[0] > add->in[1] ? add->in[0] : add->in[1];
+	const struct node *bn = &net->nodes[k];
+	if (k != r - 2 || bn->op != OP_BATCHNORM2D || bn->consumers != 1 || !node_has_grad(net, k) ||
+	    !bn_bwd_out_masks_cuda(ctx, &bn->a.bn))
+		return -1;
+	return k;
+}
+
+/* Whether the add before ReLU r and its inputs with a gradient have one gradient
+ * buffer, the ReLU's (the plan made them share it). */
+static int out_mask_shared(const struct net *net, int r)
+{
+	const struct node *rn = &net->nodes[r], *add = &net->nodes[rn->in[0]];
+	if (rn->t_dy < 0 || add->t_dy < 0)
+		return 0;
+	int root = plan_tensor_root(net, rn->t_dy);
+	if (plan_tensor_root(net, add->t_dy) != root)
+		return 0;
+	for (int k = 0; k < 2; k++) {
+		int t = net->nodes[add->in[k]].t_dy;
+		if (t >= 0 && plan_tensor_root(net, t) != root)
+			return 0;
+	}
+	return 1;
+}
+
+/* ReLU r whose mask batch norm k applies in its backward (out_mask_bn), the gradients
+ * shared as planned: at step 2n - k, r's output is still read. */
+static int out_masked_by(struct net *net, int r)
+{
+	int k = out_mask_bn(net, net->bk->ctx, r);
+	return k >= 0 && out_mask_shared(net, r) ? k : -1;
+}
+
+/* Mark the ReLU outputs that a batch norm's backward reads (out_mask_bn): they live
+ * until then (struct scratch_req's out_last). */
+static void mark_out_mask(struct net *net, const struct cuda_ctx *ctx, struct scratch_req *reqs)
+{
+	int n = net->n_nodes;
+	for (int r = 0; r < n; r++) {
+		int k = out_mask_bn(net, ctx, r);
+		reqs[r].out_last = k >= 0 ? 2 * n - k : 0;
+	}
+}
+
 /* No batch norm told its activation's output is spare (before a plan decides again). */
 static void spare_clear(struct net *net)
 {
@@ -353,6 +425,7 @@ static void spare_clear(struct net *net)
 void cuda_mark_spare_outputs(struct net *net, const struct cuda_ctx *ctx, struct scratch_req *reqs)
 {
 	spare_clear(net);
+	mark_out_mask(net, ctx, reqs);
 	if (!net->tuning.test.bn_fuse || net->sync_bn)
 		return;
 	for (int i = 0; i < net->n_nodes; i++) {
@@ -389,6 +462,7 @@ int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 	/* bn_fuse_plan_cuda declines what has no fused form; synchronized batch norm has its
 	 * own kernels */
 	spare_clear(net);
+	mark_out_mask(net, b->ctx, reqs);
 	if (!net->tuning.test.bn_fuse || net->sync_bn)
 		return 0;
 	int n = net->n_nodes;

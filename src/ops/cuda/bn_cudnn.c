@@ -223,6 +223,24 @@ int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, co
 	return 0;
 }
 
+int bn_bwd_out_masks_cuda(const struct cuda_ctx *ctx, const struct bn_args *a)
+{
+	return bn_own16(ctx, a, BN_FUSE_NONE);
+}
+
+int bn_bwd_out_masked_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *y,
+			   const void *dy, void *dz, const float *gamma, const float *save_mean,
+			   const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta)
+{
+	void *scratch = NULL;
+	if (!bn_own16(ctx, a, BN_FUSE_NONE))
+		return gp_error(GP_EUNSUPPORTED, "batch norm of %dx%dx%dx%d: its backward takes no ReLU mask "
+				"from the output on cuDNN (bn_bwd_out_masks_cuda)", a->n, a->c, a->h, a->w);
+	GP_TRY(bn16_scratch(ctx, a, &scratch));
+	return bn16_bwd_out_masked_cuda(ctx->stream, ctx->act_dtype, a, x, y, dy, dz, gamma, save_mean, save_invstd,
+					dx, accumulate, dgamma, dbeta, scratch);
+}
+
 /* --- fused batch norm + (add +) ReLU: the Ex calls' other op sets --------------------- */
 
 static cudnnBatchNormOps_t bn_ops(enum bn_fuse op)

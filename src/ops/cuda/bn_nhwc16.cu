@@ -2,6 +2,8 @@
  * or ReLU6 after it and, forward, with a residual add before that activation:
  *   forward  y  = act(bn(x) (+ z))          (batch statistics, running update)
  *   backward dx = bn'(x)^T (dy * act'(bn(x)))  (the mask recomputed from x)
+ * and, for a residual block's last batch norm, the backward of the ReLU after the add
+ * from that ReLU's output y: dz = dy * (y > 0) written for the add, dx = bn'(x)^T dz.
  * cuDNN's NHWC batch norm fuses ReLU but not ReLU6 (MobileNetV2's activation then
  * costs a pass forward and another backward), and on MobileNetV2's small channel
  * counts over large planes its persistent kernels are far from the memory bound
@@ -42,10 +44,16 @@ extern "C" {
 #define BN16_SLICES 512
 #define BN16_TARGET_BLOCKS 1024
 /* Rows loaded before any is summed, so that several 16-byte loads are in flight: four
- * of x for the statistics, two of x and two of dy in backward (four would take 180
- * registers, one block a multiprocessor). */
+ * of x for the statistics, two of x and two of dy in backward (and two of the ReLU's
+ * output where the reduce masks with it; four would take 180 registers, one block a
+ * multiprocessor). */
 #define BN16_UNROLL_STATS 4
 #define BN16_UNROLL_BWD 2
+/* Blocks a multiprocessor the passes that sum (statistics, backward reduce) are
+ * compiled for: at most 65536 / (BLOCK x this) registers a thread. Three (80
+ * registers) spill in the reduce and made resnet50 bf16 6% slower; two with the double
+ * sums in shared memory run the reduce 15% faster than with them in registers (s25). */
+#define BN16_REDUCE_BLOCKS 2
 /* dx chunks (of 8 channels) a thread loads before it computes any */
 #define BN16_DX_CHUNKS 2
 /* Iterations ahead that each pass asks L2 for its next rows (chunks): loads in flight
@@ -111,23 +119,34 @@ static bn16_grid bn16_grid_for(size_t rows, int c, unsigned target)
 	return g;
 }
 
-/* Sums of 8 channels: float for 32 rows at a time, then moved into double. */
+/* Sums of 8 channels: float for 32 rows at a time in registers, then moved into the
+ * thread's double sums, which live in the block's shared memory (sh: 2 x VEC x BLOCK
+ * doubles, element e of sum j of thread t at sh[(j * VEC + e) * BLOCK + t], consecutive
+ * threads in consecutive words): 32 registers fewer than doubles in registers, which
+ * held the passes at two blocks a multiprocessor (s25). */
 struct sums8 {
 	float f1[VEC], f2[VEC];
-	double d1[VEC], d2[VEC];
+	double *d;
 	int k;
-	__device__ sums8() : k(0)
+	__device__ sums8(double *sh) : d(sh + threadIdx.y * blockDim.x + threadIdx.x), k(0)
 	{
 #pragma unroll
 		for (int e = 0; e < VEC; e++) {
 			f1[e] = f2[e] = 0.0f;
-			d1[e] = d2[e] = 0.0;
+			d[e * BLOCK] = d[(VEC + e) * BLOCK] = 0.0;
 		}
 	}
 	__device__ void add(int e, float a, float b)
 	{
 		f1[e] += a;
 		f2[e] += b;
+	}
+	/* sums of g and g * x, the product rounded before the add (never an FMA): the
+	 * same bits whichever way g was found */
+	__device__ void add_prod(int e, float g, float x)
+	{
+		f1[e] += g;
+		f2[e] += __fmul_rn(g, x);
 	}
 	__device__ void step()
 	{
@@ -140,24 +159,19 @@ struct sums8 {
 	{
 #pragma unroll
 		for (int e = 0; e < VEC; e++) {
-			d1[e] += f1[e];
-			d2[e] += f2[e];
+			d[e * BLOCK] += f1[e];
+			d[(VEC + e) * BLOCK] += f2[e];
 			f1[e] = f2[e] = 0.0f;
 		}
 	}
 };
 
 /* The block's sums combined over its ry rows of threads, in row order, into
- * partial[(ch * slices + slice) * 2 + {0, 1}]. sh: shared, 2 x BLOCK x VEC doubles. */
+ * partial[(ch * slices + slice) * 2 + {0, 1}]. sh: the sums' shared memory. */
 __device__ static void bn16_block_combine(sums8 &s, int c, int slices, double *sh, double *partial)
 {
 	int cx = blockDim.x, ry = blockDim.y, t = threadIdx.y * cx + threadIdx.x;
 	s.flush();
-#pragma unroll
-	for (int e = 0; e < VEC; e++) {
-		sh[(size_t)t * VEC + e] = s.d1[e];
-		sh[(size_t)(BLOCK + t) * VEC + e] = s.d2[e];
-	}
 	__syncthreads();
 	/* one thread per (channel of the block, sum): cx * VEC * 2 values */
 	int block_threads = cx * ry;
@@ -168,7 +182,7 @@ __device__ static void bn16_block_combine(sums8 &s, int c, int slices, double *s
 			continue;
 		double acc = 0.0;
 		for (int y = 0; y < ry; y++)
-			acc += sh[(size_t)(which * BLOCK + y * cx + tx) * VEC + e];
+			acc += sh[(size_t)(which * VEC + e) * BLOCK + y * cx + tx];
 		partial[((size_t)ch * slices + blockIdx.y) * 2 + which] = acc;
 	}
 }
@@ -193,14 +207,16 @@ __device__ static inline void bn16_slice(size_t rows, int slices, size_t *r0, si
 	*r1 = *r0 + per < rows ? *r0 + per : rows;
 }
 
-/* Walks this thread's rows of the block's slice for channel group cg: U rows of a (and
- * of b, with TWO) are loaded before any is used, then f(a_row, b_row) for each, as the
- * 16-bit packs they are (widened where used: fewer registers than U x 8 floats). */
-template <int U, bool TWO, typename T, typename F>
+/* Walks this thread's rows of the block's slice for channel group cg: U rows of each of
+ * the NA arrays a, b, c (1 to 3) are loaded before any is used, then f(a_row, b_row,
+ * c_row, k) for each, as the 16-bit packs they are (widened where used: fewer registers
+ * than U x 8 floats), k being the row's pack index (for a store at the same place). */
+template <int U, int NA, typename T, typename F>
 __device__ static inline void bn16_walk(size_t rows, int slices, int groups, int cg, const T *__restrict__ a,
-					const T *__restrict__ b, F f)
+					const T *b, const T *c, F f)
 {
 	const pack<T> *pa = reinterpret_cast<const pack<T> *>(a), *pb = reinterpret_cast<const pack<T> *>(b);
+	const pack<T> *pc = reinterpret_cast<const pack<T> *>(c);
 	size_t r0, r1;
 	bn16_slice(rows, slices, &r0, &r1);
 	for (size_t r = r0 + threadIdx.y; r < r1; r += (size_t)blockDim.y * U) {
@@ -211,25 +227,31 @@ __device__ static inline void bn16_walk(size_t rows, int slices, int groups, int
 				size_t ru = rp + (size_t)u * blockDim.y;
 				if (ru < r1) {
 					prefetch_l2(&pa[ru * groups + cg]);
-					if constexpr (TWO)
+					if constexpr (NA > 1)
 						prefetch_l2(&pb[ru * groups + cg]);
+					if constexpr (NA > 2)
+						prefetch_l2(&pc[ru * groups + cg]);
 				}
 			}
 		}
-		pack<T> va[U], vb[TWO ? U : 1];
+		pack<T> va[U], vb[NA > 1 ? U : 1], vc[NA > 2 ? U : 1];
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			size_t ru = r + (size_t)u * blockDim.y;
 			if (ru < r1) {
 				va[u] = pa[ru * groups + cg];
-				if constexpr (TWO)
+				if constexpr (NA > 1)
 					vb[u] = pb[ru * groups + cg];
+				if constexpr (NA > 2)
+					vc[u] = pc[ru * groups + cg];
 			}
 		}
 #pragma unroll
-		for (int u = 0; u < U; u++)
-			if (r + (size_t)u * blockDim.y < r1)
-				f(va[u], vb[TWO ? u : 0]);
+		for (int u = 0; u < U; u++) {
+			size_t ru = r + (size_t)u * blockDim.y;
+			if (ru < r1)
+				f(va[u], vb[NA > 1 ? u : 0], vc[NA > 2 ? u : 0], ru * groups + cg);
+		}
 	}
 }
 
@@ -237,16 +259,16 @@ __device__ static inline void bn16_walk(size_t rows, int slices, int groups, int
  * channel's first element: sums about a value inside the data's range keep the
  * variance from cancelling. */
 template <typename T>
-__global__ static void bn16_stats_kernel(size_t rows, int c, int slices, const T *x, double *partial)
+__global__ static void __launch_bounds__(BLOCK, BN16_REDUCE_BLOCKS) bn16_stats_kernel(size_t rows, int c, int slices, const T *x, double *partial)
 {
 	__shared__ double sh[2 * BLOCK * VEC];
 	int groups = c / VEC, cg = blockIdx.x * blockDim.x + threadIdx.x;
-	sums8 s;
+	sums8 s(sh);
 	if (cg < groups) {
 		float shift[VEC];
 		load8<true>(x, (size_t)cg, shift);
-		bn16_walk<BN16_UNROLL_STATS, false>(rows, slices, groups, cg, x, x,
-						    [&](const pack<T> &v, const pack<T> &) {
+		bn16_walk<BN16_UNROLL_STATS, 1>(rows, slices, groups, cg, x, x, x,
+						[&](const pack<T> &v, const pack<T> &, const pack<T> &, size_t) {
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
 				float d = to_f(v.v[e]) - shift[e];
@@ -301,36 +323,59 @@ __global__ static void bn16_stats_final_kernel(int c, int slices, double m, doub
 	}
 }
 
+/* What the backward reduce masks dy with (a template argument, so that each form
+ * holds only the registers it needs): nothing; the activation after the batch norm,
+ * from x (bn16_mask); or the ReLU after a residual add that the batch norm feeds, from
+ * that ReLU's output. */
+enum bn16_bwd_mask { BN16_MASK_NONE, BN16_MASK_ACT, BN16_MASK_OUT };
+
 /* partial = { sum g, sum g * xhat } per channel and slice, g = dy where the activation
- * passes. */
-template <typename T>
-__global__ static void __launch_bounds__(BLOCK, 2) bn16_bwd_reduce_kernel(size_t rows, int c, int slices, int act, float lo, float hi, const T *x,
-					      const T *dy, const float *gamma, const float *beta,
-					      const float *mean, const float *invstd, double *partial)
+ * passes. BN16_MASK_OUT: g = dy where the ReLU after the add passes it: at y > 0 (and
+ * below infinity) on that ReLU's 16-bit output y, the unfused ReLU backward's test
+ * (eltwise.cu); g is also written to dz (which may be dy itself: each element is read
+ * and written by one thread), the gradient the add hands on, the same bits as that
+ * ReLU's backward pass would have written. */
+template <typename T, int MASK>
+__global__ static void __launch_bounds__(BLOCK, BN16_REDUCE_BLOCKS)
+	bn16_bwd_reduce_kernel(size_t rows, int c, int slices, float lo, float hi, const T *x, const T *dy,
+			       const T *y, T *dz, const float *gamma, const float *beta, const float *mean,
+			       const float *invstd, double *partial)
 {
 	__shared__ double sh[2 * BLOCK * VEC];
 	int groups = c / VEC, cg = blockIdx.x * blockDim.x + threadIdx.x;
-	sums8 s;
+	sums8 s(sh);
 	if (cg < groups) {
-		float mu[VEC], is[VEC], ga[VEC], be[VEC];
+		float mu[VEC], is[VEC], ga[MASK == BN16_MASK_ACT ? VEC : 1], be[MASK == BN16_MASK_ACT ? VEC : 1];
 #pragma unroll
 		for (int e = 0; e < VEC; e++) {
 			int ch = cg * VEC + e;
 			mu[e] = mean[ch];
 			is[e] = invstd[ch];
-			ga[e] = gamma[ch];
-			be[e] = act ? beta[ch] : 0.0f; /* beta only decides the mask */
-		}
-		bn16_walk<BN16_UNROLL_BWD, true>(rows, slices, groups, cg, x, dy,
-						 [&](const pack<T> &v, const pack<T> &d) {
-#pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				float xv = to_f(v.v[e]), xh = bn16_xhat(xv, mu[e], is[e]);
-				float g = bn16_mask(xv, mu[e], is[e], ga[e], be[e], act, lo, hi) ? to_f(d.v[e]) : 0.0f;
-				s.add(e, g, g * xh);
+			if constexpr (MASK == BN16_MASK_ACT) { /* the mask's pre-activation */
+				ga[e] = gamma[ch];
+				be[e] = beta[ch];
 			}
-			s.step();
-		});
+		}
+		bn16_walk<BN16_UNROLL_BWD, MASK == BN16_MASK_OUT ? 3 : 2>(
+			rows, slices, groups, cg, x, dy, y,
+			[&](const pack<T> &v, const pack<T> &d, const pack<T> &o, size_t k) {
+				float gs[VEC];
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					float xv = to_f(v.v[e]), xh = bn16_xhat(xv, mu[e], is[e]), g = to_f(d.v[e]);
+					if constexpr (MASK == BN16_MASK_OUT) {
+						float yv = to_f(o.v[e]);
+						g = yv > 0.0f && yv < INFINITY ? g : 0.0f;
+						gs[e] = g;
+					} else if constexpr (MASK == BN16_MASK_ACT) {
+						g = bn16_mask(xv, mu[e], is[e], ga[e], be[e], 1, lo, hi) ? g : 0.0f;
+					}
+					s.add_prod(e, g, xh);
+				}
+				if constexpr (MASK == BN16_MASK_OUT)
+					store8<true>(dz, k, gs);
+				s.step();
+			});
 	}
 	bn16_block_combine(s, c, slices, sh, partial);
 }
@@ -479,19 +524,33 @@ extern "C" int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struc
 
 template <typename T>
 static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act act, const void *x,
-		      const void *dy, const float *gamma, const float *beta, const float *save_mean,
-		      const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta,
-		      void *scratch)
+		      const void *dy, const void *y, void *dz, const float *gamma, const float *beta,
+		      const float *save_mean, const float *save_invstd, void *dx, int accumulate, float *dgamma,
+		      float *dbeta, void *scratch)
 {
 	size_t rows = (size_t)a->n * a->h * a->w, chunks = rows * (size_t)a->c / VEC;
 	float lo, hi;
 	int on = act_of<T>(act, &lo, &hi);
-	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T>>(BN16_TARGET_BLOCKS));
 	double *partial = (double *)scratch;
 	float *coef = (float *)(partial + (size_t)bn16_slices_cap(a->c) * 2 * a->c);
-	bn16_bwd_reduce_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, on, lo, hi, (const T *)x,
-							     (const T *)dy, gamma, beta, save_mean,
-							     save_invstd, partial);
+	bn16_grid g;
+	if (y) {
+		g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T, BN16_MASK_OUT>>(BN16_TARGET_BLOCKS));
+		bn16_bwd_reduce_kernel<T, BN16_MASK_OUT><<<g.grid, g.block, 0, s>>>(
+			rows, a->c, g.slices, lo, hi, (const T *)x, (const T *)dy, (const T *)y, (T *)dz, gamma, beta,
+			save_mean, save_invstd, partial);
+		dy = dz; /* what the activation passed */
+	} else if (on) {
+		g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T, BN16_MASK_ACT>>(BN16_TARGET_BLOCKS));
+		bn16_bwd_reduce_kernel<T, BN16_MASK_ACT><<<g.grid, g.block, 0, s>>>(
+			rows, a->c, g.slices, lo, hi, (const T *)x, (const T *)dy, NULL, NULL, gamma, beta, save_mean,
+			save_invstd, partial);
+	} else {
+		g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T, BN16_MASK_NONE>>(BN16_TARGET_BLOCKS));
+		bn16_bwd_reduce_kernel<T, BN16_MASK_NONE><<<g.grid, g.block, 0, s>>>(
+			rows, a->c, g.slices, lo, hi, (const T *)x, (const T *)dy, NULL, NULL, gamma, beta, save_mean,
+			save_invstd, partial);
+	}
 	CUDA_CHECK_LAUNCH();
 	bn16_bwd_final_kernel<<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, partial, coef,
 							       dgamma, dbeta);
@@ -501,9 +560,9 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	if ((unsigned)g.groups > blocks * BLOCK)
 		return gp_error(GP_EINVAL, "16-bit NHWC batch norm of %d channels: too many for one pass",
 				a->c);
-	bn16_bwd_dx_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)g.groups, on, lo, hi, (const T *)x,
-						       (const T *)dy, gamma, beta, save_mean, save_invstd,
-						       coef, (T *)dx, accumulate);
+	bn16_bwd_dx_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)g.groups, y ? 0 : on, lo, hi,
+						       (const T *)x, (const T *)dy, gamma, beta, save_mean,
+						       save_invstd, coef, (T *)dx, accumulate);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }
@@ -518,8 +577,24 @@ extern "C" int bn16_bwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_a
 	if (act != BN_APPLY_LINEAR && !beta)
 		return gp_error(GP_EINVAL, "batch norm backward with an activation needs beta (the mask)");
 	GP_TRY(bn16_check(a, x, dy, dx));
-	return DISPATCH_H(dt, bn16_bwd_t, s, a, act, x, dy, gamma, beta, save_mean, save_invstd, dx, accumulate,
-			  dgamma, dbeta, scratch);
+	return DISPATCH_H(dt, bn16_bwd_t, s, a, act, x, dy, NULL, NULL, gamma, beta, save_mean, save_invstd, dx,
+			  accumulate, dgamma, dbeta, scratch);
+}
+
+extern "C" int bn16_bwd_out_masked_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
+					const void *y, const void *dy, void *dz, const float *gamma,
+					const float *save_mean, const float *save_invstd, void *dx, int accumulate,
+					float *dgamma, float *dbeta, void *scratch)
+{
+	if (!a->n || !a->c || !a->h || !a->w)
+		return 0;
+	GP_TRY(bn16_check(a, x, dy, dx));
+	GP_TRY(bn16_check(a, y, dz, dz));
+	if (dz == dx || dz == x || dz == y)
+		return gp_error(GP_EINVAL, "16-bit batch norm backward masked by the output: dz may be dy, "
+				"never x, y or dx");
+	return DISPATCH_H(dt, bn16_bwd_t, s, a, BN_APPLY_LINEAR, x, dy, y, dz, gamma, (const float *)NULL,
+			  save_mean, save_invstd, dx, accumulate, dgamma, dbeta, scratch);
 }
 
 /* --- test hook: the mask's bounds against the rounded form, over every float ------- */

@@ -328,6 +328,14 @@ int bn16_bwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, enu
 		  const void *x, const void *dy, const float *gamma, const float *beta,
 		  const float *save_mean, const float *save_invstd, void *dx, int accumulate,
 		  float *dgamma, float *dbeta, void *scratch);
+/* The backward of batch norm b in y = relu(b(x) + z), where the ReLU's backward has not
+ * run: g = dy where y > 0 (the unfused ReLU backward's test on the 16-bit output y) is
+ * written to dz, the add's gradient for both its inputs (dz may be dy: in place), and
+ * dx is b's backward of g. Saves the ReLU backward's pass: read dy and y, write dz. */
+int bn16_bwd_out_masked_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
+			     const void *y, const void *dy, void *dz, const float *gamma,
+			     const float *save_mean, const float *save_invstd, void *dx, int accumulate,
+			     float *dgamma, float *dbeta, void *scratch);
 
 /* Grow (never shrink) the shared workspace to at least bytes (whole 2 MiB pages);
  * synchronizes the device when it grows. */
@@ -372,6 +380,13 @@ int bn_fwd_eval_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *
 int bn_bwd_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *dy,
 		const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
 		int accumulate, float *dgamma, float *dbeta);
+/* Whether a's backward can apply the mask of a ReLU after a residual add that a feeds
+ * (the own 16-bit kernels: bn16_bwd_out_masked_cuda); then bn_bwd_out_masked_cuda is
+ * bn_bwd_cuda on g = (y > 0 ? dy : 0), g written to dz (which may be dy). */
+int bn_bwd_out_masks_cuda(const struct cuda_ctx *ctx, const struct bn_args *a);
+int bn_bwd_out_masked_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *y,
+			   const void *dy, void *dz, const float *gamma, const float *save_mean,
+			   const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta);
 
 /* Fused batch norm: y = relu(bn(x)), relu6(bn(x)) or relu(bn(x) + z), as the ReLU
  * (ReLU6) and add nodes that follow a batch norm would compute them, in one pass:
