@@ -266,9 +266,7 @@ TEST(memory_plan_places_conv_workspaces)
  * writes meanwhile lands on them. */
 static int root_last(const struct net *net, int t)
 {
-	while (net->tensors[t].alias_of >= 0)
-		t = net->tensors[t].alias_of;
-	return net->tensors[t].last_step;
+	return net->tensors[plan_tensor_root(net, t)].last_step;
 }
 
 TEST(memory_plan_keeps_side_stream_wgrad_inputs_alive)
@@ -534,9 +532,7 @@ TEST(memory_plan_frees_the_stem_relu_output_the_own_batch_norm_never_reads)
 		const struct node *r = at >= 0 ? &net->nodes[at] : NULL;
 		enum op_type after = r ? net->nodes[r->last_consumer].op : OP_COUNT;
 		if (r) {
-			int root = r->t_y;
-			while (net->tensors[root].alias_of >= 0)
-				root = net->tensors[root].alias_of;
+			int root = plan_tensor_root(net, r->t_y);
 			CHECK(net->nodes[r->in[0]].op == OP_BATCHNORM2D);
 			CHECK(after == OP_MAXPOOL2D || after == OP_AVGPOOL_GLOBAL);
 			CHECK_EQ_INT(net->tensors[root].last_step, r->last_consumer);

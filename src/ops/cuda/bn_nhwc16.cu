@@ -522,6 +522,19 @@ extern "C" int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struc
 			     act, y);
 }
 
+/* The backward reduce in its MASK form (y and dz read only by BN16_MASK_OUT), in one
+ * wave of its own blocks: the grid it ran. */
+template <typename T, int MASK>
+static bn16_grid bn16_reduce_launch(cudaStream_t s, size_t rows, int c, float lo, float hi, const T *x, const T *dy,
+				    const T *y, T *dz, const float *gamma, const float *beta, const float *mean,
+				    const float *invstd, double *partial)
+{
+	bn16_grid g = bn16_grid_for(rows, c, resident_blocks<bn16_bwd_reduce_kernel<T, MASK>>(BN16_TARGET_BLOCKS));
+	bn16_bwd_reduce_kernel<T, MASK><<<g.grid, g.block, 0, s>>>(rows, c, g.slices, lo, hi, x, dy, y, dz, gamma, beta,
+								    mean, invstd, partial);
+	return g;
+}
+
 template <typename T>
 static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act act, const void *x,
 		      const void *dy, const void *y, void *dz, const float *gamma, const float *beta,
@@ -533,25 +546,13 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	int on = act_of<T>(act, &lo, &hi);
 	double *partial = (double *)scratch;
 	float *coef = (float *)(partial + (size_t)bn16_slices_cap(a->c) * 2 * a->c);
-	bn16_grid g;
-	if (y) {
-		g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T, BN16_MASK_OUT>>(BN16_TARGET_BLOCKS));
-		bn16_bwd_reduce_kernel<T, BN16_MASK_OUT><<<g.grid, g.block, 0, s>>>(
-			rows, a->c, g.slices, lo, hi, (const T *)x, (const T *)dy, (const T *)y, (T *)dz, gamma, beta,
-			save_mean, save_invstd, partial);
-		dy = dz; /* what the activation passed */
-	} else if (on) {
-		g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T, BN16_MASK_ACT>>(BN16_TARGET_BLOCKS));
-		bn16_bwd_reduce_kernel<T, BN16_MASK_ACT><<<g.grid, g.block, 0, s>>>(
-			rows, a->c, g.slices, lo, hi, (const T *)x, (const T *)dy, NULL, NULL, gamma, beta, save_mean,
-			save_invstd, partial);
-	} else {
-		g = bn16_grid_for(rows, a->c, resident_blocks<bn16_bwd_reduce_kernel<T, BN16_MASK_NONE>>(BN16_TARGET_BLOCKS));
-		bn16_bwd_reduce_kernel<T, BN16_MASK_NONE><<<g.grid, g.block, 0, s>>>(
-			rows, a->c, g.slices, lo, hi, (const T *)x, (const T *)dy, NULL, NULL, gamma, beta, save_mean,
-			save_invstd, partial);
-	}
+	auto reduce = y ? bn16_reduce_launch<T, BN16_MASK_OUT>
+			: on ? bn16_reduce_launch<T, BN16_MASK_ACT> : bn16_reduce_launch<T, BN16_MASK_NONE>;
+	bn16_grid g = reduce(s, rows, a->c, lo, hi, (const T *)x, (const T *)dy, (const T *)y, (T *)dz, gamma, beta,
+			     save_mean, save_invstd, partial);
 	CUDA_CHECK_LAUNCH();
+	if (y)
+		dy = dz; /* what the activation passed */
 	bn16_bwd_final_kernel<<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, partial, coef,
 							       dgamma, dbeta);
 	CUDA_CHECK_LAUNCH();
