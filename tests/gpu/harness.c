@@ -106,6 +106,15 @@ void get(struct gpu *g, void *h, const void *d, size_t bytes)
 		CHECK_OK(cuda_copy_d2h(g->ctx, h, d, bytes));
 }
 
+/* On the context's stream, after what is queued there (the poison of dev_bytes, the
+ * kernels): a plain device-to-device cudaMemcpy runs on the legacy stream, which a
+ * non-blocking stream does not wait for, and overtook a queued poison (s26-1). */
+void dev_copy(struct gpu *g, void *dst, const void *src, size_t bytes)
+{
+	if (dst && src)
+		CHECK_OK(CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->ctx->stream)));
+}
+
 float *dev_from(struct gpu *g, const float *h, size_t n)
 {
 	float *d = dev_f(g, n);

@@ -56,6 +56,8 @@ float *host_f(struct gpu *g, size_t n);
 float *host_rand(struct gpu *g, size_t n, double scale, double shift);
 void put(struct gpu *g, void *d, const void *h, size_t bytes);
 void get(struct gpu *g, void *h, const void *d, size_t bytes);
+/* Device to device, ordered with the context's stream. */
+void dev_copy(struct gpu *g, void *dst, const void *src, size_t bytes);
 float *dev_from(struct gpu *g, const float *h, size_t n);
 float *down(struct gpu *g, const float *d, size_t n);
 float *copy_f(struct gpu *g, const float *src, size_t n);

@@ -97,7 +97,7 @@ static void check_out_masked(struct gpu *g, enum gp_dtype ht, const struct bn_ar
 			CHECK_OK(bn_bwd_cuda(g->ctx, a, d_x, d_g, d_gamma, d_mean, d_invstd, d_dxr, acc, d_dgr, d_dbr));
 			poison(g, d_dz, bytes);
 			if (inplace)
-				CHECK(cudaMemcpy(d_dz, d_dy, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess);
+				dev_copy(g, d_dz, d_dy, bytes);
 			poison(g, d_dg, c * sizeof(float));
 			poison(g, d_db, c * sizeof(float));
 			CHECK_OK(bn_bwd_out_masked_cuda(g->ctx, a, d_x, d_y, inplace ? d_dz : d_dy, d_dz, d_gamma, d_mean,

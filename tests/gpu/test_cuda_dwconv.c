@@ -438,10 +438,9 @@ TEST(cuda_dwconv_relu6_folded)
 }
 
 /* n 16-bit values of |scale * u + shift| (u uniform in [-1, 1)) or scale * u + shift on
- * the device: a 1 Mi-element random block copied over the array. A device-to-device
- * cudaMemcpy does not wait for its copy, and the kernels run on the context's own
- * stream, so the device is synchronized before the array is handed out (without it the
- * weight gradients read NaN now and then, s19-9). */
+ * the device: a 1 Mi-element random block copied over the array, on the context's
+ * stream (dev_copy: a plain device-to-device cudaMemcpy is not ordered with it, and
+ * the weight gradients read NaN now and then, s19-9). */
 static void *dev_rand_big(struct gpu *g, enum gp_dtype ht, size_t n, double scale, double shift,
 			  int nonneg)
 {
@@ -455,11 +454,10 @@ static void *dev_rand_big(struct gpu *g, enum gp_dtype ht, size_t n, double scal
 	put_h(g, ht, d, h, m);
 	for (size_t done = m; done < n;) {
 		size_t k = done < n - done ? done : n - done;
-		if (cudaMemcpy(d + done * 2, d, k * 2, cudaMemcpyDeviceToDevice) != cudaSuccess)
-			return NULL;
+		dev_copy(g, d + done * 2, d, k * 2);
 		done += k;
 	}
-	return cudaDeviceSynchronize() == cudaSuccess ? d : NULL;
+	return test_failed() ? NULL : d;
 }
 
 /* Median ms of 7 samples of 3 back-to-back runs of direction dir (0 forward, 1 backward
