@@ -3,6 +3,7 @@
  * values, and their place in the convolution plan. The forward output is rounded once
  * from float sums (tol_for: 1e-2 bf16, 2e-3 fp16); the weight gradient is float sums of
  * the same products (1e-5). Without a device every test skips with the reason. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,14 +27,33 @@ static struct conv2d_args stem_args(int n, int c, int h, int w, int k, int kh, i
 
 /* Shapes: ResNet's stem on a small odd image (a last tile part full, every edge
  * padded), one channel into two groups of 64 filters, no padding, 7 channels and an
- * oblong window (112 columns, a part-used fragment). */
-static const int stem_cases[][9] = {
-	/* n, c, h, w, k, kh, kw, stride, pad */
-	{ 2, 3, 37, 37, 64, 7, 7, 2, 3 },
-	{ 3, 1, 20, 13, 128, 3, 3, 1, 1 },
-	{ 1, 4, 9, 11, 64, 5, 5, 2, 0 },
-	{ 2, 7, 10, 12, 64, 4, 4, 3, 2 },
+ * oblong window (112 columns, a part-used fragment): the forward builds columns. Then
+ * shapes whose rows are whole 16-byte chunks, which the forward reads as staged rows:
+ * ResNet's stem on 16 columns (4 copies, every window at an edge), on 288 (two tiles
+ * along an output row, the second part full), and one channel at stride 1 (8 copies).
+ * The last field: whether the forward stages rows. */
+static const int stem_cases[][10] = {
+	/* n, c, h, w, k, kh, kw, stride, pad, staged */
+	{ 2, 3, 37, 37, 64, 7, 7, 2, 3, 0 },
+	{ 3, 1, 20, 13, 128, 3, 3, 1, 1, 0 },
+	{ 1, 4, 9, 11, 64, 5, 5, 2, 0, 0 },
+	{ 2, 7, 10, 12, 64, 4, 4, 3, 2, 0 },
+	{ 2, 3, 20, 16, 64, 7, 7, 2, 3, 1 },
+	{ 1, 3, 16, 288, 64, 7, 7, 2, 3, 1 },
+	{ 3, 1, 9, 16, 128, 3, 3, 1, 1, 1 },
 };
+
+/* Forward outputs further from the CPU's float result than one 16-bit rounding and a
+ * float sum's error allow (2^-7 relative, 1e-3 absolute): a column read from the wrong
+ * place moves an element by about one product (0.2 here), which the norm over the
+ * whole output could hide. */
+static size_t stem_far(const float *got, const float *want, size_t n)
+{
+	size_t far = 0;
+	for (size_t i = 0; i < n; i++)
+		far += !(fabsf(got[i] - want[i]) <= fabsf(want[i]) / 128 + 1e-3f);
+	return far;
+}
 
 static float rel_err_dw(struct gpu *g, const float *d_dw, const float *want, size_t n)
 {
@@ -50,6 +70,7 @@ TEST(cuda_stem_conv_matches_cpu)
 			enum gp_dtype ht = HTS[t];
 			struct conv2d_args a = stem_args(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]);
 			CHECK_MSG(stem_conv_supported(ht, 1, &a), "%s case %zu not taken", dtype_name(ht), k);
+			CHECK_EQ_INT(stem_conv_fwd_staged(&a), s[9]);
 			int dev_mark = g.n_dev, host_mark = g.n_host;
 			int hw_in = a.h_in * a.w_in, hw_out = a.h_out * a.w_out, rs = a.kh * a.kw;
 			size_t nx = (size_t)a.n * a.c_in * hw_in, ny = (size_t)a.n * a.c_out * hw_out;
@@ -69,6 +90,8 @@ TEST(cuda_stem_conv_matches_cpu)
 			float *got = host_to_nchw(&g, down_h(&g, ht, d_y, ny), 4, a.n, a.c_out, hw_out);
 			double e = rel_err_norm_f32(got, y, ny);
 			CHECK_MSG(e <= tol_for(ht), "%s case %zu forward: relative error %.3g", dtype_name(ht), k, e);
+			CHECK_MSG(!stem_far(got, y, ny), "%s case %zu forward: %zu of %zu outputs off", dtype_name(ht), k,
+				  stem_far(got, y, ny), ny);
 
 			size_t floats = 0;
 			CHECK_OK(stem_conv_wgrad_scratch_floats(ht, &a, &floats));
@@ -101,6 +124,7 @@ TEST(cuda_stem_conv_refuses_what_it_does_not_take)
 {
 	struct conv2d_args a = stem_args(2, 3, 224, 224, 64, 7, 7, 2, 3);
 	CHECK(stem_conv_supported(GP_BF16, 1, &a));
+	CHECK(stem_conv_fwd_staged(&a)); /* ResNet's stem at 224: staged rows */
 	CHECK(stem_conv_supported(GP_F16, 1, &a));
 	CHECK(!stem_conv_supported(GP_F32, 0, &a));
 	CHECK(!stem_conv_supported(GP_BF16, 0, &a)); /* NCHW */

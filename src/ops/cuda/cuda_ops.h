@@ -216,6 +216,10 @@ void dwconv_set_tiled(int dirs);
 /* 1 when these kernels take a in type dt and layout nhwc: fp16 or bf16 NHWC, ungrouped,
  * 1..7 input channels, c_in * kh * kw <= 160, c_out a multiple of 64. */
 int stem_conv_supported(enum gp_dtype dt, int nhwc, const struct conv2d_args *a);
+/* Whether the forward of a supported shape reads its windows from staged input rows
+ * (w * c_in a multiple of 8, the rows within the shared memory), not columns built
+ * element by element; for the tests. */
+int stem_conv_fwd_staged(const struct conv2d_args *a);
 /* y = x (*) w (weights KRSC); no bias (the caller adds it). */
 int stem_conv_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
 		       const void *w, void *y);
