@@ -70,7 +70,8 @@ TEST(cuda_stem_conv_matches_cpu)
 			enum gp_dtype ht = HTS[t];
 			struct conv2d_args a = stem_args(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8]);
 			CHECK_MSG(stem_conv_supported(ht, 1, &a), "%s case %zu not taken", dtype_name(ht), k);
-			CHECK_EQ_INT(stem_conv_fwd_staged(&a), s[9]);
+			struct stem_rows sr;
+			CHECK_EQ_INT(stem_conv_rows(&a, &sr), s[9]);
 			int dev_mark = g.n_dev, host_mark = g.n_host;
 			int hw_in = a.h_in * a.w_in, hw_out = a.h_out * a.w_out, rs = a.kh * a.kw;
 			size_t nx = (size_t)a.n * a.c_in * hw_in, ny = (size_t)a.n * a.c_out * hw_out;
@@ -124,7 +125,8 @@ TEST(cuda_stem_conv_refuses_what_it_does_not_take)
 {
 	struct conv2d_args a = stem_args(2, 3, 224, 224, 64, 7, 7, 2, 3);
 	CHECK(stem_conv_supported(GP_BF16, 1, &a));
-	CHECK(stem_conv_fwd_staged(&a)); /* ResNet's stem at 224: staged rows */
+	struct stem_rows sr;
+	CHECK(stem_conv_rows(&a, &sr)); /* ResNet's stem at 224: staged rows */
 	CHECK(stem_conv_supported(GP_F16, 1, &a));
 	CHECK(!stem_conv_supported(GP_F32, 0, &a));
 	CHECK(!stem_conv_supported(GP_BF16, 0, &a)); /* NCHW */
@@ -140,6 +142,62 @@ TEST(cuda_stem_conv_refuses_what_it_does_not_take)
 	b.groups = 3;
 	b.c_out = 192;
 	CHECK(!stem_conv_supported(GP_BF16, 1, &b));
+}
+
+/* The staged-rows layout over a grid of shapes, without a device: every pixel of a
+ * tile (up to 128 of an output row) has a copy where its window starts a 16-byte row;
+ * every piece it reads, the last one's tail included, lies in the kh rows the staging
+ * writes (past them a copy holds what the shared memory held before); K covers the
+ * window; the copies are 8k + 1 slots apart. For ResNet's stem also: the 8 pixels of
+ * an ldmatrix read 8 distinct bank groups in every piece. */
+TEST(cuda_stem_rows_layout_covers_every_window)
+{
+	int taken = 0;
+	for (int c = 1; c <= 7; c++)
+		for (int k = 1; k <= 7; k += 2)
+			for (int stride = 1; stride <= 3; stride++)
+				for (int pad = 0; pad <= k / 2; pad++)
+					for (int w = 8; w <= 320; w += 24) {
+						struct conv2d_args a = stem_args(1, c, 16, w, 64, k, k, stride, pad);
+						struct stem_rows r;
+						if (c * k * k > 160 || !stem_conv_supported(GP_BF16, 1, &a) ||
+						    !stem_conv_rows(&a, &r))
+							continue;
+						taken++;
+						CHECK_EQ_INT(r.copies * r.gcd, 8);
+						CHECK_EQ_INT((stride * c) % r.gcd, 0);
+						CHECK_EQ_INT(r.pieces, (k * c + 7) / 8);
+						CHECK(r.kq % 2 == 0 && r.kq >= k * r.pieces && r.ldb == r.kq * 8 + 8);
+						CHECK(r.copy_el >= k * r.row_el && r.copy_el % 8 == 0 &&
+						      (r.copy_el / 8) % 8 == 1 && r.row_el % 8 == 0);
+						int len = a.w_out < 128 ? a.w_out : 128, bad = 0;
+						for (int m = 0; m < len; m++) {
+							int start = m * stride * c, i = 0;
+							while (i < r.copies && (start + i * r.gcd) % 8)
+								i++;
+							bad += i == r.copies ||
+							       start + i * r.gcd + (k - 1) * r.row_el + 8 * r.pieces >
+								       k * r.row_el;
+						}
+						CHECK_MSG(!bad, "c %d k %d stride %d pad %d w %d: %d pixels' windows outside the "
+							  "staged rows", c, k, stride, pad, w, bad);
+						CHECK_EQ_INT(r.segs, (a.w_out + 127) / 128);
+						CHECK_EQ_INT(r.tiles, a.h_out * r.segs);
+					}
+	CHECK(taken > 100);
+	struct conv2d_args a = stem_args(256, 3, 224, 224, 64, 7, 7, 2, 3);
+	struct stem_rows r;
+	CHECK(stem_conv_rows(&a, &r));
+	CHECK_EQ_INT(r.copies, 4);
+	for (int m0 = 0; m0 + 8 <= a.w_out; m0 += 8)
+		for (int q = 0; q < r.pieces; q++) {
+			int banks = 0;
+			for (int m = m0; m < m0 + 8; m++) {
+				int start = m * 6, i = ((8 - start % 8) % 8) / r.gcd;
+				banks |= 1 << ((i * r.copy_el + start + i * r.gcd + 8 * q) / 8 % 8);
+			}
+			CHECK_EQ_INT(banks, 0xff);
+		}
 }
 
 /* ResNet's stem through the convolution calls under GPUPERF_CONV_STEM=own: the plan

@@ -326,18 +326,6 @@ __global__ static void __launch_bounds__(BLOCK) stem_fwd_kernel(stem_k p, const 
  * apart put the 8 pixels of an ldmatrix on 8 bank groups at stride 2 and 3 channels). ResNet's stem
  * (3 channels, stride 2): 4 copies; the column fill it replaces spent about 10 integer
  * instructions on every element's address (ncu, s26-4). */
-struct stem_rows {
-	int pieces;  /* 8-element pieces of a window row */
-	int kq;      /* pieces of K, rounded up to even (16-column steps) */
-	int gcd;     /* gcd(stride * c, 8) */
-	int copies;  /* 8 / gcd */
-	int row_el;  /* elements of a staged row */
-	int copy_el; /* elements of a copy (kh rows), an odd number of 16-byte slots past a multiple of 8 */
-	int ldb;     /* the weights' row stride: kq * 8 + 8 */
-	int segs;    /* tiles along an output row */
-	int tiles;
-};
-
 #define STEM_ROWS_SMEM_MAX (100 * 1024) /* two blocks an SM at least */
 #define STEM_STAGE_ITEMS 3 /* staging items a thread loads before it stores any */
 
@@ -782,9 +770,13 @@ static int stem_unsupported(void)
 	return gp_error(GP_EUNSUPPORTED, "this convolution is not one the stem kernels take");
 }
 
-extern "C" int stem_conv_fwd_staged(const struct conv2d_args *a)
+extern "C" int stem_conv_rows(const struct conv2d_args *a, struct stem_rows *r)
 {
-	return stem_rows_take(stem_k_from(a));
+	stem_k p = stem_k_from(a);
+	if (!stem_rows_take(p))
+		return 0;
+	*r = stem_rows_from(p);
+	return 1;
 }
 
 extern "C" int stem_conv_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,

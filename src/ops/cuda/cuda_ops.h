@@ -216,10 +216,24 @@ void dwconv_set_tiled(int dirs);
 /* 1 when these kernels take a in type dt and layout nhwc: fp16 or bf16 NHWC, ungrouped,
  * 1..7 input channels, c_in * kh * kw <= 160, c_out a multiple of 64. */
 int stem_conv_supported(enum gp_dtype dt, int nhwc, const struct conv2d_args *a);
-/* Whether the forward of a supported shape reads its windows from staged input rows
- * (w * c_in a multiple of 8, the rows within the shared memory), not columns built
- * element by element; for the tests. */
-int stem_conv_fwd_staged(const struct conv2d_args *a);
+/* The forward's staged-rows layout (conv_stem.cu, "forward on staged input rows"), in
+ * 16-bit elements: a tile's kh input rows in `copies` copies, copy i shifted by i * gcd,
+ * each copy_el long (kh rows of row_el, then padding); the weights [64][ldb]. */
+struct stem_rows {
+	int pieces;  /* 8-element pieces of a window row: ceil(kw * c_in / 8) */
+	int kq;      /* pieces of the product's K, rounded up to even */
+	int gcd;     /* gcd(stride * c_in, 8) */
+	int copies;  /* 8 / gcd */
+	int row_el;  /* elements of a staged row */
+	int copy_el; /* elements of a copy: kh * row_el and padding to 8k + 1 slots of 8 */
+	int ldb;     /* the weights' row stride: kq * 8 + 8 */
+	int segs;    /* tiles along an output row (up to 128 pixels each) */
+	int tiles;
+};
+/* 1 and *r where the forward of a supported shape reads its windows from staged input
+ * rows (w * c_in a multiple of 8, the rows within the shared memory); 0 where it
+ * builds columns element by element. */
+int stem_conv_rows(const struct conv2d_args *a, struct stem_rows *r);
 /* y = x (*) w (weights KRSC); no bias (the caller adds it). */
 int stem_conv_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
 		       const void *w, void *y);
