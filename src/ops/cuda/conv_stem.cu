@@ -14,10 +14,10 @@
  * pixels of dy[pixel][k] * A[pixel][:], per block over its tiles into a partial sum,
  * the partials then added in a fixed order straight into the float master gradient
  * (KCRS), so every run gives the same bits. mma.sync m16n8k16 with ldmatrix, float
- * accumulators. Where an input row is whole 16-byte chunks (w * c a multiple of 8, as
- * ResNet's at any width that is a multiple of 8), the forward builds no columns: it
- * stages the input rows a tile's windows cover and reads the windows in place ("forward
- * on staged input rows" below), 1.4x faster than the column fill on ResNet's stem. */
+ * accumulators. ResNet's stem at a width that is a multiple of 8 (input rows of whole
+ * 16-byte chunks) builds no columns in the forward: it stages the input rows a tile's
+ * windows cover and reads the windows in place ("forward on staged input rows" below),
+ * 1.4x faster than the column fill. */
 #include <stdint.h>
 
 #include <atomic>
@@ -323,9 +323,11 @@ __global__ static void __launch_bounds__(BLOCK) stem_fwd_kernel(stem_k p, const 
  * wants each row 16-byte aligned; pixel m's window starts at element m * stride * c, so
  * the rows are staged in copies = 8 / gcd(stride * c, 8) copies, copy i shifted by
  * i * gcd elements, and pixel m reads the copy that aligns it (copies 8k + 1 slots
- * apart put the 8 pixels of an ldmatrix on 8 bank groups at stride 2 and 3 channels). ResNet's stem
- * (3 channels, stride 2): 4 copies; the column fill it replaces spent about 10 integer
- * instructions on every element's address (ncu, s26-4). */
+ * apart put the 8 pixels of an ldmatrix on 8 bank groups at stride 2 and 3 channels).
+ * ResNet's stem (3 channels, stride 2): 4 copies; the column fill it replaces spent
+ * about 10 integer instructions on every element's address (ncu, s26-4). The layout
+ * (struct stem_rows, cuda_ops.h) is general; the kernel is built for ResNet's form
+ * only (STEM_ROWS_FORM). */
 #define STEM_ROWS_SMEM_MAX (100 * 1024) /* two blocks an SM at least */
 #define STEM_STAGE_ITEMS 3 /* staging items a thread loads before it stores any */
 
@@ -367,37 +369,21 @@ static size_t stem_rows_smem(const stem_rows &r)
 	return ((a > c ? a : c) + (size_t)STEM_N * r.ldb) * 2;
 }
 
+/* The one form the staged-rows kernel is built in (its template arguments): gcd(stride
+ * * c, 8) 2, the unshifted copy's first element 7 into its chunk ((-pad * c) mod 8), 3
+ * pieces a window row, 7 window rows: ResNet's stem (3 channels, 7 x 7, stride 2, pad
+ * 3). A form with these read at run time was correct but issued more instructions than
+ * the column fill (346 M against 315 M on ResNet's stem, s26-7), so other shapes keep
+ * the fill. */
+#define STEM_ROWS_FORM 2, 7, 3, 7
+
 /* Whether the staged-rows forward takes the shape (x must also be 16-byte aligned). */
 static int stem_rows_take(const stem_k &p)
 {
-	if ((p.w * p.c) % 8 || p.pad < 0)
+	if ((p.w * p.c) % 8 || p.pad < 0 || p.kh != 7)
 		return 0;
-	return stem_rows_smem(stem_rows_from(p)) <= STEM_ROWS_SMEM_MAX;
-}
-
-/* Elements d .. d + 7 of the 16 elements of a (then b), as 4 pairs. */
-template <int D>
-__device__ static inline uint4 stem_shift(uint4 a, uint4 b)
-{
-	unsigned w[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w }, o[4];
-#pragma unroll
-	for (int i = 0; i < 4; i++)
-		o[i] = D % 2 ? __byte_perm(w[i + D / 2], w[i + D / 2 + 1], 0x5432) : w[i + D / 2];
-	return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
-__device__ static inline uint4 stem_shift_by(int d, uint4 a, uint4 b)
-{
-	switch (d) {
-	case 0: return a;
-	case 1: return stem_shift<1>(a, b);
-	case 2: return stem_shift<2>(a, b);
-	case 3: return stem_shift<3>(a, b);
-	case 4: return stem_shift<4>(a, b);
-	case 5: return stem_shift<5>(a, b);
-	case 6: return stem_shift<6>(a, b);
-	default: return stem_shift<7>(a, b);
-	}
+	stem_rows r = stem_rows_from(p);
+	return r.gcd == 2 && ((-p.pad * p.c) & 7) == 7 && r.pieces == 3 && stem_rows_smem(r) <= STEM_ROWS_SMEM_MAX;
 }
 
 /* Elements E .. E + 7 of the 24 elements of a, b, c (E fixed), as 4 pairs. */
@@ -453,17 +439,14 @@ __device__ static inline void stem_rows_step(float acc[2][4][4], const unsigned 
 
 /* Forward on staged rows: blocks loop over the tiles (n, oh, segment) for their 64
  * output channels; 8 warps, each 32 pixels x 32 channels (2 x 4 fragments), as
- * stem_fwd_kernel, whose output path it shares. G, D0, P, KH fixed (all non-zero: the
- * shape's gcd, the unshifted copy's offset in its chunk, pieces, window rows) unroll
- * the staging's copies and the product's steps with their offsets known; 0: read from
- * sr and p at run time. ResNet's stem takes the fixed form (2, 7, 3, 7), where the run-time
- * form spent about 300 instructions on each staged chunk in branches and selects and
- * issued more than the column fill in all (346 M against 315 M, ncu, s26-7). */
+ * stem_fwd_kernel, whose output path it shares. G, D0, P, KH: the shape's gcd, the
+ * unshifted copy's first element in its chunk, pieces a window row, window rows
+ * (STEM_ROWS_FORM), fixed so that the staging's copies and the product's steps unroll
+ * with their offsets known. */
 template <typename T, int G, int D0, int P, int KH>
 __global__ static void __launch_bounds__(BLOCK, 3) stem_fwd_rows_kernel(stem_k p, stem_rows sr, const T *__restrict__ x,
 									  const T *__restrict__ w, T *__restrict__ y)
 {
-	constexpr bool FIX = G != 0;
 	extern __shared__ __align__(128) unsigned char smem[];
 	T *as = reinterpret_cast<T *>(smem);
 	size_t a_el = (size_t)sr.copies * sr.copy_el, c_el = (size_t)STEM_M * STEM_LDB;
@@ -484,7 +467,7 @@ __global__ static void __launch_bounds__(BLOCK, 3) stem_fwd_rows_kernel(stem_k p
 		/* staged element e of a row is input element (ow0 * stride - pad) * c + e of it */
 		int e0 = (ow0 * p.stride - p.pad) * p.c;
 		/* whether a copy's slot starts in the chunk before the unshifted one's */
-		bool low = FIX ? D0 < (8 / G - 1) * G : (e0 & 7) < (sr.copies - 1) * sr.gcd;
+		constexpr bool low = D0 < (8 / G - 1) * G;
 		__syncthreads(); /* the weights, or the last tile's output read */
 		/* a thread's items (window row r, slot) at a time: the three chunks every copy's slot
 		 * draws from, all items' loads issued before any is used */
@@ -504,19 +487,7 @@ __global__ static void __launch_bounds__(BLOCK, 3) stem_fwd_rows_kernel(stem_k p
 				int v = v0 + u * BLOCK, slot = v % row_chunks, r = v / row_chunks;
 				if (v >= items)
 					break;
-				if constexpr (FIX) {
-					stem_put_copies<T, G, D0>(as + r * sr.row_el, sr.copy_el, slot, ch[u][0], ch[u][1],
-								  ch[u][2]);
-				} else {
-					/* copy i (shift i * gcd) holds input elements from e0 + 8 slot - i * gcd */
-					for (int i = 0; i < sr.copies; i++) {
-						int s0 = e0 + 8 * slot - i * sr.gcd;
-						int j = stem_floor8(s0) - stem_floor8(e0 + 8 * slot) + 1;
-						uint4 lo = j ? ch[u][1] : ch[u][0], hi = j ? ch[u][2] : ch[u][1];
-						reinterpret_cast<uint4 *>(as + (size_t)i * sr.copy_el + r * sr.row_el)[slot] =
-							stem_shift_by(s0 & 7, lo, hi);
-					}
-				}
+				stem_put_copies<T, G, D0>(as + r * sr.row_el, sr.copy_el, slot, ch[u][0], ch[u][1], ch[u][2]);
 			}
 		}
 		__syncthreads();
@@ -531,32 +502,15 @@ __global__ static void __launch_bounds__(BLOCK, 3) stem_fwd_rows_kernel(stem_k p
 			a_base[f] = smem_u32(as + (size_t)i * sr.copy_el + start + i * sr.gcd);
 		}
 		float acc[2][4][4] = {};
-		if constexpr (FIX) {
-			/* step ks reads pieces 2 ks (lanes 0..15) and 2 ks + 1: their offsets folded */
-			constexpr int KQ = (KH * P + 1) / 2 * 2;
-			int hi = lane >> 4;
+		/* step ks reads pieces 2 ks (lanes 0..15) and 2 ks + 1: their offsets folded */
+		constexpr int KQ = (KH * P + 1) / 2 * 2;
+		int hi = lane >> 4;
 #pragma unroll
-			for (int ks = 0; ks < KQ / 2; ks++) {
-				int q0 = 2 * ks, q1 = 2 * ks + 1;
-				unsigned o0 = q0 < KH * P ? (unsigned)((q0 / P) * sr.row_el + (q0 % P) * 8) * 2 : 0;
-				unsigned o1 = q1 < KH * P ? (unsigned)((q1 / P) * sr.row_el + (q1 % P) * 8) * 2 : 0;
-				stem_rows_step<T>(acc, a_base, hi ? o1 : o0, b_addr + (unsigned)ks * 32, sr.ldb);
-			}
-		} else {
-			int pr = 0, pp = lane >> 4; /* this lane's piece: window row pr, piece pp */
-			while (pp >= sr.pieces) {
-				pp -= sr.pieces;
-				pr++;
-			}
-			for (int ks = 0; ks < sr.kq / 2; ks++) {
-				unsigned off = pr < p.kh ? (unsigned)(pr * sr.row_el + pp * 8) * 2 : 0; /* past K: zero weights */
-				stem_rows_step<T>(acc, a_base, off, b_addr + (unsigned)ks * 32, sr.ldb);
-				pp += 2;
-				while (pp >= sr.pieces) {
-					pp -= sr.pieces;
-					pr++;
-				}
-			}
+		for (int ks = 0; ks < KQ / 2; ks++) {
+			int q0 = 2 * ks, q1 = 2 * ks + 1; /* past K: zero weights, any finite row */
+			unsigned o0 = q0 < KH * P ? (unsigned)((q0 / P) * sr.row_el + (q0 % P) * 8) * 2 : 0;
+			unsigned o1 = q1 < KH * P ? (unsigned)((q1 / P) * sr.row_el + (q1 % P) * 8) * 2 : 0;
+			stem_rows_step<T>(acc, a_base, hi ? o1 : o0, b_addr + (unsigned)ks * 32, sr.ldb);
 		}
 		__syncthreads(); /* every warp done with the staged rows before the output overwrites them */
 		stem_store_tile<T>(p, acc, cs, y, wm, wn, lane, (size_t)orow * p.wo + ow0, len, k0);
@@ -699,12 +653,8 @@ static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x
 	if (stem_rows_take(p) && aligned(x, 16)) {
 		stem_rows sr = stem_rows_from(p);
 		size_t smem = stem_rows_smem(sr);
-		/* ResNet's stem (3 channels, 7 x 7, stride 2, pad 3) in the fixed form */
-		int fixed = sr.gcd == 2 && ((-p.pad * p.c) & 7) == 7 && sr.pieces == 3 && p.kh == 7;
-		auto kernel = fixed ? stem_fwd_rows_kernel<T, 2, 7, 3, 7> : stem_fwd_rows_kernel<T, 0, 0, 0, 0>;
-		int rc = fixed ? stem_prepare<stem_fwd_rows_kernel<T, 2, 7, 3, 7>>(STEM_ROWS_SMEM_MAX, &resident)
-			       : stem_prepare<stem_fwd_rows_kernel<T, 0, 0, 0, 0>>(STEM_ROWS_SMEM_MAX, &resident);
-		GP_TRY(rc);
+		auto kernel = stem_fwd_rows_kernel<T, STEM_ROWS_FORM>;
+		GP_TRY((stem_prepare<stem_fwd_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
 		int per = 0, dev = 0, sms = 0;
 		CUDA_TRY(cudaGetDevice(&dev));
 		CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -231,8 +231,8 @@ struct stem_rows {
 	int tiles;
 };
 /* 1 and *r where the forward of a supported shape reads its windows from staged input
- * rows (w * c_in a multiple of 8, the rows within the shared memory); 0 where it
- * builds columns element by element. */
+ * rows (ResNet's stem: 3 channels, 7 x 7, stride 2, pad 3, a width that is a multiple
+ * of 8); 0 where it builds columns element by element. */
 int stem_conv_rows(const struct conv2d_args *a, struct stem_rows *r);
 /* y = x (*) w (weights KRSC); no bias (the caller adds it). */
 int stem_conv_fwd_cuda(cudaStream_t s, enum gp_dtype dt, const struct conv2d_args *a, const void *x,
