@@ -433,6 +433,23 @@ TEST(memory_plan_places_bn_reserve)
 	net_free(net);
 }
 
+/* model at 224 x 224 with the CUDA backend's plan predicted without a device under
+ * bn16 (and recompute) for prec; NULL, the failure checked, where it could not be. */
+static struct net *predicted_cuda(const char *model, int batch, enum precision prec, int bn16, int recompute)
+{
+	struct net *net = build(model, 224, batch, 10);
+	if (!net)
+		return NULL;
+	net->tuning.bn16 = bn16;
+	net->recompute = recompute;
+	int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, prec);
+	CHECK_MSG(rc == 0, "%s: %s", model, gp_errmsg());
+	if (rc == 0)
+		return net;
+	net_free(net);
+	return NULL;
+}
+
 /* The CUDA backend's plan, predicted without a device: where a residual block's last
  * batch norm runs on the own 16-bit kernels, its backward applies the mask of the ReLU
  * after the add (the block's output), so that ReLU's output lives until that batch
@@ -458,14 +475,11 @@ TEST(memory_plan_keeps_block_outputs_for_the_batch_norm_that_masks)
 		{ "mobilenet_v2", PREC_BF16, BN16_AUTO, 0, 0 },
 	};
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-		struct net *net = build(cases[k].model, 224, 256, 10);
+		struct net *net = predicted_cuda(cases[k].model, 256, cases[k].prec, cases[k].bn16, cases[k].recompute);
 		if (!net)
 			continue;
-		net->tuning.bn16 = cases[k].bn16;
-		net->recompute = cases[k].recompute;
-		int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, cases[k].prec), n = net->n_nodes, marked = 0;
-		CHECK_MSG(rc == 0, "%s: %s", cases[k].model, gp_errmsg());
-		for (int r = 0; rc == 0 && r < n; r++) {
+		int n = net->n_nodes, marked = 0;
+		for (int r = 0; r < n; r++) {
 			int last = net->scratch[r].out_last;
 			if (!last)
 				continue;
@@ -515,14 +529,11 @@ TEST(memory_plan_frees_the_stem_relu_output_the_own_batch_norm_never_reads)
 		{ "mobilenet_v2", PREC_FP32, BN16_AUTO, 1 },
 	};
 	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-		struct net *net = build(cases[k].model, 224, 64, 10);
+		struct net *net = predicted_cuda(cases[k].model, 64, cases[k].prec, cases[k].bn16, 0);
 		if (!net)
 			continue;
-		net->tuning.bn16 = cases[k].bn16;
-		int rc = net_plan_predict(net, BACKEND_CUDA, GP_F32, cases[k].prec);
-		CHECK_MSG(rc == 0, "%s: %s", cases[k].model, gp_errmsg());
 		int marked = 0, at = -1;
-		for (int i = 0; rc == 0 && i < net->n_nodes; i++)
+		for (int i = 0; i < net->n_nodes; i++)
 			if (net->scratch[i].out_unread) {
 				marked++;
 				at = i;
