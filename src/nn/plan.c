@@ -21,14 +21,9 @@ static int tensor_new(struct net *net, size_t bytes, int first, int last)
 	return net->n_tensors++;
 }
 
-static int tensor_root(const struct net *net, int t)
-{
-	return plan_tensor_root(net, t);
-}
-
 static void tensor_extend(struct net *net, int t, int first, int last)
 {
-	struct plan_tensor *r = &net->tensors[tensor_root(net, t)];
+	struct plan_tensor *r = &net->tensors[plan_tensor_root(net, t)];
 	if (first < r->first_step)
 		r->first_step = first;
 	if (last > r->last_step)
@@ -86,7 +81,7 @@ static int tensor_plain(const struct net *net, int t)
 /* Make tensor t (with everything that shares it) share root r's memory. */
 static void tensor_join(struct net *net, int t, int r)
 {
-	int root = tensor_root(net, t);
+	int root = plan_tensor_root(net, t);
 	if (root == r)
 		return;
 	tensor_extend(net, r, net->tensors[root].first_step, net->tensors[root].last_step);
@@ -110,14 +105,14 @@ static void share_add_grads(struct net *net)
 		const struct node *nd = &net->nodes[i];
 		if (nd->op != OP_ADD || nd->t_dy < 0 || nd->in[0] == nd->in[1])
 			continue;
-		int r = tensor_root(net, nd->t_dy), writer = -1, ro[2], n_ro = 0;
+		int r = plan_tensor_root(net, nd->t_dy), writer = -1, ro[2], n_ro = 0;
 		for (int k = 0; k < 2; k++) {
 			const struct node *src = &net->nodes[nd->in[k]];
 			if (src->t_dy < 0 || src->last_consumer != i)
 				continue;
 			if (src->consumers == 1 && tensor_plain(net, src->t_dy))
 				ro[n_ro++] = nd->in[k];
-			else if (writer < 0 && net->tensors[tensor_root(net, src->t_dy)].first_step >= 2 * n - i)
+			else if (writer < 0 && net->tensors[plan_tensor_root(net, src->t_dy)].first_step >= 2 * n - i)
 				writer = nd->in[k];
 		}
 		int after = writer; /* read-only inputs must come after this node */
@@ -226,7 +221,7 @@ static size_t place_tensors(struct net *net)
 	}
 	for (int i = 0; i < net->n_tensors; i++)
 		if (net->tensors[i].alias_of >= 0)
-			net->tensors[i].offset = net->tensors[tensor_root(net, i)].offset;
+			net->tensors[i].offset = net->tensors[plan_tensor_root(net, i)].offset;
 out:
 	free(order);
 	free(placed);
