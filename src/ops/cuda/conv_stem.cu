@@ -417,6 +417,48 @@ __device__ static inline uint4 stem_chunk(const stem_k &p, const T *__restrict__
 	return __ldg(reinterpret_cast<const uint4 *>(x + ((size_t)n * p.h + ih) * p.w * p.c) + k);
 }
 
+/* Stages the kh input rows of output row oh of image n that the tile from ow0 covers:
+ * each 16-byte slot of each copy from the three input chunks about it, three items (a
+ * row's slot) a thread with all their loads issued before any store. The caller syncs
+ * before and after. */
+template <typename T, int G, int D0>
+__device__ static inline void stem_stage_rows(const stem_k &p, const stem_rows &sr, const T *__restrict__ x, T *as,
+					      int n, int oh, int ow0)
+{
+	int row_chunks = sr.row_el / 8, items = p.kh * row_chunks;
+	/* staged element e of a row is input element (ow0 * stride - pad) * c + e of it */
+	int e0 = (ow0 * p.stride - p.pad) * p.c;
+	/* whether a copy's slot starts in the chunk before the unshifted one's */
+	constexpr bool low = D0 < (8 / G - 1) * G;
+#pragma unroll 1
+	for (int v0 = threadIdx.x; v0 < items; v0 += STEM_STAGE_ITEMS * BLOCK) {
+		uint4 ch[STEM_STAGE_ITEMS][3];
+#pragma unroll
+		for (int u = 0; u < STEM_STAGE_ITEMS; u++) {
+			int v = v0 + u * BLOCK, slot = v % row_chunks, r = v / row_chunks;
+			int ih = v < items ? oh * p.stride - p.pad + r : -1, k = stem_floor8(e0 + 8 * slot);
+			ch[u][0] = low ? stem_chunk(p, x, n, ih, k - 1) : make_uint4(0, 0, 0, 0);
+			ch[u][1] = stem_chunk(p, x, n, ih, k);
+			ch[u][2] = stem_chunk(p, x, n, ih, k + 1);
+		}
+#pragma unroll
+		for (int u = 0; u < STEM_STAGE_ITEMS; u++) {
+			int v = v0 + u * BLOCK, slot = v % row_chunks, r = v / row_chunks;
+			if (v >= items)
+				break;
+			stem_put_copies<T, G, D0>(as + r * sr.row_el, sr.copy_el, slot, ch[u][0], ch[u][1], ch[u][2]);
+		}
+	}
+}
+
+/* The ldmatrix row address of pixel m of a tile in the staged rows: its copy (the one
+ * that aligns its window start, m * stride * c) and that start in it. */
+__device__ static inline unsigned stem_pixel_addr(const stem_k &p, const stem_rows &sr, const void *as, int m)
+{
+	int start = m * p.stride * p.c, i = ((8 - (start & 7)) & 7) / sr.gcd;
+	return smem_u32(as) + (unsigned)(i * sr.copy_el + start + i * sr.gcd) * 2;
+}
+
 /* One 16-column step of the product: the first operand's rows at a_base + off, the
  * weights' at b (this step's columns). */
 template <typename T>
@@ -460,36 +502,11 @@ __global__ static void __launch_bounds__(BLOCK, 3) stem_fwd_rows_kernel(stem_k p
 	}
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
 	unsigned b_addr = smem_u32(bs + (wn + (lane & 7) + ((lane >> 4) << 3)) * sr.ldb + (((lane >> 3) & 1) << 3));
-	int row_chunks = sr.row_el / 8, items = p.kh * row_chunks;
 	for (int tile = blockIdx.x; tile < sr.tiles; tile += gridDim.x) {
 		int seg = tile % sr.segs, orow = tile / sr.segs, n = orow / p.ho, oh = orow - n * p.ho;
 		int ow0 = seg * STEM_M, len = p.wo - ow0 < STEM_M ? p.wo - ow0 : STEM_M;
-		/* staged element e of a row is input element (ow0 * stride - pad) * c + e of it */
-		int e0 = (ow0 * p.stride - p.pad) * p.c;
-		/* whether a copy's slot starts in the chunk before the unshifted one's */
-		constexpr bool low = D0 < (8 / G - 1) * G;
 		__syncthreads(); /* the weights, or the last tile's output read */
-		/* a thread's items (window row r, slot) at a time: the three chunks every copy's slot
-		 * draws from, all items' loads issued before any is used */
-#pragma unroll 1
-		for (int v0 = threadIdx.x; v0 < items; v0 += STEM_STAGE_ITEMS * BLOCK) {
-			uint4 ch[STEM_STAGE_ITEMS][3];
-#pragma unroll
-			for (int u = 0; u < STEM_STAGE_ITEMS; u++) {
-				int v = v0 + u * BLOCK, slot = v % row_chunks, r = v / row_chunks;
-				int ih = v < items ? oh * p.stride - p.pad + r : -1, k = stem_floor8(e0 + 8 * slot);
-				ch[u][0] = low ? stem_chunk(p, x, n, ih, k - 1) : make_uint4(0, 0, 0, 0);
-				ch[u][1] = stem_chunk(p, x, n, ih, k);
-				ch[u][2] = stem_chunk(p, x, n, ih, k + 1);
-			}
-#pragma unroll
-			for (int u = 0; u < STEM_STAGE_ITEMS; u++) {
-				int v = v0 + u * BLOCK, slot = v % row_chunks, r = v / row_chunks;
-				if (v >= items)
-					break;
-				stem_put_copies<T, G, D0>(as + r * sr.row_el, sr.copy_el, slot, ch[u][0], ch[u][1], ch[u][2]);
-			}
-		}
+		stem_stage_rows<T, G, D0>(p, sr, x, as, n, oh, ow0);
 		__syncthreads();
 		/* ldmatrix rows: pixel wm + 16 f + (lane & 15) (the last one past the segment), its
 		 * copy and window start; lanes 16.. take the second piece of each 16 columns */
@@ -497,9 +514,7 @@ __global__ static void __launch_bounds__(BLOCK, 3) stem_fwd_rows_kernel(stem_k p
 #pragma unroll
 		for (int f = 0; f < 2; f++) {
 			int m = wm + 16 * f + (lane & 15);
-			m = m < len ? m : len - 1;
-			int start = m * p.stride * p.c, i = ((8 - (start & 7)) & 7) / sr.gcd;
-			a_base[f] = smem_u32(as + (size_t)i * sr.copy_el + start + i * sr.gcd);
+			a_base[f] = stem_pixel_addr(p, sr, as, m < len ? m : len - 1);
 		}
 		float acc[2][4][4] = {};
 		/* step ks reads pieces 2 ks (lanes 0..15) and 2 ks + 1: their offsets folded */
@@ -515,6 +530,91 @@ __global__ static void __launch_bounds__(BLOCK, 3) stem_fwd_rows_kernel(stem_k p
 		__syncthreads(); /* every warp done with the staged rows before the output overwrites them */
 		stem_store_tile<T>(p, acc, cs, y, wm, wn, lane, (size_t)orow * p.wo + ow0, len, k0);
 	}
+}
+
+/* Weight gradient on staged rows (ResNet's form, as the forward): a tile's sum dw[k][piece
+ * column] += dy^T (64 x len) . A (len x pieces * 8), A's rows read in place from the staged
+ * rows (ldmatrix.trans: its rows are pixels, 8 columns of one piece each, at the pixel's
+ * window start). 8 warps: 4 of 16 channels x 2 halves of the pieces (11 and 10 of ResNet's
+ * 21); dy's rows past the segment are zero, so the pixels read there (the last one's)
+ * add nothing. The columns past kw * c in a row's last piece are never written out. */
+template <typename T, int G, int D0, int P, int KH>
+__global__ static void __launch_bounds__(BLOCK, 2) stem_wgrad_rows_kernel(stem_k p, stem_rows sr,
+									    const T *__restrict__ x,
+									    const T *__restrict__ dy,
+									    float *__restrict__ part)
+{
+	constexpr int NQ = KH * P, NQ0 = (NQ + 1) / 2, NJ = (NQ0 + 1) / 2;
+	extern __shared__ __align__(128) unsigned char smem[];
+	T *as = reinterpret_cast<T *>(smem);
+	T *ds = as + (size_t)sr.copies * sr.copy_el; /* dy's tile, [pixel][STEM_LDB] */
+	int k0 = blockIdx.y * STEM_N;
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = (warp & 3) * 16, half = warp >> 2;
+	int q0 = half ? NQ0 : 0, nq = half ? NQ - NQ0 : NQ0;
+	/* dy^T from ds as the stem_wgrad_kernel reads it */
+	unsigned a_addr = smem_u32(ds + ((lane & 7) + ((lane >> 4) << 3)) * STEM_LDB + wm + (((lane >> 3) & 1) << 3));
+	/* this lane's ldmatrix.trans row: pixel pm of each 16, piece q0 + 2 j + (lane >> 4) */
+	int pm = (lane & 7) + (((lane >> 3) & 1) << 3);
+	unsigned qoff[NJ];
+#pragma unroll
+	for (int j = 0; j < NJ; j++) {
+		int q = q0 + 2 * j + (lane >> 4);
+		qoff[j] = q < NQ ? (unsigned)((q / P) * sr.row_el + (q % P) * 8) * 2 : 0;
+	}
+	float acc[NQ0][4] = {};
+	for (int tile = blockIdx.x; tile < sr.tiles; tile += gridDim.x) {
+		int seg = tile % sr.segs, orow = tile / sr.segs, n = orow / p.ho, oh = orow - n * p.ho;
+		int ow0 = seg * STEM_M, len = p.wo - ow0 < STEM_M ? p.wo - ow0 : STEM_M;
+		size_t pix0 = (size_t)orow * p.wo + ow0;
+		__syncthreads(); /* the last tile's rows and dy read */
+		uint4 dv[STEM_M * (STEM_N / VEC) / BLOCK];
+#pragma unroll
+		for (int i = 0; i < STEM_M * (STEM_N / VEC) / BLOCK; i++) {
+			int e = threadIdx.x + i * BLOCK, m = e / (STEM_N / VEC), c8 = e - m * (STEM_N / VEC);
+			dv[i] = make_uint4(0, 0, 0, 0);
+			if (m < len)
+				dv[i] = __ldg(reinterpret_cast<const uint4 *>(dy + (pix0 + m) * p.k_out + k0) + c8);
+		}
+		stem_stage_rows<T, G, D0>(p, sr, x, as, n, oh, ow0);
+#pragma unroll
+		for (int i = 0; i < STEM_M * (STEM_N / VEC) / BLOCK; i++) {
+			int e = threadIdx.x + i * BLOCK, m = e / (STEM_N / VEC), c8 = e - m * (STEM_N / VEC);
+			reinterpret_cast<uint4 *>(ds + m * STEM_LDB)[c8] = dv[i];
+		}
+		__syncthreads();
+		for (int kc = 0; kc < len; kc += 16) {
+			unsigned a[4];
+			ldsm4_t(a_addr + kc * STEM_LDB * 2, a);
+			int m = kc + pm;
+			unsigned b = stem_pixel_addr(p, sr, as, m < len ? m : len - 1);
+#pragma unroll
+			for (int j = 0; j < NJ; j++) {
+				if (2 * j >= nq)
+					break;
+				unsigned bq[4];
+				ldsm4_t(b + qoff[j], bq);
+				mma16816<T>(acc[2 * j], a, bq[0], bq[1]);
+				if (2 * j + 1 < NQ0 && 2 * j + 1 < nq) /* the first test folds: acc's bound */
+					mma16816<T>(acc[2 * j + 1], a, bq[2], bq[3]);
+			}
+		}
+	}
+	/* fragment f's columns: piece q0 + f, elements c2, c2 + 1; rows (channels) g, g + 8 */
+	int g = lane >> 2, c2 = (lane & 3) * 2, kwc = p.kw * p.c;
+	float *out = part + ((size_t)blockIdx.x * p.k_out + k0 + wm) * p.kk;
+#pragma unroll
+	for (int f = 0; f < NQ0; f++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int q = q0 + f, col = (q % P) * 8 + c2 + (e & 1), row = g + (e >> 1) * 8;
+			if (f < nq && col < kwc)
+				out[(size_t)row * p.kk + (q / P) * kwc + col] = acc[f][e];
+		}
+}
+
+static size_t stem_wgrad_rows_smem(const stem_rows &r)
+{
+	return ((size_t)r.copies * r.copy_el + (size_t)STEM_M * STEM_LDB) * 2;
 }
 
 /* Weight gradient, first pass: blocks loop over tiles of 128 pixels for their 64
@@ -674,13 +774,31 @@ static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x
 }
 
 /* The blocks of the weight gradient's first pass along the pixels (one partial each). */
+/* The blocks of the weight gradient's first pass along the pixels (one partial each):
+ * on staged rows (rows) or columns; the scratch is sized for the more of the two, the x
+ * pointer's alignment choosing between them only at the call. */
 template <typename T>
-static int stem_wgrad_blocks_t(const struct conv2d_args *a, int *blocks)
+static int stem_wgrad_blocks_t(const struct conv2d_args *a, int rows, int *blocks)
 {
 	stem_k p = stem_k_from(a);
 	int resident;
 	GP_TRY(stem_prepare<stem_wgrad_kernel<T>>(stem_wgrad_smem(), &resident));
-	*blocks = stem_blocks_x(p, resident);
+	int cols = stem_blocks_x(p, resident);
+	if (!stem_rows_take(p)) {
+		*blocks = cols;
+		return 0;
+	}
+	stem_rows sr = stem_rows_from(p);
+	GP_TRY((stem_prepare<stem_wgrad_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
+	int per = 0, dev = 0, sms = 0;
+	CUDA_TRY(cudaGetDevice(&dev));
+	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+	CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, stem_wgrad_rows_kernel<T, STEM_ROWS_FORM>, BLOCK,
+							       stem_wgrad_rows_smem(sr)));
+	stem_k q = p;
+	q.tiles = sr.tiles;
+	int staged = stem_blocks_x(q, sms * (per > 0 ? per : 1));
+	*blocks = rows > 0 ? staged : rows == 0 ? cols : staged > cols ? staged : cols;
 	return 0;
 }
 
@@ -691,14 +809,20 @@ static int stem_wgrad_t(cudaStream_t s, const struct conv2d_args *a, const void 
 	if (!aligned(dy, 16))
 		return gp_error(GP_EINVAL, "stem convolution: output gradient not 16-byte aligned");
 	stem_k p = stem_k_from(a);
-	int blocks;
-	GP_TRY(stem_wgrad_blocks_t<T>(a, &blocks));
+	int rows = stem_rows_take(p) && aligned(x, 16), blocks;
+	GP_TRY(stem_wgrad_blocks_t<T>(a, rows, &blocks));
 	size_t need = (size_t)blocks * p.k_out * p.kk;
 	if (!scratch || scratch_floats < need)
 		return gp_error(GP_EINVAL, "stem convolution: weight-gradient scratch of %zu floats, %zu needed",
 				scratch_floats, need);
 	dim3 grid(blocks, p.k_out / STEM_N);
-	stem_wgrad_kernel<T><<<grid, BLOCK, stem_wgrad_smem(), s>>>(p, (const T *)x, (const T *)dy, scratch);
+	if (rows) {
+		stem_rows sr = stem_rows_from(p);
+		stem_wgrad_rows_kernel<T, STEM_ROWS_FORM><<<grid, BLOCK, stem_wgrad_rows_smem(sr), s>>>(
+			p, sr, (const T *)x, (const T *)dy, scratch);
+	} else {
+		stem_wgrad_kernel<T><<<grid, BLOCK, stem_wgrad_smem(), s>>>(p, (const T *)x, (const T *)dy, scratch);
+	}
 	CUDA_CHECK_LAUNCH();
 	int cols = p.k_out * p.kk;
 	stem_wgrad_reduce_kernel<<<(cols + 31) / 32, BLOCK, 0, s>>>(p, blocks, scratch, dw, accumulate);
@@ -710,7 +834,7 @@ template <typename T>
 static int stem_scratch_t(const struct conv2d_args *a, size_t *floats)
 {
 	int blocks;
-	GP_TRY(stem_wgrad_blocks_t<T>(a, &blocks));
+	GP_TRY(stem_wgrad_blocks_t<T>(a, -1, &blocks));
 	*floats = (size_t)blocks * a->c_out * a->c_in * a->kh * a->kw;
 	return 0;
 }
