@@ -713,27 +713,6 @@ __global__ static void stem_wgrad_reduce_kernel(stem_k p, int blocks, const floa
 	dw[o] = accumulate ? dw[o] + t : t;
 }
 
-/* Once per kernel and device: shared memory beyond 48 KB, and the blocks an SM holds. */
-template <auto kernel>
-static int stem_prepare(size_t smem, int *per_sm)
-{
-	static std::atomic<int> cache[64];
-	int dev = 0;
-	CUDA_TRY(cudaGetDevice(&dev));
-	int n = dev >= 0 && dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
-	if (!n) {
-		CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-		int per = 0, sms = 0;
-		CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, BLOCK, smem));
-		CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-		n = sms * (per > 0 ? per : 1);
-		if (dev >= 0 && dev < 64)
-			cache[dev].store(n, std::memory_order_relaxed);
-	}
-	*per_sm = n;
-	return 0;
-}
-
 /* Blocks along the pixels: one wave of the resident blocks shared by the channel
  * groups (blockIdx.y), at most one a tile. */
 static int stem_blocks_x(const stem_k &p, int resident)
@@ -754,7 +733,7 @@ static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x
 		stem_rows sr = stem_rows_from(p);
 		size_t smem = stem_rows_smem(sr);
 		auto kernel = stem_fwd_rows_kernel<T, STEM_ROWS_FORM>;
-		GP_TRY((stem_prepare<stem_fwd_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
+		GP_TRY((kernel_prepare<stem_fwd_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
 		int per = 0, dev = 0, sms = 0;
 		CUDA_TRY(cudaGetDevice(&dev));
 		CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -766,7 +745,7 @@ static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x
 		CUDA_CHECK_LAUNCH();
 		return 0;
 	}
-	GP_TRY(stem_prepare<stem_fwd_kernel<T>>(stem_fwd_smem(), &resident));
+	GP_TRY(kernel_prepare<stem_fwd_kernel<T>>(stem_fwd_smem(), &resident));
 	dim3 grid(stem_blocks_x(p, resident), p.k_out / STEM_N);
 	stem_fwd_kernel<T><<<grid, BLOCK, stem_fwd_smem(), s>>>(p, (const T *)x, (const T *)w, (T *)y);
 	CUDA_CHECK_LAUNCH();
@@ -782,14 +761,14 @@ static int stem_wgrad_blocks_t(const struct conv2d_args *a, int rows, int *block
 {
 	stem_k p = stem_k_from(a);
 	int resident;
-	GP_TRY(stem_prepare<stem_wgrad_kernel<T>>(stem_wgrad_smem(), &resident));
+	GP_TRY(kernel_prepare<stem_wgrad_kernel<T>>(stem_wgrad_smem(), &resident));
 	int cols = stem_blocks_x(p, resident);
 	if (!stem_rows_take(p)) {
 		*blocks = cols;
 		return 0;
 	}
 	stem_rows sr = stem_rows_from(p);
-	GP_TRY((stem_prepare<stem_wgrad_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
+	GP_TRY((kernel_prepare<stem_wgrad_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
 	int per = 0, dev = 0, sms = 0;
 	CUDA_TRY(cudaGetDevice(&dev));
 	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

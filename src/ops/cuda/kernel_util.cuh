@@ -56,6 +56,29 @@ __device__ static inline void prefetch_l2(const void *p)
 	asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+/* Once per kernel and device: lets `kernel` take `smem` bytes of dynamic shared memory
+ * (past the default 48 KB), then *resident = the blocks of BLOCK threads with them that
+ * the device holds at once (the SMs times the blocks an SM takes). */
+template <auto kernel>
+static int kernel_prepare(size_t smem, int *resident)
+{
+	static std::atomic<int> cache[64];
+	int dev = 0;
+	CUDA_TRY(cudaGetDevice(&dev));
+	int n = dev >= 0 && dev < 64 ? cache[dev].load(std::memory_order_relaxed) : 0;
+	if (!n) {
+		CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+		int per = 0, sms = 0;
+		CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, BLOCK, smem));
+		CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+		n = sms * (per > 0 ? per : 1);
+		if (dev >= 0 && dev < 64)
+			cache[dev].store(n, std::memory_order_relaxed);
+	}
+	*resident = n;
+	return 0;
+}
+
 #define FOR_EACH(i, count)                                                             \
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);    \
 	     i += (size_t)gridDim.x * blockDim.x)
