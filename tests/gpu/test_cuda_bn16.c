@@ -252,9 +252,10 @@ TEST(cuda_bn16_own_kernels_match_cpu)
 
 /* A tensor of many more 8-channel chunks than the backward's dx pass has threads (one
  * wave of blocks: about 67,000 threads on 132 SMs, to a multiple of the channel
- * groups): each thread takes about 20 chunks, two at a time with their loads in flight
- * together (BN16_DX_CHUNKS), the last pair of some threads cut short. The shapes above
- * give every thread one chunk at most. 64 x 40 x 64 x 64: 1.31 million chunks. */
+ * groups): each thread takes about 20 chunks through its ring of copies in flight
+ * (bn16_walk), which wraps several times and ends part-full on some threads. The
+ * shapes above give every thread one chunk at most. 64 x 40 x 64 x 64: 1.31 million
+ * chunks. */
 TEST(cuda_bn16_dx_beyond_one_pass_of_threads)
 {
 	struct gpu g;

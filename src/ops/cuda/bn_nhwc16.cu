@@ -43,23 +43,15 @@ extern "C" {
  * in all and BN16_SLICES per channel group, which size the scratch. */
 #define BN16_SLICES 512
 #define BN16_TARGET_BLOCKS 1024
-/* Rows loaded before any is summed, so that several 16-byte loads are in flight: four
- * of x for the statistics, two of x and two of dy in backward (and two of the ReLU's
- * output where the reduce masks with it; four would take 180 registers, one block a
- * multiprocessor). */
-#define BN16_UNROLL_STATS 4
-#define BN16_UNROLL_BWD 2
+/* 16-byte slots a thread's ring of copies in flight holds (bn16_walk): BN16_RING / NA
+ * chunks of each of the NA arrays a pass reads, all but one in flight while that one is
+ * used, holding no register. 12: 48 KB of shared memory a block. */
+#define BN16_RING 12
 /* Blocks a multiprocessor the passes that sum (statistics, backward reduce) are
  * compiled for: at most 65536 / (BLOCK x this) registers a thread. Three (80
  * registers) spill in the reduce and made resnet50 bf16 6% slower; two with the double
  * sums in shared memory run the reduce 15% faster than with them in registers (s25). */
 #define BN16_REDUCE_BLOCKS 2
-/* dx chunks (of 8 channels) a thread loads before it computes any */
-#define BN16_DX_CHUNKS 2
-/* Iterations ahead that each pass asks L2 for its next rows (chunks): loads in flight
- * that hold no register (the passes run at 25% occupancy, latency-bound; 0: none; two
- * gained less than one, s21-6). */
-#define BN16_PREFETCH 1
 
 /* Test hook: at most this many slices (0: no cap), to give each thread many rows on a
  * small tensor. Set between runs, never during one. */
@@ -207,52 +199,68 @@ __device__ static inline void bn16_slice(size_t rows, int slices, size_t *r0, si
 	*r1 = *r0 + per < rows ? *r0 + per : rows;
 }
 
-/* Walks this thread's rows of the block's slice for channel group cg: U rows of each of
- * the NA arrays a, b, c (1 to 3) are loaded before any is used, then f(a_row, b_row,
- * c_row, k) for each, as the 16-bit packs they are (widened where used: fewer registers
- * than U x 8 floats), k being the row's pack index (for a store at the same place). */
-template <int U, int NA, typename T, typename F>
-__device__ static inline void bn16_walk(size_t rows, int slices, int groups, int cg, const T *__restrict__ a,
-					const T *b, const T *c, F f)
+/* This thread's ring: BN16_RING 16-byte slots in the block's dynamic shared memory,
+ * slot j of thread t at bn16_ring[j * BLOCK + t] (consecutive threads in consecutive 16
+ * bytes: no bank conflict). */
+extern __shared__ uint4 bn16_ring[];
+
+static const size_t bn16_ring_bytes = (size_t)BN16_RING * BLOCK * sizeof(uint4);
+
+/* Walks chunks k = k0, k0 + step, ... below end of the NA arrays a, b, c (1 to 3, as
+ * 16-byte packs): f(a_k, b_k, c_k, k) for each, as the packs they are (widened where
+ * used). A chunk's copies into this thread's ring (cp.async, stage by stage of NA slots)
+ * are issued stages - 1 chunks before f needs them: that many chunks in flight without
+ * the registers that loads into them would hold (s27: resnet50 bf16's passes at 65-86%
+ * of DRAM's rate, 58-78% with two chunks in registers and an L2 prefetch of the next
+ * two, and 1.95% faster). Each thread reads only the slots it filled, so a wait on its
+ * own copies orders them: no barrier. The copy into a stage is issued an iteration
+ * after that stage was read. */
+template <int NA, typename T, typename F>
+__device__ static inline void bn16_walk(size_t k, size_t end, size_t step, const T *a, const T *b, const T *c, F f)
 {
-	const pack<T> *pa = reinterpret_cast<const pack<T> *>(a), *pb = reinterpret_cast<const pack<T> *>(b);
-	const pack<T> *pc = reinterpret_cast<const pack<T> *>(c);
+	constexpr int S = BN16_RING / NA;
+	static_assert(S >= 2, "bn16_walk: a ring of two stages at least");
+	const pack<T> *src[3] = { reinterpret_cast<const pack<T> *>(a), reinterpret_cast<const pack<T> *>(b),
+				  reinterpret_cast<const pack<T> *>(c) };
+	uint4 *ring = bn16_ring + threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+	for (int st = 0; st < S - 1; st++) {
+		size_t ks = k + (size_t)st * step;
+		if (ks < end) {
+#pragma unroll
+			for (int j = 0; j < NA; j++)
+				cp_async16(&ring[(st * NA + j) * BLOCK], &src[j][ks]);
+		}
+		cp_async_commit();
+	}
+	for (int st = 0; k < end; k += step) {
+		size_t kn = k + (size_t)(S - 1) * step;
+		int sn = st ? st - 1 : S - 1;
+		if (kn < end) {
+#pragma unroll
+			for (int j = 0; j < NA; j++)
+				cp_async16(&ring[(sn * NA + j) * BLOCK], &src[j][kn]);
+		}
+		cp_async_commit();
+		cp_async_wait<S - 1>(); /* this chunk's group, committed S - 1 groups ago */
+		pack<T> v[NA];
+#pragma unroll
+		for (int j = 0; j < NA; j++)
+			v[j] = *reinterpret_cast<const pack<T> *>(&ring[(st * NA + j) * BLOCK]);
+		f(v[0], v[NA > 1 ? 1 : 0], v[NA > 2 ? 2 : 0], k);
+		st = st + 1 == S ? 0 : st + 1;
+	}
+}
+
+/* This thread's chunks of the block's slice of the rows, for channel group cg: rows
+ * r0 + threadIdx.y, ... by blockDim.y, below r1. */
+template <int NA, typename T, typename F>
+__device__ static inline void bn16_walk_rows(size_t rows, int slices, int groups, int cg, const T *a, const T *b,
+					     const T *c, F f)
+{
 	size_t r0, r1;
 	bn16_slice(rows, slices, &r0, &r1);
-	for (size_t r = r0 + threadIdx.y; r < r1; r += (size_t)blockDim.y * U) {
-		if (BN16_PREFETCH) {
-			size_t rp = r + (size_t)BN16_PREFETCH * blockDim.y * U;
-#pragma unroll
-			for (int u = 0; u < U; u++) {
-				size_t ru = rp + (size_t)u * blockDim.y;
-				if (ru < r1) {
-					prefetch_l2(&pa[ru * groups + cg]);
-					if constexpr (NA > 1)
-						prefetch_l2(&pb[ru * groups + cg]);
-					if constexpr (NA > 2)
-						prefetch_l2(&pc[ru * groups + cg]);
-				}
-			}
-		}
-		pack<T> va[U], vb[NA > 1 ? U : 1], vc[NA > 2 ? U : 1];
-#pragma unroll
-		for (int u = 0; u < U; u++) {
-			size_t ru = r + (size_t)u * blockDim.y;
-			if (ru < r1) {
-				va[u] = pa[ru * groups + cg];
-				if constexpr (NA > 1)
-					vb[u] = pb[ru * groups + cg];
-				if constexpr (NA > 2)
-					vc[u] = pc[ru * groups + cg];
-			}
-		}
-#pragma unroll
-		for (int u = 0; u < U; u++) {
-			size_t ru = r + (size_t)u * blockDim.y;
-			if (ru < r1)
-				f(va[u], vb[NA > 1 ? u : 0], vc[NA > 2 ? u : 0], ru * groups + cg);
-		}
-	}
+	bn16_walk<NA>((r0 + threadIdx.y) * groups + cg, r1 * groups, (size_t)blockDim.y * groups, a, b, c, f);
 }
 
 /* partial = { sum d, sum d^2 } per channel and slice, d = x - shift, with shift the
@@ -267,8 +275,8 @@ __global__ static void __launch_bounds__(BLOCK, BN16_REDUCE_BLOCKS) bn16_stats_k
 	if (cg < groups) {
 		float shift[VEC];
 		load8<true>(x, (size_t)cg, shift);
-		bn16_walk<BN16_UNROLL_STATS, 1>(rows, slices, groups, cg, x, x, x,
-						[&](const pack<T> &v, const pack<T> &, const pack<T> &, size_t) {
+		bn16_walk_rows<1>(rows, slices, groups, cg, x, x, x,
+				  [&](const pack<T> &v, const pack<T> &, const pack<T> &, size_t) {
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
 				float d = to_f(v.v[e]) - shift[e];
@@ -356,7 +364,7 @@ __global__ static void __launch_bounds__(BLOCK, BN16_REDUCE_BLOCKS)
 				be[e] = beta[ch];
 			}
 		}
-		bn16_walk<BN16_UNROLL_BWD, MASK == BN16_MASK_OUT ? 3 : 2>(
+		bn16_walk_rows<MASK == BN16_MASK_OUT ? 3 : 2>(
 			rows, slices, groups, cg, x, dy, y,
 			[&](const pack<T> &v, const pack<T> &d, const pack<T> &o, size_t k) {
 				float gs[VEC];
@@ -399,12 +407,12 @@ __global__ static void bn16_bwd_final_kernel(int c, int slices, double m, const 
 
 /* dx (+)= gamma * invstd * (g - mean(g) - xhat * mean(g * xhat)), rounded once. A
  * thread keeps one channel group (its chunks step by a multiple of c / 8), so its
- * statistics load once. */
-template <typename T>
+ * statistics load once; ACC: dx is read too, and added to. */
+template <typename T, bool ACC>
 __global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int act, float lo, float hi,
 					  const T *__restrict__ x, const T *__restrict__ dy, const float *gamma,
 					  const float *beta, const float *mean, const float *invstd,
-					  const float *coef, T *__restrict__ dx, int accumulate)
+					  const float *coef, T *__restrict__ dx)
 {
 	unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
 	unsigned threads = gridDim.x * blockDim.x / groups * groups;
@@ -422,52 +430,19 @@ __global__ static void bn16_bwd_dx_kernel(size_t chunks, unsigned groups, int ac
 		k1[e] = coef[ch * 2];
 		k2[e] = coef[ch * 2 + 1];
 	}
-	/* BN16_DX_CHUNKS chunks a thread: all their loads in flight before any is used (at
-	 * one, 25% occupancy left DRAM about half busy) */
-	const pack<T> *px = reinterpret_cast<const pack<T> *>(x), *pd = reinterpret_cast<const pack<T> *>(dy);
-	const pack<T> *po = reinterpret_cast<const pack<T> *>(dx);
-	for (size_t k = tid; k < chunks; k += (size_t)BN16_DX_CHUNKS * threads) {
-		if (BN16_PREFETCH) {
-			size_t kp = k + (size_t)BN16_PREFETCH * BN16_DX_CHUNKS * threads;
+	bn16_walk<ACC ? 3 : 2>(tid, chunks, threads, x, dy, dx,
+			       [&](const pack<T> &vx, const pack<T> &vd, const pack<T> &vo, size_t k) {
+		float o[VEC];
 #pragma unroll
-			for (int u = 0; u < BN16_DX_CHUNKS; u++) {
-				size_t ku = kp + (size_t)u * threads;
-				if (ku < chunks) {
-					prefetch_l2(&px[ku]);
-					prefetch_l2(&pd[ku]);
-					if (accumulate)
-						prefetch_l2(&po[ku]);
-				}
-			}
+		for (int e = 0; e < VEC; e++) {
+			float v = to_f(vx.v[e]), d = to_f(vd.v[e]);
+			float xh = bn16_xhat(v, mu[e], is[e]);
+			float g = bn16_mask(v, mu[e], is[e], ga[e], be[e], act, lo, hi) ? d : 0.0f;
+			float r = ga[e] * is[e] * (g - k1[e] - xh * k2[e]);
+			o[e] = ACC ? to_f(vo.v[e]) + r : r;
 		}
-		pack<T> vx[BN16_DX_CHUNKS], vd[BN16_DX_CHUNKS], vo[BN16_DX_CHUNKS];
-#pragma unroll
-		for (int u = 0; u < BN16_DX_CHUNKS; u++) {
-			size_t ku = k + (size_t)u * threads;
-			if (ku < chunks) {
-				vx[u] = px[ku];
-				vd[u] = pd[ku];
-				if (accumulate)
-					vo[u] = po[ku];
-			}
-		}
-#pragma unroll
-		for (int u = 0; u < BN16_DX_CHUNKS; u++) {
-			size_t ku = k + (size_t)u * threads;
-			if (ku >= chunks)
-				break;
-			float o[VEC];
-#pragma unroll
-			for (int e = 0; e < VEC; e++) {
-				float v = to_f(vx[u].v[e]), d = to_f(vd[u].v[e]);
-				float xh = bn16_xhat(v, mu[e], is[e]);
-				float g = bn16_mask(v, mu[e], is[e], ga[e], be[e], act, lo, hi) ? d : 0.0f;
-				float r = ga[e] * is[e] * (g - k1[e] - xh * k2[e]);
-				o[e] = accumulate ? to_f(vo[u].v[e]) + r : r;
-			}
-			store8<true>(dx, ku, o);
-		}
-	}
+		store8<true>(dx, k, o);
+	});
 }
 
 /* --- launchers ----------------------------------------------------------------------- */
@@ -491,14 +466,27 @@ static int act_of(enum bn_apply_act act, float *lo, float *hi)
 	return act != BN_APPLY_LINEAR;
 }
 
+/* One wave of `kernel`'s blocks, each with its threads' rings: at most
+ * BN16_TARGET_BLOCKS. */
+template <auto kernel>
+static int bn16_wave(unsigned *wave)
+{
+	int resident;
+	GP_TRY(kernel_prepare<kernel>(bn16_ring_bytes, &resident));
+	*wave = (unsigned)resident < BN16_TARGET_BLOCKS ? (unsigned)resident : BN16_TARGET_BLOCKS;
+	return 0;
+}
+
 template <typename T>
 static int bn16_stats_t(cudaStream_t s, const struct bn_args *a, const void *x, float *save_mean,
 			float *save_invstd, float *running_mean, float *running_var, void *scratch)
 {
 	size_t rows = (size_t)a->n * a->h * a->w;
-	bn16_grid g = bn16_grid_for(rows, a->c, resident_blocks<bn16_stats_kernel<T>>(BN16_TARGET_BLOCKS));
+	unsigned wave;
+	GP_TRY(bn16_wave<bn16_stats_kernel<T>>(&wave));
+	bn16_grid g = bn16_grid_for(rows, a->c, wave);
 	double *partial = (double *)scratch;
-	bn16_stats_kernel<T><<<g.grid, g.block, 0, s>>>(rows, a->c, g.slices, (const T *)x, partial);
+	bn16_stats_kernel<T><<<g.grid, g.block, bn16_ring_bytes, s>>>(rows, a->c, g.slices, (const T *)x, partial);
 	CUDA_CHECK_LAUNCH();
 	bn16_stats_final_kernel<T><<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, a->eps,
 								    a->momentum, (const T *)x, partial,
@@ -523,16 +511,19 @@ extern "C" int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struc
 }
 
 /* The backward reduce in its MASK form (y and dz read only by BN16_MASK_OUT), in one
- * wave of its own blocks: the grid it ran. */
+ * wave of its own blocks: *g, the grid it ran. */
 template <typename T, int MASK>
-static bn16_grid bn16_reduce_launch(cudaStream_t s, size_t rows, int c, float lo, float hi, const T *x, const T *dy,
-				    const T *y, T *dz, const float *gamma, const float *beta, const float *mean,
-				    const float *invstd, double *partial)
+static int bn16_reduce_launch(cudaStream_t s, size_t rows, int c, float lo, float hi, const T *x, const T *dy,
+			      const T *y, T *dz, const float *gamma, const float *beta, const float *mean,
+			      const float *invstd, double *partial, bn16_grid *g)
 {
-	bn16_grid g = bn16_grid_for(rows, c, resident_blocks<bn16_bwd_reduce_kernel<T, MASK>>(BN16_TARGET_BLOCKS));
-	bn16_bwd_reduce_kernel<T, MASK><<<g.grid, g.block, 0, s>>>(rows, c, g.slices, lo, hi, x, dy, y, dz, gamma, beta,
-								    mean, invstd, partial);
-	return g;
+	unsigned wave;
+	GP_TRY((bn16_wave<bn16_bwd_reduce_kernel<T, MASK>>(&wave)));
+	*g = bn16_grid_for(rows, c, wave);
+	bn16_bwd_reduce_kernel<T, MASK><<<g->grid, g->block, bn16_ring_bytes, s>>>(rows, c, g->slices, lo, hi, x, dy, y,
+										  dz, gamma, beta, mean, invstd, partial);
+	CUDA_CHECK_LAUNCH();
+	return 0;
 }
 
 template <typename T>
@@ -548,22 +539,27 @@ static int bn16_bwd_t(cudaStream_t s, const struct bn_args *a, enum bn_apply_act
 	float *coef = (float *)(partial + (size_t)bn16_slices_cap(a->c) * 2 * a->c);
 	auto reduce = y ? bn16_reduce_launch<T, BN16_MASK_OUT>
 			: on ? bn16_reduce_launch<T, BN16_MASK_ACT> : bn16_reduce_launch<T, BN16_MASK_NONE>;
-	bn16_grid g = reduce(s, rows, a->c, lo, hi, (const T *)x, (const T *)dy, (const T *)y, (T *)dz, gamma, beta,
-			     save_mean, save_invstd, partial);
-	CUDA_CHECK_LAUNCH();
+	bn16_grid g;
+	GP_TRY(reduce(s, rows, a->c, lo, hi, (const T *)x, (const T *)dy, (const T *)y, (T *)dz, gamma, beta,
+		      save_mean, save_invstd, partial, &g));
 	if (y)
 		dy = dz; /* what the activation passed */
 	bn16_bwd_final_kernel<<<bn16_warp_blocks(a->c), BLOCK, 0, s>>>(a->c, g.slices, (double)rows, partial, coef,
 							       dgamma, dbeta);
 	CUDA_CHECK_LAUNCH();
-	unsigned wave = resident_blocks<bn16_bwd_dx_kernel<T>>(BN16_TARGET_BLOCKS);
+	unsigned wave;
+	if (accumulate)
+		GP_TRY((bn16_wave<bn16_bwd_dx_kernel<T, true>>(&wave)));
+	else
+		GP_TRY((bn16_wave<bn16_bwd_dx_kernel<T, false>>(&wave)));
 	unsigned blocks = grid_for(chunks) < wave ? grid_for(chunks) : wave;
 	if ((unsigned)g.groups > blocks * BLOCK)
 		return gp_error(GP_EINVAL, "16-bit NHWC batch norm of %d channels: too many for one pass",
 				a->c);
-	bn16_bwd_dx_kernel<T><<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)g.groups, y ? 0 : on, lo, hi,
-						       (const T *)x, (const T *)dy, gamma, beta, save_mean,
-						       save_invstd, coef, (T *)dx, accumulate);
+	auto dx_kernel = accumulate ? bn16_bwd_dx_kernel<T, true> : bn16_bwd_dx_kernel<T, false>;
+	dx_kernel<<<blocks, BLOCK, bn16_ring_bytes, s>>>(chunks, (unsigned)g.groups, y ? 0 : on, lo, hi, (const T *)x,
+							   (const T *)dy, gamma, beta, save_mean, save_invstd, coef,
+							   (T *)dx);
 	CUDA_CHECK_LAUNCH();
 	return 0;
 }

@@ -79,6 +79,26 @@ static int kernel_prepare(size_t smem, int *resident)
 	return 0;
 }
 
+/* Asynchronous 16-byte copies from global into shared memory (cp.async, sm_80 on),
+ * committed in groups: loads in flight that hold no register. .cg: through L2 only. */
+__device__ static inline void cp_async16(void *dst, const void *src)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+		     "l"(src)
+		     : "memory");
+}
+
+__device__ static inline void cp_async_commit(void)
+{
+	asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* Until at most N of this thread's latest groups are still in flight. */
+template <int N> __device__ static inline void cp_async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 #define FOR_EACH(i, count)                                                             \
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count);    \
 	     i += (size_t)gridDim.x * blockDim.x)
