@@ -35,11 +35,21 @@ TEST(bn16_auto_takes_the_shapes_it_won)
 	CHECK(bn16_own_wanted(BN16_AUTO, 48, 256, 32, 32, 0, 0));
 	CHECK(!bn16_own_wanted(BN16_AUTO, 47, 256, 32, 32, 0, 0));
 	CHECK(!bn16_own_wanted(BN16_AUTO, 48, 192, 32, 43, 0, 0));
-	/* the size bound: 16 Mi elements exactly, one image fewer */
-	CHECK(bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1024, 0, 0));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 16, 1024, 1023, 0, 0));
-	CHECK(bn16_own_wanted(BN16_AUTO, 64, 32, 128, 64, 0, 0));
-	CHECK(!bn16_own_wanted(BN16_AUTO, 63, 32, 128, 64, 0, 0));
+	/* the size bound before a ReLU6: 16 Mi elements exactly, one row or image fewer */
+	CHECK(bn16_own_wanted(BN16_AUTO, 1, 64, 512, 512, 1, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 64, 512, 511, 1, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 64, 128, 64, 32, 1, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 63, 128, 64, 32, 1, 0));
+	/* channels not a multiple of 64 from 4 Mi elements (s27-3): MobileNetV2's 32 over
+	 * 28 x 28 and 96 over 14 x 14 without an activation, not 160 over 7 x 7; the bound
+	 * exactly, one row or image fewer */
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 32, 28, 28, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 256, 96, 14, 14, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 160, 7, 7, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 1, 16, 512, 512, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 1, 16, 512, 511, 0, 0));
+	CHECK(bn16_own_wanted(BN16_AUTO, 16, 32, 128, 64, 0, 0));
+	CHECK(!bn16_own_wanted(BN16_AUTO, 15, 32, 128, 64, 0, 0));
 	/* channels the kernels cannot take: never, in any mode */
 	CHECK(!bn16_own_wanted(BN16_AUTO, 256, 12, 112, 112, 1, 0));
 	CHECK(!bn16_own_wanted(BN16_OWN, 2, 12, 4, 4, 0, 0));
