@@ -29,3 +29,30 @@ int data_use_pinned_memory(void)
 	loader_set_host_allocator(pinned_alloc, pinned_free);
 	return 0;
 }
+
+int data_pin(void *p, size_t bytes)
+{
+	cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+	if (e != cudaSuccess) {
+		cudaGetLastError(); /* not sticky: clear it */
+		return gp_error(GP_ENOMEM, "cannot page-lock %zu bytes of host memory for copies to the GPU: %s",
+				bytes, cudaGetErrorString(e));
+	}
+	return 0;
+}
+
+void data_unpin(void *p)
+{
+	if (p && cudaHostUnregister(p) != cudaSuccess)
+		cudaGetLastError();
+}
+
+int data_is_pinned(const void *p)
+{
+	struct cudaPointerAttributes a;
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return a.type == cudaMemoryTypeHost;
+}
