@@ -722,29 +722,41 @@ static int stem_blocks_x(const stem_k &p, int resident)
 	return gx < p.tiles ? gx : p.tiles;
 }
 
+/* stem_blocks_x for a staged-rows kernel over sr's tiles, each block with smem bytes:
+ * kernel_prepare allows the kernel STEM_ROWS_SMEM_MAX (its count is for that), the
+ * shape takes less, so the blocks resident with smem are asked at each call. */
+template <auto kernel>
+static int stem_rows_blocks(const stem_k &p, const stem_rows &sr, size_t smem, int *blocks)
+{
+	int resident, per = 0, dev = 0, sms = 0;
+	GP_TRY(kernel_prepare<kernel>(STEM_ROWS_SMEM_MAX, &resident));
+	CUDA_TRY(cudaGetDevice(&dev));
+	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+	CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, BLOCK, smem));
+	stem_k q = p;
+	q.tiles = sr.tiles;
+	*blocks = stem_blocks_x(q, sms * (per > 0 ? per : 1));
+	return 0;
+}
+
 template <typename T>
 static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x, const void *w, void *y)
 {
 	if (!aligned(y, 16))
 		return gp_error(GP_EINVAL, "stem convolution: output not 16-byte aligned");
 	stem_k p = stem_k_from(a);
-	int resident;
 	if (stem_rows_take(p) && aligned(x, 16)) {
 		stem_rows sr = stem_rows_from(p);
 		size_t smem = stem_rows_smem(sr);
-		auto kernel = stem_fwd_rows_kernel<T, STEM_ROWS_FORM>;
-		GP_TRY((kernel_prepare<stem_fwd_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
-		int per = 0, dev = 0, sms = 0;
-		CUDA_TRY(cudaGetDevice(&dev));
-		CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-		CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, BLOCK, smem));
-		stem_k q = p;
-		q.tiles = sr.tiles;
-		dim3 grid(stem_blocks_x(q, sms * (per > 0 ? per : 1)), p.k_out / STEM_N);
-		kernel<<<grid, BLOCK, smem, s>>>(p, sr, (const T *)x, (const T *)w, (T *)y);
+		int blocks;
+		GP_TRY((stem_rows_blocks<stem_fwd_rows_kernel<T, STEM_ROWS_FORM>>(p, sr, smem, &blocks)));
+		dim3 grid(blocks, p.k_out / STEM_N);
+		stem_fwd_rows_kernel<T, STEM_ROWS_FORM><<<grid, BLOCK, smem, s>>>(p, sr, (const T *)x, (const T *)w,
+										   (T *)y);
 		CUDA_CHECK_LAUNCH();
 		return 0;
 	}
+	int resident;
 	GP_TRY(kernel_prepare<stem_fwd_kernel<T>>(stem_fwd_smem(), &resident));
 	dim3 grid(stem_blocks_x(p, resident), p.k_out / STEM_N);
 	stem_fwd_kernel<T><<<grid, BLOCK, stem_fwd_smem(), s>>>(p, (const T *)x, (const T *)w, (T *)y);
@@ -752,7 +764,6 @@ static int stem_fwd_t(cudaStream_t s, const struct conv2d_args *a, const void *x
 	return 0;
 }
 
-/* The blocks of the weight gradient's first pass along the pixels (one partial each). */
 /* The blocks of the weight gradient's first pass along the pixels (one partial each):
  * on staged rows (rows) or columns; the scratch is sized for the more of the two, the x
  * pointer's alignment choosing between them only at the call. */
@@ -768,15 +779,8 @@ static int stem_wgrad_blocks_t(const struct conv2d_args *a, int rows, int *block
 		return 0;
 	}
 	stem_rows sr = stem_rows_from(p);
-	GP_TRY((kernel_prepare<stem_wgrad_rows_kernel<T, STEM_ROWS_FORM>>(STEM_ROWS_SMEM_MAX, &resident)));
-	int per = 0, dev = 0, sms = 0;
-	CUDA_TRY(cudaGetDevice(&dev));
-	CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-	CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, stem_wgrad_rows_kernel<T, STEM_ROWS_FORM>, BLOCK,
-							       stem_wgrad_rows_smem(sr)));
-	stem_k q = p;
-	q.tiles = sr.tiles;
-	int staged = stem_blocks_x(q, sms * (per > 0 ? per : 1));
+	int staged;
+	GP_TRY((stem_rows_blocks<stem_wgrad_rows_kernel<T, STEM_ROWS_FORM>>(p, sr, stem_wgrad_rows_smem(sr), &staged)));
 	*blocks = rows > 0 ? staged : rows == 0 ? cols : staged > cols ? staged : cols;
 	return 0;
 }
