@@ -94,7 +94,7 @@ MAIN_SRC := src/cmd/main.c
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(MAIN_SRC),$(LIB_SRC))) $(LIB_OBJ_CU)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build fusion-bench stem-probe
+.PHONY: all test test-san check clean bundle run fuzz fuzz-ci fuzz-build fusion-bench stem-probe gemm-probe
 ifeq ($(WITH_MPI),1)
   MPI_PLUGIN := $(BUILD)/libgpuperf_mpi.so
 endif
@@ -164,6 +164,18 @@ endif
 	@echo "  CC      $@"
 	@$(CC) -O2 -std=c11 -Wall -Wextra -Werror -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
 		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcudart
+
+# gemm_probe: ResNet-50's 1x1 products through cublasGemmEx's pick and every cuBLASLt
+# heuristic candidate.
+gemm-probe: $(BUILD)/gemm_probe
+$(BUILD)/gemm_probe: tools/dev/gemm_probe.c
+ifneq ($(WITH_CUDA),1)
+	$(error gemm-probe needs nvcc and cuBLAS (CUDA_HOME=$(CUDA_HOME)))
+endif
+	@mkdir -p $(BUILD)
+	@echo "  CC      $@"
+	@$(CC) -O2 -std=c11 -Wall -Wextra -Werror -I$(CUDA_HOME)/include -o $@ $< -L$(CUDA_HOME)/lib64 \
+		-Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart
 
 test: $(BUILD)/gpuperf $(BUILD)/gpuperf_tests $(MPI_PLUGIN)
 	GPUPERF_BIN=$(BUILD)/gpuperf ./$(BUILD)/gpuperf_tests
