@@ -403,7 +403,8 @@ TEST(amp_maxpool_matches_cpu)
 /* --- batch norm, dropout, bias ------------------------------------------------------------ */
 
 /* act(bn(x) + identity) in one pass, against the float reference on the same 16-bit
- * inputs, rounded once. */
+ * inputs, rounded once; the identity absent, as it is, or a batch norm's input
+ * normalized on the way (bn_apply_norm_id_cuda: a downsampling block's join). */
 TEST(amp_bn_apply_matches_cpu)
 {
 	static const int cfg[][3] = { { 4, 16, 63 }, { 3, 5, 1 }, { 2, 33, 49 }, { 3, 2048, 7 } };
@@ -412,10 +413,10 @@ TEST(amp_bn_apply_matches_cpu)
 	for (int t = 0; t < N_HTS; t++)
 		for (int nhwc = 0; nhwc <= 1; nhwc++)
 			for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++)
-				for (int v = 0; v < 6; v++) { /* each activation, with and without identity */
+				for (int v = 0; v < 9; v++) { /* each activation, each kind of identity */
 					int dev_mark = g.n_dev, host_mark = g.n_host;
 					enum gp_dtype ht = HTS[t];
-					int act = v / 2, with_id = v % 2;
+					int act = v / 3, with_id = v % 3;
 					int n = cfg[k][0], c = cfg[k][1], hw = cfg[k][2];
 					struct bn_args a = { .n = n, .c = c, .h = hw, .w = 1, .eps = 1e-5 };
 					size_t nx = (size_t)n * c * hw;
@@ -429,6 +430,12 @@ TEST(amp_bn_apply_matches_cpu)
 					float *d_gamma = dev_from(&g, gamma, c), *d_beta = dev_from(&g, beta, c);
 					float *d_mean = dev_from(&g, mean, c), *d_invstd = dev_from(&g, invstd, c);
 
+					float *zg = host_rand(&g, c, 0.5, 1), *zb = host_rand(&g, c, 2, 0);
+					float *zm = host_rand(&g, c, 1, 1), *zi = host_rand(&g, c, 0.1, 0.7);
+					struct bn_norm zn = { dev_from(&g, zg, c), dev_from(&g, zb, c), dev_from(&g, zm, c),
+							      dev_from(&g, zi, c) };
+					if (with_id == 2) /* the identity's batch norm, in float */
+						bn_apply_cpu_f32(&a, copy_f(&g, id, nx), zg, zb, zm, zi, id);
 					bn_apply_cpu_f32(&a, x, gamma, beta, mean, invstd, y);
 					for (size_t i = 0; i < nx; i++) {
 						float v = y[i] + (with_id ? id[i] : 0.0f);
@@ -438,9 +445,14 @@ TEST(amp_bn_apply_matches_cpu)
 							v = v > 6.0f ? 6.0f : v;
 						y[i] = v;
 					}
-					CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x,
-								 with_id ? d_id : NULL, d_gamma, d_beta, d_mean,
-								 d_invstd, (enum bn_apply_act)act, d_y));
+					if (with_id == 2)
+						CHECK_OK(bn_apply_norm_id_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x, d_id,
+									       d_gamma, d_beta, d_mean, d_invstd, &zn,
+									       (enum bn_apply_act)act, d_y));
+					else
+						CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x,
+								       with_id ? d_id : NULL, d_gamma, d_beta, d_mean,
+								       d_invstd, (enum bn_apply_act)act, d_y));
 					CHECK_REL(ht, nhwc ? "bn_apply NHWC" : "bn_apply NCHW",
 						  down_nchw(&g, ht, nhwc, d_y, n, c, hw), y, nx);
 					gpu_release(&g, dev_mark, host_mark);
@@ -452,7 +464,8 @@ TEST(amp_bn_apply_matches_cpu)
  * it gives the general element-wise path's bits (NCHW here, on the same values). */
 /* The NHWC kernel (one wave of blocks, two chunks a thread in flight) against the general
  * path, bit for bit: a small tensor, and one where every thread loops over several
- * pairs of chunks and the last pair is cut short; with and without an identity. */
+ * pairs of chunks and the last pair is cut short; without an identity, with one, and
+ * with one normalized on the way. */
 TEST(amp_bn_apply_nhwc_kernel_equals_general_path)
 {
 	struct gpu g;
@@ -474,14 +487,22 @@ TEST(amp_bn_apply_nhwc_kernel_equals_general_path)
 				d_id[nhwc] = dev_h_from(&g, ht, in_layout(&g, nhwc, id, n, c, hw), nx);
 				d_y[nhwc] = dev_h(&g, nx);
 			}
-			for (int with_id = 0; with_id <= 1; with_id++) {
+			/* the identity's batch norm (with_id 2): the statistics swapped round */
+			struct bn_norm zn = { d_mean, d_invstd, d_gamma, d_beta };
+			for (int with_id = 0; with_id <= 2; with_id++) {
 				for (int act = BN_APPLY_LINEAR; act <= BN_APPLY_RELU6; act++) {
 					for (int nhwc = 0; nhwc <= 1; nhwc++) {
 						CHECK_OK(CUDA_CHECK(cudaMemset(d_y[nhwc], 0xff, nx * 2)));
-						CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x[nhwc],
-								       with_id ? d_id[nhwc] : NULL, d_gamma, d_beta,
-								       d_mean, d_invstd, (enum bn_apply_act)act,
-								       d_y[nhwc]));
+						if (with_id == 2)
+							CHECK_OK(bn_apply_norm_id_cuda(g.ctx->stream, ht, nhwc, n, c, hw,
+										       d_x[nhwc], d_id[nhwc], d_gamma,
+										       d_beta, d_mean, d_invstd, &zn,
+										       (enum bn_apply_act)act, d_y[nhwc]));
+						else
+							CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, nhwc, n, c, hw, d_x[nhwc],
+									       with_id ? d_id[nhwc] : NULL, d_gamma,
+									       d_beta, d_mean, d_invstd,
+									       (enum bn_apply_act)act, d_y[nhwc]));
 					}
 					float *general = down_nchw(&g, ht, 0, d_y[0], n, c, hw);
 					float *fast = down_nchw(&g, ht, 1, d_y[1], n, c, hw);

@@ -448,24 +448,48 @@ extern "C" int bn_fwd_eval_own_cuda(cudaStream_t s, const struct bn_args *a, con
 
 
 /* --- batch norm apply in 16 bits ------------------------------------------------------------
- * act(bn(x) + identity), identity b reading 0 when absent; all in float, rounded once. */
+ * act(bn(x) + identity), identity b reading 0 when absent; all in float, rounded once.
+ * With zn.gamma set the identity is a batch norm's input, normalized by zn on the way
+ * (a residual join of two batch norms). */
 struct bn_apply_op {
 	static constexpr bool indexed = true;
 	const float *gamma, *beta, *mean, *invstd;
 	int act;
 	float cap;
+	struct bn_norm zn;
 	/* One element from its channel's statistics and parameters (both kernels' formula,
 	 * and the own NHWC kernels' backward's: bn_val.cuh). */
 	__device__ float at(float x, float id, float m, float is, float g, float b) const
 	{
 		return bn16_act(bn16_pre(x, id, m, is, g, b), act, cap);
 	}
+	/* The join's form (zn set): each batch norm as its channel's scale and shift, so that
+	 * a thread holds two batch norms' in the registers one's statistics take. */
+	__device__ void join_of(int c, float *sx, float *tx, float *sz, float *tz) const
+	{
+		*sx = __fmul_rn(invstd[c], gamma[c]);
+		*tx = __fmaf_rn(-mean[c], *sx, beta[c]);
+		*sz = __fmul_rn(zn.invstd[c], zn.gamma[c]);
+		*tz = __fmaf_rn(-zn.mean[c], *sz, zn.beta[c]);
+	}
+	__device__ float join(float x, float z, float sx, float tx, float sz, float tz) const
+	{
+		return bn16_act(__fadd_rn(__fmaf_rn(x, sx, tx), __fmaf_rn(z, sz, tz)), act, cap);
+	}
 	__device__ float operator()(const cursor &p, float x, float id, int) const
 	{
 		int c = p.ch;
+		if (zn.gamma) {
+			float sx, tx, sz, tz;
+			join_of(c, &sx, &tx, &sz, &tz);
+			return join(x, id, sx, tx, sz, tz);
+		}
 		return at(x, id, mean[c], invstd[c], gamma[c], beta[c]);
 	}
 };
+
+/* The identity the NHWC apply adds: none, as it is, or normalized by bn_apply_op::zn. */
+enum { ID_NONE, ID_PLAIN, ID_NORM };
 
 /* Chunks of 8 channels a thread of the NHWC apply loads before it computes any, and the
  * blocks a multiprocessor holds (launch bounds: 80 registers or fewer). */
@@ -479,7 +503,7 @@ struct bn_apply_op {
  * blocks that loop (resident_blocks), BN_APPLY_CHUNKS chunks' loads in flight together
  * and the next ones' asked of L2, as the own batch norms' other passes (bn_nhwc16.cu). ID:
  * an identity to add. */
-template <typename T, bool ID>
+template <typename T, int ID>
 __global__ static void __launch_bounds__(BLOCK, BN_APPLY_BLOCKS)
 	bn_apply_nhwc8_kernel(size_t chunks, unsigned groups, const T *__restrict__ x, const T *__restrict__ id,
 			      bn_apply_op f, T *__restrict__ y)
@@ -489,13 +513,19 @@ __global__ static void __launch_bounds__(BLOCK, BN_APPLY_BLOCKS)
 	if (tid >= threads)
 		return;
 	unsigned c0 = tid % groups * VEC;
-	float mean[VEC], invstd[VEC], gamma[VEC], beta[VEC];
+	/* a channel's mean, invstd, gamma and beta; for the join (ID_NORM) its two batch
+	 * norms' scales and shifts (bn_apply_op::join_of) */
+	float p0[VEC], p1[VEC], p2[VEC], p3[VEC];
 #pragma unroll
 	for (int e = 0; e < VEC; e++) {
-		mean[e] = f.mean[c0 + e];
-		invstd[e] = f.invstd[c0 + e];
-		gamma[e] = f.gamma[c0 + e];
-		beta[e] = f.beta[c0 + e];
+		if constexpr (ID == ID_NORM) {
+			f.join_of(c0 + e, &p0[e], &p1[e], &p2[e], &p3[e]);
+		} else {
+			p0[e] = f.mean[c0 + e];
+			p1[e] = f.invstd[c0 + e];
+			p2[e] = f.gamma[c0 + e];
+			p3[e] = f.beta[c0 + e];
+		}
 	}
 	const pack<T> *px = reinterpret_cast<const pack<T> *>(x), *pi = reinterpret_cast<const pack<T> *>(id);
 	pack<T> *py = reinterpret_cast<pack<T> *>(y);
@@ -505,7 +535,7 @@ __global__ static void __launch_bounds__(BLOCK, BN_APPLY_BLOCKS)
 			size_t kp = k + (size_t)(BN_APPLY_CHUNKS + u) * threads;
 			if (kp < chunks) {
 				prefetch_l2(&px[kp]);
-				if constexpr (ID)
+				if constexpr (ID != ID_NONE)
 					prefetch_l2(&pi[kp]);
 			}
 		}
@@ -515,7 +545,7 @@ __global__ static void __launch_bounds__(BLOCK, BN_APPLY_BLOCKS)
 			size_t ku = k + (size_t)u * threads;
 			if (ku < chunks) {
 				vx[u] = px[ku];
-				if constexpr (ID)
+				if constexpr (ID != ID_NONE)
 					vi[u] = pi[ku];
 			}
 		}
@@ -527,9 +557,12 @@ __global__ static void __launch_bounds__(BLOCK, BN_APPLY_BLOCKS)
 #pragma unroll
 			for (int e = 0; e < VEC; e++) {
 				float z = 0.0f;
-				if constexpr (ID)
+				if constexpr (ID != ID_NONE)
 					z = to_f(vi[ID ? u : 0].v[e]);
-				put_f(&vx[u].v[e], f.at(to_f(vx[u].v[e]), z, mean[e], invstd[e], gamma[e], beta[e]));
+				if constexpr (ID == ID_NORM)
+					put_f(&vx[u].v[e], f.join(to_f(vx[u].v[e]), z, p0[e], p1[e], p2[e], p3[e]));
+				else
+					put_f(&vx[u].v[e], f.at(to_f(vx[u].v[e]), z, p0[e], p1[e], p2[e], p3[e]));
 			}
 			py[ku] = vx[u];
 		}
@@ -544,11 +577,13 @@ static int bn_apply_t(cudaStream_t s, int nhwc, int n, int c, int hw, const void
 		return 0;
 	size_t count = (size_t)n * c * hw, chunks = count / VEC;
 	if (nhwc && c % VEC == 0 && aligned(x, 16) && aligned(id, 16) && aligned(y, 16)) {
-		unsigned wave = id ? resident_blocks<bn_apply_nhwc8_kernel<T, true>>(4096)
-				   : resident_blocks<bn_apply_nhwc8_kernel<T, false>>(4096);
+		auto k = !id ? bn_apply_nhwc8_kernel<T, ID_NONE>
+			 : f.zn.gamma ? bn_apply_nhwc8_kernel<T, ID_NORM> : bn_apply_nhwc8_kernel<T, ID_PLAIN>;
+		unsigned wave = !id ? resident_blocks<bn_apply_nhwc8_kernel<T, ID_NONE>>(4096)
+				: f.zn.gamma ? resident_blocks<bn_apply_nhwc8_kernel<T, ID_NORM>>(4096)
+					     : resident_blocks<bn_apply_nhwc8_kernel<T, ID_PLAIN>>(4096);
 		unsigned blocks = grid_for(chunks) < wave ? grid_for(chunks) : wave;
 		if ((unsigned)(c / VEC) <= blocks * BLOCK) {
-			auto k = id ? bn_apply_nhwc8_kernel<T, true> : bn_apply_nhwc8_kernel<T, false>;
 			k<<<blocks, BLOCK, 0, s>>>(chunks, (unsigned)(c / VEC), (const T *)x, (const T *)id, f,
 						   (T *)y);
 			CUDA_CHECK_LAUNCH();
@@ -568,8 +603,22 @@ extern "C" int bn_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, 
 				    invstd, act, (float *)y);
 	}
 	bn_apply_op f = { gamma, beta, mean, invstd, act != BN_APPLY_LINEAR,
-			  act == BN_APPLY_RELU6 ? 6.0f : INFINITY };
+			  act == BN_APPLY_RELU6 ? 6.0f : INFINITY, {} };
 	return DISPATCH_H(dt, bn_apply_t, s, nhwc, n, c, hw, x, identity, f, y);
+}
+
+extern "C" int bn_apply_norm_id_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw,
+				     const void *x, const void *z, const float *gamma, const float *beta,
+				     const float *mean, const float *invstd, const struct bn_norm *zn,
+				     enum bn_apply_act act, void *y)
+{
+	if (dt == GP_F32)
+		return gp_error(GP_EUNSUPPORTED, "batch norm apply with a normalized identity: 16-bit only");
+	if (!z || !zn || !zn->gamma || !zn->beta || !zn->mean || !zn->invstd)
+		return gp_error(GP_EINVAL, "batch norm apply with a normalized identity: no identity or statistics");
+	bn_apply_op f = { gamma, beta, mean, invstd, act != BN_APPLY_LINEAR,
+			  act == BN_APPLY_RELU6 ? 6.0f : INFINITY, *zn };
+	return DISPATCH_H(dt, bn_apply_t, s, nhwc, n, c, hw, x, z, f, y);
 }
 
 /* --- synchronized batch norm (SyncBatchNorm over ranks): the statistics as sums that

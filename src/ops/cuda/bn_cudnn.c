@@ -347,6 +347,33 @@ int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum 
 	return 0;
 }
 
+int bn_add_bn_relu_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a)
+{
+	return bn_own16(ctx, a, BN_FUSE_ADD_RELU) && bn_own16(ctx, a, BN_FUSE_NONE);
+}
+
+int bn_fwd_stats_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, float *save_mean,
+		      float *save_invstd, float *running_mean, float *running_var)
+{
+	void *scratch = NULL;
+	if (!bn_own16(ctx, a, BN_FUSE_NONE))
+		return gp_error(GP_EUNSUPPORTED, "batch norm statistics alone: the own 16-bit kernels only");
+	GP_TRY(bn16_scratch(ctx, a, &scratch));
+	return bn16_stats_cuda(ctx->stream, ctx->act_dtype, a, x, save_mean, save_invstd, running_mean, running_var,
+			       scratch);
+}
+
+int bn_fwd_train_add_bn_relu_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *z,
+				  const float *gamma, const float *beta, const struct bn_norm *zn, void *y,
+				  float *save_mean, float *save_invstd, float *running_mean, float *running_var)
+{
+	if (!bn_add_bn_relu_own_cuda(ctx, a))
+		return gp_error(GP_EUNSUPPORTED, "batch norm join with a normalized identity: the own 16-bit kernels only");
+	GP_TRY(bn_fwd_stats_cuda(ctx, a, x, save_mean, save_invstd, running_mean, running_var));
+	return bn_apply_norm_id_cuda(ctx->stream, ctx->act_dtype, 1, a->n, a->c, a->h * a->w, x, z, gamma, beta,
+				     save_mean, save_invstd, zn, BN_APPLY_RELU, y);
+}
+
 int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, const void *x, const void *y,
 			   const void *dy, const float *gamma, const float *beta, const float *save_mean,
 			   const float *save_invstd, void *dx, int accumulate, float *dgamma, float *dbeta,

@@ -496,6 +496,16 @@ static int bn16_stats_t(cudaStream_t s, const struct bn_args *a, const void *x, 
 	return 0;
 }
 
+extern "C" int bn16_stats_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
+			       float *save_mean, float *save_invstd, float *running_mean, float *running_var,
+			       void *scratch)
+{
+	if (!a->n || !a->c || !a->h || !a->w)
+		return 0;
+	GP_TRY(bn16_check(a, x, NULL, NULL));
+	return DISPATCH_H(dt, bn16_stats_t, s, a, x, save_mean, save_invstd, running_mean, running_var, scratch);
+}
+
 extern "C" int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
 				   const void *z, enum bn_apply_act act, const float *gamma, const float *beta,
 				   void *y, float *save_mean, float *save_invstd, float *running_mean,

@@ -122,6 +122,17 @@ enum bn_apply_act { BN_APPLY_LINEAR, BN_APPLY_RELU, BN_APPLY_RELU6 };
 int bn_apply_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw, const void *x,
 		  const void *identity, const float *gamma, const float *beta, const float *mean,
 		  const float *invstd, enum bn_apply_act act, void *y);
+/* A batch norm's normalization from its parameters and saved statistics (float, one
+ * each a channel): (x - mean) * invstd * gamma + beta. */
+struct bn_norm {
+	const float *gamma, *beta, *mean, *invstd;
+};
+/* The same with the identity z a batch norm's input, normalized by zn on the way:
+ * act(bn(x) + bn_z(z)), in float, rounded once (16 bits only). A downsampling residual
+ * block's join, whose shortcut batch norm then never writes its output. */
+int bn_apply_norm_id_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw, const void *x,
+			  const void *z, const float *gamma, const float *beta, const float *mean,
+			  const float *invstd, const struct bn_norm *zn, enum bn_apply_act act, void *y);
 
 /* --- loss (loss.cu) ----------------------------------------------------------------------- */
 /* Mean cross-entropy of softmax(logits) against labels into *loss (device double),
@@ -338,6 +349,10 @@ void bn16_cuda_set_max_slices(int n);
  * bn16_mask.h's bounds and the unfused activation's test on the rounded output
  * disagree, for dt and act (ReLU or ReLU6). */
 int bn16_cuda_mask_mismatches(enum gp_dtype dt, enum bn_apply_act act, unsigned long long *mismatches);
+/* The training forward's statistics alone (saved and running), for an apply elsewhere
+ * (bn_apply_norm_id_cuda). */
+int bn16_stats_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x, float *save_mean,
+		    float *save_invstd, float *running_mean, float *running_var, void *scratch);
 int bn16_fwd_train_cuda(cudaStream_t s, enum gp_dtype dt, const struct bn_args *a, const void *x,
 			const void *z, enum bn_apply_act act, const float *gamma, const float *beta,
 			void *y, float *save_mean, float *save_invstd, float *running_mean,
@@ -429,6 +444,20 @@ int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum 
 			    const void *x, const void *z, const float *gamma, const float *beta, void *y,
 			    float *save_mean, float *save_invstd, float *running_mean, float *running_var,
 			    void *reserve, size_t reserve_bytes);
+/* A residual join y = relu(bn(x) + bn_z(z)) of two training batch norms of a's shape
+ * (a downsampling block: bn_z ends the shortcut): 1 when both run on the own 16-bit
+ * kernels, where the join applies bn_z in its own pass (bn_fwd_train_add_bn_relu_cuda)
+ * and bn_z's forward makes its statistics only (bn_fwd_stats_cuda); from the settings
+ * alone, as bn16_routed_own_cuda. */
+int bn_add_bn_relu_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a);
+/* A training batch norm's statistics (saved and running) without its output. */
+int bn_fwd_stats_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, float *save_mean,
+		      float *save_invstd, float *running_mean, float *running_var);
+/* Training forward of y = relu(bn(x) + bn_z(z)): bn's statistics, then one pass;
+ * zn: bn_z's parameters and the statistics bn_fwd_stats_cuda saved. */
+int bn_fwd_train_add_bn_relu_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *z,
+				  const float *gamma, const float *beta, const struct bn_norm *zn, void *y,
+				  float *save_mean, float *save_invstd, float *running_mean, float *running_var);
 /* Backward of y = relu(bn(x)) (op BN_FUSE_RELU) or relu6(bn(x)) (BN_FUSE_RELU6) from y
  * and dy (the gradient of y): dx (accumulated into when accumulate), dgamma, dbeta. */
 int bn_bwd_relu_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, const void *x, const void *y,
