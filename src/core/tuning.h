@@ -75,6 +75,7 @@ struct tuning {
 		int conv_ws_arena; /* convolution workspaces planned in the arena, not one shared */
 		int wgrad_stream; /* FP32 weight gradients on a second stream */
 		int bn_out_mask;  /* a block's last batch norm applies the ReLU-after-add's mask */
+		int bn_add_bn;    /* a shortcut's batch norm applied in its join's pass (FUSE_BN_STATS) */
 	} test;
 };
 

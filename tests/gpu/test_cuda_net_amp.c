@@ -469,6 +469,115 @@ TEST(cuda_amp_block_relu_mask_in_the_batch_norm_changes_no_bit)
 	check_out_mask("resnet18", PREC_BF16, BN16_CUDNN, 0);
 }
 
+/* A downsampling block's join, relu(bn3(x) + bn_ds(z)), applies both batch norms in one
+ * pass where both run on the own 16-bit kernels (FUSE_BN_STATS): the shortcut's batch
+ * norm makes its statistics only and never writes its output. Against the join reading
+ * that output (tuning.test.bn_add_bn = 0), on the same weights and batch: want joins
+ * (resnet50 4, resnet18 3 under own; none on cuDNN's batch norms). The shortcut's
+ * output is then not rounded to 16 bits before the add, so the two nets differ by that
+ * rounding: the joined net is held to the other's distance from FP32 (near_as) for
+ * the loss, logits and gradients after one step, and parameters and running
+ * statistics after three; the first join's shortcut statistics, made before any
+ * output differs, are the same bits. A join without the shortcut's batch norm, or with its statistics
+ * wrong, is O(1) off. */
+static void check_join(const char *model, enum precision prec, int bn16, int want)
+{
+	const int size = 64, batch = 8, classes = 10;
+	struct net *nets[3] = { build(model, size, batch, classes), build(model, size, batch, classes),
+				build(model, size, batch, classes) };
+	struct net *f = nets[0], *a = nets[1], *b = nets[2]; /* FP32, joined, apart */
+	float *x = NULL, *l[3] = { 0 }, *gr[3] = { 0 };
+	int32_t *y = NULL;
+	if (!f || !a || !b)
+		goto out;
+	a->tuning.bn16 = b->tuning.bn16 = bn16;
+	b->tuning.test.bn_add_bn = 0;
+	/* the same convolution algorithms in both (cuDNN's heuristic, deterministic ones) */
+	a->conv_policy.deterministic = b->conv_policy.deterministic = 1;
+	a->conv_policy.heuristic = b->conv_policy.heuristic = 1;
+	int rc_f = net_setup(f, BACKEND_CUDA, GP_F32, PREC_FP32), rc_a = net_setup(a, BACKEND_CUDA, GP_F32, prec),
+	    rc_b = net_setup(b, BACKEND_CUDA, GP_F32, prec);
+	CHECK_MSG(rc_f == 0 && rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
+	if (rc_f || rc_a || rc_b)
+		goto out;
+	int fa = 0, fb = 0, first = -1;
+	for (int i = 0; i < a->n_nodes; i++) {
+		if (a->nodes[i].op != OP_BATCHNORM2D)
+			continue;
+		fa += a->scratch[i].keep_last > 0;
+		fb += b->scratch[i].keep_last > 0;
+		if (first < 0 && a->scratch[i].keep_last > 0 && !b->scratch[i].keep_last)
+			first = i;
+	}
+	CHECK_MSG(fa - fb == want, "%s %s bn16 %d: %d shortcut batch norms joined (want %d)", model,
+		  train_precision_name(prec), bn16, fa - fb, want);
+	CHECK(train_synthetic_batch(batch, 3, size, size, classes, 23, &x, &y) == 0);
+	size_t nl = (size_t)batch * classes, np = f->params_count;
+	double loss[3];
+	for (int k = 0; k < 3; k++) {
+		l[k] = malloc(nl * sizeof(float));
+		gr[k] = malloc(np * sizeof(float));
+		CHECK(l[k] && gr[k] && net_set_batch_data(nets[k], x, y) == 0);
+		CHECK(net_forward(nets[k], 1) == 0 && net_loss(nets[k], &loss[k], NULL) == 0 &&
+		      net_logits_to_host(nets[k], l[k]) == 0);
+		CHECK(net_backward(nets[k]) == 0 && net_grads_to_host(nets[k], gr[k]) == 0);
+	}
+	if (first >= 0) { /* the running statistics after one forward: the first join's the same */
+		CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+		const struct node *nd = &a->nodes[first];
+		size_t off = nd->running_offset, c = (size_t)nd->a.bn.c;
+		CHECK_MSG(!memcmp(a->host_running + off, b->host_running + off, 2 * c * sizeof(float)),
+			  "%s: %s's running statistics differ (%.3g)", model, nd->name,
+			  dist(a->host_running + off, b->host_running + off, 2 * c));
+	}
+	double eL[2], el[2], eg[2];
+	for (int k = 0; k < 2; k++) {
+		eL[k] = fabs(loss[k + 1] - loss[0]) / fabs(loss[0]);
+		el[k] = dist(l[k + 1], l[0], nl);
+		eg[k] = dist(gr[k + 1], gr[0], np);
+	}
+	printf("      %s %s from FP32, joined / apart: loss %.2e / %.2e, logits %.2e / %.2e, grads %.2e / %.2e\n",
+	       model, train_precision_name(prec), eL[0], eL[1], el[0], el[1], eg[0], eg[1]);
+	CHECK_MSG(near_as(eL[0], eL[1]) >= 0, "%s: joined loss %.3g from FP32 against %.3g", model, eL[0], eL[1]);
+	CHECK_MSG(near_as(el[0], el[1]) >= 0, "%s: joined logits %.3g from FP32 against %.3g", model, el[0], el[1]);
+	CHECK_MSG(near_as(eg[0], eg[1]) >= 0, "%s: joined gradients %.3g from FP32 against %.3g", model, eg[0],
+		  eg[1]);
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int k = 0; k < 3; k++) {
+		CHECK(net_sgd_step(nets[k], &sgd) == 0);
+		for (int st = 0; st < 2; st++)
+			CHECK(net_train_step(nets[k], &sgd, NULL, NULL) == 0);
+		CHECK(net_sync_to_host(nets[k]) == 0);
+	}
+	double ep[2], er[2];
+	for (int k = 0; k < 2; k++) {
+		ep[k] = dist(nets[k + 1]->host_params, f->host_params, np);
+		er[k] = dist(nets[k + 1]->host_running, f->host_running, f->running_count);
+	}
+	printf("      %s %s after 3 steps, joined / apart: params %.2e / %.2e, running %.2e / %.2e\n", model,
+	       train_precision_name(prec), ep[0], ep[1], er[0], er[1]);
+	CHECK_MSG(near_as(ep[0], ep[1]) >= 0, "%s: joined parameters %.3g from FP32 against %.3g", model, ep[0],
+		  ep[1]);
+	CHECK_MSG(near_as(er[0], er[1]) >= 0, "%s: joined running statistics %.3g from FP32 against %.3g", model,
+		  er[0], er[1]);
+out:
+	free(x);
+	free(y);
+	for (int k = 0; k < 3; k++) {
+		free(l[k]);
+		free(gr[k]);
+		net_free(nets[k]);
+	}
+}
+
+TEST(cuda_amp_downsample_join_applies_both_batch_norms)
+{
+	NEED_GPU();
+	check_join("resnet50", PREC_BF16, BN16_OWN, 4);
+	check_join("resnet18", PREC_FP16, BN16_OWN, 3);
+	check_join("resnet18", PREC_BF16, BN16_CUDNN, 0);
+}
+
 /* The set-up's plan frees what the prediction without a device (gpuperf info's,
  * net_plan_predict) says it will: ResNet's stem ReLU output, read by nothing but the max
  * pool in forward, once its batch norm is big enough for auto's rule (batch 24 at 224:

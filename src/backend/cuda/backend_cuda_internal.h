@@ -101,6 +101,9 @@ enum fuse_role {
 	FUSE_RELU6_FOLDED, /* ReLU6 after a FUSE_BN_RELU batch norm (which stores max(z, 0)),
 			    * whose one reader, a 16-bit depthwise convolution, takes min(., 6)
 			    * on load and masks its input gradient: nothing to do here */
+	FUSE_BN_STATS,    /* the other input z of a FUSE_ADD_BN_RELU add, a batch norm too (a
+			   * downsampling shortcut's): forward makes its statistics only, and
+			   * the add applies it, y = relu(bn(x) + bn_z(z)); plain backward */
 };
 
 /* Make the net's device current on the calling thread: a net may be set up on one

@@ -84,6 +84,8 @@ static int forward_node(struct net *net, int i, int training)
 		int role = training ? fuse_role(net, i) : FUSE_NONE;
 		if (role == FUSE_BN_DEFERRED) /* the add after it runs it */
 			return 0;
+		if (role == FUSE_BN_STATS) /* the add after it applies it */
+			return bn_fwd_stats_cuda(ctx, &nd->a.bn, x, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
 		if (role == FUSE_BN_RELU || role == FUSE_BN_RELU6) /* y: the ReLU's output, in place */
 			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
 						       x, NULL, param_ptr(net, nd, 0), param_ptr(net, nd, 1), y, stats,
@@ -118,9 +120,18 @@ static int forward_node(struct net *net, int i, int training)
 	}
 	case OP_ADD:
 		if (training && fuse_role(net, i) == FUSE_ADD_BN_RELU) {
-			int k = fuse_role(net, nd->in[0]) == FUSE_BN_DEFERRED ? 0 : 1, bi = nd->in[k];
+			int k = fuse_role(net, nd->in[0]) == FUSE_BN_DEFERRED ? 0 : 1, bi = nd->in[k], zi = nd->in[1 - k];
 			const struct node *bn = &net->nodes[bi];
 			float *run = b->running + bn->running_offset, *stats = saved_ptr(net, bi);
+			if (fuse_role(net, zi) == FUSE_BN_STATS) {
+				const struct node *zn = &net->nodes[zi];
+				float *zs = saved_ptr(net, zi);
+				struct bn_norm norm = { param_ptr(net, zn, 0), param_ptr(net, zn, 1), zs, zs + zn->a.bn.c };
+				return bn_fwd_train_add_bn_relu_cuda(ctx, &bn->a.bn, act_ptr(net, bn->in[0]),
+								     act_ptr(net, zn->in[0]), param_ptr(net, bn, 0),
+								     param_ptr(net, bn, 1), &norm, y, stats,
+								     stats + bn->a.bn.c, run, run + bn->a.bn.c);
+			}
 			return bn_fwd_train_fused_cuda(ctx, &bn->a.bn, BN_FUSE_ADD_RELU, act_ptr(net, bn->in[0]),
 						       act_ptr(net, nd->in[1 - k]), param_ptr(net, bn, 0),
 						       param_ptr(net, bn, 1), y, stats, stats + bn->a.bn.c, run,
@@ -456,6 +467,20 @@ static int relu6_foldable(const struct net *net, int bn, int r)
 	       !bn16_routed_own_cuda(net->bk->ctx, &net->nodes[bn].a.bn, BN_FUSE_RELU6);
 }
 
+/* Whether batch norm z, the other input of the add that runs batch norm i
+ * (FUSE_ADD_BN_RELU), is applied in that add's pass too (FUSE_BN_STATS): a batch norm
+ * read by nothing else (a downsampling shortcut's), not yet fused, both on the own
+ * 16-bit kernels (bn_add_bn_relu_own_cuda). Its output then is never written: its
+ * backward reads x and the saved statistics, and no recompute reads it (a downsampling
+ * block's output stays kept, block_recomputed). */
+static int shortcut_bn_joined(const struct net *net, int i, int z)
+{
+	const struct node *zn = &net->nodes[z];
+	return net->tuning.test.bn_add_bn && z != i && zn->op == OP_BATCHNORM2D && zn->consumers == 1 &&
+	       node_has_grad(net, z) && !net->bk->fuse[z] &&
+	       bn_add_bn_relu_own_cuda(net->bk->ctx, &net->nodes[i].a.bn);
+}
+
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 {
 	struct backend_state *b = net->bk;
@@ -501,6 +526,12 @@ int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 			b->fuse[c] = FUSE_ADD_BN_RELU;
 			b->fuse[net->nodes[c].last_consumer] = FUSE_RELU_AFTER_ADD;
 			reqs[i].keep_last = c; /* the add runs it; the backward is plain */
+			int z = net->nodes[c].in[net->nodes[c].in[0] == i ? 1 : 0];
+			if (shortcut_bn_joined(net, i, z)) {
+				b->fuse[z] = FUSE_BN_STATS;
+				reqs[z].keep_last = c;
+				fused++;
+			}
 		} else {
 			continue;
 		}
