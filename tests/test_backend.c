@@ -57,7 +57,7 @@ TEST(tuning_shown_by_info_and_recorded_in_results)
 	for (int i = 0; i < tuning_table_len; i++)
 		CHECK(!strncmp(tuning_table[i].name, "GPUPERF_", 8) && tuning_table[i].meaning[0]);
 	CHECK(t->test.bn_fuse && t->test.bn_own && t->test.conv_ws_arena && t->test.wgrad_stream &&
-	      t->test.bn_out_mask && t->test.bn_add_bn);
+	      t->test.bn_out_mask && t->test.bn_add_bn && t->test.bn_pool);
 
 	char cmd[1024], out[8192], dir[600];
 	snprintf(cmd, sizeof(cmd), "GPUPERF_CONV_WORKSPACE_MIB=1234 %s info", test_bin());

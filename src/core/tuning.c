@@ -119,7 +119,7 @@ void tuning_reload(void)
 		fprintf(stderr, "warning: GPUPERF_CONV_1X1='%s' is not cudnn, auto or cublas; using auto\n", v);
 		t.conv_1x1 = 1;
 	}
-	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = t.test.bn_out_mask = t.test.bn_add_bn = 1;
+	t.test.bn_fuse = t.test.bn_own = t.test.conv_ws_arena = t.test.wgrad_stream = t.test.bn_out_mask = t.test.bn_add_bn = t.test.bn_pool = 1;
 	current = t;
 }
 

@@ -76,6 +76,7 @@ struct tuning {
 		int wgrad_stream; /* FP32 weight gradients on a second stream */
 		int bn_out_mask;  /* a block's last batch norm applies the ReLU-after-add's mask */
 		int bn_add_bn;    /* a shortcut's batch norm applied in its join's pass (FUSE_BN_STATS) */
+		int bn_pool;      /* a batch norm + ReLU applied by the max pool after it */
 	} test;
 };
 

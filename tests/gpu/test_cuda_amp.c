@@ -400,6 +400,64 @@ TEST(amp_maxpool_matches_cpu)
 	gpu_close(&g);
 }
 
+/* The max pool over relu(bn(x)) in one pass (maxpool_bn_relu_fwd_cuda: ResNet's stem in
+ * training) against the apply then the pool, bit for bit in the output and the argmax:
+ * each element is rounded as the apply writes it before the windows compare, so the
+ * ReLU's zeros tie as they do after the apply. NHWC, 8 to 64 channels, overlapping and
+ * cut windows. */
+TEST(amp_maxpool_over_batch_norm_equals_apply_then_pool)
+{
+	static const int cfg[][6] = {
+		/* n, c, h, k, stride, pad */
+		{ 2, 64, 16, 3, 2, 1 }, /* ResNet's stem pool */
+		{ 1, 8, 9, 3, 2, 1 },   /* an odd height */
+		{ 3, 16, 7, 3, 1, 1 },  /* overlapping windows */
+		{ 2, 24, 12, 2, 2, 0 }, /* 3 channel groups: a thread's group changes as it strides */
+	};
+	struct gpu g;
+	GPU_OPEN(&g, 21);
+	for (int t = 0; t < N_HTS; t++)
+		for (size_t k = 0; k < sizeof(cfg) / sizeof(cfg[0]); k++) {
+			int dev_mark = g.n_dev, host_mark = g.n_host;
+			enum gp_dtype ht = HTS[t];
+			struct pool_args a = { .n = cfg[k][0], .c = cfg[k][1], .h_in = cfg[k][2], .w_in = cfg[k][2] + 1,
+					       .k = cfg[k][3], .stride = cfg[k][4], .pad = cfg[k][5] };
+			a.h_out = conv_out_size(a.h_in, a.k, a.stride, a.pad);
+			a.w_out = conv_out_size(a.w_in, a.k, a.stride, a.pad);
+			int c = a.c, hw_in = a.h_in * a.w_in, hw_out = a.h_out * a.w_out;
+			size_t nx = (size_t)a.n * c * hw_in, ny = (size_t)a.n * c * hw_out;
+			/* about half of relu(bn(x)) is 0: ties the first in the window must win */
+			float *x = host_rand_h(&g, ht, nx, 2, 0);
+			float *gamma = host_rand(&g, c, 0.5, 1), *beta = host_rand(&g, c, 1, 0);
+			float *mean = host_rand(&g, c, 1, 0), *invstd = host_rand(&g, c, 0.1, 0.7);
+			struct bn_norm bn = { dev_from(&g, gamma, c), dev_from(&g, beta, c), dev_from(&g, mean, c),
+					      dev_from(&g, invstd, c) };
+			void *d_x = dev_h_from(&g, ht, in_layout(&g, 1, x, a.n, c, hw_in), nx), *d_r = dev_h(&g, nx);
+			void *d_y[2] = { dev_h(&g, ny), dev_h(&g, ny) };
+			uint8_t *d_am[2] = { dev_bytes(&g, ny), dev_bytes(&g, ny) };
+			CHECK_OK(bn_apply_cuda(g.ctx->stream, ht, 1, a.n, c, hw_in, d_x, NULL, bn.gamma, bn.beta, bn.mean,
+					       bn.invstd, BN_APPLY_RELU, d_r));
+			CHECK_OK(maxpool_fwd_cuda(g.ctx->stream, ht, 1, &a, d_r, d_y[0], d_am[0]));
+			CHECK_OK(CUDA_CHECK(cudaMemsetAsync(d_y[1], 0xff, ny * 2, g.ctx->stream)));
+			CHECK_OK(CUDA_CHECK(cudaMemsetAsync(d_am[1], 0xff, ny, g.ctx->stream)));
+			CHECK_OK(maxpool_bn_relu_fwd_cuda(g.ctx->stream, ht, 1, &a, d_x, &bn, d_y[1], d_am[1]));
+			float *y0 = down_nchw(&g, ht, 1, d_y[0], a.n, c, hw_out), *y1 = down_nchw(&g, ht, 1, d_y[1], a.n, c, hw_out);
+			uint8_t *am0 = host_bytes(&g, ny), *am1 = host_bytes(&g, ny);
+			get(&g, am0, d_am[0], ny);
+			get(&g, am1, d_am[1], ny);
+			size_t differ = 0, ties = 0;
+			for (size_t i = 0; i < ny; i++) {
+				differ += f_bits(y0[i]) != f_bits(y1[i]) || am0[i] != am1[i];
+				ties += y0[i] == 0.0f && am0[i] != 0;
+			}
+			CHECK_MSG(differ == 0, "%s case %zu: %zu of %zu outputs or argmaxes differ", dtype_name(ht), k,
+				  differ, ny);
+			CHECK_MSG(ties > 0, "%s case %zu: no zero window past its first element", dtype_name(ht), k);
+			gpu_release(&g, dev_mark, host_mark);
+		}
+	gpu_close(&g);
+}
+
 /* --- batch norm, dropout, bias ------------------------------------------------------------ */
 
 /* act(bn(x) + identity) in one pass, against the float reference on the same 16-bit

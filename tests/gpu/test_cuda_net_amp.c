@@ -578,6 +578,73 @@ TEST(cuda_amp_downsample_join_applies_both_batch_norms)
 	check_join("resnet18", PREC_BF16, BN16_CUDNN, 0);
 }
 
+/* ResNet's stem max pool applies the batch norm and ReLU before it in training where
+ * the own 16-bit kernels run that batch norm (FUSE_POOL_BN_RELU): the batch norm makes
+ * its statistics only and the ReLU's output is never written. The pool rounds each
+ * element as the apply would write it, so against the apply and the pool
+ * (tuning.test.bn_pool = 0), on the same weights, batch and convolution algorithms,
+ * the loss, every gradient after one step and every parameter after three are the same
+ * bits. want: the pools that apply them (1; none with cuDNN's batch norms). */
+static void check_pool_bn(const char *model, enum precision prec, int bn16, int want)
+{
+	const int size = 64, batch = 8, classes = 10;
+	struct net *a = build(model, size, batch, classes), *b = build(model, size, batch, classes);
+	float *ga = NULL, *gb = NULL;
+	if (!a || !b)
+		goto out;
+	a->tuning.bn16 = b->tuning.bn16 = bn16;
+	b->tuning.test.bn_pool = 0;
+	a->conv_policy.deterministic = b->conv_policy.deterministic = 1;
+	a->conv_policy.heuristic = b->conv_policy.heuristic = 1;
+	int rc_a = net_setup(a, BACKEND_CUDA, GP_F32, prec), rc_b = net_setup(b, BACKEND_CUDA, GP_F32, prec);
+	CHECK_MSG(rc_a == 0 && rc_b == 0, "%s: %s", model, gp_errmsg());
+	if (rc_a || rc_b)
+		goto out;
+	int pooled = 0, other = 0;
+	for (int i = 0; i < a->n_nodes; i++)
+		if (a->nodes[i].op == OP_MAXPOOL2D) {
+			pooled += a->scratch[i].keep_last > 0;
+			other += b->scratch[i].keep_last > 0;
+		}
+	CHECK_MSG(pooled == want && other == 0, "%s %s bn16 %d: %d pools apply the batch norm (want %d), %d with "
+		  "the switch off", model, train_precision_name(prec), bn16, pooled, want, other);
+	same_batch(a, b, batch, size, classes, 29);
+	double la = 0, lb = 0;
+	size_t np = a->params_count;
+	ga = malloc(np * sizeof(float));
+	gb = malloc(np * sizeof(float));
+	CHECK(ga && gb);
+	if (!ga || !gb)
+		goto out;
+	CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
+	CHECK(net_forward(b, 1) == 0 && net_loss(b, &lb, NULL) == 0 && net_backward(b) == 0);
+	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
+	CHECK_MSG(la == lb && !memcmp(ga, gb, np * sizeof(float)),
+		  "%s %s: loss %.9g against %.9g, gradients %.3g apart", model, train_precision_name(prec), la, lb,
+		  dist(ga, gb, np));
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int st = 0; st < 2; st++)
+		CHECK(net_train_step(a, &sgd, NULL, NULL) == 0 && net_train_step(b, &sgd, NULL, NULL) == 0);
+	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+	CHECK_MSG(!memcmp(a->host_params, b->host_params, np * sizeof(float)) &&
+			  !memcmp(a->host_running, b->host_running, a->running_count * sizeof(float)),
+		  "%s %s: parameters %.3g apart after 3 steps", model, train_precision_name(prec),
+		  dist(a->host_params, b->host_params, np));
+out:
+	free(ga);
+	free(gb);
+	net_free(a);
+	net_free(b);
+}
+
+TEST(cuda_amp_stem_pool_applies_its_batch_norm_changes_no_bit)
+{
+	NEED_GPU();
+	check_pool_bn("resnet50", PREC_BF16, BN16_OWN, 1);
+	check_pool_bn("resnet18", PREC_FP16, BN16_OWN, 1);
+	check_pool_bn("resnet18", PREC_BF16, BN16_CUDNN, 0);
+}
+
 /* The set-up's plan frees what the prediction without a device (gpuperf info's,
  * net_plan_predict) says it will: ResNet's stem ReLU output, read by nothing but the max
  * pool in forward, once its batch norm is big enough for auto's rule (batch 24 at 224:

@@ -104,6 +104,9 @@ enum fuse_role {
 	FUSE_BN_STATS,    /* the other input z of a FUSE_ADD_BN_RELU add, a batch norm too (a
 			   * downsampling shortcut's): forward makes its statistics only, and
 			   * the add applies it, y = relu(bn(x) + bn_z(z)); plain backward */
+	FUSE_POOL_BN_RELU, /* max pool over a FUSE_BN_RELU pair's output, its one reader: the
+			    * pool applies them (the batch norm makes its statistics only, the
+			    * ReLU's output is never written); plain backward */
 };
 
 /* Make the net's device current on the calling thread: a net may be set up on one

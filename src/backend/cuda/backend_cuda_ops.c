@@ -47,6 +47,13 @@ static int act_copy(struct net *net, void *y, const void *x, size_t count)
 
 static int forward_node(struct net *net, int i, int training);
 
+/* Whether batch norm i's fused ReLU feeds a max pool that applies both (FUSE_POOL_BN_RELU). */
+static int pooled(const struct net *net, int i)
+{
+	int c = net->nodes[i].last_consumer, p = c >= 0 ? net->nodes[c].last_consumer : -1;
+	return p >= 0 && fuse_role(net, p) == FUSE_POOL_BN_RELU;
+}
+
 int cuda_forward_node(struct net *net, int i, int training)
 {
 	GP_TRY(bind_device(net));
@@ -84,8 +91,9 @@ static int forward_node(struct net *net, int i, int training)
 		int role = training ? fuse_role(net, i) : FUSE_NONE;
 		if (role == FUSE_BN_DEFERRED) /* the add after it runs it */
 			return 0;
-		if (role == FUSE_BN_STATS) /* the add after it applies it */
-			return bn_fwd_stats_cuda(ctx, &nd->a.bn, x, stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
+		if (role == FUSE_BN_STATS || (role == FUSE_BN_RELU && pooled(net, i))) /* the add or pool applies it */
+			return bn_fwd_stats_cuda(ctx, &nd->a.bn, role == FUSE_BN_STATS ? BN_FUSE_NONE : BN_FUSE_RELU, x,
+						 stats, stats + nd->a.bn.c, run, run + nd->a.bn.c);
 		if (role == FUSE_BN_RELU || role == FUSE_BN_RELU6) /* y: the ReLU's output, in place */
 			return bn_fwd_train_fused_cuda(ctx, &nd->a.bn, role == FUSE_BN_RELU ? BN_FUSE_RELU : BN_FUSE_RELU6,
 						       x, NULL, param_ptr(net, nd, 0), param_ptr(net, nd, 1), y, stats,
@@ -106,6 +114,13 @@ static int forward_node(struct net *net, int i, int training)
 			return 0;
 		return relu6_fwd_cuda(s, dt, count, x, y);
 	case OP_MAXPOOL2D:
+		if (training && fuse_role(net, i) == FUSE_POOL_BN_RELU) { /* x: relu(bn(z)), never written */
+			const struct node *bn = &net->nodes[net->nodes[nd->in[0]].in[0]];
+			float *st = saved_ptr(net, (int)(bn - net->nodes));
+			struct bn_norm norm = { param_ptr(net, bn, 0), param_ptr(net, bn, 1), st, st + bn->a.bn.c };
+			return maxpool_bn_relu_fwd_cuda(s, dt, b->nhwc, &nd->a.pool, act_ptr(net, bn->in[0]), &norm, y,
+							saved);
+		}
 		return maxpool_fwd_cuda(s, dt, b->nhwc, &nd->a.pool, x, y, saved);
 	case OP_AVGPOOL_GLOBAL: {
 		struct shape in = net->nodes[nd->in[0]].out;
@@ -481,6 +496,23 @@ static int shortcut_bn_joined(const struct net *net, int i, int z)
 	       bn_add_bn_relu_own_cuda(net->bk->ctx, &net->nodes[i].a.bn);
 }
 
+/* Whether the max pool reading ReLU c, fused with batch norm i (FUSE_BN_RELU), applies
+ * both in its forward (FUSE_POOL_BN_RELU): the pool is c's one reader, c's output is read
+ * by nothing in backward (the batch norm takes the mask from x: struct scratch_req's
+ * out_unread), the batch norm is on the own 16-bit kernels and the pool's kernel takes
+ * the shape (maxpool_bn_relu_ok). ResNet's stem. */
+static int pool_applies_bn(const struct net *net, int i, int c, const struct scratch_req *reqs)
+{
+	const struct node *rn = &net->nodes[c];
+	int p = rn->last_consumer;
+	if (!net->tuning.test.bn_pool || rn->consumers != 1 || p < 0 || !reqs[c].out_unread)
+		return 0;
+	const struct node *pn = &net->nodes[p];
+	return pn->op == OP_MAXPOOL2D && pn->in[0] == c &&
+	       maxpool_bn_relu_ok(net->bk->dt, net->bk->nhwc, &pn->a.pool) &&
+	       bn16_routed_own_cuda(net->bk->ctx, &net->nodes[i].a.bn, BN_FUSE_RELU);
+}
+
 int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 {
 	struct backend_state *b = net->bk;
@@ -515,6 +547,11 @@ int cuda_plan_fusion(struct net *net, struct scratch_req *reqs)
 			b->fuse[i] = op == BN_FUSE_RELU6 ? FUSE_BN_RELU6 : FUSE_BN_RELU;
 			b->fuse[c] = fold ? FUSE_RELU6_FOLDED : FUSE_RELU_DONE;
 			reqs[i].keep_last = 2 * n - i; /* read again by its backward */
+			int p = net->nodes[c].last_consumer;
+			if (op == BN_FUSE_RELU && !fold && pool_applies_bn(net, i, c, reqs)) {
+				b->fuse[p] = FUSE_POOL_BN_RELU;
+				reqs[p].keep_last = p; /* marks it fused; it keeps nothing */
+			}
 		} else if (net->nodes[c].op == OP_ADD && !b->fuse[c] && net->nodes[c].in[0] != net->nodes[c].in[1] &&
 			   net->nodes[c].consumers == 1 && relu_over(net, net->nodes[c].last_consumer, c) &&
 			   net->nodes[net->nodes[c].last_consumer].op == OP_RELU) {

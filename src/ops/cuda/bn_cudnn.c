@@ -352,11 +352,11 @@ int bn_add_bn_relu_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a)
 	return bn_own16(ctx, a, BN_FUSE_ADD_RELU) && bn_own16(ctx, a, BN_FUSE_NONE);
 }
 
-int bn_fwd_stats_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, float *save_mean,
-		      float *save_invstd, float *running_mean, float *running_var)
+int bn_fwd_stats_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, const void *x,
+		      float *save_mean, float *save_invstd, float *running_mean, float *running_var)
 {
 	void *scratch = NULL;
-	if (!bn_own16(ctx, a, BN_FUSE_NONE))
+	if (!bn_own16(ctx, a, op))
 		return gp_error(GP_EUNSUPPORTED, "batch norm statistics alone: the own 16-bit kernels only");
 	GP_TRY(bn16_scratch(ctx, a, &scratch));
 	return bn16_stats_cuda(ctx->stream, ctx->act_dtype, a, x, save_mean, save_invstd, running_mean, running_var,
@@ -369,7 +369,7 @@ int bn_fwd_train_add_bn_relu_cuda(struct cuda_ctx *ctx, const struct bn_args *a,
 {
 	if (!bn_add_bn_relu_own_cuda(ctx, a))
 		return gp_error(GP_EUNSUPPORTED, "batch norm join with a normalized identity: the own 16-bit kernels only");
-	GP_TRY(bn_fwd_stats_cuda(ctx, a, x, save_mean, save_invstd, running_mean, running_var));
+	GP_TRY(bn_fwd_stats_cuda(ctx, a, BN_FUSE_ADD_RELU, x, save_mean, save_invstd, running_mean, running_var));
 	return bn_apply_norm_id_cuda(ctx->stream, ctx->act_dtype, 1, a->n, a->c, a->h * a->w, x, z, gamma, beta,
 				     save_mean, save_invstd, zn, BN_APPLY_RELU, y);
 }

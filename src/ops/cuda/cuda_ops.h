@@ -133,6 +133,14 @@ struct bn_norm {
 int bn_apply_norm_id_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, int n, int c, int hw, const void *x,
 			  const void *z, const float *gamma, const float *beta, const float *mean,
 			  const float *invstd, const struct bn_norm *zn, enum bn_apply_act act, void *y);
+/* Training's max pool (a) over relu(bn(x)), x a batch norm's input and bn its
+ * parameters and saved statistics: each element of a window normalized, activated and
+ * rounded as the batch norm's apply would write it, so y and argmax are the pool's over
+ * that output bit for bit, and the output is never written (ResNet's stem). 16-bit NHWC
+ * with channels in eights (maxpool_bn_relu_ok, from the settings alone). */
+int maxpool_bn_relu_ok(enum gp_dtype dt, int nhwc, const struct pool_args *a);
+int maxpool_bn_relu_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a, const void *x,
+			     const struct bn_norm *bn, void *y, uint8_t *argmax);
 
 /* --- loss (loss.cu) ----------------------------------------------------------------------- */
 /* Mean cross-entropy of softmax(logits) against labels into *loss (device double),
@@ -450,9 +458,10 @@ int bn_fwd_train_fused_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum 
  * and bn_z's forward makes its statistics only (bn_fwd_stats_cuda); from the settings
  * alone, as bn16_routed_own_cuda. */
 int bn_add_bn_relu_own_cuda(const struct cuda_ctx *ctx, const struct bn_args *a);
-/* A training batch norm's statistics (saved and running) without its output. */
-int bn_fwd_stats_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, float *save_mean,
-		      float *save_invstd, float *running_mean, float *running_var);
+/* A training batch norm's statistics (saved and running) without its output; op: what
+ * it is fused with, which routes it (the own 16-bit kernels only). */
+int bn_fwd_stats_cuda(struct cuda_ctx *ctx, const struct bn_args *a, enum bn_fuse op, const void *x,
+		      float *save_mean, float *save_invstd, float *running_mean, float *running_var);
 /* Training forward of y = relu(bn(x) + bn_z(z)): bn's statistics, then one pass;
  * zn: bn_z's parameters and the statistics bn_fwd_stats_cuda saved. */
 int bn_fwd_train_add_bn_relu_cuda(struct cuda_ctx *ctx, const struct bn_args *a, const void *x, const void *z,

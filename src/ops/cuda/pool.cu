@@ -18,6 +18,7 @@ extern "C" {
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/cuda/eltwise.cuh"
+#include "ops/cuda/bn_val.cuh"
 
 /* === float, NCHW ========================================================================== */
 /* --- global average pooling: one warp per (n, c) plane ---------------------------------- */
@@ -401,13 +402,28 @@ __global__ static void maxpool_fwd_kernel(size_t count, pool_hk p, const T *x, T
  * the 8 argmax bytes written as one. The generic kernel above took 0.86 ms for
  * ResNet's stem pooling at batch 256 in bf16, 7.3x its bytes (s23-1). Same choice
  * rule element by element. */
-template <typename T>
-__global__ static void maxpool_fwd_nhwc8_kernel(int groups, pool_hk p, const T *x, T *y, uint8_t *argmax)
+template <typename T, bool BN = false>
+__global__ static void maxpool_fwd_nhwc8_kernel(int groups, pool_hk p, const T *x, bn_norm bn, T *y,
+						uint8_t *argmax)
 {
-	int cg = p.c / VEC;
+	int cg = p.c / VEC, cur = -1;
+	float mu[BN ? VEC : 1], is[BN ? VEC : 1], ga[BN ? VEC : 1], be[BN ? VEC : 1];
 	for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {
 		int ni, oh, ow, c8;
 		nhwc8_locate(g, cg, p.h_out, p.w_out, &ni, &oh, &ow, &c8);
+		if constexpr (BN) {
+			if (c8 != cur) { /* a thread's channel group stays when the stride keeps it */
+#pragma unroll
+				for (int e = 0; e < VEC; e++) {
+					int ch = c8 * VEC + e;
+					mu[e] = bn.mean[ch];
+					is[e] = bn.invstd[ch];
+					ga[e] = bn.gamma[ch];
+					be[e] = bn.beta[ch];
+				}
+				cur = c8;
+			}
+		}
 		float m[VEC];
 		int idx[VEC];
 #pragma unroll
@@ -427,11 +443,15 @@ __global__ static void maxpool_fwd_nhwc8_kernel(int groups, pool_hk p, const T *
 				float v[VEC];
 				load8<true>(x, (row + iw) * cg + c8, v);
 #pragma unroll
-				for (int e = 0; e < VEC; e++)
+				for (int e = 0; e < VEC; e++) {
+					if constexpr (BN) /* the batch norm's output as its apply writes it */
+						v[e] = rounded<T>(bn16_act(bn16_pre(v[e], 0.0f, mu[e], is[e], ga[e], be[e]),
+									   1, INFINITY));
 					if (idx[e] < 0 || v[e] > m[e] || isnan(v[e])) {
 						m[e] = v[e];
 						idx[e] = i * p.k + j;
 					}
+				}
 			}
 		}
 		store8<true>(y, (size_t)g, m);
@@ -594,7 +614,8 @@ static int maxpool_fwd_t(cudaStream_t s, int nhwc, const struct pool_args *a, co
 	if (pool_nhwc8_ok(nhwc, a, count / VEC, x, y, argmax)) {
 		int groups = (int)(count / VEC);
 		maxpool_fwd_nhwc8_kernel<<<grid_for((size_t)groups), BLOCK, 0, s>>>(groups, pool_hk_from(a, nhwc),
-										    (const T *)x, (T *)y, argmax);
+										    (const T *)x, bn_norm{}, (T *)y,
+										    argmax);
 		CUDA_CHECK_LAUNCH();
 		return 0;
 	}
@@ -661,6 +682,37 @@ extern "C" int maxpool_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, cons
 		return maxpool_fwd_f32(s, a, (const float *)x, (float *)y, argmax);
 	}
 	return DISPATCH_H(dt, maxpool_fwd_t, s, nhwc, a, x, y, argmax);
+}
+
+template <typename T>
+static int maxpool_bn_relu_fwd_t(cudaStream_t s, const struct pool_args *a, const void *x, const bn_norm *bn,
+				 void *y, uint8_t *argmax)
+{
+	size_t count = (size_t)a->n * a->c * a->h_out * a->w_out;
+	if (!count)
+		return 0;
+	if (!pool_nhwc8_ok(1, a, count / VEC, x, y, argmax))
+		return gp_error(GP_EUNSUPPORTED, "max pool over a batch norm of %d channels: NHWC in eights, aligned",
+				a->c);
+	int groups = (int)(count / VEC);
+	maxpool_fwd_nhwc8_kernel<T, true><<<grid_for((size_t)groups), BLOCK, 0, s>>>(
+		groups, pool_hk_from(a, 1), (const T *)x, *bn, (T *)y, argmax);
+	CUDA_CHECK_LAUNCH();
+	return 0;
+}
+
+extern "C" int maxpool_bn_relu_ok(enum gp_dtype dt, int nhwc, const struct pool_args *a)
+{
+	return dt != GP_F32 && nhwc && a->c % VEC == 0 && a->k <= MAXPOOL_K_MAX &&
+	       (size_t)a->n * a->c * a->h_out * a->w_out / VEC <= (size_t)INT32_MAX;
+}
+
+extern "C" int maxpool_bn_relu_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
+					const void *x, const struct bn_norm *bn, void *y, uint8_t *argmax)
+{
+	if (!maxpool_bn_relu_ok(dt, nhwc, a))
+		return gp_error(GP_EUNSUPPORTED, "max pool over a batch norm: 16-bit NHWC with channels in eights");
+	return DISPATCH_H(dt, maxpool_bn_relu_fwd_t, s, a, x, bn, y, argmax);
 }
 
 extern "C" int maxpool_bwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, const struct pool_args *a,
