@@ -403,14 +403,17 @@ TEST(amp_maxpool_matches_cpu)
 /* The max pool over relu(bn(x)) in one pass (maxpool_bn_relu_fwd_cuda: ResNet's stem in
  * training) against the apply then the pool, bit for bit in the output and the argmax:
  * each element is rounded as the apply writes it before the windows compare, so the
- * ReLU's zeros tie as they do after the apply. NHWC, 8 to 64 channels, overlapping and
- * cut windows. */
+ * ReLU's zeros tie as they do after the apply. NHWC, 8 to 136 channels, overlapping and
+ * cut windows, tiles cut at the edges and in channels. */
 TEST(amp_maxpool_over_batch_norm_equals_apply_then_pool)
 {
 	static const int cfg[][6] = {
 		/* n, c, h, k, stride, pad */
-		{ 2, 64, 16, 3, 2, 1 }, /* ResNet's stem pool */
-		{ 1, 8, 9, 3, 2, 1 },   /* an odd height */
+		/* ResNet's stem pool (3 x 3, stride 2, pad 1: the tiled kernel) */
+		{ 2, 64, 16, 3, 2, 1 },  /* 8 x 9 outputs: the last column of tiles cut */
+		{ 1, 8, 9, 3, 2, 1 },    /* one channel group of a tile's 8, an odd height */
+		{ 1, 136, 11, 3, 2, 1 }, /* 17 groups: three channel tiles, the last cut */
+		/* other windows (the direct kernel) */
 		{ 3, 16, 7, 3, 1, 1 },  /* overlapping windows */
 		{ 2, 24, 12, 2, 2, 0 }, /* 3 channel groups: a thread's group changes as it strides */
 	};

@@ -684,6 +684,93 @@ extern "C" int maxpool_fwd_cuda(cudaStream_t s, enum gp_dtype dt, int nhwc, cons
 	return DISPATCH_H(dt, maxpool_fwd_t, s, nhwc, a, x, y, argmax);
 }
 
+/* ResNet's stem pool (3 x 3, stride 2, pad 1) over relu(bn(x)) in tiles: a block's
+ * PBN_TH x PBN_TW output pixels of PBN_G channel groups first normalize, activate and
+ * round their input pixels once into shared memory (each thread one channel group, so
+ * its 32 statistics and parameters load once), then take their windows there, by the
+ * same rule in the same order as maxpool_fwd_nhwc8_kernel: the same bits. Where a pixel
+ * reached 2.25 windows' worth of that work in the direct kernel, it now does it about
+ * 1.2 times (the tiles' halo). */
+#define PBN_TH 4
+#define PBN_TW 8
+#define PBN_G 8 /* BLOCK = PBN_TH * PBN_TW * PBN_G */
+template <typename T>
+__global__ static void __launch_bounds__(BLOCK) maxpool_bn_relu_tile_kernel(pool_hk p, int tiles_h, int tiles_w,
+									     int ctiles, const T *x, bn_norm bn,
+									     T *y, uint8_t *argmax)
+{
+	constexpr int K = 3, S = 2, P = 1, IH = (PBN_TH - 1) * S + K, IW = (PBN_TW - 1) * S + K;
+	__shared__ pack<T> tile[IH * IW * PBN_G];
+	int cg = p.c / VEC, b = blockIdx.x;
+	int ct = b % ctiles;
+	b /= ctiles;
+	int tw = b % tiles_w;
+	b /= tiles_w;
+	int th = b % tiles_h, ni = b / tiles_h;
+	int g = threadIdx.x % PBN_G, g0 = ct * PBN_G, oh0 = th * PBN_TH, ow0 = tw * PBN_TW;
+	int ih0 = oh0 * S - P, iw0 = ow0 * S - P;
+	if (g0 + g < cg) { /* BLOCK is a multiple of PBN_G: a thread's group is the same in every row */
+		float mu[VEC], is[VEC], ga[VEC], be[VEC];
+#pragma unroll
+		for (int e = 0; e < VEC; e++) {
+			int ch = (g0 + g) * VEC + e;
+			mu[e] = bn.mean[ch];
+			is[e] = bn.invstd[ch];
+			ga[e] = bn.gamma[ch];
+			be[e] = bn.beta[ch];
+		}
+		for (int q = threadIdx.x / PBN_G; q < IH * IW; q += BLOCK / PBN_G) {
+			int ih = ih0 + q / IW, iw = iw0 + q % IW;
+			if (ih < 0 || ih >= p.h_in || iw < 0 || iw >= p.w_in)
+				continue;
+			float v[VEC];
+			load8<true>(x, (((size_t)ni * p.h_in + ih) * p.w_in + iw) * cg + g0 + g, v);
+			pack<T> r;
+#pragma unroll
+			for (int e = 0; e < VEC; e++)
+				put_f(&r.v[e], bn16_act(bn16_pre(v[e], 0.0f, mu[e], is[e], ga[e], be[e]), 1, INFINITY));
+			tile[q * PBN_G + g] = r;
+		}
+	}
+	__syncthreads();
+	int t = threadIdx.x / PBN_G, oh = oh0 + t / PBN_TW, ow = ow0 + t % PBN_TW;
+	if (g0 + g >= cg || oh >= p.h_out || ow >= p.w_out)
+		return;
+	float m[VEC];
+	int idx[VEC];
+#pragma unroll
+	for (int e = 0; e < VEC; e++) {
+		m[e] = -INFINITY;
+		idx[e] = -1;
+	}
+	for (int i = 0; i < K; i++) {
+		int ih = oh * S - P + i;
+		if (ih < 0 || ih >= p.h_in)
+			continue;
+		for (int j = 0; j < K; j++) {
+			int iw = ow * S - P + j;
+			if (iw < 0 || iw >= p.w_in)
+				continue;
+			pack<T> pv = tile[((ih - ih0) * IW + iw - iw0) * PBN_G + g];
+#pragma unroll
+			for (int e = 0; e < VEC; e++) {
+				float v = to_f(pv.v[e]);
+				if (idx[e] < 0 || v > m[e] || isnan(v)) {
+					m[e] = v;
+					idx[e] = i * K + j;
+				}
+			}
+		}
+	}
+	size_t o = (((size_t)ni * p.h_out + oh) * p.w_out + ow) * cg + g0 + g;
+	store8<true>(y, o, m);
+	pack<uint8_t> am;
+#pragma unroll
+	for (int e = 0; e < VEC; e++)
+		am.v[e] = (uint8_t)idx[e];
+	reinterpret_cast<pack<uint8_t> *>(argmax)[o] = am;
+}
+
 template <typename T>
 static int maxpool_bn_relu_fwd_t(cudaStream_t s, const struct pool_args *a, const void *x, const bn_norm *bn,
 				 void *y, uint8_t *argmax)
@@ -694,6 +781,16 @@ static int maxpool_bn_relu_fwd_t(cudaStream_t s, const struct pool_args *a, cons
 	if (!pool_nhwc8_ok(1, a, count / VEC, x, y, argmax))
 		return gp_error(GP_EUNSUPPORTED, "max pool over a batch norm of %d channels: NHWC in eights, aligned",
 				a->c);
+	int tiles_h = (a->h_out + PBN_TH - 1) / PBN_TH, tiles_w = (a->w_out + PBN_TW - 1) / PBN_TW;
+	int ctiles = (a->c / VEC + PBN_G - 1) / PBN_G;
+	size_t blocks = (size_t)a->n * tiles_h * tiles_w * ctiles;
+	if (a->k == 3 && a->stride == 2 && a->pad == 1 && blocks <= (size_t)INT32_MAX) {
+		maxpool_bn_relu_tile_kernel<T><<<(unsigned)blocks, BLOCK, 0, s>>>(pool_hk_from(a, 1), tiles_h, tiles_w,
+										ctiles, (const T *)x, *bn, (T *)y,
+										argmax);
+		CUDA_CHECK_LAUNCH();
+		return 0;
+	}
 	int groups = (int)(count / VEC);
 	maxpool_fwd_nhwc8_kernel<T, true><<<grid_for((size_t)groups), BLOCK, 0, s>>>(
 		groups, pool_hk_from(a, 1), (const T *)x, *bn, (T *)y, argmax);
