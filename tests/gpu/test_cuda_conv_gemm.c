@@ -193,6 +193,82 @@ TEST(cuda_conv1x1_gemm_nhwc16_strided_matches_cpu)
 	gpu_close(&g);
 }
 
+/* 16-bit NHWC at stride 1 through cuBLASLt's candidates (conv1x1_gemm_tune_cuda, as the
+ * plan times them): each direction's products timed once per context (backward data
+ * alone and adding into dx), and with the test hook taking the fastest candidate
+ * whatever its margin, the products that run it against the CPU on the same rounded
+ * values, as cublasGemmEx's are. */
+TEST(cuda_conv1x1_gemm_nhwc16_cublaslt_picks_match_cpu)
+{
+	struct gpu g;
+	GPU_OPEN(&g, 5);
+	static const enum gp_dtype hts[] = { GP_F16, GP_BF16 };
+	static const int cases[][6] = { { 8, 64, 256, 14, 14, 1 }, { 4, 256, 64, 7, 9, 1 } };
+	gemm_lt_force(1);
+	int timed = 0, taken = 0;
+	for (int h = 0; h < 2; h++)
+		for (int t = 0; t < 2; t++) {
+			enum gp_dtype ht = hts[h];
+			CHECK_OK(cuda_ctx_set_act(g.ctx, ht, 1));
+			const int *s = cases[t];
+			struct conv2d_args a = pw_args(s[0], s[1], s[2], s[3], s[4], s[5]);
+			CHECK(conv1x1_gemm_ok(g.ctx, &a));
+			int dev_mark = g.n_dev, host_mark = g.n_host;
+			size_t p = (size_t)a.h_out * a.w_out;
+			size_t nx = a.n * a.c_in * p, ny = a.n * a.c_out * p, nw = (size_t)a.c_out * a.c_in;
+			float *x = host_rand_h(&g, ht, nx, 1, 0), *w = host_rand_h(&g, ht, nw, 0.3, 0);
+			float *dy = host_rand_h(&g, ht, ny, 1, 0), *dx0 = host_rand_h(&g, ht, nx, 1, 0);
+			float *y = host_f(&g, ny), *dx = host_f(&g, nx), *dw = host_f(&g, nw), *sum = host_f(&g, nx);
+			conv2d_fwd_cpu_f32(&a, x, w, NULL, y);
+			conv2d_bwd_data_cpu_f32(&a, dy, w, dx, 0);
+			conv2d_bwd_filter_cpu_f32(&a, x, dy, dw, NULL);
+			for (size_t i = 0; i < nx; i++)
+				sum[i] = dx0[i] + dx[i];
+			void *d_x = dev_bytes(&g, nx * 2), *d_w = dev_bytes(&g, nw * 2), *d_dy = dev_bytes(&g, ny * 2);
+			void *d_y = dev_bytes(&g, ny * 2), *d_dx = dev_bytes(&g, nx * 2);
+			float *d_dw = dev_f(&g, nw);
+			/* timed on scratch buffers of the same shapes, as the plan's */
+			void *t_x = dev_bytes(&g, nx * 2), *t_w = dev_bytes(&g, nw * 2), *t_y = dev_bytes(&g, ny * 2);
+			float *t_dw = dev_f(&g, nw);
+			for (int dir = 0; dir < 3; dir++)
+				CHECK_OK(conv1x1_gemm_tune_cuda(g.ctx, &a, dir, t_x, t_w, t_y, t_dw));
+			int now_taken, now = gemm_lt_picks(g.ctx, &now_taken);
+			CHECK_MSG(now == timed + 4, "%s case %d: %d products timed, want %d", dtype_name(ht), t, now,
+				  timed + 4);
+			for (int dir = 0; dir < 3; dir++) /* again: nothing more to time */
+				CHECK_OK(conv1x1_gemm_tune_cuda(g.ctx, &a, dir, t_x, t_w, t_y, t_dw));
+			CHECK_EQ_INT(gemm_lt_picks(g.ctx, &now_taken), now);
+			timed = now;
+			taken = now_taken;
+			put_h(&g, ht, d_x, host_to_nhwc(&g, x, 4, a.n, a.c_in, (int)p), nx);
+			put_h(&g, ht, d_w, w, nw);
+			put_h(&g, ht, d_dy, host_to_nhwc(&g, dy, 4, a.n, a.c_out, (int)p), ny);
+			CHECK_OK(conv1x1_gemm_fwd_cuda(g.ctx, &a, d_x, d_w, d_y, NULL, 0));
+			float *got = host_to_nchw(&g, down_h(&g, ht, d_y, ny), 4, a.n, a.c_out, (int)p);
+			double e = rel_err_norm_f32(got, y, ny);
+			CHECK_MSG(e <= tol_for(ht), "%s case %d forward: relative error %.3g", dtype_name(ht), t, e);
+			poison(&g, d_dx, nx * 2);
+			CHECK_OK(conv1x1_gemm_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 0, NULL, 0));
+			got = host_to_nchw(&g, down_h(&g, ht, d_dx, nx), 4, a.n, a.c_in, (int)p);
+			e = rel_err_norm_f32(got, dx, nx);
+			CHECK_MSG(e <= tol_for(ht), "%s case %d backward data: relative error %.3g", dtype_name(ht), t, e);
+			put_h(&g, ht, d_dx, host_to_nhwc(&g, dx0, 4, a.n, a.c_in, (int)p), nx);
+			CHECK_OK(conv1x1_gemm_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 1, NULL, 0));
+			got = host_to_nchw(&g, down_h(&g, ht, d_dx, nx), 4, a.n, a.c_in, (int)p);
+			e = rel_err_norm_f32(got, sum, nx);
+			CHECK_MSG(e <= tol_for(ht), "%s case %d backward data (accumulated): relative error %.3g",
+				  dtype_name(ht), t, e);
+			CHECK_OK(conv1x1_gemm_bwd_filter_cuda(g.ctx, &a, d_x, d_dy, d_dw, 0, NULL, 0));
+			e = err_down(&g, d_dw, dw, nw);
+			CHECK_MSG(e <= 1e-5, "%s case %d weight gradient: relative error %.3g", dtype_name(ht), t, e);
+			gpu_release(&g, dev_mark, host_mark);
+		}
+	printf("      %d products timed, %d run cuBLASLt's candidate\n", timed, taken);
+	CHECK_MSG(taken > 0, "no product took a cuBLASLt candidate (%d timed)", timed);
+	gemm_lt_force(0);
+	gpu_close(&g);
+}
+
 /* What the products refuse, so that the plan never hands them such a shape, and the
  * scratch they ask for on ResNet-50's shapes at batch 256: pure functions of the
  * context's mode, so this runs without a device too. */

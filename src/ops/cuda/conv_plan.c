@@ -355,6 +355,9 @@ static int alt_time(struct cuda_ctx *ctx, enum alt_impl k, const struct conv2d_a
 	int rc = dir == 2 ? cuda_alloc(ctx, (void **)&dw, dw_bytes, MEM_WORKSPACE) : 0;
 	if (rc == 0 && (rc = alt_scratch_bytes(ctx, k, a, dir, &scratch_bytes)) == 0 && scratch_bytes)
 		rc = cuda_alloc(ctx, &scratch, scratch_bytes, MEM_WORKSPACE);
+	/* the product's pick among cuBLASLt's candidates first; without one, cublasGemmEx's */
+	if (rc == 0 && k == ALT_GEMM && conv1x1_gemm_tune_cuda(ctx, a, dir, x, w, y, dw) < 0)
+		gp_error_clear();
 	if (rc == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e0))) == 0 && (rc = CUDA_CHECK(cudaEventCreate(&e1))) == 0) {
 		for (int r = 0; r < 4 && rc == 0; r++) {
 			if (r == 1 && (rc = CUDA_CHECK(cudaEventRecord(e0, ctx->stream))) < 0)

@@ -504,6 +504,19 @@ int conv1x1_gemm_bwd_data_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a
  * the same bits on every run with the same scratch_bytes. */
 int conv1x1_gemm_bwd_filter_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, const void *x, const void *dy,
 				 float *dw, int accumulate, void *scratch, size_t scratch_bytes);
+/* Time direction dir's 16-bit stride-1 product (backward data alone and adding into
+ * dx) through cuBLASLt's candidates against cublasGemmEx's pick on the buffers given
+ * (overwritten; dw for the weight gradient) and keep the fastest for every later call
+ * of that product on ctx (conv_plan.c, before it times the direction); nothing for
+ * other shapes, float or deterministic algorithms. */
+int conv1x1_gemm_tune_cuda(struct cuda_ctx *ctx, const struct conv2d_args *a, int dir, void *x, void *w, void *y,
+			   float *dw);
+/* The context's product picks: how many were timed, *taken how many run cuBLASLt's
+ * candidate; and their release (cuda_ctx_destroy). */
+int gemm_lt_picks(const struct cuda_ctx *ctx, int *taken);
+void gemm_lt_free(struct cuda_ctx *ctx);
+/* Test hook: on, every timed product takes cuBLASLt's fastest candidate. */
+void gemm_lt_force(int on);
 
 #ifdef __cplusplus
 }

@@ -136,6 +136,7 @@ void cuda_ctx_destroy(struct cuda_ctx *ctx)
 		cudnnDestroyTensorDescriptor(ctx->bn_param_desc);
 	if (ctx->bn_x_desc)
 		cudnnDestroyTensorDescriptor(ctx->bn_x_desc);
+	gemm_lt_free(ctx);
 	if (ctx->lt)
 		cublasLtDestroy(ctx->lt);
 	if (ctx->cublas)

@@ -59,6 +59,9 @@ struct cuda_ctx {
 	 * graph (the backend's; freed with the context) */
 	void *blas_ws;
 	size_t blas_ws_bytes;
+	/* 16-bit products' picks among cuBLASLt's candidates (gemm_cublas.c; NULL: none
+	 * timed yet); a copy of the context for the side stream shares the table */
+	struct gemm_lt_table *gemm_lt;
 
 	/* Batch norm describes its tensors per call; these are reused, not shared state. */
 	cudnnTensorDescriptor_t bn_x_desc, bn_param_desc;
