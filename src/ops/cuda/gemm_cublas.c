@@ -150,7 +150,9 @@ static int gemm(struct cuda_ctx *ctx, cublasOperation_t ta, cublasOperation_t tb
 		cudaDataType_t c_type)
 {
 	cudaDataType_t t = act_type(ctx);
-	if (t != CUDA_R_32F && ctx->gemm_lt) {
+	/* a context passes from net to net: one with deterministic algorithms keeps
+	 * cublasGemmEx's pick even where another net's plan timed the product */
+	if (t != CUDA_R_32F && ctx->gemm_lt && !ctx->deterministic) {
 		struct gemm_lt_key key = lt_key(ta, tb, m, n, k, lda, ldb, ldc, beta, t, c_type);
 		const struct gemm_lt_pick *p = lt_find(ctx, &key);
 		if (p && p->lt && aligned_all(a, b, c))
