@@ -130,6 +130,48 @@ TEST(cuda_conv1x1_gemm_nchw_matches_cpu)
 	gpu_close(&g);
 }
 
+/* 16-bit NHWC products of a (forward, backward data into dx and added to it, weight
+ * gradient) against the CPU on the same rounded values: outputs rounded once
+ * (tol_for), the float weight gradient 1e-5. sc, bytes: each direction's scratch. */
+static void check_nhwc16_products(struct gpu *g, enum gp_dtype ht, const struct conv2d_args *a, int t,
+				  void *const sc[3], const size_t bytes[3])
+{
+	size_t p_in = (size_t)a->h_in * a->w_in, p = (size_t)a->h_out * a->w_out;
+	size_t nx = a->n * a->c_in * p_in, ny = a->n * a->c_out * p, nw = (size_t)a->c_out * a->c_in;
+	float *x = host_rand_h(g, ht, nx, 1, 0), *w = host_rand_h(g, ht, nw, 0.3, 0);
+	float *dy = host_rand_h(g, ht, ny, 1, 0), *dx0 = host_rand_h(g, ht, nx, 1, 0);
+	float *y = host_f(g, ny), *dx = host_f(g, nx), *dw = host_f(g, nw), *sum = host_f(g, nx);
+	conv2d_fwd_cpu_f32(a, x, w, NULL, y);
+	conv2d_bwd_data_cpu_f32(a, dy, w, dx, 0);
+	conv2d_bwd_filter_cpu_f32(a, x, dy, dw, NULL);
+	for (size_t i = 0; i < nx; i++)
+		sum[i] = dx0[i] + dx[i];
+	void *d_x = dev_bytes(g, nx * 2), *d_w = dev_bytes(g, nw * 2), *d_dy = dev_bytes(g, ny * 2);
+	void *d_y = dev_bytes(g, ny * 2), *d_dx = dev_bytes(g, nx * 2);
+	put_h(g, ht, d_x, host_to_nhwc(g, x, 4, a->n, a->c_in, (int)p_in), nx);
+	put_h(g, ht, d_w, w, nw); /* K x C: the same in both layouts */
+	put_h(g, ht, d_dy, host_to_nhwc(g, dy, 4, a->n, a->c_out, (int)p), ny);
+	CHECK_OK(conv1x1_gemm_fwd_cuda(g->ctx, a, d_x, d_w, d_y, sc[0], bytes[0]));
+	float *got = host_to_nchw(g, down_h(g, ht, d_y, ny), 4, a->n, a->c_out, (int)p);
+	double e = rel_err_norm_f32(got, y, ny);
+	CHECK_MSG(e <= tol_for(ht), "%s case %d forward: relative error %.3g", dtype_name(ht), t, e);
+	poison(g, d_dx, nx * 2);
+	CHECK_OK(conv1x1_gemm_bwd_data_cuda(g->ctx, a, d_dy, d_w, d_dx, 0, sc[1], bytes[1]));
+	got = host_to_nchw(g, down_h(g, ht, d_dx, nx), 4, a->n, a->c_in, (int)p_in);
+	e = rel_err_norm_f32(got, dx, nx);
+	CHECK_MSG(e <= tol_for(ht), "%s case %d backward data: relative error %.3g", dtype_name(ht), t, e);
+	put_h(g, ht, d_dx, host_to_nhwc(g, dx0, 4, a->n, a->c_in, (int)p_in), nx);
+	CHECK_OK(conv1x1_gemm_bwd_data_cuda(g->ctx, a, d_dy, d_w, d_dx, 1, sc[1], bytes[1]));
+	got = host_to_nchw(g, down_h(g, ht, d_dx, nx), 4, a->n, a->c_in, (int)p_in);
+	e = rel_err_norm_f32(got, sum, nx);
+	CHECK_MSG(e <= tol_for(ht), "%s case %d backward data (accumulated): relative error %.3g",
+		  dtype_name(ht), t, e);
+	float *d_dw = dev_f(g, nw);
+	CHECK_OK(conv1x1_gemm_bwd_filter_cuda(g->ctx, a, d_x, d_dy, d_dw, 0, sc[2], bytes[2]));
+	e = err_down(g, d_dw, dw, nw);
+	CHECK_MSG(e <= 1e-5, "%s case %d weight gradient: relative error %.3g", dtype_name(ht), t, e);
+}
+
 /* 16-bit NHWC at strides 2 and 3: the subsampled pixels' copies (16-byte pieces at 8
  * and 16 channels, 2-byte ones at 3) and the rows' products, against the CPU on the
  * same rounded values; backward data into dx and added to it. */
@@ -147,21 +189,6 @@ TEST(cuda_conv1x1_gemm_nhwc16_strided_matches_cpu)
 			struct conv2d_args a = pw_args(s[0], s[1], s[2], s[3], s[4], s[5]);
 			CHECK(conv1x1_gemm_ok(g.ctx, &a));
 			int dev_mark = g.n_dev, host_mark = g.n_host;
-			size_t p_in = (size_t)a.h_in * a.w_in, p = (size_t)a.h_out * a.w_out;
-			size_t nx = a.n * a.c_in * p_in, ny = a.n * a.c_out * p, nw = (size_t)a.c_out * a.c_in;
-			float *x = host_rand_h(&g, ht, nx, 1, 0), *w = host_rand_h(&g, ht, nw, 0.3, 0);
-			float *dy = host_rand_h(&g, ht, ny, 1, 0), *dx0 = host_rand_h(&g, ht, nx, 1, 0);
-			float *y = host_f(&g, ny), *dx = host_f(&g, nx), *dw = host_f(&g, nw), *sum = host_f(&g, nx);
-			conv2d_fwd_cpu_f32(&a, x, w, NULL, y);
-			conv2d_bwd_data_cpu_f32(&a, dy, w, dx, 0);
-			conv2d_bwd_filter_cpu_f32(&a, x, dy, dw, NULL);
-			for (size_t i = 0; i < nx; i++)
-				sum[i] = dx0[i] + dx[i];
-			void *d_x = dev_bytes(&g, nx * 2), *d_w = dev_bytes(&g, nw * 2), *d_dy = dev_bytes(&g, ny * 2);
-			void *d_y = dev_bytes(&g, ny * 2), *d_dx = dev_bytes(&g, nx * 2);
-			put_h(&g, ht, d_x, host_to_nhwc(&g, x, 4, a.n, a.c_in, (int)p_in), nx);
-			put_h(&g, ht, d_w, w, nw); /* K x C: the same in both layouts */
-			put_h(&g, ht, d_dy, host_to_nhwc(&g, dy, 4, a.n, a.c_out, (int)p), ny);
 			size_t bytes[3];
 			void *sc[3];
 			for (int dir = 0; dir < 3; dir++) {
@@ -169,25 +196,7 @@ TEST(cuda_conv1x1_gemm_nhwc16_strided_matches_cpu)
 				CHECK_MSG((bytes[dir] > 0) == (dir < 2 || a.stride > 1), "dir %d: %zu bytes", dir, bytes[dir]);
 				sc[dir] = dev_bytes(&g, bytes[dir]);
 			}
-			CHECK_OK(conv1x1_gemm_fwd_cuda(g.ctx, &a, d_x, d_w, d_y, sc[0], bytes[0]));
-			float *got = host_to_nchw(&g, down_h(&g, ht, d_y, ny), 4, a.n, a.c_out, (int)p);
-			double e = rel_err_norm_f32(got, y, ny);
-			CHECK_MSG(e <= tol_for(ht), "%s case %d forward: relative error %.3g", dtype_name(ht), t, e);
-			poison(&g, d_dx, nx * 2);
-			CHECK_OK(conv1x1_gemm_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 0, sc[1], bytes[1]));
-			got = host_to_nchw(&g, down_h(&g, ht, d_dx, nx), 4, a.n, a.c_in, (int)p_in);
-			e = rel_err_norm_f32(got, dx, nx);
-			CHECK_MSG(e <= tol_for(ht), "%s case %d backward data: relative error %.3g", dtype_name(ht), t, e);
-			put_h(&g, ht, d_dx, host_to_nhwc(&g, dx0, 4, a.n, a.c_in, (int)p_in), nx);
-			CHECK_OK(conv1x1_gemm_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 1, sc[1], bytes[1]));
-			got = host_to_nchw(&g, down_h(&g, ht, d_dx, nx), 4, a.n, a.c_in, (int)p_in);
-			e = rel_err_norm_f32(got, sum, nx);
-			CHECK_MSG(e <= tol_for(ht), "%s case %d backward data (accumulated): relative error %.3g",
-				  dtype_name(ht), t, e);
-			float *d_dw = dev_f(&g, nw);
-			CHECK_OK(conv1x1_gemm_bwd_filter_cuda(g.ctx, &a, d_x, d_dy, d_dw, 0, sc[2], bytes[2]));
-			e = err_down(&g, d_dw, dw, nw);
-			CHECK_MSG(e <= 1e-5, "%s case %d weight gradient: relative error %.3g", dtype_name(ht), t, e);
+			check_nhwc16_products(&g, ht, &a, t, sc, bytes);
 			gpu_release(&g, dev_mark, host_mark);
 		}
 	gpu_close(&g);
@@ -216,17 +225,6 @@ TEST(cuda_conv1x1_gemm_nhwc16_cublaslt_picks_match_cpu)
 			int dev_mark = g.n_dev, host_mark = g.n_host;
 			size_t p = (size_t)a.h_out * a.w_out;
 			size_t nx = a.n * a.c_in * p, ny = a.n * a.c_out * p, nw = (size_t)a.c_out * a.c_in;
-			float *x = host_rand_h(&g, ht, nx, 1, 0), *w = host_rand_h(&g, ht, nw, 0.3, 0);
-			float *dy = host_rand_h(&g, ht, ny, 1, 0), *dx0 = host_rand_h(&g, ht, nx, 1, 0);
-			float *y = host_f(&g, ny), *dx = host_f(&g, nx), *dw = host_f(&g, nw), *sum = host_f(&g, nx);
-			conv2d_fwd_cpu_f32(&a, x, w, NULL, y);
-			conv2d_bwd_data_cpu_f32(&a, dy, w, dx, 0);
-			conv2d_bwd_filter_cpu_f32(&a, x, dy, dw, NULL);
-			for (size_t i = 0; i < nx; i++)
-				sum[i] = dx0[i] + dx[i];
-			void *d_x = dev_bytes(&g, nx * 2), *d_w = dev_bytes(&g, nw * 2), *d_dy = dev_bytes(&g, ny * 2);
-			void *d_y = dev_bytes(&g, ny * 2), *d_dx = dev_bytes(&g, nx * 2);
-			float *d_dw = dev_f(&g, nw);
 			/* timed on scratch buffers of the same shapes, as the plan's */
 			void *t_x = dev_bytes(&g, nx * 2), *t_w = dev_bytes(&g, nw * 2), *t_y = dev_bytes(&g, ny * 2);
 			float *t_dw = dev_f(&g, nw);
@@ -240,27 +238,9 @@ TEST(cuda_conv1x1_gemm_nhwc16_cublaslt_picks_match_cpu)
 			CHECK_EQ_INT(gemm_lt_picks(g.ctx, &now_taken), now);
 			timed = now;
 			taken = now_taken;
-			put_h(&g, ht, d_x, host_to_nhwc(&g, x, 4, a.n, a.c_in, (int)p), nx);
-			put_h(&g, ht, d_w, w, nw);
-			put_h(&g, ht, d_dy, host_to_nhwc(&g, dy, 4, a.n, a.c_out, (int)p), ny);
-			CHECK_OK(conv1x1_gemm_fwd_cuda(g.ctx, &a, d_x, d_w, d_y, NULL, 0));
-			float *got = host_to_nchw(&g, down_h(&g, ht, d_y, ny), 4, a.n, a.c_out, (int)p);
-			double e = rel_err_norm_f32(got, y, ny);
-			CHECK_MSG(e <= tol_for(ht), "%s case %d forward: relative error %.3g", dtype_name(ht), t, e);
-			poison(&g, d_dx, nx * 2);
-			CHECK_OK(conv1x1_gemm_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 0, NULL, 0));
-			got = host_to_nchw(&g, down_h(&g, ht, d_dx, nx), 4, a.n, a.c_in, (int)p);
-			e = rel_err_norm_f32(got, dx, nx);
-			CHECK_MSG(e <= tol_for(ht), "%s case %d backward data: relative error %.3g", dtype_name(ht), t, e);
-			put_h(&g, ht, d_dx, host_to_nhwc(&g, dx0, 4, a.n, a.c_in, (int)p), nx);
-			CHECK_OK(conv1x1_gemm_bwd_data_cuda(g.ctx, &a, d_dy, d_w, d_dx, 1, NULL, 0));
-			got = host_to_nchw(&g, down_h(&g, ht, d_dx, nx), 4, a.n, a.c_in, (int)p);
-			e = rel_err_norm_f32(got, sum, nx);
-			CHECK_MSG(e <= tol_for(ht), "%s case %d backward data (accumulated): relative error %.3g",
-				  dtype_name(ht), t, e);
-			CHECK_OK(conv1x1_gemm_bwd_filter_cuda(g.ctx, &a, d_x, d_dy, d_dw, 0, NULL, 0));
-			e = err_down(&g, d_dw, dw, nw);
-			CHECK_MSG(e <= 1e-5, "%s case %d weight gradient: relative error %.3g", dtype_name(ht), t, e);
+			void *const sc[3] = { NULL, NULL, NULL };
+			const size_t bytes[3] = { 0, 0, 0 };
+			check_nhwc16_products(&g, ht, &a, t, sc, bytes);
 			gpu_release(&g, dev_mark, host_mark);
 		}
 	printf("      %d products timed, %d run cuBLASLt's candidate\n", timed, taken);

@@ -400,6 +400,38 @@ TEST(cuda_amp_own_bn16_as_close_as_cudnn)
 	check_fused_bn("resnet50", 1, BN16_OWN, RELU6_FOLD_AUTO);
 }
 
+/* Nets a and b, set up alike but for one switch, on one synthetic batch (seed): the
+ * loss and every gradient after one step, and every parameter (with running set, and
+ * running statistic) after three, the same bits. */
+static void same_bits_for_three_steps(struct net *a, struct net *b, const char *model, enum precision prec,
+				      int batch, int size, int classes, uint64_t seed, int running)
+{
+	same_batch(a, b, batch, size, classes, seed);
+	double la = 0, lb = 0;
+	size_t np = a->params_count;
+	float *ga = malloc(np * sizeof(float)), *gb = malloc(np * sizeof(float));
+	CHECK(ga && gb);
+	if (!ga || !gb)
+		goto out;
+	CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
+	CHECK(net_forward(b, 1) == 0 && net_loss(b, &lb, NULL) == 0 && net_backward(b) == 0);
+	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
+	CHECK_MSG(la == lb && !memcmp(ga, gb, np * sizeof(float)),
+		  "%s %s: loss %.9g against %.9g, gradients %.3g apart", model, train_precision_name(prec), la, lb,
+		  dist(ga, gb, np));
+	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
+	for (int s = 0; s < 2; s++)
+		CHECK(net_train_step(a, &sgd, NULL, NULL) == 0 && net_train_step(b, &sgd, NULL, NULL) == 0);
+	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
+	CHECK_MSG(!memcmp(a->host_params, b->host_params, np * sizeof(float)) &&
+			  (!running || !memcmp(a->host_running, b->host_running, a->running_count * sizeof(float))),
+		  "%s %s: parameters %.3g apart after 3 steps", model, train_precision_name(prec),
+		  dist(a->host_params, b->host_params, np));
+out:
+	free(ga);
+	free(gb);
+}
+
 /* A residual block's last batch norm (the add's input last in forward order) applies the
  * mask of the ReLU after the add in its backward where the own 16-bit kernels run it
  * (bn_bwd_out_masked_cuda): the ReLU's pass over the block's output gradient goes.
@@ -413,7 +445,6 @@ static void check_out_mask(const char *model, enum precision prec, int bn16, int
 {
 	const int size = 64, batch = 8, classes = 10;
 	struct net *a = build(model, size, batch, classes), *b = build(model, size, batch, classes);
-	float *ga = NULL, *gb = NULL;
 	if (!a || !b)
 		goto out;
 	a->tuning.bn16 = b->tuning.bn16 = bn16;
@@ -433,30 +464,8 @@ static void check_out_mask(const char *model, enum precision prec, int bn16, int
 	}
 	CHECK_MSG(masked == want && other == 0, "%s %s bn16 %d: %d ReLU masks in batch norms (want %d), %d with "
 		  "the switch off", model, train_precision_name(prec), bn16, masked, want, other);
-	same_batch(a, b, batch, size, classes, 17);
-	double la = 0, lb = 0;
-	size_t np = a->params_count;
-	ga = malloc(np * sizeof(float));
-	gb = malloc(np * sizeof(float));
-	CHECK(ga && gb);
-	if (!ga || !gb)
-		goto out;
-	CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
-	CHECK(net_forward(b, 1) == 0 && net_loss(b, &lb, NULL) == 0 && net_backward(b) == 0);
-	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
-	CHECK_MSG(la == lb && !memcmp(ga, gb, np * sizeof(float)),
-		  "%s %s: loss %.9g against %.9g, gradients %.3g apart", model, train_precision_name(prec), la, lb,
-		  dist(ga, gb, np));
-	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
-	for (int s = 0; s < 2; s++)
-		CHECK(net_train_step(a, &sgd, NULL, NULL) == 0 && net_train_step(b, &sgd, NULL, NULL) == 0);
-	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
-	CHECK_MSG(!memcmp(a->host_params, b->host_params, np * sizeof(float)),
-		  "%s %s: parameters %.3g apart after 3 steps", model, train_precision_name(prec),
-		  dist(a->host_params, b->host_params, np));
+	same_bits_for_three_steps(a, b, model, prec, batch, size, classes, 17, 0);
 out:
-	free(ga);
-	free(gb);
 	net_free(a);
 	net_free(b);
 }
@@ -589,7 +598,6 @@ static void check_pool_bn(const char *model, enum precision prec, int bn16, int 
 {
 	const int size = 64, batch = 8, classes = 10;
 	struct net *a = build(model, size, batch, classes), *b = build(model, size, batch, classes);
-	float *ga = NULL, *gb = NULL;
 	if (!a || !b)
 		goto out;
 	a->tuning.bn16 = b->tuning.bn16 = bn16;
@@ -608,31 +616,8 @@ static void check_pool_bn(const char *model, enum precision prec, int bn16, int 
 		}
 	CHECK_MSG(pooled == want && other == 0, "%s %s bn16 %d: %d pools apply the batch norm (want %d), %d with "
 		  "the switch off", model, train_precision_name(prec), bn16, pooled, want, other);
-	same_batch(a, b, batch, size, classes, 29);
-	double la = 0, lb = 0;
-	size_t np = a->params_count;
-	ga = malloc(np * sizeof(float));
-	gb = malloc(np * sizeof(float));
-	CHECK(ga && gb);
-	if (!ga || !gb)
-		goto out;
-	CHECK(net_forward(a, 1) == 0 && net_loss(a, &la, NULL) == 0 && net_backward(a) == 0);
-	CHECK(net_forward(b, 1) == 0 && net_loss(b, &lb, NULL) == 0 && net_backward(b) == 0);
-	CHECK(net_grads_to_host(a, ga) == 0 && net_grads_to_host(b, gb) == 0);
-	CHECK_MSG(la == lb && !memcmp(ga, gb, np * sizeof(float)),
-		  "%s %s: loss %.9g against %.9g, gradients %.3g apart", model, train_precision_name(prec), la, lb,
-		  dist(ga, gb, np));
-	struct sgd_args sgd = { .lr = 0.01, .momentum = 0.9 };
-	for (int st = 0; st < 2; st++)
-		CHECK(net_train_step(a, &sgd, NULL, NULL) == 0 && net_train_step(b, &sgd, NULL, NULL) == 0);
-	CHECK(net_sync_to_host(a) == 0 && net_sync_to_host(b) == 0);
-	CHECK_MSG(!memcmp(a->host_params, b->host_params, np * sizeof(float)) &&
-			  !memcmp(a->host_running, b->host_running, a->running_count * sizeof(float)),
-		  "%s %s: parameters %.3g apart after 3 steps", model, train_precision_name(prec),
-		  dist(a->host_params, b->host_params, np));
+	same_bits_for_three_steps(a, b, model, prec, batch, size, classes, 29, 1);
 out:
-	free(ga);
-	free(gb);
 	net_free(a);
 	net_free(b);
 }
